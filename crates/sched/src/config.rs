@@ -1,0 +1,211 @@
+//! Configuration types the control plane maps its `Queue`, cluster and priority resources onto.
+
+use serde::{Deserialize, Serialize};
+
+/// Seconds on the caller's clock (wall clock for the runtime, virtual time for the simulator).
+pub type Time = u64;
+
+/// One machine: its GPUs, their flavor and where it sits in the network.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Node {
+    /// Unique node name (what placements refer to).
+    pub name: String,
+    /// Number of GPUs on the node (1..=64).
+    pub gpus: u32,
+    /// GPU flavor, e.g. `H100-80GB`; quotas are per flavor.
+    pub flavor: String,
+    /// Rack (or switch) label; gangs are kept within one rack when they fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
+    /// NVLink domain label (e.g. one NVL72 enclosure); preferred over the rack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_domain: Option<String>,
+}
+
+/// The machines the scheduler places work on.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cluster {
+    /// Every node, in any order.
+    pub nodes: Vec<Node>,
+}
+
+impl Cluster {
+    /// A cluster of `nodes` identical unlabelled nodes named `node-0..`, for tests and `--gpus`.
+    pub fn uniform(nodes: usize, gpus_per_node: u32, flavor: &str) -> Cluster {
+        Cluster {
+            nodes: (0..nodes)
+                .map(|i| Node {
+                    name: format!("node-{i}"),
+                    gpus: gpus_per_node,
+                    flavor: flavor.to_string(),
+                    rack: None,
+                    nvlink_domain: None,
+                })
+                .collect(),
+        }
+    }
+
+    /// Total GPUs of all flavors.
+    pub fn total_gpus(&self) -> u64 {
+        self.nodes.iter().map(|n| u64::from(n.gpus)).sum()
+    }
+}
+
+/// A team's quota for one GPU flavor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FlavorQuota {
+    /// Flavor name; must match some node's flavor.
+    pub flavor: String,
+    /// GPUs guaranteed to the queue.
+    pub nominal: u32,
+    /// Most GPUs the queue may use above `nominal` by borrowing from its cohort (`None`: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<u32>,
+    /// Most of `nominal` the queue lends to its cohort (`None`: all of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lending_limit: Option<u32>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// A team's queue: quotas per flavor, cohort membership and fair-share weight.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueSpec {
+    /// Queue name, referenced by `Workload::queue`.
+    pub name: String,
+    /// Cohort whose members lend to and borrow from each other (`None`: no borrowing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cohort: Option<String>,
+    /// Quotas per flavor; a workload can only use flavors listed here.
+    pub quotas: Vec<FlavorQuota>,
+    /// Weight for sharing borrowed capacity when several queues want it (default 1).
+    #[serde(default = "one")]
+    pub fair_share_weight: f64,
+}
+
+/// A named priority, like Kubernetes' `PriorityClass` / Kueue's `WorkloadPriorityClass`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PriorityClass {
+    /// Name used by `Workload::priority`.
+    pub name: String,
+    /// Higher runs first and may preempt lower within a queue.
+    pub value: i32,
+}
+
+/// A gang to admit: `pods` processes, each needing `gpus_per_pod` GPUs on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Workload {
+    /// Unique id chosen by the control plane.
+    pub id: String,
+    /// Queue (team) it is charged to.
+    pub queue: String,
+    /// Priority class name (`None`: value 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<String>,
+    /// Number of pods (ranks' hosts) in the gang; all start or none.
+    pub pods: u32,
+    /// GPUs per pod; a pod never spans nodes.
+    pub gpus_per_pod: u32,
+    /// Required flavor (`None`: any flavor the queue has quota for, in quota order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flavor: Option<String>,
+    /// Expected run time in seconds, used for backfill and reservations when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_duration_s: Option<u64>,
+    /// When it was created; ties within a priority go to the oldest.
+    pub created_at: Time,
+}
+
+impl Workload {
+    /// Total GPUs the gang needs.
+    pub fn gpus(&self) -> u64 {
+        u64::from(self.pods) * u64::from(self.gpus_per_pod)
+    }
+}
+
+/// Switches that turn the scheduler into Ferry's policy or a baseline (for the simulator).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Options {
+    /// When the head cannot be placed, reserve nodes for it and backfill only around them.
+    pub backfill: bool,
+    /// When the head cannot be placed, admit nothing behind it (strict FIFO).
+    pub strict_fifo: bool,
+    /// Preempt lower-priority work in the queue, and borrowers to reclaim lent quota.
+    pub preemption: bool,
+    /// Order queue heads by weighted borrowed share (fair sharing) before priority and age.
+    pub fair_sharing: bool,
+    /// Most pending workloads examined in one cycle (bounds cycle time under deep queues).
+    pub max_candidates_per_cycle: usize,
+    /// Most preemption searches in one cycle.
+    pub max_preemption_attempts_per_cycle: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            backfill: true,
+            strict_fifo: false,
+            preemption: true,
+            fair_sharing: true,
+            max_candidates_per_cycle: 2048,
+            max_preemption_attempts_per_cycle: 32,
+        }
+    }
+}
+
+/// One GPU set for one pod of an admitted gang (rank order).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodPlacement {
+    /// Node name.
+    pub node: String,
+    /// GPU indices on that node (what `CUDA_VISIBLE_DEVICES` lists).
+    pub gpus: Vec<u32>,
+}
+
+/// Why a running workload must stop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum PreemptReason {
+    /// A higher-priority workload in the same queue needs the GPUs.
+    Priority {
+        /// The workload that will take the GPUs.
+        preemptor: String,
+    },
+    /// The owner of lent quota (the preemptor's queue) takes it back.
+    Reclaim {
+        /// The workload that will take the GPUs.
+        preemptor: String,
+    },
+}
+
+/// What the control plane must do after a cycle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "type")]
+pub enum Decision {
+    /// Start the whole gang now on exactly these GPUs (one entry per pod, rank order).
+    Admit {
+        /// Workload id.
+        id: String,
+        /// Flavor charged.
+        flavor: String,
+        /// Where each pod runs.
+        placement: Vec<PodPlacement>,
+    },
+    /// Stop the workload gracefully (SIGTERM, grace, checkpoint), then call `evicted`; it is requeued.
+    Preempt {
+        /// Workload id.
+        id: String,
+        /// Why.
+        reason: PreemptReason,
+    },
+}

@@ -1,0 +1,55 @@
+//! The crate's one error type.
+
+use thiserror::Error;
+
+/// Everything the scheduler can refuse; each message names the field and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SchedError {
+    /// The cluster, queue set or priority set is malformed.
+    #[error("invalid config at `{field}`: {problem}; fix: {fix}")]
+    InvalidConfig {
+        /// Path of the offending field, e.g. `queues[2].cohort`.
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+        /// What would make it valid.
+        fix: String,
+    },
+    /// A workload cannot be accepted (it would otherwise wait forever).
+    #[error("workload `{id}` rejected at `{field}`: {problem}; fix: {fix}")]
+    InvalidWorkload {
+        /// The workload's id.
+        id: String,
+        /// Path of the offending field, e.g. `workload.queue`.
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+        /// What would make it acceptable.
+        fix: String,
+    },
+    /// An event names a workload the scheduler does not know (or in the wrong state).
+    #[error("unknown workload `{id}` for `{event}`: {problem}")]
+    UnknownWorkload {
+        /// The id given.
+        id: String,
+        /// The event that named it (`finished`, `evicted`, `checkpointed`).
+        event: &'static str,
+        /// Why it does not apply.
+        problem: String,
+    },
+    /// A trace file could not be read or parsed.
+    #[error("trace `{file}` line {line}: {problem}; fix: {fix}")]
+    Trace {
+        /// The trace file (or `<memory>`).
+        file: String,
+        /// 1-based line number (0 for file-level problems).
+        line: usize,
+        /// What is wrong.
+        problem: String,
+        /// What would fix it.
+        fix: String,
+    },
+}
+
+/// Shorthand for results in this crate.
+pub type Result<T, E = SchedError> = std::result::Result<T, E>;

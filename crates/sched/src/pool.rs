@@ -1,0 +1,299 @@
+//! Per-flavor placement index: free GPUs bucketed by count, per topology domain.
+//!
+//! Nodes are kept in buckets keyed by their number of free GPUs, once per topology level
+//! (NVLink domain, rack, whole flavor), so finding the fewest nodes for a gang is a walk over
+//! at most `max GPUs per node` buckets rather than over every node.
+
+use std::collections::{BTreeSet, HashMap};
+
+/// Topology levels searched narrowest first; the last one is the whole flavor.
+pub(crate) const LEVELS: usize = 3;
+
+/// One node's GPU state.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeState {
+    pub name: String,
+    pub cap: u32,
+    /// Idle GPUs nobody has claimed.
+    pub free: u64,
+    /// GPUs promised to a preemptor (idle or still used by a victim).
+    pub nominated: u64,
+    /// Nominated GPUs that are already idle.
+    pub held: u64,
+    /// Whether the node is in the bucket index (reserved nodes are taken out for a cycle).
+    pub in_index: bool,
+    /// Domain index per level.
+    pub dom: [u32; LEVELS],
+}
+
+#[derive(Debug, Clone, Default)]
+struct Domain {
+    /// `buckets[k]`: nodes with exactly `k` free GPUs (k >= 1).
+    buckets: Vec<BTreeSet<u32>>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Level {
+    domains: Vec<Domain>,
+    /// Every domain holds one node: the level adds nothing.
+    trivial: bool,
+}
+
+/// All nodes of one flavor.
+#[derive(Debug, Clone)]
+pub(crate) struct Pool {
+    pub name: String,
+    pub nodes: Vec<NodeState>,
+    pub max_cap: u32,
+    /// Free GPUs on indexed nodes.
+    pub free_total: u64,
+    levels: Vec<Level>,
+}
+
+pub(crate) fn mask_all(cap: u32) -> u64 {
+    if cap >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << cap) - 1
+    }
+}
+
+impl Pool {
+    /// Builds the index; `labels[i]` are node i's (nvlink, rack) labels.
+    pub fn new(name: String, nodes: Vec<(String, u32, Option<String>, Option<String>)>) -> Pool {
+        let max_cap = nodes.iter().map(|n| n.1).max().unwrap_or(0);
+        let mut levels: Vec<Level> = (0..LEVELS).map(|_| Level::default()).collect();
+        let mut names: [HashMap<String, u32>; 2] = [HashMap::new(), HashMap::new()];
+        let mut states = Vec::with_capacity(nodes.len());
+        for (name, cap, nv, rack) in nodes {
+            let mut dom = [0u32; LEVELS];
+            for (l, label) in [nv, rack].into_iter().enumerate() {
+                let next = levels[l].domains.len() as u32;
+                dom[l] = match label {
+                    Some(s) => *names[l].entry(s).or_insert(next),
+                    None => next,
+                };
+                if dom[l] == next {
+                    levels[l].domains.push(Domain::default());
+                }
+            }
+            if levels[2].domains.is_empty() {
+                levels[2].domains.push(Domain::default());
+            }
+            dom[2] = 0;
+            states.push(NodeState {
+                name,
+                cap,
+                free: mask_all(cap),
+                nominated: 0,
+                held: 0,
+                in_index: false,
+                dom,
+            });
+        }
+        let n = states.len();
+        for level in &mut levels {
+            level.trivial = level.domains.len() == n;
+            for d in &mut level.domains {
+                d.buckets = vec![BTreeSet::new(); max_cap as usize + 1];
+            }
+        }
+        let mut pool = Pool {
+            name,
+            nodes: states,
+            max_cap,
+            free_total: 0,
+            levels,
+        };
+        for i in 0..n as u32 {
+            pool.index_insert(i);
+        }
+        pool
+    }
+
+    pub fn index_remove(&mut self, n: u32) {
+        let node = &mut self.nodes[n as usize];
+        if !node.in_index {
+            return;
+        }
+        node.in_index = false;
+        let k = node.free.count_ones() as usize;
+        self.free_total -= k as u64;
+        if k > 0 {
+            let dom = node.dom;
+            for (l, level) in self.levels.iter_mut().enumerate() {
+                level.domains[dom[l] as usize].buckets[k].remove(&n);
+            }
+        }
+    }
+
+    pub fn index_insert(&mut self, n: u32) {
+        let node = &mut self.nodes[n as usize];
+        if node.in_index {
+            return;
+        }
+        node.in_index = true;
+        let k = node.free.count_ones() as usize;
+        self.free_total += k as u64;
+        if k > 0 {
+            let dom = node.dom;
+            for (l, level) in self.levels.iter_mut().enumerate() {
+                level.domains[dom[l] as usize].buckets[k].insert(n);
+            }
+        }
+    }
+
+    /// Changes a node's free mask keeping the index consistent.
+    pub fn set_free(&mut self, n: u32, free: u64) {
+        let was = self.nodes[n as usize].in_index;
+        self.index_remove(n);
+        self.nodes[n as usize].free = free;
+        if was {
+            self.index_insert(n);
+        }
+    }
+
+    /// GPUs of an ended or evicted pod come back: idle unless promised to a preemptor.
+    pub fn release(&mut self, n: u32, bits: u64) {
+        let node = &mut self.nodes[n as usize];
+        let nominated = node.nominated;
+        node.held |= bits & nominated;
+        let free = node.free | (bits & !nominated);
+        self.set_free(n, free);
+    }
+
+    fn pod_cap(&self, level: usize, dom: usize, g: u32) -> u64 {
+        let b = &self.levels[level].domains[dom].buckets;
+        (g as usize..b.len())
+            .map(|k| b[k].len() as u64 * (k as u64 / u64::from(g)))
+            .sum()
+    }
+
+    /// Fewest nodes (narrowest topology domain, best fit) that host `pods` pods of `g` GPUs,
+    /// among indexed nodes; returns (node, pods on it).
+    pub fn find(&self, pods: u32, g: u32) -> Option<Vec<(u32, u32)>> {
+        if g == 0 || g > self.max_cap || u64::from(pods) * u64::from(g) > self.free_total {
+            return None;
+        }
+        let need = u64::from(pods) * u64::from(g);
+        if need <= u64::from(self.max_cap) {
+            let b = &self.levels[2].domains[0].buckets;
+            if let Some(n) = (need as usize..b.len()).find_map(|k| b[k].first()) {
+                return Some(vec![(*n, pods)]);
+            }
+        }
+        if self.pod_cap(2, 0, g) < u64::from(pods) {
+            return None;
+        }
+        for l in 0..2 {
+            if self.levels[l].trivial {
+                continue;
+            }
+            let best = (0..self.levels[l].domains.len())
+                .map(|d| (self.pod_cap(l, d, g), d))
+                .filter(|(c, _)| *c >= u64::from(pods))
+                .min();
+            if let Some((_, d)) = best {
+                return self.greedy(l, d, pods, g);
+            }
+        }
+        self.greedy(2, 0, pods, g)
+    }
+
+    fn greedy(&self, level: usize, dom: usize, pods: u32, g: u32) -> Option<Vec<(u32, u32)>> {
+        let b = &self.levels[level].domains[dom].buckets;
+        let mut chosen: Vec<(u32, u32)> = Vec::new();
+        let mut remaining = pods;
+        let taken = |chosen: &Vec<(u32, u32)>, n: &u32| chosen.iter().any(|(c, _)| c == n);
+        while remaining > 0 {
+            let need = remaining as usize * g as usize;
+            // The rest fits on one node: take the tightest such node.
+            let last = (need.min(b.len())..b.len())
+                .filter(|_| need < b.len())
+                .find_map(|k| b[k].iter().find(|n| !taken(&chosen, n)));
+            if let Some(n) = last {
+                chosen.push((*n, remaining));
+                return Some(chosen);
+            }
+            // Otherwise take the node hosting the most pods.
+            let big = (g as usize..b.len())
+                .rev()
+                .find_map(|k| b[k].iter().find(|n| !taken(&chosen, n)).map(|n| (*n, k)));
+            let (n, k) = big?;
+            let here = (k as u32 / g).min(remaining);
+            chosen.push((n, here));
+            remaining -= here;
+        }
+        Some(chosen)
+    }
+
+    /// Claims GPUs for a plan from `find`: returns (node, mask) per pod.
+    pub fn take(&mut self, plan: &[(u32, u32)], g: u32) -> Vec<(u32, u64)> {
+        let mut pods = Vec::new();
+        for &(n, count) in plan {
+            let mut free = self.nodes[n as usize].free;
+            for _ in 0..count {
+                let mut m = 0u64;
+                for _ in 0..g {
+                    let bit = free & free.wrapping_neg();
+                    m |= bit;
+                    free &= !bit;
+                }
+                pods.push((n, m));
+            }
+            self.set_free(n, free);
+        }
+        pods
+    }
+}
+
+/// GPU indices of a mask.
+pub(crate) fn bits(mask: u64) -> Vec<u32> {
+    (0..64).filter(|i| mask & (1u64 << i) != 0).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(n: usize, racks: usize) -> Pool {
+        Pool::new(
+            "f".into(),
+            (0..n)
+                .map(|i| (format!("n{i}"), 8, None, Some(format!("r{}", i % racks))))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn single_pod_best_fits_a_partly_used_node() {
+        let mut p = pool(4, 1);
+        p.set_free(2, 0b1111_0000);
+        let plan = p.find(1, 4).unwrap();
+        assert_eq!(plan, vec![(2, 1)]);
+        let pods = p.take(&plan, 4);
+        assert_eq!(pods, vec![(2, 0b1111_0000)]);
+        assert_eq!(p.free_total, 24);
+    }
+
+    #[test]
+    fn gang_uses_fewest_nodes_within_one_rack() {
+        let mut p = pool(8, 2);
+        // rack r0 = nodes 0,2,4,6 ; make rack r0 half used.
+        p.set_free(0, 0b1111);
+        let plan = p.find(4, 8).unwrap();
+        let racks: Vec<_> = plan.iter().map(|(n, _)| n % 2).collect();
+        assert_eq!(plan.len(), 4);
+        assert!(racks.iter().all(|r| *r == 1), "{plan:?}");
+        assert!(p.find(9, 8).is_none());
+    }
+
+    #[test]
+    fn not_enough_room_is_none() {
+        let mut p = pool(2, 1);
+        p.set_free(0, 0b1);
+        p.set_free(1, 0b1);
+        assert!(p.find(1, 2).is_none());
+        assert_eq!(p.find(2, 1).unwrap().len(), 2);
+    }
+}

@@ -1,0 +1,1298 @@
+//! The scheduler: a deterministic state machine the control plane drives.
+//!
+//! Inputs are events (`submit`, `finished`, `evicted`, `checkpointed`); outputs are the
+//! decisions returned by `cycle`. Nothing here reads a clock or touches a process.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::ops::Bound;
+
+use crate::config::{
+    Cluster, Decision, Options, PodPlacement, PreemptReason, PriorityClass, QueueSpec, Time,
+    Workload,
+};
+use crate::error::{Result, SchedError};
+use crate::pool::{Pool, bits};
+
+type PKey = (Reverse<i32>, Time, u64, u32);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum St {
+    Pending,
+    Nominated,
+    Running,
+    Evicting,
+}
+
+#[derive(Debug, Clone)]
+struct Job {
+    id: String,
+    queue: u32,
+    prio: i32,
+    created: Time,
+    seq: u64,
+    pods: u32,
+    g: u32,
+    flavor_req: Option<u16>,
+    expected: Option<u64>,
+    state: St,
+    flavor: u16,
+    pods_at: Vec<(u32, u64)>,
+    admitted_at: Time,
+    last_ckpt: Option<Time>,
+    borrowed: bool,
+    preempted_by: Vec<u32>,
+    victims_left: u32,
+    preemptor: Option<u32>,
+}
+
+impl Job {
+    fn gpus(&self) -> u64 {
+        u64::from(self.pods) * u64::from(self.g)
+    }
+    fn key(&self, idx: u32) -> PKey {
+        (Reverse(self.prio), self.created, self.seq, idx)
+    }
+    fn end(&self) -> Option<Time> {
+        self.expected.map(|e| self.admitted_at + e)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Quota {
+    nominal: u64,
+    borrow: Option<u64>,
+    lend: u64,
+}
+
+impl Quota {
+    fn pooled(&self, usage: u64) -> u64 {
+        usage.saturating_sub(self.nominal - self.lend)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct QueueState {
+    name: String,
+    cohort: Option<u32>,
+    weight: f64,
+    quota: Vec<Option<Quota>>,
+    usage: Vec<u64>,
+    pending: BTreeSet<PKey>,
+    running: BTreeSet<(i32, u32)>,
+    dirty: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Cohort {
+    members: Vec<u32>,
+    cap: Vec<u64>,
+    used: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fit {
+    No,
+    Nominal,
+    Borrow,
+}
+
+/// Nodes set aside this cycle for the head-of-line gang of a flavor.
+#[derive(Debug, Clone, Default)]
+struct Reservation {
+    nodes: Vec<u32>,
+    shadow: Option<Time>,
+}
+
+/// What one queue holds right now (for `ferry get queues` and tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueUsage {
+    /// Queue name.
+    pub name: String,
+    /// GPUs charged per flavor (admitted and nominated workloads).
+    pub usage: Vec<(String, u64)>,
+    /// Workloads waiting.
+    pub pending: usize,
+    /// Workloads admitted and not yet finished or evicted.
+    pub running: usize,
+}
+
+/// Ferry's scheduler state machine.
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    opts: Options,
+    prio: HashMap<String, i32>,
+    pools: Vec<Pool>,
+    pool_idx: HashMap<String, u16>,
+    queues: Vec<QueueState>,
+    queue_idx: HashMap<String, u32>,
+    cohorts: Vec<Cohort>,
+    jobs: Vec<Option<Job>>,
+    ids: HashMap<String, u32>,
+    seq: u64,
+    /// Persistent head-of-line holder per flavor.
+    holder: Vec<Option<u32>>,
+    /// Running jobs with a known end, per flavor.
+    ends: Vec<BTreeSet<(Time, u32)>>,
+    /// Nominated jobs whose victims are all gone.
+    ready: Vec<u32>,
+}
+
+fn cfg_err(
+    field: impl Into<String>,
+    problem: impl Into<String>,
+    fix: impl Into<String>,
+) -> SchedError {
+    SchedError::InvalidConfig {
+        field: field.into(),
+        problem: problem.into(),
+        fix: fix.into(),
+    }
+}
+
+impl Scheduler {
+    /// Validates the configuration and builds an empty scheduler with Ferry's default policy.
+    pub fn new(
+        cluster: Cluster,
+        queues: Vec<QueueSpec>,
+        priorities: Vec<PriorityClass>,
+    ) -> Result<Scheduler> {
+        Scheduler::with_options(cluster, queues, priorities, Options::default())
+    }
+
+    /// Like `new`, with explicit policy switches (the simulator's baselines use these).
+    pub fn with_options(
+        cluster: Cluster,
+        queues: Vec<QueueSpec>,
+        priorities: Vec<PriorityClass>,
+        opts: Options,
+    ) -> Result<Scheduler> {
+        let mut prio = HashMap::new();
+        for (i, p) in priorities.iter().enumerate() {
+            if prio.insert(p.name.clone(), p.value).is_some() {
+                return Err(cfg_err(
+                    format!("priorities[{i}].name"),
+                    format!("priority class `{}` is defined twice", p.name),
+                    "give each priority class a unique name",
+                ));
+            }
+        }
+        if cluster.nodes.is_empty() {
+            return Err(cfg_err(
+                "cluster.nodes",
+                "the cluster has no nodes",
+                "list at least one node",
+            ));
+        }
+        let mut by_flavor: Vec<(String, Vec<(String, u32, Option<String>, Option<String>)>)> =
+            Vec::new();
+        let mut names = std::collections::HashSet::new();
+        for (i, n) in cluster.nodes.iter().enumerate() {
+            if n.gpus == 0 || n.gpus > 64 {
+                return Err(cfg_err(
+                    format!("cluster.nodes[{i}].gpus"),
+                    format!("node `{}` has {} GPUs", n.name, n.gpus),
+                    "give every node between 1 and 64 GPUs",
+                ));
+            }
+            if !names.insert(n.name.clone()) {
+                return Err(cfg_err(
+                    format!("cluster.nodes[{i}].name"),
+                    format!("node name `{}` is used twice", n.name),
+                    "give each node a unique name",
+                ));
+            }
+            let entry = (
+                n.name.clone(),
+                n.gpus,
+                n.nvlink_domain.clone(),
+                n.rack.clone(),
+            );
+            match by_flavor.iter_mut().find(|(f, _)| *f == n.flavor) {
+                Some((_, v)) => v.push(entry),
+                None => by_flavor.push((n.flavor.clone(), vec![entry])),
+            }
+        }
+        let pools: Vec<Pool> = by_flavor
+            .into_iter()
+            .map(|(f, n)| Pool::new(f, n))
+            .collect();
+        let pool_idx: HashMap<String, u16> = pools
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.clone(), i as u16))
+            .collect();
+        let nf = pools.len();
+        let mut cohort_idx: HashMap<String, u32> = HashMap::new();
+        let mut cohorts: Vec<Cohort> = Vec::new();
+        let mut qs = Vec::new();
+        let mut queue_idx = HashMap::new();
+        for (i, q) in queues.iter().enumerate() {
+            if queue_idx.insert(q.name.clone(), i as u32).is_some() {
+                return Err(cfg_err(
+                    format!("queues[{i}].name"),
+                    format!("queue `{}` is defined twice", q.name),
+                    "give each queue a unique name",
+                ));
+            }
+            if !(q.fair_share_weight.is_finite() && q.fair_share_weight > 0.0) {
+                return Err(cfg_err(
+                    format!("queues[{i}].fairShareWeight"),
+                    format!(
+                        "weight {} of queue `{}` is not a positive number",
+                        q.fair_share_weight, q.name
+                    ),
+                    "set a weight greater than 0 (default 1)",
+                ));
+            }
+            let mut quota = vec![None; nf];
+            for (j, fq) in q.quotas.iter().enumerate() {
+                let field = format!("queues[{i}].quotas[{j}]");
+                let Some(&f) = pool_idx.get(&fq.flavor) else {
+                    let known: Vec<_> = pools.iter().map(|p| p.name.as_str()).collect();
+                    return Err(cfg_err(
+                        format!("{field}.flavor"),
+                        format!(
+                            "flavor `{}` of queue `{}` matches no node",
+                            fq.flavor, q.name
+                        ),
+                        format!("use one of the cluster's flavors: {}", known.join(", ")),
+                    ));
+                };
+                if quota[f as usize].is_some() {
+                    return Err(cfg_err(
+                        format!("{field}.flavor"),
+                        format!("flavor `{}` appears twice in queue `{}`", fq.flavor, q.name),
+                        "merge the two quota entries",
+                    ));
+                }
+                let lend = u64::from(fq.lending_limit.unwrap_or(fq.nominal));
+                if lend > u64::from(fq.nominal) {
+                    return Err(cfg_err(
+                        format!("{field}.lendingLimit"),
+                        format!(
+                            "lending limit {lend} exceeds the nominal quota {}",
+                            fq.nominal
+                        ),
+                        format!("set lendingLimit to at most {}", fq.nominal),
+                    ));
+                }
+                if q.cohort.is_none() && fq.borrowing_limit.is_some_and(|b| b > 0) {
+                    return Err(cfg_err(
+                        format!("{field}.borrowingLimit"),
+                        format!(
+                            "queue `{}` has a borrowing limit but no cohort to borrow from",
+                            q.name
+                        ),
+                        format!("set queues[{i}].cohort or remove borrowingLimit"),
+                    ));
+                }
+                quota[f as usize] = Some(Quota {
+                    nominal: u64::from(fq.nominal),
+                    borrow: fq.borrowing_limit.map(u64::from),
+                    lend,
+                });
+            }
+            let cohort = q.cohort.as_ref().map(|c| {
+                let next = cohorts.len() as u32;
+                let idx = *cohort_idx.entry(c.clone()).or_insert(next);
+                if idx == next {
+                    cohorts.push(Cohort {
+                        members: vec![],
+                        cap: vec![0; nf],
+                        used: vec![0; nf],
+                    });
+                }
+                cohorts[idx as usize].members.push(i as u32);
+                for (f, qq) in quota.iter().enumerate() {
+                    if let Some(qq) = qq {
+                        cohorts[idx as usize].cap[f] += qq.lend;
+                    }
+                }
+                idx
+            });
+            qs.push(QueueState {
+                name: q.name.clone(),
+                cohort,
+                weight: q.fair_share_weight,
+                quota,
+                usage: vec![0; nf],
+                pending: BTreeSet::new(),
+                running: BTreeSet::new(),
+                dirty: false,
+            });
+        }
+        // Borrowing limits must be satisfiable by what the rest of the cohort lends.
+        for (i, q) in qs.iter().enumerate() {
+            let Some(c) = q.cohort else { continue };
+            for (f, qq) in q.quota.iter().enumerate() {
+                let Some(qq) = qq else { continue };
+                let others = cohorts[c as usize].cap[f] - qq.lend;
+                if let Some(b) = qq.borrow
+                    && b > others
+                {
+                    let j = queues[i]
+                        .quotas
+                        .iter()
+                        .position(|x| x.flavor == pools[f].name)
+                        .unwrap_or(0);
+                    return Err(cfg_err(
+                        format!("queues[{i}].quotas[{j}].borrowingLimit"),
+                        format!(
+                            "queue `{}` may borrow {b} `{}` GPUs but the rest of cohort `{}` lends only {others}",
+                            q.name,
+                            pools[f].name,
+                            queues[i].cohort.as_deref().unwrap_or_default()
+                        ),
+                        format!(
+                            "lower borrowingLimit to at most {others} or add lending quota to the cohort"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(Scheduler {
+            opts,
+            prio,
+            holder: vec![None; nf],
+            ends: vec![BTreeSet::new(); nf],
+            pools,
+            pool_idx,
+            queues: qs,
+            queue_idx,
+            cohorts,
+            jobs: Vec::new(),
+            ids: HashMap::new(),
+            seq: 0,
+            ready: Vec::new(),
+        })
+    }
+
+    fn max_quota(&self, q: u32, f: usize) -> u64 {
+        let qs = &self.queues[q as usize];
+        let Some(qq) = qs.quota[f] else { return 0 };
+        match qs.cohort {
+            None => qq.nominal,
+            Some(c) => {
+                let others = self.cohorts[c as usize].cap[f] - qq.lend;
+                qq.nominal + qq.borrow.unwrap_or(others).min(others)
+            }
+        }
+    }
+
+    /// Accepts a workload, or says why it could never run (so it is not stuck forever).
+    pub fn submit(&mut self, w: Workload) -> Result<()> {
+        let bad = |field: &str, problem: String, fix: String| SchedError::InvalidWorkload {
+            id: w.id.clone(),
+            field: field.to_string(),
+            problem,
+            fix,
+        };
+        if self.ids.contains_key(&w.id) {
+            return Err(bad(
+                "workload.id",
+                format!("id `{}` is already known", w.id),
+                "use a fresh id".into(),
+            ));
+        }
+        let Some(&q) = self.queue_idx.get(&w.queue) else {
+            let mut known: Vec<_> = self.queues.iter().map(|q| q.name.as_str()).collect();
+            known.sort();
+            return Err(bad(
+                "workload.queue",
+                format!("queue `{}` does not exist", w.queue),
+                format!("create the queue or use one of: {}", known.join(", ")),
+            ));
+        };
+        let prio = match &w.priority {
+            None => 0,
+            Some(p) => match self.prio.get(p) {
+                Some(v) => *v,
+                None => {
+                    let mut known: Vec<_> = self.prio.keys().map(String::as_str).collect();
+                    known.sort();
+                    return Err(bad(
+                        "workload.priority",
+                        format!("priority class `{p}` does not exist"),
+                        format!("use one of: {}", known.join(", ")),
+                    ));
+                }
+            },
+        };
+        if w.pods == 0 || w.gpus_per_pod == 0 {
+            return Err(bad(
+                "workload.pods",
+                format!(
+                    "gang of {} pods x {} GPUs asks for nothing",
+                    w.pods, w.gpus_per_pod
+                ),
+                "ask for at least one pod with at least one GPU".into(),
+            ));
+        }
+        let flavor_req = match &w.flavor {
+            None => None,
+            Some(f) => match self.pool_idx.get(f) {
+                Some(i) => Some(*i),
+                None => {
+                    return Err(bad(
+                        "workload.flavor",
+                        format!("no node has flavor `{f}`"),
+                        "use a flavor present in the cluster or leave it unset".into(),
+                    ));
+                }
+            },
+        };
+        let flavors: Vec<usize> = match flavor_req {
+            Some(f) => vec![f as usize],
+            None => (0..self.pools.len())
+                .filter(|&f| self.queues[q as usize].quota[f].is_some())
+                .collect(),
+        };
+        let gpus = w.gpus();
+        let mut why = Vec::new();
+        let feasible = flavors.iter().any(|&f| {
+            let p = &self.pools[f];
+            let fit_nodes: u64 = p
+                .nodes
+                .iter()
+                .map(|n| u64::from(n.cap / w.gpus_per_pod))
+                .sum();
+            let quota = self.max_quota(q, f);
+            if fit_nodes < u64::from(w.pods) {
+                why.push(format!(
+                    "flavor `{}` can host at most {fit_nodes} pods of {} GPUs",
+                    p.name, w.gpus_per_pod
+                ));
+                false
+            } else if quota < gpus {
+                why.push(format!(
+                    "queue `{}` can use at most {quota} `{}` GPUs including borrowing",
+                    w.queue, p.name
+                ));
+                false
+            } else {
+                true
+            }
+        });
+        if !feasible {
+            if flavors.is_empty() {
+                why.push(format!("queue `{}` has no quota for this flavor", w.queue));
+            }
+            return Err(bad(
+                "workload.pods",
+                format!(
+                    "gang of {} pods x {} GPUs can never be admitted: {}",
+                    w.pods,
+                    w.gpus_per_pod,
+                    why.join("; ")
+                ),
+                "shrink the gang, raise the queue's quota, or add nodes".into(),
+            ));
+        }
+        let idx = self.jobs.len() as u32;
+        self.seq += 1;
+        let job = Job {
+            id: w.id.clone(),
+            queue: q,
+            prio,
+            created: w.created_at,
+            seq: self.seq,
+            pods: w.pods,
+            g: w.gpus_per_pod,
+            flavor_req,
+            expected: w.expected_duration_s,
+            state: St::Pending,
+            flavor: 0,
+            pods_at: Vec::new(),
+            admitted_at: 0,
+            last_ckpt: None,
+            borrowed: false,
+            preempted_by: Vec::new(),
+            victims_left: 0,
+            preemptor: None,
+        };
+        let qs = &mut self.queues[q as usize];
+        qs.pending.insert(job.key(idx));
+        qs.dirty = true;
+        self.jobs.push(Some(job));
+        self.ids.insert(w.id, idx);
+        Ok(())
+    }
+
+    fn lookup(&self, id: &str, event: &'static str) -> Result<u32> {
+        self.ids
+            .get(id)
+            .copied()
+            .ok_or_else(|| SchedError::UnknownWorkload {
+                id: id.to_string(),
+                event,
+                problem: "no such workload (never submitted, or already finished)".into(),
+            })
+    }
+
+    /// Records that a running workload saved a checkpoint at `at` (victims lose least work).
+    pub fn checkpointed(&mut self, id: &str, at: Time) -> Result<()> {
+        let j = self.lookup(id, "checkpointed")?;
+        let job = self.jobs[j as usize].as_mut().expect("indexed job exists");
+        job.last_ckpt = Some(job.last_ckpt.map_or(at, |c| c.max(at)));
+        Ok(())
+    }
+
+    fn charge(&mut self, q: u32, f: usize, delta: i64) {
+        let qs = &mut self.queues[q as usize];
+        let old = qs.usage[f];
+        let new = old
+            .checked_add_signed(delta)
+            .expect("usage stays non-negative");
+        qs.usage[f] = new;
+        if let (Some(c), Some(qq)) = (qs.cohort, qs.quota[f]) {
+            let co = &mut self.cohorts[c as usize];
+            co.used[f] = co.used[f] + qq.pooled(new) - qq.pooled(old);
+        }
+    }
+
+    fn mark_all_dirty(&mut self) {
+        for q in &mut self.queues {
+            q.dirty = true;
+        }
+    }
+
+    /// Frees a running or evicting job's GPUs and quota bookkeeping.
+    fn release_gpus(&mut self, j: u32) {
+        let job = self.jobs[j as usize].as_mut().expect("job exists");
+        let f = job.flavor as usize;
+        let pods = std::mem::take(&mut job.pods_at);
+        for (n, m) in pods {
+            self.pools[f].release(n, m);
+        }
+    }
+
+    fn stop_running(&mut self, j: u32) {
+        // Quota and indexes of a running job (not its GPUs).
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let (q, f, gpus, prio, end) = (
+            job.queue,
+            job.flavor as usize,
+            job.gpus(),
+            job.prio,
+            job.end(),
+        );
+        self.charge(q, f, -(gpus as i64));
+        self.queues[q as usize].running.remove(&(prio, j));
+        if let Some(e) = end {
+            self.ends[f].remove(&(e, j));
+        }
+    }
+
+    fn victim_gone(&mut self, victim: u32) {
+        let Some(p) = self.jobs[victim as usize]
+            .as_mut()
+            .and_then(|v| v.preemptor.take())
+        else {
+            return;
+        };
+        if let Some(pj) = self.jobs[p as usize].as_mut()
+            && pj.state == St::Nominated
+        {
+            pj.victims_left -= 1;
+            if pj.victims_left == 0 {
+                self.ready.push(p);
+            }
+        }
+    }
+
+    /// The workload ended (completed, failed or cancelled) in any state; its GPUs are free.
+    pub fn finished(&mut self, id: &str) -> Result<()> {
+        let j = self.lookup(id, "finished")?;
+        let state = self.jobs[j as usize].as_ref().expect("job exists").state;
+        match state {
+            St::Pending => {
+                let job = self.jobs[j as usize].as_ref().expect("job exists");
+                let key = job.key(j);
+                self.queues[job.queue as usize].pending.remove(&key);
+            }
+            St::Nominated => {
+                let job = self.jobs[j as usize].as_mut().expect("job exists");
+                let (q, f, gpus) = (job.queue, job.flavor as usize, job.gpus());
+                let pods = std::mem::take(&mut job.pods_at);
+                for (n, m) in pods {
+                    let node = &mut self.pools[f].nodes[n as usize];
+                    let idle = m & node.held;
+                    node.held &= !m;
+                    node.nominated &= !m;
+                    let free = node.free | idle;
+                    self.pools[f].set_free(n, free);
+                }
+                self.ready.retain(|&r| r != j);
+                self.charge(q, f, -(gpus as i64));
+            }
+            St::Running => {
+                self.stop_running(j);
+                self.release_gpus(j);
+            }
+            St::Evicting => {
+                self.release_gpus(j);
+                self.victim_gone(j);
+            }
+        }
+        for h in &mut self.holder {
+            if *h == Some(j) {
+                *h = None;
+            }
+        }
+        self.jobs[j as usize] = None;
+        self.ids.remove(id);
+        self.mark_all_dirty();
+        Ok(())
+    }
+
+    /// A preempted workload's processes have exited: its GPUs go to the preemptor and it is requeued.
+    pub fn evicted(&mut self, id: &str) -> Result<()> {
+        let j = self.lookup(id, "evicted")?;
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        if job.state != St::Evicting {
+            return Err(SchedError::UnknownWorkload {
+                id: id.to_string(),
+                event: "evicted",
+                problem: "the workload was not asked to stop by a Preempt decision".into(),
+            });
+        }
+        self.release_gpus(j);
+        self.victim_gone(j);
+        let job = self.jobs[j as usize].as_mut().expect("job exists");
+        job.state = St::Pending;
+        job.borrowed = false;
+        let (q, key) = (job.queue, job.key(j));
+        self.queues[q as usize].pending.insert(key);
+        self.mark_all_dirty();
+        Ok(())
+    }
+
+    fn quota_fit(&self, q: u32, f: usize, r: u64, freed: &[(u32, u64)]) -> Fit {
+        let qs = &self.queues[q as usize];
+        let Some(qq) = qs.quota[f] else {
+            return Fit::No;
+        };
+        let usage_of = |x: u32| {
+            let base = self.queues[x as usize].usage[f];
+            base - freed
+                .iter()
+                .filter(|(y, _)| *y == x)
+                .map(|(_, a)| a)
+                .sum::<u64>()
+        };
+        let u = usage_of(q);
+        let new = u + r;
+        let Some(c) = qs.cohort else {
+            return if new <= qq.nominal {
+                Fit::Nominal
+            } else {
+                Fit::No
+            };
+        };
+        if let Some(b) = qq.borrow
+            && new > qq.nominal + b
+        {
+            return Fit::No;
+        }
+        let co = &self.cohorts[c as usize];
+        let mut used = co.used[f];
+        let mut seen: Vec<u32> = Vec::new();
+        for (x, _) in freed {
+            if seen.contains(x) {
+                continue;
+            }
+            seen.push(*x);
+            let xs = &self.queues[*x as usize];
+            if xs.cohort == Some(c)
+                && let Some(xq) = xs.quota[f]
+            {
+                used = used - xq.pooled(xs.usage[f]) + xq.pooled(usage_of(*x));
+            }
+        }
+        used = used - qq.pooled(u) + qq.pooled(new);
+        if used > co.cap[f] {
+            Fit::No
+        } else if new <= qq.nominal {
+            Fit::Nominal
+        } else {
+            Fit::Borrow
+        }
+    }
+
+    fn share(&self, q: u32) -> u64 {
+        let qs = &self.queues[q as usize];
+        let borrowed: u64 = qs
+            .quota
+            .iter()
+            .zip(&qs.usage)
+            .map(|(qq, u)| u.saturating_sub(qq.map_or(0, |x| x.nominal)))
+            .sum();
+        ((borrowed as f64 / qs.weight) * 1000.0) as u64
+    }
+
+    fn admit(
+        &mut self,
+        j: u32,
+        f: usize,
+        plan: &[(u32, u32)],
+        fit: Fit,
+        now: Time,
+        out: &mut Vec<Decision>,
+    ) {
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let (q, g, key, gpus, prio) = (job.queue, job.g, job.key(j), job.gpus(), job.prio);
+        let pods = self.pools[f].take(plan, g);
+        self.queues[q as usize].pending.remove(&key);
+        self.charge(q, f, gpus as i64);
+        self.start(j, f, pods, fit == Fit::Borrow, now, out);
+        self.queues[q as usize].running.insert((prio, j));
+    }
+
+    fn start(
+        &mut self,
+        j: u32,
+        f: usize,
+        pods: Vec<(u32, u64)>,
+        borrowed: bool,
+        now: Time,
+        out: &mut Vec<Decision>,
+    ) {
+        let pool = &self.pools[f];
+        let placement = pods
+            .iter()
+            .map(|(n, m)| PodPlacement {
+                node: pool.nodes[*n as usize].name.clone(),
+                gpus: bits(*m),
+            })
+            .collect();
+        let flavor = pool.name.clone();
+        let job = self.jobs[j as usize].as_mut().expect("job exists");
+        job.state = St::Running;
+        job.flavor = f as u16;
+        job.pods_at = pods;
+        job.admitted_at = now;
+        job.borrowed = borrowed;
+        if let Some(e) = job.end() {
+            self.ends[f].insert((e, j));
+        }
+        for h in &mut self.holder {
+            if *h == Some(j) {
+                *h = None;
+            }
+        }
+        out.push(Decision::Admit {
+            id: job.id.clone(),
+            flavor,
+            placement,
+        });
+    }
+
+    /// Picks nodes for the blocked head `j` and takes them out of the index for this cycle.
+    fn reserve(&mut self, j: u32, f: usize, now: Time) -> Reservation {
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let (pods, g) = (u64::from(job.pods), job.g);
+        let pool = &self.pools[f];
+        let mut fs: Vec<u32> = pool
+            .nodes
+            .iter()
+            .map(|n| if n.in_index { n.free.count_ones() } else { 0 })
+            .collect();
+        let mut cap: u64 = fs.iter().map(|k| u64::from(k / g)).sum();
+        let mut shadow = None;
+        if cap >= pods {
+            shadow = Some(now);
+        } else {
+            for &(end, r) in &self.ends[f] {
+                let rj = self.jobs[r as usize].as_ref().expect("running job exists");
+                for &(n, m) in &rj.pods_at {
+                    let node = &pool.nodes[n as usize];
+                    if !node.in_index {
+                        continue;
+                    }
+                    let k = &mut fs[n as usize];
+                    cap -= u64::from(*k / g);
+                    *k = (*k + m.count_ones()).min(node.cap);
+                    cap += u64::from(*k / g);
+                }
+                if cap >= pods {
+                    shadow = Some(end.max(now));
+                    break;
+                }
+            }
+        }
+        let mut order: Vec<u32> = (0..fs.len() as u32)
+            .filter(|&n| fs[n as usize] >= g)
+            .collect();
+        order.sort_by_key(|&n| {
+            (
+                Reverse(fs[n as usize]),
+                Reverse(pool.nodes[n as usize].free.count_ones()),
+                n,
+            )
+        });
+        let mut got = 0u64;
+        let mut nodes = Vec::new();
+        for n in order {
+            if got >= pods {
+                break;
+            }
+            got += u64::from(fs[n as usize] / g);
+            nodes.push(n);
+        }
+        for &n in &nodes {
+            self.pools[f].index_remove(n);
+        }
+        Reservation { nodes, shadow }
+    }
+
+    /// Tries to preempt for `j` in flavor `f`; returns true if victims were chosen.
+    fn try_preempt(&mut self, j: u32, f: usize, now: Time, out: &mut Vec<Decision>) -> bool {
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let (q, prio, r, pods, g) = (job.queue, job.prio, job.gpus(), job.pods, job.g);
+        let guard = job.preempted_by.clone();
+        let qs = &self.queues[q as usize];
+        let mut cands: Vec<(u32, bool)> = Vec::new();
+        for &(p, v) in qs.running.range(..(prio, 0)) {
+            let _ = p;
+            cands.push((v, false));
+        }
+        let within_nominal = qs.quota[f].is_some_and(|qq| qs.usage[f] + r <= qq.nominal);
+        if within_nominal && let Some(c) = qs.cohort {
+            for &m in &self.cohorts[c as usize].members {
+                let ms = &self.queues[m as usize];
+                if m == q || ms.quota[f].is_none_or(|qq| ms.usage[f] <= qq.nominal) {
+                    continue;
+                }
+                for &(_, v) in &ms.running {
+                    cands.push((v, true));
+                }
+            }
+        }
+        cands.retain(|&(v, _)| {
+            let vj = self.jobs[v as usize].as_ref().expect("running job exists");
+            vj.state == St::Running
+                && vj.flavor as usize == f
+                && !guard.contains(&v)
+                && (!vj.preempted_by.contains(&j))
+                && (vj.queue == q || vj.borrowed)
+        });
+        if cands.is_empty() {
+            return false;
+        }
+        cands.sort_by_key(|&(v, _)| {
+            let vj = self.jobs[v as usize].as_ref().expect("job exists");
+            (
+                vj.prio,
+                Reverse(vj.last_ckpt.unwrap_or(vj.admitted_at)),
+                Reverse(vj.admitted_at),
+                v,
+            )
+        });
+        cands.truncate(256);
+        // Add victims in order until quota and placement both fit.
+        let mut freed: Vec<(u32, u64)> = Vec::new();
+        let mut chosen: Vec<(u32, bool)> = Vec::new();
+        let mut touched: Vec<(u32, u64)> = Vec::new();
+        let mut plan = None;
+        for &(v, reclaim) in &cands {
+            let vj = self.jobs[v as usize].as_ref().expect("job exists");
+            freed.push((vj.queue, vj.gpus()));
+            chosen.push((v, reclaim));
+            for &(n, m) in &vj.pods_at.clone() {
+                let node = &self.pools[f].nodes[n as usize];
+                touched.push((n, node.free));
+                let free = node.free | m;
+                self.pools[f].set_free(n, free);
+            }
+            if self.quota_fit(q, f, r, &freed) == Fit::No {
+                continue;
+            }
+            if let Some(p) = self.pools[f].find(pods, g) {
+                plan = Some(p);
+                break;
+            }
+        }
+        // Undo the trial release (restore original free masks, oldest first wins).
+        for &(n, old) in touched.iter().rev() {
+            self.pools[f].set_free(n, old);
+        }
+        let Some(plan) = plan else { return false };
+        // Drop victims whose GPUs the plan does not use, if quota still fits without them.
+        let plan_nodes: Vec<u32> = plan.iter().map(|(n, _)| *n).collect();
+        let mut keep: Vec<(u32, bool)> = chosen.clone();
+        for &(v, _) in chosen.iter().rev() {
+            let vj = self.jobs[v as usize].as_ref().expect("job exists");
+            if vj.pods_at.iter().any(|(n, _)| plan_nodes.contains(n)) {
+                continue;
+            }
+            let without: Vec<(u32, u64)> = keep
+                .iter()
+                .filter(|(x, _)| *x != v)
+                .map(|&(x, _)| {
+                    let xj = self.jobs[x as usize].as_ref().expect("job exists");
+                    (xj.queue, xj.gpus())
+                })
+                .collect();
+            if self.quota_fit(q, f, r, &without) != Fit::No {
+                keep.retain(|(x, _)| *x != v);
+            }
+        }
+        // Commit: victims stop counting against quota now; their GPUs stay theirs until evicted.
+        for &(v, reclaim) in &keep {
+            self.stop_running(v);
+            let vj = self.jobs[v as usize].as_mut().expect("job exists");
+            vj.state = St::Evicting;
+            vj.preemptor = Some(j);
+            vj.preempted_by.push(j);
+            let preemptor = self.jobs[j as usize]
+                .as_ref()
+                .expect("job exists")
+                .id
+                .clone();
+            let vj = self.jobs[v as usize].as_ref().expect("job exists");
+            let reason = if reclaim {
+                PreemptReason::Reclaim { preemptor }
+            } else {
+                PreemptReason::Priority { preemptor }
+            };
+            out.push(Decision::Preempt {
+                id: vj.id.clone(),
+                reason,
+            });
+        }
+        // Nominate GPUs for the preemptor: idle ones first, then the victims' ones.
+        let mut victim_bits: HashMap<u32, u64> = HashMap::new();
+        for &(v, _) in &keep {
+            for &(n, m) in &self.jobs[v as usize].as_ref().expect("job exists").pods_at {
+                *victim_bits.entry(n).or_default() |= m;
+            }
+        }
+        let mut pods_at = Vec::new();
+        for &(n, count) in &plan {
+            let node = &self.pools[f].nodes[n as usize];
+            let mut avail_free = node.free;
+            let mut avail_victim = victim_bits.get(&n).copied().unwrap_or(0) & !node.nominated;
+            let mut took_free = 0u64;
+            let mut took_victim = 0u64;
+            for _ in 0..count {
+                let mut m = 0u64;
+                for _ in 0..g {
+                    let src = if avail_free != 0 {
+                        &mut avail_free
+                    } else {
+                        &mut avail_victim
+                    };
+                    let bit = *src & src.wrapping_neg();
+                    *src &= !bit;
+                    m |= bit;
+                }
+                took_free |= m & node.free;
+                took_victim |= m & !node.free;
+                pods_at.push((n, m));
+            }
+            let new_free = node.free & !took_free;
+            let node = &mut self.pools[f].nodes[n as usize];
+            node.nominated |= took_free | took_victim;
+            node.held |= took_free;
+            self.pools[f].set_free(n, new_free);
+        }
+        let fit = self.quota_fit(q, f, r, &[]);
+        let job = self.jobs[j as usize].as_mut().expect("job exists");
+        let key = job.key(j);
+        job.state = St::Nominated;
+        job.flavor = f as u16;
+        job.pods_at = pods_at;
+        job.borrowed = fit == Fit::Borrow;
+        job.victims_left = keep.len() as u32;
+        let _ = now;
+        self.queues[q as usize].pending.remove(&key);
+        self.charge(q, f, r as i64);
+        if keep.is_empty() {
+            self.ready.push(j);
+        }
+        for h in &mut self.holder {
+            if *h == Some(j) {
+                *h = None;
+            }
+        }
+        true
+    }
+
+    /// Flavors a job may use, in preference order.
+    fn flavors_of(&self, j: u32) -> Vec<usize> {
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        match job.flavor_req {
+            Some(f) => vec![f as usize],
+            None => (0..self.pools.len())
+                .filter(|&f| self.queues[job.queue as usize].quota[f].is_some())
+                .collect(),
+        }
+    }
+
+    /// Runs one scheduling pass at time `now` and returns what to start and what to stop.
+    pub fn cycle(&mut self, now: Time) -> Vec<Decision> {
+        let mut out = Vec::new();
+        // Preemptors whose victims are gone start first, on the GPUs promised to them.
+        for j in std::mem::take(&mut self.ready) {
+            let Some(job) = self.jobs[j as usize].as_ref() else {
+                continue;
+            };
+            if job.state != St::Nominated {
+                continue;
+            }
+            let (f, q, prio) = (job.flavor as usize, job.queue, job.prio);
+            let pods = job.pods_at.clone();
+            for &(n, m) in &pods {
+                let node = &mut self.pools[f].nodes[n as usize];
+                debug_assert_eq!(node.held & m, m);
+                node.held &= !m;
+                node.nominated &= !m;
+            }
+            self.start(
+                j,
+                f,
+                pods,
+                self.jobs[j as usize].as_ref().is_some_and(|x| x.borrowed),
+                now,
+                &mut out,
+            );
+            self.queues[q as usize].running.insert((prio, j));
+        }
+        let mut budget = self.opts.max_candidates_per_cycle.max(1);
+        let mut preempt_budget = self.opts.max_preemption_attempts_per_cycle;
+        let mut resv: Vec<Option<Reservation>> = vec![None; self.pools.len()];
+        // The persistent head-of-line holder of each flavor goes first.
+        for f in 0..self.pools.len() {
+            let Some(h) = self.holder[f] else { continue };
+            match self.try_one(h, now, &mut resv, &mut preempt_budget, &mut out, Some(f)) {
+                Outcome::Admitted | Outcome::Preempting => {}
+                Outcome::Blocked | Outcome::Skipped => {}
+            }
+        }
+        // Merge queue heads: fair share, then priority, then age.
+        let mut heap: BinaryHeap<Reverse<(u64, PKey, u32)>> = BinaryHeap::new();
+        let mut cursor: Vec<Option<PKey>> = vec![None; self.queues.len()];
+        for q in 0..self.queues.len() as u32 {
+            if self.queues[q as usize].dirty {
+                self.push_next(q, None, &mut heap);
+            }
+        }
+        let mut stopped = false;
+        while let Some(Reverse((_, key, q))) = heap.pop() {
+            if budget == 0 {
+                stopped = true;
+                break;
+            }
+            budget -= 1;
+            cursor[q as usize] = Some(key);
+            let j = key.3;
+            let holder_of_some = self.holder.contains(&Some(j));
+            let outcome = if holder_of_some {
+                Outcome::Skipped
+            } else {
+                self.try_one(j, now, &mut resv, &mut preempt_budget, &mut out, None)
+            };
+            if self.opts.strict_fifo && matches!(outcome, Outcome::Blocked) {
+                stopped = true;
+                break;
+            }
+            self.push_next(q, Some(key), &mut heap);
+        }
+        if !stopped {
+            for q in &mut self.queues {
+                q.dirty = false;
+            }
+        } else {
+            // Queues whose scan completed are clean; the others resume next cycle.
+            let open: Vec<u32> = heap.iter().map(|Reverse((_, _, q))| *q).collect();
+            for (i, q) in self.queues.iter_mut().enumerate() {
+                if !open.contains(&(i as u32)) && cursor[i].is_some() {
+                    q.dirty = self.opts.strict_fifo;
+                }
+            }
+        }
+        for (f, r) in resv.into_iter().enumerate() {
+            if let Some(r) = r {
+                for n in r.nodes {
+                    self.pools[f].index_insert(n);
+                }
+            }
+        }
+        out
+    }
+
+    fn push_next(
+        &self,
+        q: u32,
+        after: Option<PKey>,
+        heap: &mut BinaryHeap<Reverse<(u64, PKey, u32)>>,
+    ) {
+        let qs = &self.queues[q as usize];
+        let next = match after {
+            None => qs.pending.iter().next(),
+            Some(k) => qs
+                .pending
+                .range((Bound::Excluded(k), Bound::Unbounded))
+                .next(),
+        };
+        if let Some(k) = next {
+            let share = if self.opts.fair_sharing {
+                self.share(q)
+            } else {
+                0
+            };
+            heap.push(Reverse((share, *k, q)));
+        }
+    }
+
+    fn try_one(
+        &mut self,
+        j: u32,
+        now: Time,
+        resv: &mut [Option<Reservation>],
+        preempt_budget: &mut usize,
+        out: &mut Vec<Decision>,
+        only: Option<usize>,
+    ) -> Outcome {
+        let Some(job) = self.jobs[j as usize].as_ref() else {
+            return Outcome::Skipped;
+        };
+        if job.state != St::Pending {
+            return Outcome::Skipped;
+        }
+        let (q, r, pods, g, prio, expected) = (
+            job.queue,
+            job.gpus(),
+            job.pods,
+            job.g,
+            job.prio,
+            job.expected,
+        );
+        let flavors = match only {
+            Some(f) => vec![f],
+            None => self.flavors_of(j),
+        };
+        let mut blocked = false;
+        for f in flavors {
+            let fit = self.quota_fit(q, f, r, &[]);
+            if fit != Fit::No {
+                let mut plan = self.pools[f].find(pods, g);
+                if plan.is_none()
+                    && let Some(rv) = &resv[f]
+                    && let Some(e) = expected
+                    && rv.shadow.is_some_and(|s| now + e <= s)
+                {
+                    // Finishes before the reserved gang can start: may use the reserved nodes.
+                    let nodes = rv.nodes.clone();
+                    for &n in &nodes {
+                        self.pools[f].index_insert(n);
+                    }
+                    plan = self.pools[f].find(pods, g);
+                    for &n in &nodes {
+                        self.pools[f].index_remove(n);
+                    }
+                }
+                if let Some(plan) = plan {
+                    self.admit(j, f, &plan, fit, now, out);
+                    if let Some(rv) = &resv[f] {
+                        // Nodes used by the backfilled job stay out of the index (still reserved).
+                        let _ = rv;
+                    }
+                    return Outcome::Admitted;
+                }
+            }
+            let min_running = self.queues[q as usize].running.first().map(|x| x.0);
+            let may_preempt = self.opts.preemption
+                && *preempt_budget > 0
+                && (min_running.is_some_and(|m| m < prio) || self.may_reclaim(q, f, r));
+            if may_preempt {
+                *preempt_budget -= 1;
+                if self.try_preempt(j, f, now, out) {
+                    return Outcome::Preempting;
+                }
+            }
+            if fit != Fit::No {
+                blocked = true;
+                if self.opts.backfill && resv[f].is_none() {
+                    let hold = self.holder[f];
+                    if hold.is_none() || hold == Some(j) {
+                        self.holder[f] = Some(j);
+                        resv[f] = Some(self.reserve(j, f, now));
+                    }
+                }
+            } else if self.opts.strict_fifo {
+                blocked = true;
+            }
+        }
+        if only.is_some() && !blocked {
+            // The holder no longer fits its quota: give up the reservation.
+            for h in &mut self.holder {
+                if *h == Some(j) {
+                    *h = None;
+                }
+            }
+        }
+        if blocked {
+            Outcome::Blocked
+        } else {
+            Outcome::Skipped
+        }
+    }
+
+    fn may_reclaim(&self, q: u32, f: usize, r: u64) -> bool {
+        let qs = &self.queues[q as usize];
+        let (Some(c), Some(qq)) = (qs.cohort, qs.quota[f]) else {
+            return false;
+        };
+        qs.usage[f] + r <= qq.nominal
+            && self.cohorts[c as usize].members.iter().any(|&m| {
+                let ms = &self.queues[m as usize];
+                m != q && ms.quota[f].is_some_and(|x| ms.usage[f] > x.nominal)
+            })
+    }
+
+    /// Usage of every queue (GPUs charged per flavor, pending and running counts).
+    pub fn queue_usage(&self) -> Vec<QueueUsage> {
+        self.queues
+            .iter()
+            .map(|q| QueueUsage {
+                name: q.name.clone(),
+                usage: self
+                    .pools
+                    .iter()
+                    .zip(&q.usage)
+                    .map(|(p, u)| (p.name.clone(), *u))
+                    .collect(),
+                pending: q.pending.len(),
+                running: q.running.len(),
+            })
+            .collect()
+    }
+
+    /// Nominal quota, borrowing limit (resolved against the cohort) per queue and flavor.
+    pub fn quota_limits(&self, queue: &str, flavor: &str) -> Option<(u64, u64)> {
+        let q = *self.queue_idx.get(queue)?;
+        let f = *self.pool_idx.get(flavor)? as usize;
+        let qq = self.queues[q as usize].quota[f]?;
+        Some((qq.nominal, self.max_quota(q, f)))
+    }
+
+    /// Number of workloads waiting in all queues.
+    pub fn pending_len(&self) -> usize {
+        self.queues.iter().map(|q| q.pending.len()).sum()
+    }
+
+    /// The options this scheduler runs with.
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Admitted,
+    Preempting,
+    Blocked,
+    Skipped,
+}
