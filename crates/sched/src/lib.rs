@@ -7,6 +7,7 @@ pub mod config;
 pub mod error;
 mod pool;
 pub mod scheduler;
+pub mod sim;
 
 pub use config::{
     Cluster, Decision, FlavorQuota, Node, Options, PodPlacement, PreemptReason, PriorityClass,
@@ -14,3 +15,7 @@ pub use config::{
 };
 pub use error::{Result, SchedError};
 pub use scheduler::{QueueUsage, Scheduler};
+pub use sim::{
+    Policy, SimReport, TeamShare, TraceJob, default_cluster, default_queues, parse_trace,
+    read_trace, render_svg, render_table, simulate,
+};

@@ -827,7 +827,7 @@ impl Scheduler {
         order.sort_by_key(|&n| {
             (
                 Reverse(fs[n as usize]),
-                Reverse(pool.nodes[n as usize].free.count_ones()),
+                pool.nodes[n as usize].free.count_ones(),
                 n,
             )
         });

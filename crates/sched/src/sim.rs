@@ -1,0 +1,831 @@
+//! Trace simulator: replays a job trace in virtual time through the same `Scheduler`,
+//! under Ferry's policy and under baselines built from the same code (FIFO, EASY backfill).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Cluster, Decision, FlavorQuota, Options, QueueSpec, Time, Workload};
+use crate::error::{Result, SchedError};
+use crate::scheduler::Scheduler;
+
+/// GPUs per node assumed for the default contended cluster.
+pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
+/// Flavor name of the default cluster.
+pub const DEFAULT_FLAVOR: &str = "gpu";
+/// How often a running job checkpoints in the simulation (lost work on preemption is since then).
+pub const CHECKPOINT_EVERY_S: u64 = 1800;
+/// Largest trace the simulator accepts (rows), so an absurd file cannot exhaust memory.
+pub const MAX_TRACE_ROWS: usize = 2_000_000;
+
+/// One row of a trace: `job_id,submit_s,duration_s,gpus,nodes,team,status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TraceJob {
+    /// Job id from the source.
+    pub job_id: String,
+    /// Submit time, seconds from the trace start.
+    pub submit_s: u64,
+    /// Run time in seconds (not counting queueing).
+    pub duration_s: u64,
+    /// GPUs used.
+    pub gpus: u32,
+    /// Nodes used in the source cluster (gives the gang's shape).
+    pub nodes: u32,
+    /// Team (queue) the job belongs to.
+    pub team: String,
+    /// Final status in the source (informational).
+    pub status: String,
+}
+
+impl TraceJob {
+    /// The gang shape: one pod per source node when GPUs split evenly, else one GPU per pod.
+    pub fn shape(&self) -> (u32, u32) {
+        let nodes = self.nodes.max(1);
+        if self.gpus % nodes == 0 {
+            (nodes, self.gpus / nodes)
+        } else {
+            (self.gpus, 1)
+        }
+    }
+}
+
+fn trace_err(
+    file: &str,
+    line: usize,
+    problem: impl Into<String>,
+    fix: impl Into<String>,
+) -> SchedError {
+    SchedError::Trace {
+        file: file.to_string(),
+        line,
+        problem: problem.into(),
+        fix: fix.into(),
+    }
+}
+
+/// Parses trace CSV text (header required; columns in the documented order).
+pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
+    const HEADER: [&str; 7] = [
+        "job_id",
+        "submit_s",
+        "duration_s",
+        "gpus",
+        "nodes",
+        "team",
+        "status",
+    ];
+    let mut lines = text.lines().enumerate();
+    let Some((_, header)) = lines.next() else {
+        return Err(trace_err(
+            file,
+            0,
+            "the file is empty",
+            format!("start it with the header `{}`", HEADER.join(",")),
+        ));
+    };
+    let cols: Vec<&str> = header.trim().split(',').map(str::trim).collect();
+    if cols != HEADER {
+        return Err(trace_err(
+            file,
+            1,
+            format!("header is `{}`", header.trim()),
+            format!("use the header `{}`", HEADER.join(",")),
+        ));
+    }
+    let mut jobs = Vec::new();
+    for (i, line) in lines {
+        let ln = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        if jobs.len() >= MAX_TRACE_ROWS {
+            return Err(trace_err(
+                file,
+                ln,
+                format!("more than {MAX_TRACE_ROWS} rows"),
+                "split the trace",
+            ));
+        }
+        let f: Vec<&str> = line.trim().split(',').map(str::trim).collect();
+        if f.len() != 7 {
+            return Err(trace_err(
+                file,
+                ln,
+                format!("{} columns, expected 7", f.len()),
+                "write every row as job_id,submit_s,duration_s,gpus,nodes,team,status",
+            ));
+        }
+        let num = |k: usize| -> Result<u64> {
+            f[k].parse::<u64>().map_err(|_| {
+                trace_err(
+                    file,
+                    ln,
+                    format!("column `{}` is `{}`, not a whole number", HEADER[k], f[k]),
+                    format!("write `{}` as a non-negative integer", HEADER[k]),
+                )
+            })
+        };
+        let small = |k: usize| -> Result<u32> {
+            let v = num(k)?;
+            u32::try_from(v)
+                .ok()
+                .filter(|v| *v > 0 && *v <= 1_000_000)
+                .ok_or_else(|| {
+                    trace_err(
+                        file,
+                        ln,
+                        format!("column `{}` is {v}", HEADER[k]),
+                        format!("`{}` must be between 1 and 1000000", HEADER[k]),
+                    )
+                })
+        };
+        jobs.push(TraceJob {
+            job_id: f[0].to_string(),
+            submit_s: num(1)?,
+            duration_s: num(2)?,
+            gpus: small(3)?,
+            nodes: small(4)?,
+            team: f[5].to_string(),
+            status: f[6].to_string(),
+        });
+    }
+    if jobs.is_empty() {
+        return Err(trace_err(
+            file,
+            0,
+            "the trace has no jobs",
+            "add at least one row",
+        ));
+    }
+    Ok(jobs)
+}
+
+/// Reads and parses a trace file.
+pub fn read_trace(path: &Path) -> Result<Vec<TraceJob>> {
+    let name = path.display().to_string();
+    let meta = std::fs::metadata(path)
+        .map_err(|e| trace_err(&name, 0, format!("cannot read: {e}"), "check the path"))?;
+    if meta.len() > 256 << 20 {
+        return Err(trace_err(
+            &name,
+            0,
+            format!("file is {} bytes", meta.len()),
+            "use a trace under 256 MiB",
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        trace_err(
+            &name,
+            0,
+            format!("cannot read: {e}"),
+            "check the path and that it is UTF-8 text",
+        )
+    })?;
+    parse_trace(&text, &name)
+}
+
+/// Offered load of a trace: GPU-seconds over the submit span, in GPUs.
+pub fn offered_load(trace: &[TraceJob]) -> f64 {
+    let gpu_s: f64 = trace
+        .iter()
+        .map(|j| f64::from(j.gpus) * j.duration_s as f64)
+        .sum();
+    let first = trace.iter().map(|j| j.submit_s).min().unwrap_or(0);
+    let last = trace.iter().map(|j| j.submit_s).max().unwrap_or(0);
+    gpu_s / ((last - first).max(1) as f64)
+}
+
+/// A contended cluster for a trace: its mean offered load rounded up to whole 8-GPU nodes,
+/// and at least its largest job.
+pub fn default_cluster(trace: &[TraceJob]) -> Cluster {
+    let g = f64::from(DEFAULT_GPUS_PER_NODE);
+    let by_load = (offered_load(trace) / g).ceil() as usize;
+    let largest = trace
+        .iter()
+        .map(|j| j.gpus.div_ceil(DEFAULT_GPUS_PER_NODE))
+        .max()
+        .unwrap_or(1) as usize;
+    Cluster::uniform(
+        by_load.max(largest).max(1),
+        DEFAULT_GPUS_PER_NODE,
+        DEFAULT_FLAVOR,
+    )
+}
+
+/// One queue per team, nominal quota proportional to its share of the trace's GPU-hours
+/// (largest remainder, summing to the cluster), all in one cohort with unlimited borrowing.
+pub fn default_queues(trace: &[TraceJob], cluster: &Cluster) -> Vec<QueueSpec> {
+    let mut hours: BTreeMap<&str, f64> = BTreeMap::new();
+    for j in trace {
+        *hours.entry(&j.team).or_default() += f64::from(j.gpus) * j.duration_s as f64;
+    }
+    let total: f64 = hours.values().sum::<f64>().max(1.0);
+    let mut flavors: Vec<(String, u64)> = Vec::new();
+    for n in &cluster.nodes {
+        match flavors.iter_mut().find(|(f, _)| *f == n.flavor) {
+            Some((_, c)) => *c += u64::from(n.gpus),
+            None => flavors.push((n.flavor.clone(), u64::from(n.gpus))),
+        }
+    }
+    let teams: Vec<&str> = hours.keys().copied().collect();
+    let mut quotas: Vec<Vec<FlavorQuota>> = vec![Vec::new(); teams.len()];
+    for (flavor, cap) in &flavors {
+        let exact: Vec<f64> = teams
+            .iter()
+            .map(|t| hours[t] / total * *cap as f64)
+            .collect();
+        let mut base: Vec<u64> = exact.iter().map(|x| x.floor() as u64).collect();
+        let mut left = cap - base.iter().sum::<u64>();
+        let mut order: Vec<usize> = (0..teams.len()).collect();
+        order.sort_by(|&a, &b| {
+            (exact[b] - exact[b].floor())
+                .total_cmp(&(exact[a] - exact[a].floor()))
+                .then(a.cmp(&b))
+        });
+        for i in order {
+            if left == 0 {
+                break;
+            }
+            base[i] += 1;
+            left -= 1;
+        }
+        for (i, n) in base.into_iter().enumerate() {
+            quotas[i].push(FlavorQuota {
+                flavor: flavor.clone(),
+                nominal: n as u32,
+                borrowing_limit: None,
+                lending_limit: None,
+            });
+        }
+    }
+    teams
+        .into_iter()
+        .zip(quotas)
+        .map(|(t, q)| QueueSpec {
+            name: t.to_string(),
+            cohort: Some("all".into()),
+            quotas: q,
+            fair_share_weight: 1.0,
+        })
+        .collect()
+}
+
+/// Which policy a simulation runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// Ferry: team queues, quota + borrowing, fair sharing, reservation + backfill, preemption.
+    Ferry,
+    /// One global queue, strict first-come first-served: the head blocks everything.
+    Fifo,
+    /// One global queue by age (Slurm-style priority), EASY backfill around one reservation.
+    EasyBackfill,
+}
+
+impl Policy {
+    /// Every policy, Ferry first.
+    pub const ALL: [Policy; 3] = [Policy::Ferry, Policy::Fifo, Policy::EasyBackfill];
+
+    /// Stable name used in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Ferry => "ferry",
+            Policy::Fifo => "fifo",
+            Policy::EasyBackfill => "easy-backfill",
+        }
+    }
+
+    fn options(self) -> Options {
+        match self {
+            Policy::Ferry => Options::default(),
+            Policy::Fifo => Options {
+                backfill: false,
+                strict_fifo: true,
+                preemption: false,
+                fair_sharing: false,
+                ..Options::default()
+            },
+            Policy::EasyBackfill => Options {
+                backfill: true,
+                strict_fifo: false,
+                preemption: false,
+                fair_sharing: false,
+                ..Options::default()
+            },
+        }
+    }
+}
+
+/// Completion statistics of one job-size bucket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketStats {
+    /// Bucket label, e.g. `9-16`.
+    pub gpus: String,
+    /// Jobs in it.
+    pub jobs: usize,
+    /// Mean job completion time (submit to end), seconds.
+    pub mean_jct_s: f64,
+    /// Median JCT.
+    pub p50_jct_s: f64,
+    /// 99th percentile JCT.
+    pub p99_jct_s: f64,
+    /// Mean queueing delay (time not running), seconds.
+    pub mean_wait_s: f64,
+}
+
+/// A team's share of used GPU time while every team had work waiting, against its entitlement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TeamShare {
+    /// Fraction of used GPU-seconds the team got while all teams were saturated.
+    pub share: f64,
+    /// Its nominal quota over the sum of nominal quotas.
+    pub entitlement: f64,
+    /// `share / entitlement` (1.0 is exact).
+    pub ratio: f64,
+}
+
+/// The outcome of one simulated policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimReport {
+    /// Policy name.
+    pub policy: String,
+    /// Useful GPU-seconds over (GPUs x makespan).
+    pub utilization: f64,
+    /// Busy GPUs over capacity, averaged over the time some job was waiting.
+    pub utilization_while_waiting: f64,
+    /// Mean job completion time, seconds.
+    pub mean_jct_s: f64,
+    /// Median JCT.
+    pub p50_jct_s: f64,
+    /// 99th percentile JCT.
+    pub p99_jct_s: f64,
+    /// Mean queueing delay.
+    pub mean_wait_s: f64,
+    /// Per size bucket.
+    pub buckets: Vec<BucketStats>,
+    /// Preemptions issued.
+    pub preemptions: u64,
+    /// GPU-hours of work lost to preemption (since the victims' last checkpoints).
+    pub lost_gpu_hours: f64,
+    /// Team → share vs entitlement while all teams were saturated.
+    pub team_share: BTreeMap<String, TeamShare>,
+    /// Seconds all teams were saturated together.
+    pub saturated_s: u64,
+    /// First submit to last completion, seconds.
+    pub makespan_s: u64,
+    /// Busy GPUs over time: (time, busy GPUs) at each change.
+    pub timeline: Vec<(Time, u64)>,
+}
+
+struct SimJob {
+    team: usize,
+    gpus: u64,
+    submit: Time,
+    remaining: u64,
+    duration: u64,
+    start: Option<Time>,
+    epoch: u64,
+    end: Option<Time>,
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+const BUCKETS: [(u32, u32, &str); 9] = [
+    (1, 1, "1"),
+    (2, 2, "2"),
+    (3, 4, "3-4"),
+    (5, 8, "5-8"),
+    (9, 16, "9-16"),
+    (17, 32, "17-32"),
+    (33, 64, "33-64"),
+    (65, 128, "65-128"),
+    (129, u32::MAX, ">128"),
+];
+
+/// Replays `trace` on `cluster` under `policy`. `queues` define teams' entitlements (and, for
+/// Ferry, the real queues; every trace team needs a queue of the same name); the baselines run
+/// one queue holding the whole cluster. Expected durations given to the scheduler are exact.
+pub fn simulate(
+    trace: &[TraceJob],
+    cluster: &Cluster,
+    queues: &[QueueSpec],
+    policy: Policy,
+) -> Result<SimReport> {
+    let team_idx: HashMap<&str, usize> = queues
+        .iter()
+        .enumerate()
+        .map(|(i, q)| (q.name.as_str(), i))
+        .collect();
+    let nominal: Vec<f64> = queues
+        .iter()
+        .map(|q| q.quotas.iter().map(|x| f64::from(x.nominal)).sum::<f64>() * q.fair_share_weight)
+        .collect();
+    let nominal_sum: f64 = nominal.iter().sum::<f64>().max(1e-9);
+    let sched_queues = match policy {
+        Policy::Ferry => queues.to_vec(),
+        _ => {
+            let mut caps: Vec<(String, u64)> = Vec::new();
+            for n in &cluster.nodes {
+                match caps.iter_mut().find(|(f, _)| *f == n.flavor) {
+                    Some((_, c)) => *c += u64::from(n.gpus),
+                    None => caps.push((n.flavor.clone(), u64::from(n.gpus))),
+                }
+            }
+            vec![QueueSpec {
+                name: "all".into(),
+                cohort: None,
+                quotas: caps
+                    .into_iter()
+                    .map(|(f, c)| FlavorQuota {
+                        flavor: f,
+                        nominal: c as u32,
+                        borrowing_limit: None,
+                        lending_limit: None,
+                    })
+                    .collect(),
+                fair_share_weight: 1.0,
+            }]
+        }
+    };
+    let mut sched =
+        Scheduler::with_options(cluster.clone(), sched_queues, Vec::new(), policy.options())?;
+    let mut order: Vec<usize> = (0..trace.len()).collect();
+    order.sort_by_key(|&i| (trace[i].submit_s, i));
+    let mut jobs: Vec<SimJob> = Vec::with_capacity(trace.len());
+    for (i, t) in trace.iter().enumerate() {
+        let Some(&team) = team_idx.get(t.team.as_str()) else {
+            return Err(trace_err(
+                "<trace>",
+                i + 2,
+                format!("team `{}` has no queue", t.team),
+                "add a queue with that name or omit --queues",
+            ));
+        };
+        jobs.push(SimJob {
+            team,
+            gpus: u64::from(t.gpus),
+            submit: t.submit_s,
+            remaining: t.duration_s,
+            duration: t.duration_s,
+            start: None,
+            epoch: 0,
+            end: None,
+        });
+    }
+    let ids: HashMap<String, usize> = trace
+        .iter()
+        .enumerate()
+        .map(|(i, _)| (format!("{i}"), i))
+        .collect();
+    let capacity = cluster.total_gpus() as f64;
+    let mut completions: BinaryHeap<Reverse<(Time, usize, u64)>> = BinaryHeap::new();
+    let mut next = 0usize;
+    let mut now: Time = trace.iter().map(|t| t.submit_s).min().unwrap_or(0);
+    let t0 = now;
+    let nteams = queues.len();
+    let mut busy: u64 = 0;
+    let mut team_busy = vec![0u64; nteams];
+    let mut team_pending = vec![0usize; nteams];
+    let mut pending_total = 0usize;
+    let mut team_sat_gpu_s = vec![0f64; nteams];
+    let mut sat_gpu_s = 0f64;
+    let mut saturated_s = 0u64;
+    let mut waiting_busy = 0f64;
+    let mut waiting_s = 0u64;
+    let mut timeline = vec![(now, 0u64)];
+    let mut preemptions = 0u64;
+    let mut lost_gpu_s = 0f64;
+    let mut running: Vec<usize> = Vec::new();
+    let active_teams: Vec<bool> = (0..nteams)
+        .map(|q| jobs.iter().any(|j| j.team == q))
+        .collect();
+    loop {
+        // Handle everything at `now`.
+        while let Some(&Reverse((t, i, epoch))) = completions.peek() {
+            if t > now {
+                break;
+            }
+            completions.pop();
+            if jobs[i].epoch != epoch || jobs[i].end.is_some() {
+                continue;
+            }
+            jobs[i].end = Some(t);
+            busy -= jobs[i].gpus;
+            team_busy[jobs[i].team] -= jobs[i].gpus;
+            running.retain(|&r| r != i);
+            sched.finished(&format!("{i}"))?;
+        }
+        while next < order.len() && trace[order[next]].submit_s <= now {
+            let i = order[next];
+            next += 1;
+            let t = &trace[i];
+            let (pods, per) = t.shape();
+            let queue = if policy == Policy::Ferry {
+                t.team.clone()
+            } else {
+                "all".into()
+            };
+            sched.submit(Workload {
+                id: format!("{i}"),
+                queue,
+                priority: None,
+                pods,
+                gpus_per_pod: per,
+                flavor: None,
+                expected_duration_s: Some(t.duration_s.max(1)),
+                created_at: t.submit_s,
+            })?;
+            team_pending[jobs[i].team] += 1;
+            pending_total += 1;
+        }
+        if policy == Policy::Ferry {
+            for &i in &running {
+                if let Some(s) = jobs[i].start {
+                    let done = now - s;
+                    if done >= CHECKPOINT_EVERY_S {
+                        sched.checkpointed(
+                            &format!("{i}"),
+                            s + done / CHECKPOINT_EVERY_S * CHECKPOINT_EVERY_S,
+                        )?;
+                    }
+                }
+            }
+        }
+        for _ in 0..64 {
+            let decisions = sched.cycle(now);
+            if decisions.is_empty() {
+                break;
+            }
+            for d in decisions {
+                match d {
+                    Decision::Admit { id, .. } => {
+                        let i = ids[&id];
+                        let j = &mut jobs[i];
+                        j.start = Some(now);
+                        j.epoch += 1;
+                        completions.push(Reverse((now + j.remaining, i, j.epoch)));
+                        busy += j.gpus;
+                        team_busy[j.team] += j.gpus;
+                        team_pending[j.team] -= 1;
+                        pending_total -= 1;
+                        running.push(i);
+                    }
+                    Decision::Preempt { id, .. } => {
+                        let i = ids[&id];
+                        let j = &mut jobs[i];
+                        let s = j.start.take().expect("preempted job was running");
+                        let ran = now - s;
+                        let saved = ran / CHECKPOINT_EVERY_S * CHECKPOINT_EVERY_S;
+                        lost_gpu_s += (ran - saved) as f64 * j.gpus as f64;
+                        j.remaining -= saved.min(j.remaining);
+                        j.epoch += 1;
+                        busy -= j.gpus;
+                        team_busy[j.team] -= j.gpus;
+                        team_pending[j.team] += 1;
+                        pending_total += 1;
+                        preemptions += 1;
+                        running.retain(|&r| r != i);
+                        sched.evicted(&id)?;
+                    }
+                }
+            }
+        }
+        if timeline.last().is_some_and(|l| l.1 != busy) {
+            timeline.push((now, busy));
+        }
+        // Advance to the next event.
+        let next_submit = order.get(next).map(|&i| trace[i].submit_s);
+        let next_done = completions.peek().map(|Reverse((t, _, _))| *t);
+        let t_next = match (next_submit, next_done) {
+            (None, None) => break,
+            (a, b) => a.into_iter().chain(b).min().expect("one is set"),
+        };
+        let dt = t_next - now;
+        if pending_total > 0 {
+            waiting_s += dt;
+            waiting_busy += busy as f64 * dt as f64;
+        }
+        let all_sat = (0..nteams).all(|q| !active_teams[q] || team_pending[q] > 0);
+        if all_sat && dt > 0 {
+            saturated_s += dt;
+            sat_gpu_s += busy as f64 * dt as f64;
+            for q in 0..nteams {
+                team_sat_gpu_s[q] += team_busy[q] as f64 * dt as f64;
+            }
+        }
+        now = t_next;
+    }
+    if pending_total > 0 {
+        return Err(trace_err(
+            "<trace>",
+            0,
+            format!("{pending_total} jobs never started under {}", policy.name()),
+            "this is a scheduler bug; report it with the trace",
+        ));
+    }
+    let makespan = now - t0;
+    let useful: f64 = jobs.iter().map(|j| j.gpus as f64 * j.duration as f64).sum();
+    let mut jct: Vec<f64> = Vec::new();
+    let mut wait = 0f64;
+    let mut bucket_rows = Vec::new();
+    for (lo, hi, label) in BUCKETS {
+        let mut b: Vec<f64> = Vec::new();
+        let mut bw = 0f64;
+        for j in jobs
+            .iter()
+            .filter(|j| j.gpus >= u64::from(lo) && j.gpus <= u64::from(hi))
+        {
+            let end = j.end.expect("every job completed");
+            b.push((end - j.submit) as f64);
+            bw += (end - j.submit) as f64 - j.duration as f64;
+        }
+        if b.is_empty() {
+            continue;
+        }
+        b.sort_by(f64::total_cmp);
+        let n = b.len() as f64;
+        bucket_rows.push(BucketStats {
+            gpus: label.into(),
+            jobs: b.len(),
+            mean_jct_s: b.iter().sum::<f64>() / n,
+            p50_jct_s: pct(&b, 0.5),
+            p99_jct_s: pct(&b, 0.99),
+            mean_wait_s: bw / n,
+        });
+        jct.extend(b);
+        wait += bw;
+    }
+    jct.sort_by(f64::total_cmp);
+    let n = jct.len().max(1) as f64;
+    let team_share = queues
+        .iter()
+        .enumerate()
+        .filter(|(q, _)| active_teams[*q])
+        .map(|(q, spec)| {
+            let share = if sat_gpu_s > 0.0 {
+                team_sat_gpu_s[q] / sat_gpu_s
+            } else {
+                0.0
+            };
+            let entitlement = nominal[q] / nominal_sum;
+            let ratio = if entitlement > 0.0 {
+                share / entitlement
+            } else {
+                0.0
+            };
+            (
+                spec.name.clone(),
+                TeamShare {
+                    share,
+                    entitlement,
+                    ratio,
+                },
+            )
+        })
+        .collect();
+    Ok(SimReport {
+        policy: policy.name().into(),
+        utilization: useful / (capacity * makespan.max(1) as f64),
+        utilization_while_waiting: if waiting_s > 0 {
+            waiting_busy / (capacity * waiting_s as f64)
+        } else {
+            0.0
+        },
+        mean_jct_s: jct.iter().sum::<f64>() / n,
+        p50_jct_s: pct(&jct, 0.5),
+        p99_jct_s: pct(&jct, 0.99),
+        mean_wait_s: wait / n,
+        buckets: bucket_rows,
+        preemptions,
+        lost_gpu_hours: lost_gpu_s / 3600.0,
+        team_share,
+        saturated_s,
+        makespan_s: makespan,
+        timeline,
+    })
+}
+
+/// Side-by-side table of the policies' headline numbers, size buckets and team shares.
+pub fn render_table(reports: &[SimReport]) -> String {
+    let mut s = String::new();
+    let _ = write!(s, "{:<28}", "metric");
+    for r in reports {
+        let _ = write!(s, "{:>16}", r.policy);
+    }
+    s.push('\n');
+    let row = |s: &mut String, name: &str, f: &dyn Fn(&SimReport) -> String| {
+        let _ = write!(s, "{name:<28}");
+        for r in reports {
+            let _ = write!(s, "{:>16}", f(r));
+        }
+        s.push('\n');
+    };
+    row(&mut s, "utilization", &|r| format!("{:.3}", r.utilization));
+    row(&mut s, "utilization while waiting", &|r| {
+        format!("{:.3}", r.utilization_while_waiting)
+    });
+    row(&mut s, "mean JCT (s)", &|r| format!("{:.0}", r.mean_jct_s));
+    row(&mut s, "p50 JCT (s)", &|r| format!("{:.0}", r.p50_jct_s));
+    row(&mut s, "p99 JCT (s)", &|r| format!("{:.0}", r.p99_jct_s));
+    row(&mut s, "mean wait (s)", &|r| {
+        format!("{:.0}", r.mean_wait_s)
+    });
+    row(&mut s, "preemptions", &|r| r.preemptions.to_string());
+    row(&mut s, "lost GPU-hours", &|r| {
+        format!("{:.1}", r.lost_gpu_hours)
+    });
+    row(&mut s, "makespan (s)", &|r| r.makespan_s.to_string());
+    row(&mut s, "all-saturated time (s)", &|r| {
+        r.saturated_s.to_string()
+    });
+    if let Some(first) = reports.first() {
+        for b in &first.buckets {
+            let label = b.gpus.clone();
+            row(&mut s, &format!("mean JCT {label} GPUs (s)"), &|r| {
+                r.buckets
+                    .iter()
+                    .find(|x| x.gpus == label)
+                    .map_or("-".into(), |x| format!("{:.0}", x.mean_jct_s))
+            });
+            row(&mut s, &format!("mean wait {label} GPUs (s)"), &|r| {
+                r.buckets
+                    .iter()
+                    .find(|x| x.gpus == label)
+                    .map_or("-".into(), |x| format!("{:.0}", x.mean_wait_s))
+            });
+        }
+        for team in first.team_share.keys() {
+            row(&mut s, &format!("share/entitled {team}"), &|r| {
+                r.team_share.get(team).map_or("-".into(), |t| {
+                    format!("{:.3}/{:.3}", t.share, t.entitlement)
+                })
+            });
+        }
+    }
+    s
+}
+
+/// An SVG line plot of busy-GPU fraction over time, one line per policy.
+pub fn render_svg(reports: &[SimReport], capacity: u64) -> String {
+    let (w, h, pad) = (900.0, 300.0, 40.0);
+    let t_end = reports
+        .iter()
+        .filter_map(|r| r.timeline.last().map(|x| x.0))
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let t_start = reports
+        .iter()
+        .filter_map(|r| r.timeline.first().map(|x| x.0))
+        .min()
+        .unwrap_or(0) as f64;
+    let span = (t_end - t_start).max(1.0);
+    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n"
+    );
+    let _ = writeln!(s, "<rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>");
+    let _ = writeln!(
+        s,
+        "<text x=\"{pad}\" y=\"20\">GPU utilization over time ({capacity} GPUs, {:.1} days)</text>",
+        span / 86400.0
+    );
+    for (k, r) in reports.iter().enumerate() {
+        let mut pts = String::new();
+        let mut last_y = h - pad;
+        for &(t, b) in &r.timeline {
+            let x = pad + (t as f64 - t_start) / span * (w - 2.0 * pad);
+            let y = h - pad - (b as f64 / capacity.max(1) as f64) * (h - 2.0 * pad);
+            let _ = write!(pts, "{x:.1},{last_y:.1} {x:.1},{y:.1} ");
+            last_y = y;
+        }
+        let c = colors[k % colors.len()];
+        let _ = writeln!(
+            s,
+            "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"1\" opacity=\"0.7\" points=\"{pts}\"/>"
+        );
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{}\" fill=\"{c}\">{} ({:.3})</text>",
+            w - 220.0,
+            40.0 + 16.0 * k as f64,
+            r.policy,
+            r.utilization
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
