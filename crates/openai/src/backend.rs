@@ -27,6 +27,25 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Starts one generation; dropping the returned stream cancels it.
     fn generate(&self, req: GenerateRequest) -> Result<GenerationStream, BackendError>;
+
+    /// The engine's own view of its load, exported as vLLM's gauges on `/metrics`.
+    ///
+    /// The default `None` makes the server derive running/waiting from its own
+    /// in-flight requests (waiting = no token yet, running = streaming tokens).
+    fn load(&self) -> Option<Load> {
+        None
+    }
+}
+
+/// An engine's load, as a router (Ferry's gateway, vLLM's router) reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Load {
+    /// Sequences in the running batch (`vllm:num_requests_running`).
+    pub running: u32,
+    /// Sequences queued, not yet scheduled (`vllm:num_requests_waiting`).
+    pub waiting: u32,
+    /// Fraction of KV-cache blocks in use, `0..=1` (`vllm:kv_cache_usage_perc`), if known.
+    pub kv_cache_usage: Option<f64>,
 }
 
 /// One servable model (a base model or a LoRA adapter on top of one).
