@@ -74,6 +74,7 @@ fn rank_entries(spec: &ModelSpec, par: &Parallel, pp_rank: usize) -> Vec<(String
         ));
         if !spec.tied || par.pp > 1 {
             v.push(("output_layer.weight".to_string(), Some(Param::Output)));
+            v.push(("output_layer._extra_state".to_string(), None));
         }
     }
     v
@@ -249,7 +250,10 @@ pub fn write_legacy(
     let total: u64 = (0..opts.pp)
         .flat_map(|pr| rank_entries(&spec, &par, pr))
         .filter_map(|(_, p)| p)
-        .map(|p| (spec.shape(p).iter().product::<usize>() * spec.dtype.size()) as u64)
+        .map(|p| {
+            (local_shape(&spec, p, opts.tp).iter().product::<usize>() * spec.dtype.size() * opts.tp)
+                as u64
+        })
         .sum();
     let ntensors = (0..opts.pp)
         .map(|pr| {
