@@ -10,6 +10,7 @@ pub mod blob;
 pub mod convert;
 pub mod dtype;
 pub mod error;
+pub mod fuzzing;
 pub mod hf;
 pub mod megatron;
 pub mod model;

@@ -222,8 +222,29 @@ impl ModelSpec {
         self.shape(p)[1..].iter().product::<usize>() * self.dtype.size()
     }
 
+    /// Rejects sizes no real model has (so hostile `args` cannot make us plan huge tables).
+    pub fn check_bounds(&self) -> Result<(), String> {
+        let limits = [
+            ("num_layers", self.num_layers, 1 << 12),
+            ("hidden", self.hidden, 1 << 18),
+            ("ffn", self.ffn, 1 << 22),
+            ("heads", self.heads, 1 << 14),
+            ("groups", self.groups, 1 << 14),
+            ("head_dim", self.head_dim, 1 << 14),
+            ("vocab", self.vocab, 1 << 24),
+            ("padded_vocab", self.padded_vocab, 1 << 24),
+        ];
+        for (name, v, max) in limits {
+            if v > max {
+                return Err(format!("{name} = {v} exceeds the supported maximum {max}"));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks that the sizes are consistent and divisible by `tp` (1 for a plain check).
     pub fn check(&self, tp: usize) -> Result<(), String> {
+        self.check_bounds()?;
         if self.num_layers == 0
             || self.hidden == 0
             || self.heads == 0

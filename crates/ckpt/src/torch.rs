@@ -117,6 +117,12 @@ impl TorchFile {
                     .ok_or_else(|| CkptError::Zip("tensor extent overflows".into()))?;
             }
         }
+        if numel > t.storage.numel {
+            return Err(CkptError::Zip(format!(
+                "tensor of {numel} elements views a {}-element storage (broadcast views are not supported)",
+                t.storage.numel
+            )));
+        }
         if numel > 0 && reach >= t.storage.numel {
             return Err(CkptError::Zip(format!(
                 "tensor view (offset {}, shape {:?}, stride {:?}) reaches element {reach} of a {}-element storage",

@@ -258,6 +258,15 @@ impl DistCheckpoint {
                     }
                 },
             };
+            if stacked && size.first() != Some(&spec.num_layers) {
+                return Err(CkptError::format(
+                    &mpath,
+                    format!(
+                        "`{fqn}`: stacked shape {size:?} does not lead with the {} layers",
+                        spec.num_layers
+                    ),
+                ));
+            }
             let shape3 = normalize(&size, stacked).ok_or_else(|| {
                 CkptError::format(
                     &mpath,

@@ -266,6 +266,8 @@ pub fn spec_from_args(
             .and_then(as_f64)
             .unwrap_or(0.02),
     };
+    spec.check_bounds()
+        .map_err(|r| CkptError::format(file, format!("args: {r}")))?;
     let par = ArgsParallel {
         tp: arg_usize(p, args, "tensor_model_parallel_size"),
         pp: arg_usize(p, args, "pipeline_model_parallel_size"),
