@@ -147,6 +147,11 @@ pub struct Options {
     pub max_candidates_per_cycle: usize,
     /// Most preemption searches in one cycle.
     pub max_preemption_attempts_per_cycle: usize,
+    /// Lend nodes reserved for a blocked gang to work that will not finish before the gang can
+    /// start; that work is preempted (gracefully, it checkpoints) when the gang's turn comes.
+    pub lend_reserved_nodes: bool,
+    /// Shortest loan worth making, in seconds until the reserved gang can start.
+    pub min_loan_s: u64,
 }
 
 impl Default for Options {
@@ -158,6 +163,8 @@ impl Default for Options {
             fair_sharing: true,
             max_candidates_per_cycle: 2048,
             max_preemption_attempts_per_cycle: 32,
+            lend_reserved_nodes: true,
+            min_loan_s: 900,
         }
     }
 }
@@ -183,6 +190,11 @@ pub enum PreemptReason {
     },
     /// The owner of lent quota (the preemptor's queue) takes it back.
     Reclaim {
+        /// The workload that will take the GPUs.
+        preemptor: String,
+    },
+    /// The workload ran on nodes lent from a reservation, and the reserved gang's turn has come.
+    LoanEnded {
         /// The workload that will take the GPUs.
         preemptor: String,
     },

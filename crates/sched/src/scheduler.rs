@@ -44,6 +44,7 @@ struct Job {
     preempted_by: Vec<u32>,
     victims_left: u32,
     preemptor: Option<u32>,
+    on_loan: bool,
 }
 
 impl Job {
@@ -102,6 +103,12 @@ enum Fit {
 struct Reservation {
     nodes: Vec<u32>,
     shadow: Option<Time>,
+    /// Queue of a holder blocked by quota: others sharing that quota may only take what ends
+    /// before `quota_shadow`.
+    quota_queue: Option<u32>,
+    quota_shadow: Option<Time>,
+    /// The holder asks only for its own nominal quota, which the cohort must give back.
+    quota_guaranteed: bool,
 }
 
 /// What one queue holds right now (for `ferry get queues` and tests).
@@ -136,6 +143,8 @@ pub struct Scheduler {
     ends: Vec<BTreeSet<(Time, u32)>>,
     /// Nominated jobs whose victims are all gone.
     ready: Vec<u32>,
+    /// Running jobs on lent reserved nodes, per flavor.
+    loans: Vec<BTreeSet<u32>>,
 }
 
 fn cfg_err(
@@ -356,6 +365,7 @@ impl Scheduler {
             prio,
             holder: vec![None; nf],
             ends: vec![BTreeSet::new(); nf],
+            loans: vec![BTreeSet::new(); nf],
             pools,
             pool_idx,
             queues: qs,
@@ -510,6 +520,7 @@ impl Scheduler {
             preempted_by: Vec::new(),
             victims_left: 0,
             preemptor: None,
+            on_loan: false,
         };
         let qs = &mut self.queues[q as usize];
         qs.pending.insert(job.key(idx));
@@ -582,6 +593,7 @@ impl Scheduler {
         if let Some(e) = end {
             self.ends[f].remove(&(e, j));
         }
+        self.loans[f].remove(&j);
     }
 
     fn victim_gone(&mut self, victim: u32) {
@@ -662,6 +674,13 @@ impl Scheduler {
         let job = self.jobs[j as usize].as_mut().expect("job exists");
         job.state = St::Pending;
         job.borrowed = false;
+        job.on_loan = false;
+        // Work up to the last checkpoint is kept: expect only the rest.
+        if let (Some(e), Some(c)) = (job.expected, job.last_ckpt)
+            && c >= job.admitted_at
+        {
+            job.expected = Some(e.saturating_sub(c - job.admitted_at).max(1));
+        }
         let (q, key) = (job.queue, job.key(j));
         self.queues[q as usize].pending.insert(key);
         self.mark_all_dirty();
@@ -776,16 +795,20 @@ impl Scheduler {
         if let Some(e) = job.end() {
             self.ends[f].insert((e, j));
         }
-        for h in &mut self.holder {
-            if *h == Some(j) {
-                *h = None;
-            }
-        }
         out.push(Decision::Admit {
             id: job.id.clone(),
             flavor,
             placement,
         });
+        if self.holder.contains(&Some(j)) {
+            // Work held back by this reservation may now run.
+            for h in &mut self.holder {
+                if *h == Some(j) {
+                    *h = None;
+                }
+            }
+            self.mark_all_dirty();
+        }
     }
 
     /// Picks nodes for the blocked head `j` and takes them out of the index for this cycle.
@@ -798,6 +821,15 @@ impl Scheduler {
             .iter()
             .map(|n| if n.in_index { n.free.count_ones() } else { 0 })
             .collect();
+        // Lent GPUs come back whenever the gang needs them.
+        for &l in &self.loans[f] {
+            let lj = self.jobs[l as usize].as_ref().expect("loaned job exists");
+            for &(n, m) in &lj.pods_at {
+                if pool.nodes[n as usize].in_index {
+                    fs[n as usize] += m.count_ones();
+                }
+            }
+        }
         let mut cap: u64 = fs.iter().map(|k| u64::from(k / g)).sum();
         let mut shadow = None;
         if cap >= pods {
@@ -805,6 +837,9 @@ impl Scheduler {
         } else {
             for &(end, r) in &self.ends[f] {
                 let rj = self.jobs[r as usize].as_ref().expect("running job exists");
+                if rj.on_loan {
+                    continue;
+                }
                 for &(n, m) in &rj.pods_at {
                     let node = &pool.nodes[n as usize];
                     if !node.in_index {
@@ -843,39 +878,53 @@ impl Scheduler {
         for &n in &nodes {
             self.pools[f].index_remove(n);
         }
-        Reservation { nodes, shadow }
+        Reservation {
+            nodes,
+            shadow,
+            quota_queue: None,
+            quota_shadow: None,
+            quota_guaranteed: false,
+        }
     }
 
     /// Tries to preempt for `j` in flavor `f`; returns true if victims were chosen.
-    fn try_preempt(&mut self, j: u32, f: usize, now: Time, out: &mut Vec<Decision>) -> bool {
+    /// With `loans_only`, the only victims are jobs running on nodes lent from `j`'s reservation.
+    fn try_preempt(&mut self, j: u32, f: usize, loans_only: bool, out: &mut Vec<Decision>) -> bool {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
         let (q, prio, r, pods, g) = (job.queue, job.prio, job.gpus(), job.pods, job.g);
         let guard = job.preempted_by.clone();
         let qs = &self.queues[q as usize];
-        let mut cands: Vec<(u32, bool)> = Vec::new();
-        for &(p, v) in qs.running.range(..(prio, 0)) {
-            let _ = p;
-            cands.push((v, false));
-        }
-        let within_nominal = qs.quota[f].is_some_and(|qq| qs.usage[f] + r <= qq.nominal);
-        if within_nominal && let Some(c) = qs.cohort {
-            for &m in &self.cohorts[c as usize].members {
-                let ms = &self.queues[m as usize];
-                if m == q || ms.quota[f].is_none_or(|qq| ms.usage[f] <= qq.nominal) {
-                    continue;
-                }
-                for &(_, v) in &ms.running {
-                    cands.push((v, true));
+        let mut cands: Vec<(u32, Kind)> = Vec::new();
+        if loans_only {
+            cands.extend(self.loans[f].iter().map(|&v| (v, Kind::Loan)));
+        } else {
+            for &(_, v) in qs.running.range(..(prio, 0)) {
+                cands.push((v, Kind::Priority));
+            }
+            let within_nominal = qs.quota[f].is_some_and(|qq| qs.usage[f] + r <= qq.nominal);
+            if within_nominal && let Some(c) = qs.cohort {
+                for &m in &self.cohorts[c as usize].members {
+                    let ms = &self.queues[m as usize];
+                    if m == q || ms.quota[f].is_none_or(|qq| ms.usage[f] <= qq.nominal) {
+                        continue;
+                    }
+                    for &(_, v) in &ms.running {
+                        cands.push((v, Kind::Reclaim));
+                    }
                 }
             }
         }
-        cands.retain(|&(v, _)| {
+        cands.retain(|&(v, kind)| {
             let vj = self.jobs[v as usize].as_ref().expect("running job exists");
             vj.state == St::Running
                 && vj.flavor as usize == f
                 && !guard.contains(&v)
-                && (!vj.preempted_by.contains(&j))
-                && (vj.queue == q || vj.borrowed)
+                && !vj.preempted_by.contains(&j)
+                && match kind {
+                    Kind::Priority => true,
+                    Kind::Reclaim => vj.borrowed,
+                    Kind::Loan => vj.on_loan && vj.prio <= prio,
+                }
         });
         if cands.is_empty() {
             return false;
@@ -892,7 +941,7 @@ impl Scheduler {
         cands.truncate(256);
         // Add victims in order until quota and placement both fit.
         let mut freed: Vec<(u32, u64)> = Vec::new();
-        let mut chosen: Vec<(u32, bool)> = Vec::new();
+        let mut chosen: Vec<(u32, Kind)> = Vec::new();
         let mut touched: Vec<(u32, u64)> = Vec::new();
         let mut plan = None;
         for &(v, reclaim) in &cands {
@@ -920,7 +969,7 @@ impl Scheduler {
         let Some(plan) = plan else { return false };
         // Drop victims whose GPUs the plan does not use, if quota still fits without them.
         let plan_nodes: Vec<u32> = plan.iter().map(|(n, _)| *n).collect();
-        let mut keep: Vec<(u32, bool)> = chosen.clone();
+        let mut keep: Vec<(u32, Kind)> = chosen.clone();
         for &(v, _) in chosen.iter().rev() {
             let vj = self.jobs[v as usize].as_ref().expect("job exists");
             if vj.pods_at.iter().any(|(n, _)| plan_nodes.contains(n)) {
@@ -951,10 +1000,10 @@ impl Scheduler {
                 .id
                 .clone();
             let vj = self.jobs[v as usize].as_ref().expect("job exists");
-            let reason = if reclaim {
-                PreemptReason::Reclaim { preemptor }
-            } else {
-                PreemptReason::Priority { preemptor }
+            let reason = match reclaim {
+                Kind::Reclaim => PreemptReason::Reclaim { preemptor },
+                Kind::Priority => PreemptReason::Priority { preemptor },
+                Kind::Loan => PreemptReason::LoanEnded { preemptor },
             };
             out.push(Decision::Preempt {
                 id: vj.id.clone(),
@@ -1005,7 +1054,6 @@ impl Scheduler {
         job.pods_at = pods_at;
         job.borrowed = fit == Fit::Borrow;
         job.victims_left = keep.len() as u32;
-        let _ = now;
         self.queues[q as usize].pending.remove(&key);
         self.charge(q, f, r as i64);
         if keep.is_empty() {
@@ -1146,6 +1194,41 @@ impl Scheduler {
         }
     }
 
+    /// When the quota `j` needs will be free, counting only known ends of work sharing it.
+    fn quota_shadow(&self, j: u32, f: usize, now: Time) -> Option<Time> {
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let (q, r) = (job.queue, job.gpus());
+        if self.quota_fit(q, f, r, &[]) != Fit::No {
+            return Some(now);
+        }
+        let mut freed: Vec<(u32, u64)> = Vec::new();
+        for &(end, x) in &self.ends[f] {
+            let xq = self.jobs[x as usize]
+                .as_ref()
+                .expect("running job exists")
+                .queue;
+            if !self.shares_quota(q, xq) {
+                continue;
+            }
+            let gpus = self.jobs[x as usize].as_ref().expect("job exists").gpus();
+            match freed.iter_mut().find(|(y, _)| *y == xq) {
+                Some((_, a)) => *a += gpus,
+                None => freed.push((xq, gpus)),
+            }
+            if self.quota_fit(q, f, r, &freed) != Fit::No {
+                return Some(end.max(now));
+            }
+        }
+        None
+    }
+
+    fn shares_quota(&self, a: u32, b: u32) -> bool {
+        a == b
+            || self.queues[a as usize]
+                .cohort
+                .is_some_and(|c| self.queues[b as usize].cohort == Some(c))
+    }
+
     fn try_one(
         &mut self,
         j: u32,
@@ -1161,46 +1244,91 @@ impl Scheduler {
         if job.state != St::Pending {
             return Outcome::Skipped;
         }
-        let (q, r, pods, g, prio, expected) = (
+        let (q, r, pods, g, prio, expected, created) = (
             job.queue,
             job.gpus(),
             job.pods,
             job.g,
             job.prio,
             job.expected,
+            job.created,
         );
         let flavors = match only {
             Some(f) => vec![f],
             None => self.flavors_of(j),
         };
+        let ends_by = |s: Option<Time>| expected.is_some_and(|e| s.is_some_and(|s| now + e <= s));
         let mut blocked = false;
         for f in flavors {
             let fit = self.quota_fit(q, f, r, &[]);
-            if fit != Fit::No {
+            // A holder blocked by quota keeps that quota: work sharing it (same queue, or
+            // borrowing from the same cohort) may only take what it returns before the holder's
+            // turn, or take it on loan until then.
+            let lend_ok = |shadow: Option<Time>| {
+                self.opts.lend_reserved_nodes
+                    && self.opts.preemption
+                    && shadow.is_some_and(|s| s >= now + self.opts.min_loan_s)
+            };
+            let (quota_ok, mut loan) = if fit == Fit::No {
+                (false, false)
+            } else {
+                match &resv[f] {
+                    Some(rv) if self.holder[f] != Some(j) => match rv.quota_queue {
+                        Some(hq)
+                            if hq == q
+                                || (rv.quota_guaranteed
+                                    && fit == Fit::Borrow
+                                    && self.shares_quota(hq, q)) =>
+                        {
+                            if ends_by(rv.quota_shadow) {
+                                (true, false)
+                            } else {
+                                let l = lend_ok(rv.quota_shadow);
+                                (l, l)
+                            }
+                        }
+                        _ => (true, false),
+                    },
+                    _ => (true, false),
+                }
+            };
+            if quota_ok {
                 let mut plan = self.pools[f].find(pods, g);
                 if plan.is_none()
                     && let Some(rv) = &resv[f]
-                    && let Some(e) = expected
-                    && rv.shadow.is_some_and(|s| now + e <= s)
+                    && !rv.nodes.is_empty()
+                    && self.holder[f] != Some(j)
                 {
-                    // Finishes before the reserved gang can start: may use the reserved nodes.
-                    let nodes = rv.nodes.clone();
-                    for &n in &nodes {
-                        self.pools[f].index_insert(n);
-                    }
-                    plan = self.pools[f].find(pods, g);
-                    for &n in &nodes {
-                        self.pools[f].index_remove(n);
+                    // Ends before the reserved gang can start: may use the reserved nodes. Or will
+                    // not, but the gang is far off: borrow the nodes until its turn.
+                    let in_time = ends_by(rv.shadow);
+                    if in_time || lend_ok(rv.shadow) {
+                        let nodes = rv.nodes.clone();
+                        for &n in &nodes {
+                            self.pools[f].index_insert(n);
+                        }
+                        plan = self.pools[f].find(pods, g);
+                        for &n in &nodes {
+                            self.pools[f].index_remove(n);
+                        }
+                        loan |= plan.is_some() && !in_time;
                     }
                 }
                 if let Some(plan) = plan {
                     self.admit(j, f, &plan, fit, now, out);
-                    if let Some(rv) = &resv[f] {
-                        // Nodes used by the backfilled job stay out of the index (still reserved).
-                        let _ = rv;
+                    if loan {
+                        self.jobs[j as usize].as_mut().expect("job exists").on_loan = true;
+                        self.loans[f].insert(j);
                     }
                     return Outcome::Admitted;
                 }
+            }
+            if self.holder[f] == Some(j)
+                && self.opts.preemption
+                && !self.loans[f].is_empty()
+                && self.try_preempt(j, f, true, out)
+            {
+                return Outcome::Preempting;
             }
             let min_running = self.queues[q as usize].running.first().map(|x| x.0);
             let may_preempt = self.opts.preemption
@@ -1208,25 +1336,46 @@ impl Scheduler {
                 && (min_running.is_some_and(|m| m < prio) || self.may_reclaim(q, f, r));
             if may_preempt {
                 *preempt_budget -= 1;
-                if self.try_preempt(j, f, now, out) {
+                if self.try_preempt(j, f, false, out) {
                     return Outcome::Preempting;
                 }
             }
-            if fit != Fit::No {
-                blocked = true;
-                if self.opts.backfill && resv[f].is_none() {
-                    let hold = self.holder[f];
-                    if hold.is_none() || hold == Some(j) {
-                        self.holder[f] = Some(j);
-                        resv[f] = Some(self.reserve(j, f, now));
-                    }
+            if resv[f].is_some() && fit != Fit::No {
+                // Held back by another holder's quota reservation: not itself a head.
+                continue;
+            }
+            if self.opts.backfill && resv[f].is_none() && self.holder[f].is_none_or(|h| h == j) {
+                self.holder[f] = Some(j);
+                let mut rv = if fit != Fit::No || self.pools[f].find(pods, g).is_none() {
+                    self.reserve(j, f, now)
+                } else {
+                    Reservation::default()
+                };
+                if fit == Fit::No {
+                    let qs = &self.queues[q as usize];
+                    rv.quota_queue = Some(q);
+                    rv.quota_guaranteed = qs.quota[f].is_some_and(|x| qs.usage[f] + r <= x.nominal);
+                    rv.quota_shadow = self.quota_shadow(j, f, now);
                 }
-            } else if self.opts.strict_fifo {
+                resv[f] = Some(rv);
                 blocked = true;
+            } else {
+                if self.opts.backfill
+                    && let Some(h) = self.holder[f]
+                    && h != j
+                    && let Some(hj) = self.jobs[h as usize].as_ref()
+                    && (Reverse(prio), created) < (Reverse(hj.prio), hj.created)
+                {
+                    // An older (or more urgent) blocked job takes the reservation from next cycle:
+                    // fair-share order picks what runs, not who waits longest.
+                    self.holder[f] = Some(j);
+                }
+                if fit != Fit::No || self.opts.strict_fifo {
+                    blocked = true;
+                }
             }
         }
         if only.is_some() && !blocked {
-            // The holder no longer fits its quota: give up the reservation.
             for h in &mut self.holder {
                 if *h == Some(j) {
                     *h = None;
@@ -1290,9 +1439,87 @@ impl Scheduler {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Priority,
+    Reclaim,
+    Loan,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Admitted,
     Preempting,
     Blocked,
     Skipped,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{FlavorQuota, Options};
+
+    fn queue(name: &str, cohort: Option<&str>, nominal: u32) -> QueueSpec {
+        QueueSpec {
+            name: name.into(),
+            cohort: cohort.map(Into::into),
+            quotas: vec![FlavorQuota {
+                flavor: "gpu".into(),
+                nominal,
+                borrowing_limit: None,
+                lending_limit: None,
+            }],
+            fair_share_weight: 1.0,
+        }
+    }
+
+    fn wl(id: &str, q: &str, pods: u32, g: u32, t: Time, dur: Option<u64>) -> Workload {
+        Workload {
+            id: id.into(),
+            queue: q.into(),
+            priority: None,
+            pods,
+            gpus_per_pod: g,
+            flavor: None,
+            expected_duration_s: dur,
+            created_at: t,
+        }
+    }
+
+    fn admitted(d: &[Decision]) -> Vec<String> {
+        d.iter()
+            .filter_map(|x| match x {
+                Decision::Admit { id, .. } => Some(id.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn blocked_large_gang_gets_a_reservation_and_only_short_jobs_backfill() {
+        let opts = Options {
+            preemption: false,
+            lend_reserved_nodes: false,
+            ..Options::default()
+        };
+        let mut s = Scheduler::with_options(
+            Cluster::uniform(4, 8, "gpu"),
+            vec![queue("a", None, 32)],
+            vec![],
+            opts,
+        )
+        .unwrap();
+        s.submit(wl("small-long", "a", 1, 8, 0, Some(1000)))
+            .unwrap();
+        assert_eq!(admitted(&s.cycle(0)), vec!["small-long"]);
+        s.submit(wl("big", "a", 4, 8, 1, Some(100))).unwrap();
+        s.submit(wl("short", "a", 1, 8, 2, Some(500))).unwrap();
+        s.submit(wl("long", "a", 1, 8, 3, Some(5000))).unwrap();
+        // big waits for small-long (ends at 1000); short ends at 510 < 1000 and may run.
+        assert_eq!(admitted(&s.cycle(10)), vec!["short"]);
+        assert!(s.cycle(11).is_empty());
+        s.finished("short").unwrap();
+        assert!(admitted(&s.cycle(510)).is_empty());
+        s.finished("small-long").unwrap();
+        assert_eq!(admitted(&s.cycle(1000)), vec!["big"]);
+    }
 }

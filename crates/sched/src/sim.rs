@@ -18,6 +18,10 @@ pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
 pub const DEFAULT_FLAVOR: &str = "gpu";
 /// How often a running job checkpoints in the simulation (lost work on preemption is since then).
 pub const CHECKPOINT_EVERY_S: u64 = 1800;
+/// Grace period between SIGTERM and the victim's exit; the engine writes a checkpoint in it.
+pub const GRACE_S: u64 = 60;
+/// Time a resumed job spends reloading its checkpoint before it makes progress again.
+pub const RESUME_OVERHEAD_S: u64 = 300;
 /// Largest trace the simulator accepts (rows), so an absurd file cannot exhaust memory.
 pub const MAX_TRACE_ROWS: usize = 2_000_000;
 
@@ -374,7 +378,7 @@ pub struct SimReport {
     pub preemptions: u64,
     /// GPU-hours of work lost to preemption (since the victims' last checkpoints).
     pub lost_gpu_hours: f64,
-    /// Team → share vs entitlement while all teams were saturated.
+    /// Team → share vs entitlement while all teams were saturated (each had work waiting).
     pub team_share: BTreeMap<String, TeamShare>,
     /// Seconds all teams were saturated together.
     pub saturated_s: u64,
@@ -434,6 +438,7 @@ pub fn simulate(
         .map(|q| q.quotas.iter().map(|x| f64::from(x.nominal)).sum::<f64>() * q.fair_share_weight)
         .collect();
     let nominal_sum: f64 = nominal.iter().sum::<f64>().max(1e-9);
+
     let sched_queues = match policy {
         Policy::Ferry => queues.to_vec(),
         _ => {
@@ -492,6 +497,7 @@ pub fn simulate(
         .collect();
     let capacity = cluster.total_gpus() as f64;
     let mut completions: BinaryHeap<Reverse<(Time, usize, u64)>> = BinaryHeap::new();
+    let mut evictions: BinaryHeap<Reverse<(Time, usize)>> = BinaryHeap::new();
     let mut next = 0usize;
     let mut now: Time = trace.iter().map(|t| t.submit_s).min().unwrap_or(0);
     let t0 = now;
@@ -528,6 +534,25 @@ pub fn simulate(
             running.retain(|&r| r != i);
             sched.finished(&format!("{i}"))?;
         }
+        while let Some(&Reverse((t, i))) = evictions.peek() {
+            if t > now {
+                break;
+            }
+            evictions.pop();
+            if jobs[i].end.is_some() {
+                continue;
+            }
+            let id = format!("{i}");
+            sched.checkpointed(&id, t)?;
+            sched.evicted(&id)?;
+            let j = &mut jobs[i];
+            j.start = None;
+            busy -= j.gpus;
+            team_busy[j.team] -= j.gpus;
+            team_pending[j.team] += j.gpus as usize;
+            pending_total += 1;
+            running.retain(|&r| r != i);
+        }
         while next < order.len() && trace[order[next]].submit_s <= now {
             let i = order[next];
             next += 1;
@@ -548,7 +573,7 @@ pub fn simulate(
                 expected_duration_s: Some(t.duration_s.max(1)),
                 created_at: t.submit_s,
             })?;
-            team_pending[jobs[i].team] += 1;
+            team_pending[jobs[i].team] += jobs[i].gpus as usize;
             pending_total += 1;
         }
         if policy == Policy::Ferry {
@@ -579,26 +604,25 @@ pub fn simulate(
                         completions.push(Reverse((now + j.remaining, i, j.epoch)));
                         busy += j.gpus;
                         team_busy[j.team] += j.gpus;
-                        team_pending[j.team] -= 1;
+                        team_pending[j.team] -= j.gpus as usize;
                         pending_total -= 1;
                         running.push(i);
                     }
                     Decision::Preempt { id, .. } => {
+                        // SIGTERM now; the engine checkpoints and exits after the grace period.
                         let i = ids[&id];
                         let j = &mut jobs[i];
-                        let s = j.start.take().expect("preempted job was running");
-                        let ran = now - s;
-                        let saved = ran / CHECKPOINT_EVERY_S * CHECKPOINT_EVERY_S;
-                        lost_gpu_s += (ran - saved) as f64 * j.gpus as f64;
-                        j.remaining -= saved.min(j.remaining);
-                        j.epoch += 1;
-                        busy -= j.gpus;
-                        team_busy[j.team] -= j.gpus;
-                        team_pending[j.team] += 1;
-                        pending_total += 1;
+                        let s = j.start.expect("preempted job was running");
                         preemptions += 1;
-                        running.retain(|&r| r != i);
-                        sched.evicted(&id)?;
+                        if s + j.remaining > now + GRACE_S {
+                            j.remaining = j.remaining - (now - s) + RESUME_OVERHEAD_S;
+                            j.epoch += 1;
+                            lost_gpu_s += (GRACE_S + RESUME_OVERHEAD_S) as f64 * j.gpus as f64;
+                            evictions.push(Reverse((now + GRACE_S, i)));
+                        } else {
+                            // Finishes within the grace period: its completion stands.
+                            evictions.push(Reverse((s + j.remaining, i)));
+                        }
                     }
                 }
             }
@@ -608,7 +632,12 @@ pub fn simulate(
         }
         // Advance to the next event.
         let next_submit = order.get(next).map(|&i| trace[i].submit_s);
-        let next_done = completions.peek().map(|Reverse((t, _, _))| *t);
+        let next_done = completions
+            .peek()
+            .map(|Reverse((t, _, _))| *t)
+            .into_iter()
+            .chain(evictions.peek().map(|Reverse((t, _))| *t))
+            .min();
         let t_next = match (next_submit, next_done) {
             (None, None) => break,
             (a, b) => a.into_iter().chain(b).min().expect("one is set"),
@@ -618,6 +647,7 @@ pub fn simulate(
             waiting_s += dt;
             waiting_busy += busy as f64 * dt as f64;
         }
+        // A team is saturated when it has work waiting.
         let all_sat = (0..nteams).all(|q| !active_teams[q] || team_pending[q] > 0);
         if all_sat && dt > 0 {
             saturated_s += dt;
