@@ -1,0 +1,26 @@
+//! Ferry's planner: from a model's `config.json` and a set of GPUs to a training (or serving)
+//! plan — exact parameter counts, a per-GPU memory breakdown, a throughput estimate, the chosen
+//! method and parallel layout with the reasons, and the launch commands that run it.
+//!
+//! Start with [`plan`] (training) or [`plan_serving`] (vLLM); [`ModelShape`] reads configs and
+//! [`catalog`] knows well-known models offline. No I/O happens here beyond parsing strings.
+#![forbid(unsafe_code)]
+
+pub mod catalog;
+pub mod error;
+pub mod gpu;
+pub mod memory;
+pub mod model;
+pub mod request;
+
+pub use error::{PlanError, Result};
+pub use gpu::{GpuKind, GpuSpec};
+pub use memory::{
+    MemoryBreakdown, Phase, Recipe, SavedTensor, ServeMemory, TrainSetup, saved_tensors,
+    serve_memory, training_memory, with_overheads,
+};
+pub use model::{Arch, MlpKind, ModelShape, MoeShape, ParamCounts};
+pub use request::{
+    Engine, FullPrecision, Layout, Method, MethodKind, Parallelism, PlanRequest, Recompute,
+    ServeRequest, Task,
+};
