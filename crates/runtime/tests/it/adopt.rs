@@ -1,0 +1,159 @@
+//! Control-plane crash and restart: a fresh runtime adopts gangs from persisted records,
+//! `/proc` and exit records, and never mistakes a recycled pid for a rank.
+
+use ferry_runtime::{GangRecord, GangStatus, LocalRuntime, RankState, Runtime, RuntimeError};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+use super::*;
+
+/// What the control plane would do: persist the record as JSON and read it back.
+fn persisted(gang: &GangRecord) -> GangRecord {
+    serde_json::from_str(&serde_json::to_string(gang).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn a_fresh_runtime_adopts_running_gangs_and_sees_them_to_completion() {
+    let ok_dir = tempfile::tempdir().unwrap();
+    let bad_dir = tempfile::tempdir().unwrap();
+    let (ok, bad) = {
+        let crashed = LocalRuntime::new();
+        let ok = crashed
+            .launch(sh(ok_dir.path(), 2, 1, "sleep 1; echo done"))
+            .await
+            .unwrap();
+        let bad = crashed
+            .launch(sh(
+                bad_dir.path(),
+                2,
+                1,
+                r#"sleep 1; [ "$RANK" = 1 ] && exit 7; exit 0"#,
+            ))
+            .await
+            .unwrap();
+        (persisted(&ok), persisted(&bad))
+        // `crashed` is dropped here without terminating anything, like a killed control plane.
+    };
+    let restarted = LocalRuntime::new();
+    assert_eq!(restarted.adopt(&ok).await.unwrap(), GangStatus::Running);
+    assert_eq!(restarted.adopt(&bad).await.unwrap(), GangStatus::Running);
+    assert!(alive(&ok, 0) && alive(&ok, 1));
+
+    assert_eq!(wait_end(&restarted, &ok).await, GangStatus::Succeeded);
+    match wait_end(&restarted, &bad).await {
+        GangStatus::Failed {
+            rank: 1,
+            exit_code: Some(7),
+            signal: None,
+            ..
+        } => {}
+        other => panic!("expected rank 1 to fail with 7, got {other:?}"),
+    }
+    let ranks = restarted.observe_ranks(&bad).await.unwrap();
+    assert_eq!(ranks[0].state, RankState::Exited { code: 0 });
+    assert_eq!(
+        std::fs::read_to_string(ok.log_path(1).unwrap()).unwrap(),
+        "done\n"
+    );
+}
+
+#[tokio::test]
+async fn an_adopted_gang_can_be_terminated_and_a_rank_gone_without_record_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let gang = {
+        let crashed = LocalRuntime::new();
+        persisted(
+            &crashed
+                .launch(sh(dir.path(), 1, 2, "echo up; exec sleep 30"))
+                .await
+                .unwrap(),
+        )
+    };
+    wait_for_log(&gang, 0, "up").await;
+    wait_for_log(&gang, 1, "up").await;
+    // Rank 1 dies together with its wrapper (as under the OOM killer): no exit record.
+    let rank1 = gang.rank(1).unwrap();
+    killpg(Pid::from_raw(rank1.pid as i32), Signal::SIGKILL).unwrap();
+    let restarted = LocalRuntime::new();
+    let lost = tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            let status = restarted.adopt(&gang).await.unwrap();
+            if status != GangStatus::Running {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap();
+    assert!(matches!(lost, GangStatus::Lost { rank: 1, .. }), "{lost:?}");
+    assert!(alive(&gang, 0));
+
+    // Rank 0 is not our child, yet terminate stops it through /proc-verified signals.
+    restarted
+        .terminate(&gang, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(!alive(&gang, 0));
+    let ranks = restarted.observe_ranks(&gang).await.unwrap();
+    assert_eq!(ranks[0].state, RankState::Exited { code: 143 });
+    assert_eq!(ranks[1].state, RankState::Lost);
+}
+
+#[tokio::test]
+async fn a_recycled_pid_is_never_taken_for_the_rank_nor_signalled() {
+    let dir = tempfile::tempdir().unwrap();
+    let owner = LocalRuntime::new();
+    let gang = owner
+        .launch(sh(dir.path(), 1, 1, "exec sleep 30"))
+        .await
+        .unwrap();
+    // The same pid with another start time: what a record looks like once the rank is gone
+    // and the kernel has given its pid to an unrelated process.
+    let mut stale = persisted(&gang);
+    stale.ranks[0].start_time += 1;
+
+    let restarted = LocalRuntime::new();
+    match restarted.adopt(&stale).await {
+        Err(RuntimeError::InvalidRecord { problem, .. }) => {
+            assert!(problem.contains("rank-0.pid"), "{problem}")
+        }
+        other => {
+            panic!("adopt must refuse a record that disagrees with the pid file, got {other:?}")
+        }
+    }
+    assert!(matches!(
+        restarted.observe(&stale).await.unwrap(),
+        GangStatus::Lost { rank: 0, .. }
+    ));
+    restarted
+        .terminate(&stale, Duration::from_millis(100))
+        .await
+        .unwrap();
+    // The "unrelated" process survived.
+    assert!(alive(&gang, 0));
+    assert_eq!(owner.observe(&gang).await.unwrap(), GangStatus::Running);
+    owner
+        .terminate(&gang, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(!alive(&gang, 0));
+}
+
+#[tokio::test]
+async fn records_of_another_backend_or_a_vanished_directory_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = LocalRuntime::new();
+    let gang = rt.launch(sh(dir.path(), 1, 1, "exit 0")).await.unwrap();
+    assert_eq!(wait_end(&rt, &gang).await, GangStatus::Succeeded);
+
+    let mut foreign = gang.clone();
+    foreign.backend = "kube".into();
+    let err = rt.observe(&foreign).await.unwrap_err();
+    assert!(err.to_string().contains("`kube` runtime"), "{err}");
+
+    let mut moved = gang.clone();
+    moved.attempt_dir = dir.path().join("nowhere");
+    let err = LocalRuntime::new().adopt(&moved).await.unwrap_err();
+    assert!(err.to_string().contains("nowhere"), "{err}");
+}
