@@ -5,13 +5,18 @@
 //!
 //! Flags: `--listen ADDR:PORT` (port 0 picks a free one), `--model NAME` (repeatable),
 //! `--tokens N`, `--ttft-ms MS`, `--itl-ms MS`, `--max-context N`,
-//! `--max-body-bytes N`. Prints `listening on http://ADDR` once ready; Ctrl-C stops it.
+//! `--max-running N`, `--max-body-bytes N`, `--max-concurrent N`, and a failure mode:
+//! `--error-rate F`, `--hang`, `--fail-after N`. `GET /mock/stats` and
+//! `POST /mock/failure` steer it while it runs. Prints `listening on http://ADDR` once
+//! ready; Ctrl-C stops it.
 
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_openai::{MockBackend, MockConfig, ServerConfig, serve};
+use ferry_openai::{
+    Failure, MockBackend, MockConfig, ServerConfig, control_router, router, serve_router,
+};
 
 fn parse<T: std::str::FromStr>(flag: &str, value: Option<String>) -> Result<T, String> {
     let value = value.ok_or_else(|| format!("{flag} needs a value"))?;
@@ -40,7 +45,20 @@ fn main() -> Result<(), String> {
                 mock.inter_token_delay = Duration::from_millis(parse(&flag, args.next())?)
             }
             "--max-context" => mock.max_context = parse(&flag, args.next())?,
+            "--max-running" => mock.max_running = parse(&flag, args.next())?,
             "--max-body-bytes" => server.max_body_bytes = parse(&flag, args.next())?,
+            "--max-concurrent" => server.max_concurrent_requests = parse(&flag, args.next())?,
+            "--error-rate" => {
+                mock.failure = Failure::ErrorRate {
+                    rate: parse(&flag, args.next())?,
+                }
+            }
+            "--hang" => mock.failure = Failure::Hang,
+            "--fail-after" => {
+                mock.failure = Failure::FailAfter {
+                    tokens: parse(&flag, args.next())?,
+                }
+            }
             other => return Err(format!("unknown flag {other}; see the file's doc comment")),
         }
     }
@@ -58,15 +76,11 @@ fn main() -> Result<(), String> {
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;
         };
-        serve(
-            listener,
-            Arc::new(MockBackend::new(mock)),
-            server,
-            shutdown,
-            Duration::from_secs(5),
-        )
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+        let mock = MockBackend::new(mock);
+        let app = router(Arc::new(mock.clone()), server).merge(control_router(mock));
+        serve_router(listener, app, shutdown, Duration::from_secs(5))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     })
 }

@@ -12,7 +12,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Semaphore, mpsc};
 
 use crate::backend::{
     Backend, BackendError, FinishReason, GenerateRequest, GenerationEvent, GenerationStream, Load,
@@ -20,19 +24,27 @@ use crate::backend::{
 };
 use crate::stop::{StopMatcher, StopStep};
 
-/// How the mock misbehaves; switchable at run time with [`MockBackend::set_failure`].
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// How the mock misbehaves; switchable at run time with [`MockBackend::set_failure`]
+/// or `POST /mock/failure` (see [`control_router`]), e.g. `{"mode":"error_rate","rate":0.5}`.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Failure {
     /// Serve every request.
     #[default]
     None,
     /// Refuse this fraction (0..=1) of requests with an internal error (HTTP 500),
     /// chosen deterministically from the request count.
-    ErrorRate(f64),
+    ErrorRate {
+        /// Fraction of requests refused.
+        rate: f64,
+    },
     /// Accept requests, report the prompt, then never produce a token.
     Hang,
     /// Produce this many tokens, then fail the generation with an internal error.
-    FailAfter(u32),
+    FailAfter {
+        /// Tokens produced before the failure.
+        tokens: u32,
+    },
 }
 
 /// Settings of a [`MockBackend`].
@@ -48,6 +60,10 @@ pub struct MockConfig {
     pub inter_token_delay: Duration,
     /// Context window (prompt + completion tokens).
     pub max_context: u32,
+    /// Generations running at once, like an engine's batch; later ones wait (and
+    /// count in `vllm:num_requests_waiting`). `running / max_running` is reported as
+    /// KV-cache usage.
+    pub max_running: u32,
     /// Misbehaviour at start.
     pub failure: Failure,
 }
@@ -60,13 +76,14 @@ impl Default for MockConfig {
             time_to_first_token: Duration::ZERO,
             inter_token_delay: Duration::ZERO,
             max_context: 2048,
+            max_running: 256,
             failure: Failure::None,
         }
     }
 }
 
-/// Counters of what the mock did, for assertions in tests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Counters of what the mock did, for assertions in tests (`GET /mock/stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct MockStats {
     /// Generations accepted.
     pub started: u64,
@@ -97,6 +114,7 @@ pub struct MockBackend {
     cfg: Arc<MockConfig>,
     failure: Arc<RwLock<Failure>>,
     counters: Arc<Counters>,
+    slots: Arc<Semaphore>,
     created: u64,
 }
 
@@ -105,10 +123,12 @@ impl MockBackend {
     pub fn new(cfg: MockConfig) -> Self {
         let failure = Arc::new(RwLock::new(cfg.failure));
         let created = ModelInfo::new("").created;
+        let slots = Arc::new(Semaphore::new(cfg.max_running.max(1) as usize));
         Self {
             cfg: Arc::new(cfg),
             failure,
             counters: Arc::default(),
+            slots,
             created,
         }
     }
@@ -179,7 +199,7 @@ impl Backend for MockBackend {
         }
         let nth = self.counters.requests.fetch_add(1, Ordering::SeqCst);
         let failure = self.current_failure();
-        if let Failure::ErrorRate(rate) = failure {
+        if let Failure::ErrorRate { rate } = failure {
             // Deterministic: request n fails when the running failure quota crosses an integer.
             let rate = rate.clamp(0.0, 1.0);
             let due = ((nth + 1) as f64 * rate).floor() > (nth as f64 * rate).floor();
@@ -202,6 +222,7 @@ impl Backend for MockBackend {
         let job = Job {
             cfg: self.cfg.clone(),
             counters: self.counters.clone(),
+            slots: self.slots.clone(),
             failure,
             prompt_tokens,
             req,
@@ -212,10 +233,11 @@ impl Backend for MockBackend {
 
     fn load(&self) -> Option<Load> {
         let c = &self.counters;
+        let running = c.running.load(Ordering::SeqCst);
         Some(Load {
-            running: u32::try_from(c.running.load(Ordering::SeqCst)).unwrap_or(u32::MAX),
+            running: u32::try_from(running).unwrap_or(u32::MAX),
             waiting: u32::try_from(c.waiting.load(Ordering::SeqCst)).unwrap_or(u32::MAX),
-            kv_cache_usage: None,
+            kv_cache_usage: Some(running as f64 / f64::from(self.cfg.max_running.max(1))),
         })
     }
 }
@@ -224,6 +246,7 @@ impl Backend for MockBackend {
 struct Job {
     cfg: Arc<MockConfig>,
     counters: Arc<Counters>,
+    slots: Arc<Semaphore>,
     failure: Failure,
     prompt_tokens: u32,
     req: GenerateRequest,
@@ -311,17 +334,24 @@ impl Job {
             tx.closed().await;
             return End::Cancelled;
         }
+        let _slot = tokio::select! {
+            slot = self.slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return End::Cancelled,
+            },
+            () = tx.closed() => return End::Cancelled,
+        };
+        phase.run();
         if !Self::pause(tx, self.cfg.time_to_first_token).await {
             return End::Cancelled;
         }
-        phase.run();
         let room = self.cfg.max_context - self.prompt_tokens;
         let limit = self.req.max_tokens.min(room);
         let natural = self.cfg.tokens_per_response;
         let mut stops = StopMatcher::new(self.req.stop.clone());
         let mut produced = 0u32;
         while produced < limit.min(natural) {
-            if let Failure::FailAfter(n) = self.failure
+            if let Failure::FailAfter { tokens: n } = self.failure
                 && produced >= n
             {
                 let err = BackendError::Internal(format!("mock failure injected after {n} tokens"));
@@ -375,6 +405,28 @@ impl Job {
             End::Cancelled
         }
     }
+}
+
+/// Routes to steer a running mock over HTTP, to merge beside [`crate::router`]:
+/// `GET /mock/stats` returns [`MockStats`]; `POST /mock/failure` with a [`Failure`]
+/// as JSON (`{"mode":"hang"}`, `{"mode":"fail_after","tokens":3}`, …) switches the
+/// misbehaviour for new requests.
+pub fn control_router(mock: MockBackend) -> Router {
+    Router::new()
+        .route(
+            "/mock/stats",
+            get(|State(m): State<MockBackend>| async move { Json(m.stats()) }),
+        )
+        .route(
+            "/mock/failure",
+            post(
+                |State(m): State<MockBackend>, Json(f): Json<Failure>| async move {
+                    m.set_failure(f);
+                    Json(f)
+                },
+            ),
+        )
+        .with_state(mock)
 }
 
 fn mix(mut x: u64) -> u64 {
@@ -554,7 +606,7 @@ mod tests {
     #[tokio::test]
     async fn unknown_model_and_error_rate() {
         let mock = MockBackend::new(MockConfig {
-            failure: Failure::ErrorRate(0.5),
+            failure: Failure::ErrorRate { rate: 0.5 },
             ..MockConfig::default()
         });
         let mut req = request(Prompt::Text("x".into()), 1, vec![]);
@@ -580,7 +632,7 @@ mod tests {
     #[tokio::test]
     async fn fail_after_n_and_hang_are_observable() {
         let mock = MockBackend::new(MockConfig {
-            failure: Failure::FailAfter(2),
+            failure: Failure::FailAfter { tokens: 2 },
             ..MockConfig::default()
         });
         let ev = collect(

@@ -111,12 +111,23 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     drain: Duration,
 ) -> std::io::Result<bool> {
+    serve_router(listener, router(backend, cfg), shutdown, drain).await
+}
+
+/// [`serve`] for a router the caller extended (extra routes, layers), e.g. the mock
+/// engine's `router(..).merge(mock::control_router(..))`.
+pub async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    drain: Duration,
+) -> std::io::Result<bool> {
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
     let signal = async move {
         shutdown.await;
         let _ = signalled_tx.send(());
     };
-    let server = axum::serve(listener, router(backend, cfg))
+    let server = axum::serve(listener, app)
         .with_graceful_shutdown(signal)
         .into_future();
     let deadline = async move {

@@ -433,14 +433,14 @@ async fn concurrency_limit_answers_429_then_recovers() {
 #[tokio::test]
 async fn backend_failures_map_to_5xx_and_stream_errors_end_with_done() {
     let (backend, app) = mock(MockConfig {
-        failure: Failure::ErrorRate(1.0),
+        failure: Failure::ErrorRate { rate: 1.0 },
         ..tiny()
     });
     let (status, v) = post(&app, "/v1/chat/completions", chat_body("x")).await;
     assert_error(status, &v, 500, None, Some("internal_error"));
     assert_eq!(v["error"]["type"], "server_error");
 
-    backend.set_failure(Failure::FailAfter(2));
+    backend.set_failure(Failure::FailAfter { tokens: 2 });
     let (status, v) = post(&app, "/v1/chat/completions", chat_body("x")).await;
     assert_error(status, &v, 500, None, Some("internal_error"));
 
@@ -638,5 +638,94 @@ async fn serve_drains_then_gives_up_at_the_deadline() {
             .await
             .unwrap()
             .unwrap()
+    );
+}
+
+#[tokio::test]
+async fn mock_queues_beyond_max_running_and_reports_vllm_load() {
+    let (backend, app) = mock(MockConfig {
+        max_running: 1,
+        tokens_per_response: 1000,
+        inter_token_delay: Duration::from_millis(20),
+        max_context: 100_000,
+        ..tiny()
+    });
+    let mut body = chat_body("x");
+    body["stream"] = json!(true);
+    body["max_tokens"] = json!(1000);
+    let first = app
+        .clone()
+        .oneshot(
+            Request::post("/v1/chat/completions")
+                .body(Body::from(body.to_string()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let second = app
+        .clone()
+        .oneshot(
+            Request::post("/v1/chat/completions")
+                .body(Body::from(body.to_string()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.status(), second.status()),
+        (StatusCode::OK, StatusCode::OK)
+    );
+    wait_for("one running, one waiting", || {
+        backend
+            .load()
+            .is_some_and(|l| l.running == 1 && l.waiting == 1)
+    })
+    .await;
+    let (_, text) = call(&app, "GET", "/metrics", "").await;
+    for line in [
+        "vllm:num_requests_running{model_name=\"tiny\"} 1",
+        "vllm:num_requests_waiting{model_name=\"tiny\"} 1",
+        "vllm:kv_cache_usage_perc{model_name=\"tiny\"} 1",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    drop(first);
+    wait_for("the queued request to run", || {
+        backend
+            .load()
+            .is_some_and(|l| l.running == 1 && l.waiting == 0)
+    })
+    .await;
+    drop(second);
+    wait_for("both cancelled", || backend.stats().cancelled == 2).await;
+}
+
+#[tokio::test]
+async fn control_routes_switch_failure_modes_at_run_time() {
+    let backend = MockBackend::new(tiny());
+    let app = router(Arc::new(backend.clone()), ServerConfig::default())
+        .merge(ferry_openai::control_router(backend.clone()));
+    let (status, v) = post(
+        &app,
+        "/mock/failure",
+        json!({"mode": "error_rate", "rate": 1.0}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let (status, _) = post(&app, "/v1/chat/completions", chat_body("x")).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    let (status, _) = post(&app, "/mock/failure", json!({"mode": "explode"})).await;
+    assert_eq!(status.as_u16(), 422);
+    let (status, _) = post(&app, "/mock/failure", json!({"mode": "none"})).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = post(&app, "/v1/chat/completions", chat_body("x")).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, text) = call(&app, "GET", "/mock/stats", "").await;
+    assert_eq!(status, StatusCode::OK);
+    let stats: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        (stats["failed"].as_u64(), stats["completed"].as_u64()),
+        (Some(1), Some(1)),
+        "{stats}"
     );
 }
