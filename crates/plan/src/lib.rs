@@ -11,8 +11,14 @@ pub mod error;
 pub mod gpu;
 pub mod memory;
 pub mod model;
+pub mod render;
+mod report;
 pub mod request;
+pub mod search;
+pub mod serve;
+pub mod throughput;
 
+pub use catalog::shape_of;
 pub use error::{PlanError, Result};
 pub use gpu::{GpuKind, GpuSpec};
 pub use memory::{
@@ -20,7 +26,13 @@ pub use memory::{
     serve_memory, training_memory, with_overheads,
 };
 pub use model::{Arch, MlpKind, ModelShape, MoeShape, ParamCounts};
+pub use render::{
+    Launcher, RenderOptions, deepspeed_config, default_launcher, render_train, render_vllm,
+};
 pub use request::{
     Engine, FullPrecision, Layout, Method, MethodKind, Parallelism, PlanRequest, Recompute,
     ServeRequest, Task,
 };
+pub use search::{Candidate, PlanReport, Rejection, plan};
+pub use serve::{ServePlan, plan_serving};
+pub use throughput::{Throughput, estimate};

@@ -134,6 +134,10 @@ pub struct ModelShape {
     pub mlp: MlpKind,
     /// MoE block, for sparse models.
     pub moe: Option<MoeShape>,
+    /// RoPE base (rope_theta, or rope_parameters.rope_theta), 10000 when absent.
+    pub rope_theta: f64,
+    /// Norm epsilon (rms_norm_eps / layer_norm_epsilon).
+    pub norm_eps: f64,
 }
 
 /// Parameter counts, split the way memory is accounted.
@@ -283,6 +287,21 @@ impl ModelShape {
             layer_norm: false,
             mlp: MlpKind::Gated,
             moe: None,
+            rope_theta: obj
+                .get("rope_theta")
+                .and_then(Value::as_f64)
+                .or_else(|| {
+                    obj.get("rope_parameters")
+                        .and_then(|r| r.get("rope_theta"))
+                        .and_then(Value::as_f64)
+                })
+                .unwrap_or(10000.0),
+            norm_eps: get(
+                obj,
+                &["rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"],
+            )
+            .and_then(Value::as_f64)
+            .unwrap_or(1e-6),
         };
         match arch {
             Arch::Gpt2 => {
