@@ -33,7 +33,8 @@ struct Job {
     seq: u64,
     pods: u32,
     g: u32,
-    flavor_req: Option<u16>,
+    /// Flavors it can ever use (quota and node sizes allow), in preference order.
+    flavors: Vec<u16>,
     expected: Option<u64>,
     state: St,
     flavor: u16,
@@ -460,31 +461,36 @@ impl Scheduler {
         };
         let gpus = w.gpus();
         let mut why = Vec::new();
-        let feasible = flavors.iter().any(|&f| {
-            let p = &self.pools[f];
-            let fit_nodes: u64 = p
-                .nodes
-                .iter()
-                .map(|n| u64::from(n.cap / w.gpus_per_pod))
-                .sum();
-            let quota = self.max_quota(q, f);
-            if fit_nodes < u64::from(w.pods) {
-                why.push(format!(
-                    "flavor `{}` can host at most {fit_nodes} pods of {} GPUs",
-                    p.name, w.gpus_per_pod
-                ));
-                false
-            } else if quota < gpus {
-                why.push(format!(
-                    "queue `{}` can use at most {quota} `{}` GPUs including borrowing",
-                    w.queue, p.name
-                ));
-                false
-            } else {
-                true
-            }
-        });
-        if !feasible {
+        let feasible: Vec<u16> = flavors
+            .iter()
+            .copied()
+            .filter(|&f| {
+                let p = &self.pools[f];
+                let fit_nodes: u64 = p
+                    .nodes
+                    .iter()
+                    .map(|n| u64::from(n.cap / w.gpus_per_pod))
+                    .sum();
+                let quota = self.max_quota(q, f);
+                if fit_nodes < u64::from(w.pods) {
+                    why.push(format!(
+                        "flavor `{}` can host at most {fit_nodes} pods of {} GPUs",
+                        p.name, w.gpus_per_pod
+                    ));
+                    false
+                } else if quota < gpus {
+                    why.push(format!(
+                        "queue `{}` can use at most {quota} `{}` GPUs including borrowing",
+                        w.queue, p.name
+                    ));
+                    false
+                } else {
+                    true
+                }
+            })
+            .map(|f| f as u16)
+            .collect();
+        if feasible.is_empty() {
             if flavors.is_empty() {
                 why.push(format!("queue `{}` has no quota for this flavor", w.queue));
             }
@@ -509,7 +515,7 @@ impl Scheduler {
             seq: self.seq,
             pods: w.pods,
             g: w.gpus_per_pod,
-            flavor_req,
+            flavors: feasible,
             expected: w.expected_duration_s,
             state: St::Pending,
             flavor: 0,
@@ -922,7 +928,9 @@ impl Scheduler {
                 && !vj.preempted_by.contains(&j)
                 && match kind {
                     Kind::Priority => true,
-                    Kind::Reclaim => vj.borrowed,
+                    // Reclaiming never takes from more urgent work: with priority preemption
+                    // only going strictly down, preemptions cannot chase each other in a circle.
+                    Kind::Reclaim => vj.borrowed && vj.prio <= prio,
                     Kind::Loan => vj.on_loan && vj.prio <= prio,
                 }
         });
@@ -1070,12 +1078,7 @@ impl Scheduler {
     /// Flavors a job may use, in preference order.
     fn flavors_of(&self, j: u32) -> Vec<usize> {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
-        match job.flavor_req {
-            Some(f) => vec![f as usize],
-            None => (0..self.pools.len())
-                .filter(|&f| self.queues[job.queue as usize].quota[f].is_some())
-                .collect(),
-        }
+        job.flavors.iter().map(|&f| usize::from(f)).collect()
     }
 
     /// Runs one scheduling pass at time `now` and returns what to start and what to stop.
@@ -1135,12 +1138,7 @@ impl Scheduler {
             budget -= 1;
             cursor[q as usize] = Some(key);
             let j = key.3;
-            let holder_of_some = self.holder.contains(&Some(j));
-            let outcome = if holder_of_some {
-                Outcome::Skipped
-            } else {
-                self.try_one(j, now, &mut resv, &mut preempt_budget, &mut out, None)
-            };
+            let outcome = self.try_one(j, now, &mut resv, &mut preempt_budget, &mut out, None);
             if self.opts.strict_fifo && matches!(outcome, Outcome::Blocked) {
                 stopped = true;
                 break;
@@ -1222,6 +1220,27 @@ impl Scheduler {
         None
     }
 
+    /// Whether another cohort member below its nominal quota has a waiting head that fits in it
+    /// (and so would reclaim anything lent now).
+    fn reclaim_pending(&self, q: u32, f: usize) -> bool {
+        let Some(c) = self.queues[q as usize].cohort else {
+            return false;
+        };
+        self.cohorts[c as usize].members.iter().any(|&m| {
+            let ms = &self.queues[m as usize];
+            if m == q {
+                return false;
+            }
+            let (Some(qq), Some(head)) = (ms.quota[f], ms.pending.first()) else {
+                return false;
+            };
+            let hj = self.jobs[head.3 as usize]
+                .as_ref()
+                .expect("pending job exists");
+            hj.flavors.contains(&(f as u16)) && ms.usage[f] + hj.gpus() <= qq.nominal
+        })
+    }
+
     fn shares_quota(&self, a: u32, b: u32) -> bool {
         a == b
             || self.queues[a as usize]
@@ -1271,6 +1290,10 @@ impl Scheduler {
             };
             let (quota_ok, mut loan) = if fit == Fit::No {
                 (false, false)
+            } else if fit == Fit::Borrow && self.opts.preemption && self.reclaim_pending(q, f) {
+                // Lending this would be reclaimed at once (a preemption loop in the making): the
+                // owner's waiting work goes first, and this does not hold a reservation against it.
+                continue;
             } else {
                 match &resv[f] {
                     Some(rv) if self.holder[f] != Some(j) => match rv.quota_queue {

@@ -1,0 +1,401 @@
+//! Property tests of the scheduler's invariants over random clusters, queues and workloads.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use ferry_sched::{
+    Cluster, Decision, FlavorQuota, Node, Options, PriorityClass, QueueSpec, SchedError, Scheduler,
+    Workload,
+};
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+struct Case {
+    cluster: Cluster,
+    queues: Vec<QueueSpec>,
+    jobs: Vec<(Workload, u64)>,
+    opts: Options,
+}
+
+fn flavors() -> [&'static str; 2] {
+    ["a100", "h100"]
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let nodes = prop::collection::vec(
+        (0usize..2, prop::sample::select(vec![1u32, 2, 4, 8]), 0u8..3),
+        1..8,
+    );
+    let queues = prop::collection::vec(
+        (
+            prop::option::of(0u8..2),
+            prop::collection::vec(
+                (
+                    0u32..12,
+                    prop::option::of(0u32..12),
+                    prop::option::of(0u32..12),
+                ),
+                2,
+            ),
+            1u8..4,
+        ),
+        1..4,
+    );
+    let jobs = prop::collection::vec(
+        (
+            0usize..4,
+            0usize..3,
+            1u32..4,
+            prop::sample::select(vec![1u32, 2, 4, 8]),
+            1u64..40,
+            0u64..60,
+            0u8..3,
+            prop::option::of(0usize..2),
+        ),
+        1..30,
+    );
+    let opts = (
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        prop::sample::select(vec![3u64, 900]),
+    );
+    (nodes, queues, jobs, opts).prop_map(
+        |(nodes, queues, jobs, (backfill, preemption, fair, loan))| {
+            let cluster = Cluster {
+                nodes: nodes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (f, g, rack))| Node {
+                        name: format!("n{i}"),
+                        gpus: *g,
+                        flavor: flavors()[*f].into(),
+                        rack: (*rack > 0).then(|| format!("r{rack}")),
+                        nvlink_domain: None,
+                    })
+                    .collect(),
+            };
+            let present: Vec<&str> = flavors()
+                .into_iter()
+                .filter(|f| cluster.nodes.iter().any(|n| n.flavor == *f))
+                .collect();
+            // Lending limits first, then borrowing limits within what the rest of the cohort lends.
+            let mut specs: Vec<QueueSpec> = queues
+                .iter()
+                .enumerate()
+                .map(|(i, (cohort, quotas, w))| QueueSpec {
+                    name: format!("q{i}"),
+                    cohort: cohort.map(|c| format!("c{c}")),
+                    quotas: present
+                        .iter()
+                        .zip(quotas)
+                        .map(|(f, (nom, _, lend))| FlavorQuota {
+                            flavor: (*f).into(),
+                            nominal: *nom,
+                            borrowing_limit: None,
+                            lending_limit: lend.map(|l| l.min(*nom)),
+                        })
+                        .collect(),
+                    fair_share_weight: f64::from(*w),
+                })
+                .collect();
+            for i in 0..specs.len() {
+                let Some(c) = specs[i].cohort.clone() else {
+                    continue;
+                };
+                for k in 0..specs[i].quotas.len() {
+                    let f = specs[i].quotas[k].flavor.clone();
+                    let others: u32 = specs
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, s)| *j != i && s.cohort.as_deref() == Some(c.as_str()))
+                        .flat_map(|(_, s)| s.quotas.iter().filter(|q| q.flavor == f))
+                        .map(|q| q.lending_limit.unwrap_or(q.nominal))
+                        .sum();
+                    specs[i].quotas[k].borrowing_limit = queues[i].1[k].1.map(|b| b.min(others));
+                }
+            }
+            let jobs = jobs
+                .into_iter()
+                .enumerate()
+                .map(|(i, (q, p, pods, g, dur, at, est, fl))| {
+                    let w = Workload {
+                        id: format!("j{i}"),
+                        queue: format!("q{}", q % specs.len()),
+                        priority: Some(["low", "mid", "high"][p].into()),
+                        pods,
+                        gpus_per_pod: g,
+                        flavor: fl.map(|f| flavors()[f].into()),
+                        expected_duration_s: match est {
+                            0 => None,
+                            1 => Some(dur),
+                            _ => Some(dur * 2),
+                        },
+                        created_at: at,
+                    };
+                    (w, dur)
+                })
+                .collect();
+            let opts = Options {
+                backfill,
+                preemption,
+                fair_sharing: fair,
+                lend_reserved_nodes: preemption,
+                min_loan_s: loan,
+                ..Options::default()
+            };
+            Case {
+                cluster,
+                queues: specs,
+                jobs,
+                opts,
+            }
+        },
+    )
+}
+
+fn priorities() -> Vec<PriorityClass> {
+    [("low", 0), ("mid", 5), ("high", 10)]
+        .map(|(n, v)| PriorityClass {
+            name: n.into(),
+            value: v,
+        })
+        .into()
+}
+
+/// Drives the scheduler like a runtime would and checks every invariant along the way.
+fn run(case: &Case) -> Result<(), TestCaseError> {
+    let mut s = match Scheduler::with_options(
+        case.cluster.clone(),
+        case.queues.clone(),
+        priorities(),
+        case.opts.clone(),
+    ) {
+        Ok(s) => s,
+        // Random quotas may name a flavor... every generated config is valid by construction.
+        Err(e) => return Err(TestCaseError::fail(format!("valid config refused: {e}"))),
+    };
+    let gpus_of: HashMap<&str, u32> = case
+        .cluster
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.gpus))
+        .collect();
+    let mut accepted: Vec<(Workload, u64)> = Vec::new();
+    let mut pending_submit: Vec<&(Workload, u64)> = case.jobs.iter().collect();
+    pending_submit.sort_by_key(|(w, _)| w.created_at);
+    let mut owner: HashMap<(String, u32), String> = HashMap::new();
+    let mut running: HashMap<String, (u64, u64)> = HashMap::new(); // id -> (start, end)
+    let mut remaining: HashMap<String, u64> = HashMap::new();
+    let mut evicting: Vec<String> = Vec::new();
+    let mut done: HashSet<String> = HashSet::new();
+    let mut edges: Vec<(String, String)> = Vec::new();
+    let mut all_edges: Vec<(String, String)> = Vec::new();
+    let mut t = 0u64;
+    while t < 20_000 {
+        // Finish and evict first, then submit, then cycle.
+        let ended: Vec<String> = running
+            .iter()
+            .filter(|(id, (_, e))| *e <= t && !evicting.contains(id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ended {
+            running.remove(&id);
+            owner.retain(|_, o| *o != id);
+            s.finished(&id)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            done.insert(id);
+            // Progress was made: a loop is a cycle of preemptions with no completion between.
+            check_acyclic(&edges)?;
+            all_edges.append(&mut edges);
+        }
+        for id in std::mem::take(&mut evicting) {
+            let (start, _) = running.remove(&id).expect("evicting job runs");
+            owner.retain(|_, o| *o != id);
+            let r = remaining.get_mut(&id).expect("known");
+            *r = r.saturating_sub(t - start).max(1);
+            s.checkpointed(&id, t)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            s.evicted(&id)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
+        while let Some((w, d)) = pending_submit
+            .first()
+            .copied()
+            .filter(|(w, _)| w.created_at <= t)
+        {
+            pending_submit.remove(0);
+            match s.submit(w.clone()) {
+                Ok(()) => {
+                    accepted.push((w.clone(), *d));
+                    remaining.insert(w.id.clone(), *d);
+                }
+                Err(SchedError::InvalidWorkload { field, .. }) => {
+                    prop_assert!(field.starts_with("workload."))
+                }
+                Err(e) => return Err(TestCaseError::fail(format!("unexpected error {e}"))),
+            }
+        }
+        let decisions = s.cycle(t);
+        for d in &decisions {
+            match d {
+                Decision::Admit { id, placement, .. } => {
+                    let (w, _) = accepted
+                        .iter()
+                        .find(|(w, _)| &w.id == id)
+                        .expect("admitted job was accepted");
+                    prop_assert!(!running.contains_key(id), "{id} admitted twice");
+                    prop_assert_eq!(
+                        placement.len(),
+                        w.pods as usize,
+                        "gang {} partially admitted",
+                        id
+                    );
+                    for p in placement {
+                        prop_assert_eq!(p.gpus.len(), w.gpus_per_pod as usize);
+                        let cap = gpus_of[p.node.as_str()];
+                        for g in &p.gpus {
+                            prop_assert!(*g < cap, "gpu {} beyond node {}", g, p.node);
+                            let prev = owner.insert((p.node.clone(), *g), id.clone());
+                            prop_assert!(
+                                prev.is_none(),
+                                "GPU {}:{} given to {} while {:?} holds it",
+                                p.node,
+                                g,
+                                id,
+                                prev
+                            );
+                        }
+                    }
+                    running.insert(id.clone(), (t, t + remaining[id]));
+                }
+                Decision::Preempt { id, reason } => {
+                    prop_assert!(running.contains_key(id), "preempted {id} is not running");
+                    prop_assert!(!evicting.contains(id));
+                    let by = match reason {
+                        ferry_sched::PreemptReason::Priority { preemptor }
+                        | ferry_sched::PreemptReason::Reclaim { preemptor }
+                        | ferry_sched::PreemptReason::LoanEnded { preemptor } => preemptor.clone(),
+                    };
+                    edges.push((by, id.clone()));
+                    evicting.push(id.clone());
+                }
+            }
+        }
+        // Quota: usage within nominal + permitted borrowing, and cohorts within what they hold.
+        let mut cohort_use: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for u in s.queue_usage() {
+            let spec = case
+                .queues
+                .iter()
+                .find(|q| q.name == u.name)
+                .expect("queue");
+            for (flavor, used) in &u.usage {
+                let Some((nominal, max)) = s.quota_limits(&u.name, flavor) else {
+                    prop_assert_eq!(*used, 0);
+                    continue;
+                };
+                prop_assert!(
+                    *used <= max,
+                    "{} uses {} {} > limit {} (nominal {})",
+                    u.name,
+                    used,
+                    flavor,
+                    max,
+                    nominal
+                );
+                if let Some(b) = spec
+                    .quotas
+                    .iter()
+                    .find(|q| &q.flavor == flavor)
+                    .and_then(|q| q.borrowing_limit)
+                {
+                    prop_assert!(*used <= nominal + u64::from(b));
+                }
+                if let Some(c) = &spec.cohort {
+                    *cohort_use.entry((c.clone(), flavor.clone())).or_default() += used;
+                }
+            }
+        }
+        for ((c, f), used) in cohort_use {
+            let total: u64 = case
+                .queues
+                .iter()
+                .filter(|q| q.cohort.as_deref() == Some(c.as_str()))
+                .flat_map(|q| q.quotas.iter().filter(|x| x.flavor == f))
+                .map(|x| u64::from(x.nominal))
+                .sum();
+            prop_assert!(used <= total, "cohort {c} uses {used} {f} of {total}");
+        }
+        if pending_submit.is_empty()
+            && running.is_empty()
+            && evicting.is_empty()
+            && s.pending_len() == 0
+        {
+            break;
+        }
+        t += 1;
+    }
+    // Liveness: under finite load every accepted job ran to completion.
+    for (w, _) in &accepted {
+        prop_assert!(
+            done.contains(&w.id),
+            "{} never completed (t = {t}, pending {})",
+            w.id,
+            s.pending_len()
+        );
+    }
+    check_acyclic(&edges)?;
+    all_edges.append(&mut edges);
+    // Never ping-pong: no two jobs preempt each other, whatever happened in between.
+    for (a, b) in &all_edges {
+        prop_assert!(
+            !all_edges.contains(&(b.clone(), a.clone())),
+            "{a} and {b} preempted each other"
+        );
+    }
+    Ok(())
+}
+
+/// The preemptor -> victim graph has no cycle.
+fn check_acyclic(edges: &[(String, String)]) -> Result<(), TestCaseError> {
+    let mut graph: HashMap<&str, Vec<&str>> = HashMap::new();
+    for (a, b) in edges {
+        graph.entry(a.as_str()).or_default().push(b.as_str());
+    }
+    fn dfs<'a>(
+        n: &'a str,
+        g: &HashMap<&'a str, Vec<&'a str>>,
+        state: &mut HashMap<&'a str, u8>,
+    ) -> bool {
+        match state.get(n) {
+            Some(1) => return false,
+            Some(2) => return true,
+            _ => {}
+        }
+        state.insert(n, 1);
+        for m in g.get(n).into_iter().flatten() {
+            if !dfs(m, g, state) {
+                return false;
+            }
+        }
+        state.insert(n, 2);
+        true
+    }
+    let mut state = HashMap::new();
+    for n in graph.keys() {
+        prop_assert!(
+            dfs(n, &graph, &mut state),
+            "preemption cycle through {n}: {edges:?}"
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 384, ..ProptestConfig::default() })]
+
+    #[test]
+    fn scheduler_invariants_hold(case in case()) {
+        run(&case)?;
+    }
+}
