@@ -60,6 +60,16 @@ pub enum Error {
         /// Request path.
         path: String,
     },
+    /// The route exists but not for this method (405).
+    #[error("{method} is not allowed on {path}; use {allowed}")]
+    MethodNotAllowed {
+        /// HTTP method sent.
+        method: String,
+        /// Request path.
+        path: String,
+        /// Method the route takes.
+        allowed: &'static str,
+    },
     /// The backend refused or failed the request.
     #[error(transparent)]
     Backend(#[from] BackendError),
@@ -110,6 +120,12 @@ impl Error {
                 Error::UnknownRoute { .. } => {
                     (StatusCode::NOT_FOUND, INVALID, None, Some("unknown_url"))
                 }
+                Error::MethodNotAllowed { .. } => (
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    INVALID,
+                    None,
+                    Some("method_not_allowed"),
+                ),
                 Error::Backend(B::ModelNotFound(_)) => (
                     StatusCode::NOT_FOUND,
                     INVALID,

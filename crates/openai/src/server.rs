@@ -91,6 +91,7 @@ pub fn router(backend: Arc<dyn Backend>, cfg: ServerConfig) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(render_metrics))
         .fallback(unknown_route)
+        .method_not_allowed_fallback(wrong_method)
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_requests,
@@ -160,6 +161,18 @@ async fn unknown_route(method: Method, uri: Uri) -> Error {
     Error::UnknownRoute {
         method: method.to_string(),
         path: uri.path().to_owned(),
+    }
+}
+
+async fn wrong_method(method: Method, uri: Uri) -> Error {
+    let allowed = match uri.path() {
+        "/v1/chat/completions" | "/v1/completions" => "POST",
+        _ => "GET",
+    };
+    Error::MethodNotAllowed {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+        allowed,
     }
 }
 

@@ -729,3 +729,63 @@ async fn control_routes_switch_failure_modes_at_run_time() {
         "{stats}"
     );
 }
+
+#[tokio::test]
+async fn wrong_method_is_405_with_openai_body() {
+    let (_, app) = mock(tiny());
+    let (status, text) = call(&app, "GET", "/v1/chat/completions", "").await;
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_error(status, &v, 405, None, Some("method_not_allowed"));
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("POST"),
+        "{v}"
+    );
+}
+
+/// Every truncation and many single-byte corruptions of valid bodies get a 2xx or a
+/// 4xx with an OpenAI error body: never a 5xx, never a panic.
+#[tokio::test]
+async fn mangled_bodies_never_cause_server_errors() {
+    let (_, app) = mock(tiny());
+    let bodies = [
+        (
+            "/v1/chat/completions",
+            r#"{"model":"tiny","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_tokens":3,"stop":["a"],"stream":true,"stream_options":{"include_usage":true},"temperature":0.5}"#,
+        ),
+        (
+            "/v1/completions",
+            r#"{"model":"tiny","prompt":["a b"],"max_tokens":2,"top_p":0.9,"seed":-4,"n":1}"#,
+        ),
+    ];
+    let replacements = [b'"', b'{', b']', b'0', b'-', b'x', 0xff, b' '];
+    let mut checked = 0;
+    for (path, body) in bodies {
+        let bytes = body.as_bytes();
+        let mut variants: Vec<Vec<u8>> = (0..bytes.len()).map(|n| bytes[..n].to_vec()).collect();
+        for i in (0..bytes.len()).step_by(3) {
+            for r in replacements {
+                let mut v = bytes.to_vec();
+                v[i] = r;
+                variants.push(v);
+            }
+        }
+        for v in variants {
+            let req = Request::post(path).body(Body::from(v.clone())).unwrap();
+            let resp = app.clone().oneshot(req).await.unwrap();
+            let status = resp.status();
+            let out = resp.into_body().collect().await.unwrap().to_bytes();
+            let shown = String::from_utf8_lossy(&v);
+            assert!(
+                status.is_success() || status.is_client_error(),
+                "{status} for {shown}"
+            );
+            if status.is_client_error() {
+                let err: Value =
+                    serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}: {shown}"));
+                assert!(err["error"]["message"].is_string(), "{err} for {shown}");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 400, "only {checked} variants");
+}
