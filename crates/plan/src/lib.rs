@@ -31,7 +31,7 @@ pub use render::{
 };
 pub use request::{
     Engine, FullPrecision, Layout, Method, MethodKind, Parallelism, PlanRequest, Recompute,
-    ServeRequest, Task,
+    ServeRequest, Task, parse_bytes,
 };
 pub use search::{Candidate, PlanReport, Rejection, plan};
 pub use serve::{ServePlan, plan_serving};

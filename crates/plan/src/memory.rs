@@ -546,14 +546,18 @@ fn stage_memory(s: &TrainSetup<'_>, stage: u64) -> MemoryBreakdown {
     let mut phases = vec![
         (Phase::ForwardEnd, fwd_end),
         (Phase::BackwardStart, bwd_start),
-        (Phase::HeadBackward, head_bwd),
     ];
+    if head_trains {
+        phases.push((Phase::HeadBackward, head_bwd));
+    }
     if l.recompute == Recompute::Full {
         phases.push((Phase::Recompute, recompute_phase));
     }
     phases.push((Phase::OptimizerStep, opt_step));
+    // The earliest phase wins a tie (it is reached first).
     let (peak_phase, peak_bytes) = phases
         .iter()
+        .rev()
         .copied()
         .max_by_key(|(_, b)| *b)
         .expect("phases");

@@ -262,3 +262,120 @@ fn default_util() -> f64 {
 fn default_weight_bytes() -> f64 {
     2.0
 }
+
+impl Method {
+    /// Parses the CLI's `--mode`: `auto`, `full-mixed`, `full-bf16`, `lora`, `qlora`
+    /// (`rank` applies to the adapter methods).
+    pub fn from_mode(mode: &str, rank: u64) -> crate::Result<Method> {
+        Ok(match mode {
+            "auto" => Method::Auto,
+            "full" | "full-mixed" => Method::Full {
+                precision: FullPrecision::Mixed,
+            },
+            "full-bf16" => Method::Full {
+                precision: FullPrecision::Bf16,
+            },
+            "lora" => Method::Lora { rank },
+            "qlora" => Method::Qlora { rank },
+            other => {
+                return Err(crate::PlanError::InvalidRequest {
+                    field: "mode".to_string(),
+                    reason: format!(
+                        "{other:?} is not one of auto, full-mixed, full-bf16, lora, qlora"
+                    ),
+                });
+            }
+        })
+    }
+}
+
+/// Parses a memory size such as `80GiB`, `80GB`, `81920MiB`, `141G` or a plain byte count;
+/// `field` names the flag or spec field in the error.
+pub fn parse_bytes(text: &str, field: &str) -> crate::Result<u64> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| crate::PlanError::InvalidRequest {
+        field: field.to_string(),
+        reason: format!("{text:?} is not a size like 80GiB or 80GB"),
+    })?;
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kib" | "ki" => 1024.0,
+        "mib" | "mi" => 1024.0 * 1024.0,
+        "gib" | "gi" | "g" => 1024.0 * 1024.0 * 1024.0,
+        "tib" | "ti" => 1024f64.powi(4),
+        "kb" | "k" => 1e3,
+        "mb" | "m" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        other => {
+            return Err(crate::PlanError::InvalidRequest {
+                field: field.to_string(),
+                reason: format!(
+                    "unit {other:?} in {text:?} is not one of B, KiB, MiB, GiB, TiB, KB, MB, GB, TB"
+                ),
+            });
+        }
+    };
+    Ok((value * scale).round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_bytes("80GiB", "gpuMem").unwrap(), 80 << 30);
+        assert_eq!(parse_bytes("80GB", "gpuMem").unwrap(), 80_000_000_000);
+        assert_eq!(parse_bytes("512 MiB", "gpuMem").unwrap(), 512 << 20);
+        let err = parse_bytes("lots", "--gpu-mem").unwrap_err().to_string();
+        assert!(err.contains("--gpu-mem"), "{err}");
+        assert!(parse_bytes("80XB", "--gpu-mem").is_err());
+    }
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!(
+            Method::from_mode("full-bf16", 16).unwrap(),
+            Method::Full {
+                precision: FullPrecision::Bf16
+            }
+        );
+        assert_eq!(
+            Method::from_mode("qlora", 8).unwrap(),
+            Method::Qlora { rank: 8 }
+        );
+        assert!(
+            Method::from_mode("prefix-tuning", 8)
+                .unwrap_err()
+                .to_string()
+                .contains("`mode`")
+        );
+    }
+
+    #[test]
+    fn request_json_is_camel_case_and_round_trips() {
+        let shape = crate::catalog::shape_of("Qwen/Qwen2.5-0.5B").unwrap();
+        let mut req = PlanRequest::new(shape, "Qwen/Qwen2.5-0.5B", crate::GpuKind::H100, 8, 2048);
+        req.parallelism = Parallelism::Fixed(Layout {
+            tp: 2,
+            pp: 1,
+            cp: 1,
+            ep: 1,
+            zero: 1,
+            recompute: Recompute::Selective,
+            micro_batch: 2,
+        });
+        let text = serde_json::to_string(&req).unwrap();
+        assert!(
+            text.contains("\"gpusPerNode\":8") && text.contains("\"microBatch\":2"),
+            "{text}"
+        );
+        let back: PlanRequest = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, req);
+    }
+}

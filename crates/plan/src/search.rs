@@ -437,10 +437,10 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         for (tp, pp) in layouts(req) {
             let cp = fixed.map_or(1, |l| l.cp);
             let dp = gpus / (tp * pp * cp);
-            for (engine, recipe) in engine_recipes(req, method, tp, pp) {
+            for (engine, base_recipe) in engine_recipes(req, method, tp, pp) {
                 let zeros = match fixed {
                     Some(l) => vec![l.zero],
-                    None => zero_stages(engine, recipe, dp),
+                    None => zero_stages(engine, base_recipe, dp),
                 };
                 let recomputes = match fixed {
                     Some(l) => vec![l.recompute],
@@ -451,6 +451,13 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
                     None => vec![1, 2, 4, 8, 16],
                 };
                 for &zero in &zeros {
+                    // torchrun + FSDP full shard keeps fp32 sharded parameters and gathers
+                    // bf16 copies per layer instead of autocast-caching the whole model.
+                    let recipe = if base_recipe == Recipe::HfAmp && zero == 3 && dp > 1 {
+                        Recipe::FsdpAmp
+                    } else {
+                        base_recipe
+                    };
                     for &recompute in &recomputes {
                         for &mb in &micro_batches {
                             let global = if req.global_batch > 0 {
@@ -571,13 +578,15 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         .map(|c| (*c).clone())
         .collect();
 
-    // Simpler layouts of the chosen method that do not fit explain the model parallelism:
-    // for each (engine, tp, pp, zero) simpler than the choice, its most frugal variant.
-    let mut groups: std::collections::BTreeMap<(u64, u8, u64, u64, u8), &Candidate> =
+    // Simpler layouts of the chosen method where no variant (recompute, micro-batch) fits
+    // explain the model parallelism: each with its most frugal variant.
+    // (model-parallel size, zero, tp, pp, engine) → (any variant fits, most frugal variant)
+    type GroupKey = (u64, u8, u64, u64, u8);
+    let mut groups: std::collections::BTreeMap<GroupKey, (bool, &Candidate)> =
         std::collections::BTreeMap::new();
     for c in all
         .iter()
-        .filter(|c| c.method == method && simplicity(c).0 <= simplicity(&chosen).0 && !c.fits())
+        .filter(|c| c.method == method && simplicity(c).0 <= simplicity(&chosen).0)
     {
         let key = (
             c.layout.tp * c.layout.pp,
@@ -586,17 +595,15 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             c.layout.pp,
             c.engine as u8,
         );
-        let slot = groups.entry(key).or_insert(c);
-        if c.memory.required_bytes < slot.memory.required_bytes {
-            *slot = c;
+        let slot = groups.entry(key).or_insert((false, c));
+        slot.0 |= c.fits();
+        if c.memory.required_bytes < slot.1.memory.required_bytes {
+            slot.1 = c;
         }
     }
-    let mut frugal: Vec<&Candidate> = groups.into_values().collect();
-    frugal.sort_by_key(|c| (simplicity(c).0, c.layout.zero));
-    let chosen_key = (chosen.layout.tp, chosen.layout.pp, chosen.layout.zero);
-    for c in frugal
-        .into_iter()
-        .filter(|c| (c.layout.tp, c.layout.pp, c.layout.zero) != chosen_key)
+    for (_, c) in groups
+        .into_values()
+        .filter(|(any_fits, _)| !any_fits)
         .take(5)
     {
         rejected.push(rejection(c));
