@@ -181,6 +181,10 @@ def run_rows(rows, probe=False):
     header = "model,mode,micro_batch,seq_len,grad_ckpt,lora_rank,params_total,params_trainable,peak_allocated_bytes,peak_reserved_bytes,step_time_s,status"
     out = [header]
     print(header, flush=True)
+    sink = open(os.path.join(OUT, "extra_rows.csv"), "w") if OUT and not probe else None
+    if sink:
+        sink.write(header + "\n")
+        sink.flush()
     for row in rows:
         q = ctx.Queue()
         p = ctx.Process(target=one_row, args=(row, q, probe))
@@ -196,14 +200,16 @@ def run_rows(rows, probe=False):
         )
         out.append(line)
         print(line, flush=True)
+        if sink:  # written row by row so a time-out keeps what was measured
+            sink.write(line + "\n")
+            sink.flush()
         if report:
             print(report, flush=True)
             if OUT:
                 with open(os.path.join(OUT, "probe-%s-%s-%d-%d.txt" % (name, mode, b, s)), "w") as f:
                     f.write(report + "\n")
-    if OUT and not probe:
-        with open(os.path.join(OUT, "extra_rows.csv"), "w") as f:
-            f.write("\n".join(out) + "\n")
+    if sink:
+        sink.close()
 
 
 def main():

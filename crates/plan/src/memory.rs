@@ -224,8 +224,15 @@ pub fn saved_tensors(model: &ModelShape, recipe: Recipe, lora_rank: u64) -> Vec<
     }
     match fl {
         Flavour::Bf16 => {
+            // Gemma's RMSNorm multiplies by (1 + weight) in fp32, so the normalised tensor it
+            // keeps for the weight gradient is fp32.
+            let normed = if model.arch == crate::model::Arch::Gemma {
+                4 * h
+            } else {
+                2 * h
+            };
             push("input_layernorm fp32 input", 4 * h, false);
-            push("input_layernorm normalised", 2 * h, false);
+            push("input_layernorm normalised", normed, false);
             push("q/k/v input", 2 * h, true);
             if model.qk_norm {
                 push("q_norm/k_norm fp32 input + normalised", 6 * (q + kv), false);
@@ -234,7 +241,7 @@ pub fn saved_tensors(model: &ModelShape, recipe: Recipe, lora_rank: u64) -> Vec<
             push("k after RoPE, v", 4 * kv, true);
             push("attention output (o_proj input)", 2 * q, true);
             push("post_attention_layernorm fp32 input", 4 * h, false);
-            push("post_attention_layernorm normalised", 2 * h, false);
+            push("post_attention_layernorm normalised", normed, false);
             push("gate/up input", 2 * h, true);
             push("gate output (activation input)", 2 * i, true);
             push("activation output", 2 * i, false);
