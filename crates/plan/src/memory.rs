@@ -358,6 +358,19 @@ fn divu(a: u64, b: u64) -> u64 {
     a.div_ceil(b.max(1))
 }
 
+/// Product of `factors` divided (rounding up) by `divisor`, saturating at u64::MAX.
+fn mul_div(factors: &[u64], divisor: u64) -> u64 {
+    let product = factors
+        .iter()
+        .fold(1u128, |acc, &f| acc.saturating_mul(f as u128));
+    u64::try_from(product.div_ceil(divisor.max(1) as u128)).unwrap_or(u64::MAX)
+}
+
+/// Saturating sum.
+fn sum(terms: &[u64]) -> u64 {
+    terms.iter().fold(0u64, |acc, &t| acc.saturating_add(t))
+}
+
 /// Computes the per-GPU breakdown for one setup; the worst pipeline stage is reported.
 pub fn training_memory(s: &TrainSetup<'_>) -> MemoryBreakdown {
     let stages: Vec<u64> = if s.layout.pp > 1 {
@@ -486,7 +499,7 @@ fn stage_memory(s: &TrainSetup<'_>, stage: u64) -> MemoryBreakdown {
     let tokens = l.micro_batch * seqs * s.seq_len / cp; // per micro-batch on this GPU
     let inflight = (pp - stage).min(s.micro_batches.max(1));
     let per_layer = layer_bytes(model, recipe, s.lora_rank, l.recompute);
-    let activations = divu(layers_here * inflight * tokens * per_layer, tp);
+    let activations = mul_div(&[layers_here, inflight, tokens, per_layer], tp);
     let recompute = if l.recompute == Recompute::Full {
         divu(
             tokens * layer_bytes(model, recipe, s.lora_rank, Recompute::None),
@@ -502,8 +515,8 @@ fn stage_memory(s: &TrainSetup<'_>, stage: u64) -> MemoryBreakdown {
     } else {
         0
     };
-    let logits_fwd = 10 * vt;
-    let logits_bwd = 12 * vt;
+    let logits_fwd = vt.saturating_mul(10);
+    let logits_bwd = vt.saturating_mul(12);
     let head_trains = recipe.method() == MethodKind::Full && last;
     // The head's weight gradient comes out of the matmul in bf16 and is then either cast to the
     // grad dtype (fp32) or copied to the parameter's layout (bf16): two V×h buffers at once.
@@ -536,20 +549,31 @@ fn stage_memory(s: &TrainSetup<'_>, stage: u64) -> MemoryBreakdown {
     } else {
         0
     };
-    let states = weights + optimizer + master + reference_model + workspace;
-    let fwd_end = states + grads_early + cache_fwd + activations + logits_fwd;
-    let bwd_start = states + grads_early + cache_bwd + activations + logits_bwd;
-    let head_bwd = states + grads_early + cache_bwd + activations + 2 * vt + head_grad_transient;
-    let recompute_phase = states
-        + grads_early.max(if head_trains {
-            divu(vh, tp) * gb as u64
-        } else {
-            0
-        })
-        + activations
-        + recompute
-        + cache_bwd;
-    let opt_step = states + grads + tied_embedding_grad + gathered;
+    // Sums saturate: absurd shapes give u64::MAX ("does not fit"), never an overflow panic.
+    let states = sum(&[weights, optimizer, master, reference_model, workspace]);
+    let fwd_end = sum(&[states, grads_early, cache_fwd, activations, logits_fwd]);
+    let bwd_start = sum(&[states, grads_early, cache_bwd, activations, logits_bwd]);
+    let head_bwd = sum(&[
+        states,
+        grads_early,
+        cache_bwd,
+        activations,
+        vt.saturating_mul(2),
+        head_grad_transient,
+    ]);
+    let head_grad = if head_trains {
+        divu(vh, tp) * gb as u64
+    } else {
+        0
+    };
+    let recompute_phase = sum(&[
+        states,
+        grads_early.max(head_grad),
+        activations,
+        recompute,
+        cache_bwd,
+    ]);
+    let opt_step = sum(&[states, grads, tied_embedding_grad, gathered]);
     let mut phases = vec![
         (Phase::ForwardEnd, fwd_end),
         (Phase::BackwardStart, bwd_start),
@@ -601,7 +625,7 @@ pub fn with_overheads(
     let nccl = if world > 1 { 512 * MIB } else { 0 };
     m.context = gpu.spec().context_bytes + nccl;
     m.fragmentation_reserve = (m.peak_bytes as f64 * margin).ceil() as u64;
-    m.required_bytes = m.peak_bytes + m.fragmentation_reserve + m.context;
+    m.required_bytes = sum(&[m.peak_bytes, m.fragmentation_reserve, m.context]);
     m
 }
 

@@ -413,7 +413,40 @@ impl ModelShape {
                 });
             }
         }
+        shape.check_bounds(file)?;
         Ok(shape)
+    }
+
+    /// Rejects sizes beyond any real model, so every later product fits in 64 bits.
+    fn check_bounds(&self, file: &str) -> Result<()> {
+        let mut limits: Vec<(&str, u64, u64)> = vec![
+            ("hidden_size", self.hidden, 1 << 16),
+            ("num_hidden_layers", self.layers, 1 << 10),
+            ("num_attention_heads", self.heads, 1 << 10),
+            ("head_dim", self.head_dim, 1 << 10),
+            ("intermediate_size", self.intermediate, 1 << 20),
+            ("vocab_size", self.vocab, 1 << 22),
+            ("max_position_embeddings", self.max_positions, 1 << 24),
+        ];
+        if let Some(m) = &self.moe {
+            limits.push(("num_experts", m.experts, 1 << 10));
+            limits.push(("moe_intermediate_size", m.expert_intermediate, 1 << 20));
+            limits.push((
+                "shared_expert_intermediate_size",
+                m.shared_intermediate.unwrap_or(0),
+                1 << 20,
+            ));
+        }
+        for (field, value, max) in limits {
+            if value > max {
+                return Err(PlanError::InconsistentConfig {
+                    file: file.to_string(),
+                    field: field.to_string(),
+                    reason: format!("{value} exceeds {max}, larger than any supported model"),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Width of the query projection output (heads × head_dim).
@@ -633,6 +666,48 @@ mod tests {
     fn bad_json_is_reported() {
         let err = ModelShape::from_config_json("{not json", "x.json").unwrap_err();
         assert!(matches!(err, PlanError::ConfigSyntax { .. }));
+    }
+
+    #[test]
+    fn hostile_numbers_are_errors_not_panics() {
+        let base: Value = serde_json::from_str(&fixture("Qwen2.5-7B")).unwrap();
+        let fields = [
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "intermediate_size",
+            "vocab_size",
+            "max_position_embeddings",
+            "head_dim",
+        ];
+        let values = [
+            Value::from(0u64),
+            Value::from(u64::MAX),
+            Value::from(1u64 << 40),
+            Value::from(-3i64),
+            Value::from(2.5f64),
+            Value::from("7"),
+            Value::Null,
+        ];
+        for field in fields {
+            for v in &values {
+                let mut cfg = base.clone();
+                cfg[field] = v.clone();
+                let text = cfg.to_string();
+                if let Ok(shape) = ModelShape::from_config_json(&text, "fuzz.json") {
+                    // Whatever parses must count and size without overflow.
+                    let _ = shape.params();
+                    let _ = shape.lora_params(64);
+                    let _ = shape.train_flops_per_token(1 << 20);
+                }
+            }
+        }
+        // Truncations of a real config never panic either.
+        let text = fixture("Qwen2.5-0.5B");
+        for cut in (0..text.len()).step_by(7) {
+            let _ = ModelShape::from_config_json(&text[..cut], "cut.json");
+        }
     }
 
     #[test]

@@ -186,8 +186,26 @@ fn check_request(req: &PlanRequest) -> Result<()> {
             "0 GPUs for a GPU job; set at least 1 (or use engine: builtin for CPU)".into(),
         );
     }
-    if req.seq_len == 0 {
-        return bad("train.seqLen", "must be at least 1 token".into());
+    if req.seq_len == 0 || req.seq_len > 1 << 24 {
+        return bad(
+            "train.seqLen",
+            format!("{} must be between 1 and 16777216 tokens", req.seq_len),
+        );
+    }
+    if req.global_batch > 1 << 32 {
+        return bad(
+            "train.globalBatch",
+            format!(
+                "{} sequences per step is beyond any real run",
+                req.global_batch
+            ),
+        );
+    }
+    if req.nodes > 1 << 16 || req.gpus_per_node > 1 << 10 {
+        return bad(
+            "resources.nodes",
+            "more than 65536 nodes or 1024 GPUs per node is not a real cluster".into(),
+        );
     }
     if !(0.0..=0.5).contains(&req.safety_margin) {
         return bad(
@@ -212,6 +230,12 @@ fn check_request(req: &PlanRequest) -> Result<()> {
             return bad(
                 "parallelism",
                 "tp, pp, cp and microBatch must be at least 1".into(),
+            );
+        }
+        if l.micro_batch > 4096 || l.tp > 1024 || l.pp > 1024 || l.cp > 1024 {
+            return bad(
+                "parallelism.microBatch",
+                "sizes above 4096 sequences or 1024-way parallelism are not supported".into(),
             );
         }
         if !req.gpus().is_multiple_of(mp) {

@@ -75,7 +75,7 @@ pub fn estimate(s: &StepShape<'_>) -> Throughput {
     let spec = s.gpu.spec();
     let l = s.layout;
     let gpus = (l.tp * l.pp * l.cp * s.dp).max(1) as f64;
-    let tokens = (s.global_batch * s.seq_len) as f64;
+    let tokens = s.global_batch as f64 * s.seq_len as f64;
     let per_token = s.model.train_flops_per_token(s.seq_len);
     let method = s.recipe.method();
     // Frozen base: no weight-gradient GEMMs (forward 2N + input-gradient 2N of the 6N).

@@ -267,3 +267,27 @@ fn memory_grows_with_tokens_and_shrinks_with_sharding() {
     );
     assert!(peak(base, 1, 2048, Recipe::Qlora) < peak(base, 1, 2048, Recipe::Lora));
 }
+
+#[test]
+fn extreme_requests_answer_without_panicking() {
+    for id in [
+        "openai-community/gpt2",
+        "Qwen/Qwen3-30B-A3B",
+        "meta-llama/Meta-Llama-3-70B",
+    ] {
+        for seq in [1u64, 1 << 20, 1 << 24, (1 << 24) + 1] {
+            for global in [0u64, 1, 7, 1 << 32, u64::MAX] {
+                for (nodes, gpus) in [(1u64, 1u64), (3, 8), (1, 1024)] {
+                    let mut req = request(id, nodes, gpus, seq, global);
+                    req.train_sequences = u64::MAX;
+                    match plan(&req) {
+                        Ok(report) => {
+                            assert!(report.chosen.memory.required_bytes <= report.memory_per_gpu)
+                        }
+                        Err(e) => assert!(!e.to_string().is_empty()),
+                    }
+                }
+            }
+        }
+    }
+}
