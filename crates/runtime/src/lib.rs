@@ -7,6 +7,7 @@ mod error;
 mod gang;
 pub mod gpu;
 pub mod local;
+mod merged_logs;
 mod runtime;
 
 pub use error::{Result, RuntimeError};
@@ -16,4 +17,5 @@ pub use gang::{
 };
 pub use gpu::{Gpu, GpuSource, Inventory, discover};
 pub use local::LocalRuntime;
+pub use merged_logs::{merged_logs, prefix_lines};
 pub use runtime::{LogStream, Runtime, supervise, wait};

@@ -82,6 +82,80 @@ impl LocalRuntime {
         })
     }
 
+    /// Stops every rank still alive among those recorded by `rank-<r>.pid` files in
+    /// `attempt_dir` (pid and start time verified): SIGTERM, `grace`, then SIGKILL. For a
+    /// launch whose [`GangRecord`] was never persisted (the control plane died inside
+    /// `launch`) and that [`LocalRuntime::recover`] cannot rebuild; relaunch as the next
+    /// attempt afterwards. Returns the ranks that were signalled, in rank order.
+    pub async fn sweep(attempt_dir: &Path, grace: Duration) -> Result<Vec<u32>> {
+        let entries = std::fs::read_dir(attempt_dir)
+            .map_err(RuntimeError::io("list attempt directory", attempt_dir))?;
+        let mut live = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(RuntimeError::io("list attempt directory", attempt_dir))?;
+            let name = entry.file_name();
+            let Some(rank) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("rank-"))
+                .and_then(|n| n.strip_suffix(".pid"))
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Some((pid, start_time)) = records::read_pid_record(&entry.path()) else {
+                continue;
+            };
+            if pid > 0
+                && pid <= i32::MAX as u32
+                && procfs::liveness(pid, start_time) == Liveness::Alive
+            {
+                live.push((rank, pid, start_time));
+            }
+        }
+        live.sort_unstable();
+        let alive = |list: &[(u32, u32, u64)]| {
+            list.iter()
+                .any(|&(_, pid, start)| procfs::liveness(pid, start) == Liveness::Alive)
+        };
+        let group = |rank: u32, pid: u32, signal: Signal| -> Result<()> {
+            match killpg(Pid::from_raw(pid as i32), signal) {
+                Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+                Err(source) => Err(RuntimeError::Signal {
+                    rank,
+                    pgid: pid,
+                    signal: signal.as_str(),
+                    source,
+                }),
+            }
+        };
+        for &(rank, pid, _) in &live {
+            group(rank, pid, Signal::SIGTERM)?;
+        }
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline && alive(&live) {
+            tokio::time::sleep(TERMINATE_POLL).await;
+        }
+        for &(rank, pid, _) in &live {
+            group(rank, pid, Signal::SIGKILL)?;
+        }
+        let deadline = Instant::now() + KILL_WAIT;
+        while alive(&live) {
+            if Instant::now() >= deadline {
+                let &(rank, pid, _) = live
+                    .iter()
+                    .find(|&&(_, pid, start)| procfs::liveness(pid, start) == Liveness::Alive)
+                    .unwrap_or(&live[0]);
+                return Err(RuntimeError::Unkillable {
+                    rank,
+                    pid,
+                    waited_ms: KILL_WAIT.as_millis() as u64,
+                });
+            }
+            tokio::time::sleep(TERMINATE_POLL).await;
+        }
+        Ok(live.into_iter().map(|(rank, _, _)| rank).collect())
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<PathBuf, Vec<OwnedRank>>> {
         // A panic elsewhere cannot leave the map half-updated: every update is one insert/remove.
         self.inner
@@ -308,16 +382,18 @@ impl LocalRuntime {
         for rank in &gang.ranks {
             // The pid file is written at launch; a record that disagrees with it belongs to a
             // different launch of the same attempt directory.
-            if let Ok(text) = std::fs::read_to_string(&rank.pid_path)
-                && records::parse_pid_record(&text) != Some((rank.pid, rank.start_time))
-            {
+            let on_disk = records::read_pid_record(&rank.pid_path);
+            if rank.pid_path.exists() && on_disk != Some((rank.pid, rank.start_time)) {
+                let found = match on_disk {
+                    Some((pid, start)) => format!("pid {pid} started at tick {start}"),
+                    None => "no readable pid record".to_string(),
+                };
                 return Err(invalid(format!(
-                    "rank {} says pid {} started at tick {}, but {} says {:?}; the record belongs to another launch",
+                    "rank {} says pid {} started at tick {}, but {} holds {found}; the record belongs to another launch",
                     rank.rank,
                     rank.pid,
                     rank.start_time,
                     rank.pid_path.display(),
-                    text.trim()
                 )));
             }
         }

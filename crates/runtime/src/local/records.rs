@@ -115,6 +115,14 @@ pub fn parse_pid_record(text: &str) -> Option<(u32, u64)> {
     parts.next().is_none().then_some((pid, start))
 }
 
+/// Reads and parses a pid file, refusing anything longer than a pid record can be.
+pub fn read_pid_record(path: &Path) -> Option<(u32, u64)> {
+    let file = std::fs::File::open(path).ok()?;
+    let mut text = String::new();
+    file.take(MAX_RECORD).read_to_string(&mut text).ok()?;
+    parse_pid_record(&text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

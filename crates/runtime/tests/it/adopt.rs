@@ -157,3 +157,31 @@ async fn records_of_another_backend_or_a_vanished_directory_are_refused() {
     let err = LocalRuntime::new().adopt(&moved).await.unwrap_err();
     assert!(err.to_string().contains("nowhere"), "{err}");
 }
+
+#[tokio::test]
+async fn sweep_stops_ranks_of_a_launch_whose_record_was_never_persisted() {
+    let dir = tempfile::tempdir().unwrap();
+    let gang = {
+        let crashed = LocalRuntime::new();
+        crashed
+            .launch(sh(dir.path(), 1, 2, "echo up; exec sleep 30"))
+            .await
+            .unwrap()
+    };
+    // The control plane died before persisting the record, and gang.json was lost too.
+    std::fs::remove_file(gang.attempt_dir.join("gang.json")).unwrap();
+    assert!(LocalRuntime::recover(&gang.attempt_dir).is_err());
+    assert!(alive(&gang, 0) && alive(&gang, 1));
+    let swept = LocalRuntime::sweep(&gang.attempt_dir, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(swept, [0, 1]);
+    assert!(!alive(&gang, 0) && !alive(&gang, 1));
+    // A second sweep finds nothing left to stop.
+    assert!(
+        LocalRuntime::sweep(&gang.attempt_dir, Duration::from_secs(5))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -77,3 +77,30 @@ async fn a_restart_appends_to_a_new_attempt_directory() {
         "second\n"
     );
 }
+
+#[tokio::test]
+async fn merged_logs_prefix_every_line_with_its_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = LocalRuntime::new();
+    let gang = rt
+        .launch(sh(
+            dir.path(),
+            2,
+            1,
+            r#"echo "hello from $RANK"; sleep 0.2; echo "bye from $RANK""#,
+        ))
+        .await
+        .unwrap();
+    let merged = collect(ferry_runtime::merged_logs(&rt, &gang, true).unwrap()).await;
+    let mut lines: Vec<&str> = merged.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            "[rank 0] bye from 0",
+            "[rank 0] hello from 0",
+            "[rank 1] bye from 1",
+            "[rank 1] hello from 1"
+        ]
+    );
+}
