@@ -6,6 +6,7 @@
 //! [`catalog`] knows well-known models offline. No I/O happens here beyond parsing strings.
 #![forbid(unsafe_code)]
 
+pub mod calibrate;
 pub mod catalog;
 pub mod error;
 pub mod gpu;
