@@ -59,6 +59,8 @@ pub struct ConvertOptions {
     pub tokenizer_dir: Option<PathBuf>,
     /// Megatron's `make_vocab_size_divisible_by` (Megatron target).
     pub make_vocab_size_divisible_by: usize,
+    /// Virtual pipeline chunks per stage for a Megatron target (1: none).
+    pub vpp: usize,
     /// Iteration folder for a Megatron target (`None`: `release`).
     pub target_iteration: Option<u64>,
     /// Write into a non-empty destination.
@@ -76,6 +78,7 @@ impl Default for ConvertOptions {
             workers: 2,
             tokenizer_dir: None,
             make_vocab_size_divisible_by: 128,
+            vpp: 1,
             target_iteration: None,
             overwrite: false,
         }
@@ -234,6 +237,7 @@ pub fn convert(
             let mo = MegatronWriteOptions {
                 tp,
                 pp,
+                vpp: opts.vpp,
                 iteration: opts.target_iteration,
                 make_vocab_size_divisible_by: opts.make_vocab_size_divisible_by,
             };

@@ -79,6 +79,7 @@ struct Case {
     spec: ModelSpec,
     tp: usize,
     pp: usize,
+    vpp: usize,
     two_shards: bool,
     seed: u64,
 }
@@ -89,7 +90,7 @@ fn case() -> impl Strategy<Value = Case> {
             0usize..4,
             1usize..3,
             prop::sample::select(vec![2usize, 4]),
-            1usize..5,
+            1usize..7,
             1usize..4,
         ),
         (
@@ -103,13 +104,14 @@ fn case() -> impl Strategy<Value = Case> {
             any::<u64>(),
             any::<prop::sample::Index>(),
             any::<prop::sample::Index>(),
+            any::<prop::sample::Index>(),
         ),
     )
         .prop_map(
             |(
                 (g_pow, r, hd, layers, ffn_mul),
                 (vocab, tied, bias, bf16, two),
-                (seed, tp_i, pp_i),
+                (seed, tp_i, pp_i, vpp_i),
             )| {
                 let groups = 1 << g_pow; // 1, 2, 4, 8
                 let heads = groups * r;
@@ -139,10 +141,16 @@ fn case() -> impl Strategy<Value = Case> {
                     .filter(|t| groups % t == 0 && ffn % t == 0)
                     .collect();
                 let pps: Vec<usize> = (1..=layers).filter(|p| layers % p == 0).collect();
+                let pp = *pp_i.get(&pps);
+                // virtual pipeline chunks only with pp > 1, and pp x vpp must divide the layers
+                let vpps: Vec<usize> = (1..=layers / pp)
+                    .filter(|v| *v == 1 || (pp > 1 && layers % (pp * v) == 0))
+                    .collect();
                 Case {
                     spec,
                     tp: *tp_i.get(&tps),
-                    pp: *pp_i.get(&pps),
+                    pp,
+                    vpp: *vpp_i.get(&vpps),
                     two_shards: two,
                     seed,
                 }
@@ -160,12 +168,12 @@ proptest! {
         let meg = tmp.path().join("meg");
         let back = tmp.path().join("back");
         write_random_hf(&hf, &c.spec, c.seed, c.two_shards);
-        let to_meg = ConvertOptions { to: Target::Megatron { tp: c.tp, pp: c.pp }, ..ConvertOptions::default() };
+        let to_meg = ConvertOptions { to: Target::Megatron { tp: c.tp, pp: c.pp }, vpp: c.vpp, ..ConvertOptions::default() };
         convert(&hf, &meg, &to_meg, &|_| {}).unwrap();
         let opts = ConvertOptions { workers: 3, shard_bytes: 4096, ..ConvertOptions::default() };
         let rep = convert(&meg, &back, &opts, &|_| {}).unwrap();
         let par = rep.source_parallel.unwrap();
-        prop_assert_eq!((par.tp, par.pp), (c.tp, c.pp));
+        prop_assert_eq!((par.tp, par.pp, par.vpp), (c.tp, c.pp, c.vpp));
         let a = all_tensors(&hf);
         let b = all_tensors(&back);
         prop_assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
@@ -283,4 +291,41 @@ fn megatron_target_checks_divisibility() {
             "{e}"
         );
     }
+}
+
+/// Virtual pipeline: chunk `v` of stage `p` holds global layers `v*PP*Lc + p*Lc ..` (Megatron's
+/// interleaved order), written as `model0..model{V-1}`, and reads back to the same model.
+#[test]
+fn virtual_pipeline_layout_follows_megatron() {
+    let fx = common::fixtures().join("megatron/llama-tp2-pp2");
+    let tmp = tempfile::tempdir().unwrap();
+    let hf = tmp.path().join("hf");
+    let meg = tmp.path().join("meg");
+    let back = tmp.path().join("back");
+    convert(&fx.join("legacy"), &hf, &ConvertOptions::default(), &|_| {}).unwrap();
+    let opts = ConvertOptions {
+        to: Target::Megatron { tp: 2, pp: 2 },
+        vpp: 2,
+        ..ConvertOptions::default()
+    };
+    convert(&hf, &meg, &opts, &|_| {}).unwrap();
+    // 4 layers, PP=2, VPP=2 → Lc=1; stage 1 chunk 0 holds global layer 1, chunk 1 holds layer 3
+    let f = TorchFile::open(&meg.join("release/mp_rank_00_001/model_optim_rng.pt")).unwrap();
+    let hf_t = all_tensors(&hf);
+    for (chunk, layer) in [("model0", 1), ("model1", 3)] {
+        let m = f.pickle.get(f.root(), chunk).unwrap();
+        let v = f
+            .pickle
+            .get(m, "decoder.layers.0.input_layernorm.weight")
+            .unwrap();
+        let got = f.tensor_of(v).unwrap().unwrap().read_all().unwrap();
+        assert_eq!(
+            got,
+            hf_t[&format!("model.layers.{layer}.input_layernorm.weight")].2,
+            "{chunk}"
+        );
+    }
+    let rep = convert(&meg, &back, &ConvertOptions::default(), &|_| {}).unwrap();
+    assert_eq!(rep.source_parallel.unwrap().vpp, 2);
+    assert!(common::logits_diff(&back, &fx) < 1e-3);
 }

@@ -18,6 +18,8 @@ pub struct MegatronWriteOptions {
     pub tp: usize,
     /// Pipeline-parallel size.
     pub pp: usize,
+    /// Virtual pipeline chunks per stage (1: none; >1 writes `model0..model{V-1}`).
+    pub vpp: usize,
     /// Iteration folder to write (`None`: `release`, as Megatron's own converters do).
     pub iteration: Option<u64>,
     /// `make_vocab_size_divisible_by` recorded in `args` (the source's padding must match).
@@ -38,18 +40,24 @@ fn suffix(lp: LayerParam) -> &'static str {
     }
 }
 
-/// Entries of one rank's `model` dict: (name, parameter) in Megatron's order; `None` marks `_extra_state`.
-fn rank_entries(spec: &ModelSpec, par: &Parallel, pp_rank: usize) -> Vec<(String, Option<Param>)> {
-    let lc = spec.num_layers / par.pp;
+/// Entries of one rank's `model` (or `model{chunk}`) dict: (name, parameter) in Megatron's
+/// order; `None` marks `_extra_state`.
+fn rank_entries(
+    spec: &ModelSpec,
+    par: &Parallel,
+    pp_rank: usize,
+    chunk: usize,
+) -> Vec<(String, Option<Param>)> {
+    let lc = spec.num_layers / (par.pp * par.vpp);
     let mut v = Vec::new();
-    if pp_rank == 0 {
+    if pp_rank == 0 && chunk == 0 {
         v.push((
             "embedding.word_embeddings.weight".to_string(),
             Some(Param::Embedding),
         ));
     }
     for i in 0..lc {
-        let g = pp_rank * lc + i;
+        let g = chunk * par.pp * lc + pp_rank * lc + i;
         for lp in spec.layer_params() {
             v.push((
                 format!("decoder.layers.{i}.{}", suffix(lp)),
@@ -67,7 +75,7 @@ fn rank_entries(spec: &ModelSpec, par: &Parallel, pp_rank: usize) -> Vec<(String
             }
         }
     }
-    if pp_rank == par.pp - 1 {
+    if pp_rank == par.pp - 1 && chunk == par.vpp - 1 {
         v.push((
             "decoder.final_layernorm.weight".to_string(),
             Some(Param::FinalNorm),
@@ -202,8 +210,21 @@ fn args_pickle(
         w.str(k);
         w.str(v);
     }
-    w.str("virtual_pipeline_model_parallel_size");
-    w.none();
+    for k in [
+        "virtual_pipeline_model_parallel_size",
+        "num_layers_per_virtual_pipeline_stage",
+    ] {
+        w.str(k);
+        if par.vpp > 1 {
+            w.int(if k.starts_with("virtual") {
+                par.vpp
+            } else {
+                spec.num_layers / (par.pp * par.vpp)
+            } as i64);
+        } else {
+            w.none();
+        }
+    }
     w.str("params_dtype");
     w.global("torch", spec.dtype.torch_name());
     w.setitems();
@@ -221,16 +242,25 @@ pub fn write_legacy(
     let par = Parallel {
         tp: opts.tp,
         pp: opts.pp,
-        vpp: 1,
+        vpp: opts.vpp,
     };
     spec.check(opts.tp).map_err(|r| CkptError::Option {
         field: "tp",
         reason: r,
     })?;
-    if opts.pp == 0 || !spec.num_layers.is_multiple_of(opts.pp) {
+    if opts.pp == 0 || opts.vpp == 0 || !spec.num_layers.is_multiple_of(opts.pp * opts.vpp) {
         return Err(CkptError::Option {
             field: "pp",
-            reason: format!("{} must divide the {} layers", opts.pp, spec.num_layers),
+            reason: format!(
+                "pp ({}) x vpp ({}) must divide the {} layers",
+                opts.pp, opts.vpp, spec.num_layers
+            ),
+        });
+    }
+    if opts.vpp > 1 && opts.pp == 1 {
+        return Err(CkptError::Option {
+            field: "vpp",
+            reason: "virtual pipeline stages need pp > 1".into(),
         });
     }
     if !spec.padded_vocab.is_multiple_of(opts.tp) {
@@ -247,27 +277,25 @@ pub fn write_legacy(
         None => ("release".to_string(), "release".to_string(), 0),
     };
     std::fs::create_dir_all(dst).map_err(io_err(dst))?;
-    let total: u64 = (0..opts.pp)
-        .flat_map(|pr| rank_entries(&spec, &par, pr))
-        .filter_map(|(_, p)| p)
+    let spec_ref = &spec;
+    let all: Vec<(String, Option<Param>)> = (0..opts.pp)
+        .flat_map(|pr| (0..opts.vpp).flat_map(move |v| rank_entries(spec_ref, &par, pr, v)))
+        .collect();
+    let total: u64 = all
+        .iter()
+        .filter_map(|(_, p)| *p)
         .map(|p| {
             (local_shape(&spec, p, opts.tp).iter().product::<usize>() * spec.dtype.size() * opts.tp)
                 as u64
         })
         .sum();
-    let ntensors = (0..opts.pp)
-        .map(|pr| {
-            rank_entries(&spec, &par, pr)
-                .iter()
-                .filter(|e| e.1.is_some())
-                .count()
-        })
-        .sum::<usize>()
-        * opts.tp;
+    let ntensors = all.iter().filter(|e| e.1.is_some()).count() * opts.tp;
     let mut done = 0u64;
     let mut done_t = 0usize;
     for pr in 0..opts.pp {
-        let entries = rank_entries(&spec, &par, pr);
+        let per_chunk: Vec<Vec<(String, Option<Param>)>> = (0..opts.vpp)
+            .map(|v| rank_entries(&spec, &par, pr, v))
+            .collect();
         for t in 0..opts.tp {
             let folder = if opts.pp > 1 {
                 format!("mp_rank_{t:02}_{pr:03}")
@@ -285,30 +313,37 @@ pub fn write_legacy(
             w.float(3.0);
             w.str("iteration");
             w.int(iteration as i64);
-            w.str("model");
-            w.ordered_dict();
-            w.mark();
             let mut key = 0usize;
-            for (name, p) in &entries {
-                w.str(name);
-                match p {
-                    Some(p) => {
-                        w.tensor(
-                            &key.to_string(),
-                            spec.dtype,
-                            &local_shape(&spec, *p, opts.tp),
-                        );
-                        key += 1;
+            for (v, entries) in per_chunk.iter().enumerate() {
+                let model_key = if opts.vpp > 1 {
+                    format!("model{v}")
+                } else {
+                    "model".to_string()
+                };
+                w.str(&model_key);
+                w.ordered_dict();
+                w.mark();
+                for (name, p) in entries {
+                    w.str(name);
+                    match p {
+                        Some(p) => {
+                            w.tensor(
+                                &key.to_string(),
+                                spec.dtype,
+                                &local_shape(&spec, *p, opts.tp),
+                            );
+                            key += 1;
+                        }
+                        None => w.none(),
                     }
-                    None => w.none(),
                 }
+                w.setitems();
             }
-            w.setitems();
             w.setitems();
             let path = dir.join("model_optim_rng.pt");
             let mut tw = TorchSaveWriter::create(&path, "model_optim_rng", &w.finish())?;
             let mut key = 0usize;
-            for (name, p) in &entries {
+            for (name, p) in per_chunk.iter().flatten() {
                 let Some(p) = p else { continue };
                 let bytes = shard_bytes(src, *p, opts.tp, t)?;
                 tw.storage(&key.to_string(), &bytes)?;
