@@ -45,6 +45,8 @@ pub(crate) struct Pool {
     pub name: String,
     pub nodes: Vec<NodeState>,
     pub max_cap: u32,
+    /// (GPUs per node, nodes with that many), for quick feasibility checks.
+    pub cap_hist: Vec<(u32, u64)>,
     /// Free GPUs on indexed nodes.
     pub free_total: u64,
     levels: Vec<Level>,
@@ -98,10 +100,18 @@ impl Pool {
                 d.buckets = vec![BTreeSet::new(); max_cap as usize + 1];
             }
         }
+        let mut cap_hist: Vec<(u32, u64)> = Vec::new();
+        for st in &states {
+            match cap_hist.iter_mut().find(|(c, _)| *c == st.cap) {
+                Some((_, k)) => *k += 1,
+                None => cap_hist.push((st.cap, 1)),
+            }
+        }
         let mut pool = Pool {
             name,
             nodes: states,
             max_cap,
+            cap_hist,
             free_total: 0,
             levels,
         };

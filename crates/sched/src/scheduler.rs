@@ -467,9 +467,9 @@ impl Scheduler {
             .filter(|&f| {
                 let p = &self.pools[f];
                 let fit_nodes: u64 = p
-                    .nodes
+                    .cap_hist
                     .iter()
-                    .map(|n| u64::from(n.cap / w.gpus_per_pod))
+                    .map(|(cap, count)| u64::from(cap / w.gpus_per_pod) * count)
                     .sum();
                 let quota = self.max_quota(q, f);
                 if fit_nodes < u64::from(w.pods) {

@@ -1,0 +1,129 @@
+//! The simulator on the shared Helios trace and on a synthetic saturated trace.
+
+use std::path::PathBuf;
+
+use ferry_sched::{
+    Cluster, FlavorQuota, Policy, QueueSpec, SchedError, TraceJob, default_cluster, default_queues,
+    parse_trace, read_trace, render_svg, render_table, simulate,
+};
+
+fn fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join("../shared/fixtures/traces/helios_venus_2vc_2020-09a.csv")
+}
+
+#[test]
+fn ferry_beats_fifo_and_easy_backfill_on_the_helios_trace() {
+    let trace = read_trace(&fixture()).expect("fixture trace reads");
+    assert_eq!(trace.len(), 1014);
+    let cluster = default_cluster(&trace);
+    // Offered load 169.7 GPUs -> 22 nodes of 8; the largest job (128) fits.
+    assert_eq!(cluster.total_gpus(), 176);
+    let queues = default_queues(&trace, &cluster);
+    let total: u32 = queues.iter().map(|q| q.quotas[0].nominal).sum();
+    assert_eq!(total, 176);
+    let reports: Vec<_> = Policy::ALL
+        .iter()
+        .map(|p| simulate(&trace, &cluster, &queues, *p).expect("simulation runs"))
+        .collect();
+    let table = render_table(&reports);
+    println!("{table}");
+    let (ferry, fifo, easy) = (&reports[0], &reports[1], &reports[2]);
+    assert!(ferry.mean_jct_s < fifo.mean_jct_s, "{table}");
+    assert!(ferry.mean_jct_s < easy.mean_jct_s, "{table}");
+    assert!(ferry.utilization > fifo.utilization, "{table}");
+    assert!(ferry.utilization > easy.utilization, "{table}");
+    // Every job ran exactly its duration: useful work is the same for all policies.
+    for r in &reports {
+        assert!(r.utilization > 0.5 && r.utilization <= 1.0, "{table}");
+        assert!(r.p99_jct_s >= r.p50_jct_s);
+    }
+    let svg = render_svg(&reports, cluster.total_gpus());
+    assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 3);
+}
+
+/// Three teams, each submitting far more than the cluster holds, with different job sizes.
+fn saturated_trace() -> Vec<TraceJob> {
+    let mut jobs = Vec::new();
+    let mut x: u64 = 12345;
+    let mut rnd = |n: u64| {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (x >> 33) % n
+    };
+    for i in 0..900u64 {
+        let team = ["big", "mid", "small"][(i % 3) as usize];
+        let gpus = match team {
+            "big" => [8, 16][rnd(2) as usize],
+            "mid" => [2, 4, 8][rnd(3) as usize],
+            _ => [1, 2][rnd(2) as usize],
+        };
+        jobs.push(TraceJob {
+            job_id: format!("{i}"),
+            submit_s: i * 5,
+            duration_s: 200 + rnd(1800),
+            gpus,
+            nodes: gpus.div_ceil(8) as u32,
+            team: team.into(),
+            status: "COMPLETED".into(),
+        });
+    }
+    jobs
+}
+
+#[test]
+fn saturated_teams_get_their_entitlement_within_ten_percent() {
+    let trace = saturated_trace();
+    let cluster = Cluster::uniform(8, 8, "gpu");
+    let q = |name: &str, nominal: u32| QueueSpec {
+        name: name.into(),
+        cohort: Some("all".into()),
+        quotas: vec![FlavorQuota {
+            flavor: "gpu".into(),
+            nominal,
+            borrowing_limit: None,
+            lending_limit: None,
+        }],
+        fair_share_weight: 1.0,
+    };
+    let queues = vec![q("big", 32), q("mid", 16), q("small", 16)];
+    let ferry = simulate(&trace, &cluster, &queues, Policy::Ferry).unwrap();
+    let fifo = simulate(&trace, &cluster, &queues, Policy::Fifo).unwrap();
+    let table = render_table(&[ferry.clone(), fifo]);
+    println!("{table}");
+    assert!(
+        ferry.saturated_s > 10_000,
+        "the trace must saturate every team\n{table}"
+    );
+    for (team, s) in &ferry.team_share {
+        assert!(
+            (0.9..=1.1).contains(&s.ratio),
+            "team {team}: share {:.3} vs entitlement {:.3}\n{table}",
+            s.share,
+            s.entitlement
+        );
+    }
+}
+
+#[test]
+fn bad_traces_are_refused_with_the_line_and_the_fix() {
+    let err = parse_trace("job_id,submit_s\n1,2\n", "t.csv").unwrap_err();
+    assert!(matches!(&err, SchedError::Trace { line: 1, .. }), "{err}");
+    let err = parse_trace(
+        "job_id,submit_s,duration_s,gpus,nodes,team,status\n1,0,10,8,1,a,COMPLETED\n2,x,10,8,1,a,FAILED\n",
+        "t.csv",
+    )
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("line 3") && msg.contains("submit_s"), "{msg}");
+    let err = parse_trace(
+        "job_id,submit_s,duration_s,gpus,nodes,team,status\n1,0,10,0,1,a,COMPLETED\n",
+        "t.csv",
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("gpus"), "{err}");
+    assert!(parse_trace("", "t.csv").is_err());
+    assert!(read_trace(std::path::Path::new("/nonexistent/trace.csv")).is_err());
+}
