@@ -113,46 +113,15 @@ impl LocalRuntime {
             }
         }
         live.sort_unstable();
-        let alive = |list: &[(u32, u32, u64)]| {
-            list.iter()
-                .any(|&(_, pid, start)| procfs::liveness(pid, start) == Liveness::Alive)
-        };
-        let group = |rank: u32, pid: u32, signal: Signal| -> Result<()> {
-            match killpg(Pid::from_raw(pid as i32), signal) {
-                Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
-                Err(source) => Err(RuntimeError::Signal {
-                    rank,
-                    pgid: pid,
-                    signal: signal.as_str(),
-                    source,
-                }),
-            }
-        };
-        for &(rank, pid, _) in &live {
-            group(rank, pid, Signal::SIGTERM)?;
-        }
-        let deadline = Instant::now() + grace;
-        while Instant::now() < deadline && alive(&live) {
-            tokio::time::sleep(TERMINATE_POLL).await;
-        }
-        for &(rank, pid, _) in &live {
-            group(rank, pid, Signal::SIGKILL)?;
-        }
-        let deadline = Instant::now() + KILL_WAIT;
-        while alive(&live) {
-            if Instant::now() >= deadline {
-                let &(rank, pid, _) = live
-                    .iter()
-                    .find(|&&(_, pid, start)| procfs::liveness(pid, start) == Liveness::Alive)
-                    .unwrap_or(&live[0]);
-                return Err(RuntimeError::Unkillable {
-                    rank,
-                    pid,
-                    waited_ms: KILL_WAIT.as_millis() as u64,
-                });
-            }
-            tokio::time::sleep(TERMINATE_POLL).await;
-        }
+        let targets: Vec<(u32, u32)> = live.iter().map(|&(rank, pid, _)| (rank, pid)).collect();
+        stop_groups(&targets, grace, || {
+            Ok(live
+                .iter()
+                .filter(|&&(_, pid, start)| procfs::liveness(pid, start) == Liveness::Alive)
+                .map(|&(rank, _, _)| rank)
+                .collect())
+        })
+        .await?;
         Ok(live.into_iter().map(|(rank, _, _)| rank).collect())
     }
 
@@ -294,76 +263,31 @@ impl LocalRuntime {
     }
 
     async fn terminate_gang(&self, gang: &GangRecord, grace: Duration) -> Result<()> {
-        let running: Vec<&RankRecord> = self
-            .statuses(gang)?
-            .iter()
-            .filter(|s| s.state == RankState::Running)
-            .map(|s| &gang.ranks[s.rank as usize])
+        let running = |statuses: Vec<RankStatus>| -> Vec<u32> {
+            statuses
+                .into_iter()
+                .filter(|s| s.state == RankState::Running)
+                .map(|s| s.rank)
+                .collect()
+        };
+        // Only ranks seen alive now (own child not reaped, or pid + start time verified) are
+        // signalled, so a recycled pid is never hit.
+        let targets: Vec<(u32, u32)> = running(self.statuses(gang)?)
+            .into_iter()
+            .map(|rank| (rank, gang.ranks[rank as usize].pid))
             .collect();
-        let mut first_error = None;
-        for rank in &running {
-            if let Err(e) = signal_group(rank, Signal::SIGTERM) {
-                first_error.get_or_insert(e);
-            }
-        }
-        let deadline = Instant::now() + grace;
-        while Instant::now() < deadline && self.any_running(gang, &running)? {
-            tokio::time::sleep(
-                TERMINATE_POLL.min(deadline.saturating_duration_since(Instant::now())),
-            )
-            .await;
-        }
-        // SIGKILL every group we signalled, including those whose leader already ended, so a
-        // rank's own children that ignored SIGTERM do not linger. Each leader was alive (pid
-        // and start time verified) moments ago, so its group id cannot have been recycled.
-        let survivors: Vec<u32> = running.iter().map(|r| r.rank).collect();
-        for rank in &running {
-            if let Err(e) = signal_group(rank, Signal::SIGKILL) {
-                first_error.get_or_insert(e);
-            }
-        }
-        let deadline = Instant::now() + KILL_WAIT;
-        while self.any_running(gang, &running)? {
-            if Instant::now() >= deadline {
-                let stuck = self
-                    .statuses(gang)?
-                    .into_iter()
-                    .find(|s| s.state == RankState::Running && survivors.contains(&s.rank));
-                if let Some(stuck) = stuck {
-                    return Err(RuntimeError::Unkillable {
-                        rank: stuck.rank,
-                        pid: gang.ranks[stuck.rank as usize].pid,
-                        waited_ms: KILL_WAIT.as_millis() as u64,
-                    });
-                }
-                break;
-            }
-            tokio::time::sleep(TERMINATE_POLL).await;
-        }
+        let stopped = stop_groups(&targets, grace, || Ok(running(self.statuses(gang)?))).await;
         // Adopted ranks killed together with their wrapper left no record: write one now, so
-        // they read as "killed by SIGKILL" rather than "lost".
+        // they read as "killed by SIGKILL" rather than "lost", also after a restart.
         for status in self.statuses(gang)? {
-            if status.state == RankState::Lost && survivors.contains(&status.rank) {
-                let exit_path = &gang.ranks[status.rank as usize].exit_path;
-                records::ensure_exit_record(
-                    exit_path,
-                    &RankState::Signaled {
-                        signal: Signal::SIGKILL as i32,
-                    },
-                )?;
+            if status.state == RankState::Lost && targets.iter().any(|&(r, _)| r == status.rank) {
+                let killed = RankState::Signaled {
+                    signal: Signal::SIGKILL as i32,
+                };
+                records::ensure_exit_record(&gang.ranks[status.rank as usize].exit_path, &killed)?;
             }
         }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
-    fn any_running(&self, gang: &GangRecord, ranks: &[&RankRecord]) -> Result<bool> {
-        let statuses = self.statuses(gang)?;
-        Ok(ranks
-            .iter()
-            .any(|r| statuses[r.rank as usize].state == RankState::Running))
+        stopped
     }
 
     fn adopt_gang(&self, gang: &GangRecord) -> Result<GangStatus> {
@@ -508,7 +432,7 @@ fn spawn_rank(req: &LaunchRequest, gang: &GangRecord, rank: u32) -> Result<(Rank
         pid_path,
     };
     if let Err(e) = records::write_atomic(&record.pid_path, &format!("{pid} {start_time}\n")) {
-        let _ = signal_group(&record, Signal::SIGKILL);
+        let _ = signal_group(record.rank, record.pid, Signal::SIGKILL);
         return Err(e);
     }
     Ok((record, child))
@@ -517,7 +441,7 @@ fn spawn_rank(req: &LaunchRequest, gang: &GangRecord, rank: u32) -> Result<(Rank
 /// Kills and reaps ranks started by a launch that then failed.
 async fn kill_spawned(gang: &GangRecord, owned: Vec<OwnedRank>) {
     for (record, mut own) in gang.ranks.iter().zip(owned) {
-        let _ = signal_group(record, Signal::SIGKILL);
+        let _ = signal_group(record.rank, record.pid, Signal::SIGKILL);
         let _ = tokio::time::timeout(KILL_WAIT, own.child.wait()).await;
     }
 }
@@ -592,18 +516,70 @@ fn state_of(status: ExitStatus) -> RankState {
     }
 }
 
-/// Signals the rank's process group; a group that is already gone is not an error.
-fn signal_group(rank: &RankRecord, signal: Signal) -> Result<()> {
-    let pgid = Pid::from_raw(rank.pid as i32);
-    match killpg(pgid, signal) {
+/// Signals the process group `pgid` of `rank`; a group that is already gone is not an error.
+fn signal_group(rank: u32, pgid: u32, signal: Signal) -> Result<()> {
+    match killpg(Pid::from_raw(pgid as i32), signal) {
         Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
         Err(source) => Err(RuntimeError::Signal {
-            rank: rank.rank,
-            pgid: rank.pid,
+            rank,
+            pgid,
             signal: signal.as_str(),
             source,
         }),
     }
+}
+
+/// Stops the process groups of `targets` (rank, pgid): SIGTERM to each, a wait of up to
+/// `grace` while `running` still lists any of them, then SIGKILL to every one — also to
+/// groups whose leader already ended, so children that ignored SIGTERM do not linger (each
+/// leader was verified alive moments ago, so its group id cannot have been recycled) — and
+/// a wait until none is running. The first signalling error is returned after all that.
+async fn stop_groups(
+    targets: &[(u32, u32)],
+    grace: Duration,
+    mut running: impl FnMut() -> Result<Vec<u32>>,
+) -> Result<()> {
+    let mut first_error = None;
+    let mut signal_all = |signal: Signal| {
+        for &(rank, pgid) in targets {
+            if let Err(e) = signal_group(rank, pgid, signal) {
+                first_error.get_or_insert(e);
+            }
+        }
+    };
+    let mut still_running = || -> Result<Option<u32>> {
+        let now = running()?;
+        Ok(targets
+            .iter()
+            .map(|&(rank, _)| rank)
+            .find(|rank| now.contains(rank)))
+    };
+    signal_all(Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while still_running()?.is_some() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        tokio::time::sleep(TERMINATE_POLL.min(left)).await;
+    }
+    signal_all(Signal::SIGKILL);
+    let deadline = Instant::now() + KILL_WAIT;
+    while let Some(rank) = still_running()? {
+        if Instant::now() >= deadline {
+            let pid = targets
+                .iter()
+                .find(|&&(r, _)| r == rank)
+                .map_or(0, |&(_, pid)| pid);
+            return Err(RuntimeError::Unkillable {
+                rank,
+                pid,
+                waited_ms: KILL_WAIT.as_millis() as u64,
+            });
+        }
+        tokio::time::sleep(TERMINATE_POLL).await;
+    }
+    first_error.map_or(Ok(()), Err)
 }
 
 /// A TCP port that was free on 127.0.0.1 a moment ago, for `MASTER_PORT`.

@@ -19,7 +19,7 @@ async fn a_fresh_runtime_adopts_running_gangs_and_sees_them_to_completion() {
     let (ok, bad) = {
         let crashed = LocalRuntime::new();
         let ok = crashed
-            .launch(sh(ok_dir.path(), 2, 1, "sleep 1; echo done"))
+            .launch(sh(ok_dir.path(), 2, 1, "sleep 2; echo done"))
             .await
             .unwrap();
         let bad = crashed
@@ -27,7 +27,7 @@ async fn a_fresh_runtime_adopts_running_gangs_and_sees_them_to_completion() {
                 bad_dir.path(),
                 2,
                 1,
-                r#"sleep 1; [ "$RANK" = 1 ] && exit 7; exit 0"#,
+                r#"sleep 2; [ "$RANK" = 1 ] && exit 7; exit 0"#,
             ))
             .await
             .unwrap();
@@ -184,4 +184,86 @@ async fn sweep_stops_ranks_of_a_launch_whose_record_was_never_persisted() {
             .unwrap()
             .is_empty()
     );
+}
+
+/// Set in the environment of the copy of this test binary that plays the control plane.
+const CONTROL_PLANE_ROLE: &str = "FERRY_RUNTIME_TEST_CONTROL_PLANE_DIR";
+
+#[tokio::test]
+async fn kill_9_of_the_launching_process_loses_nothing() {
+    if let Ok(dir) = std::env::var(CONTROL_PLANE_ROLE) {
+        // Control-plane role: launch, persist the record, then wait to be SIGKILLed.
+        let dir = std::path::PathBuf::from(dir);
+        let rt = LocalRuntime::new();
+        let script = r#"echo started; sleep 3; [ "$RANK" = 2 ] && exit 5; exit 0"#;
+        let gang = rt.launch(sh(&dir, 1, 3, script)).await.unwrap();
+        std::fs::write(
+            dir.join("record.tmp"),
+            serde_json::to_string(&gang).unwrap(),
+        )
+        .unwrap();
+        std::fs::rename(dir.join("record.tmp"), dir.join("record.json")).unwrap();
+        tokio::time::sleep(HANG_GUARD).await;
+        panic!("the test should have killed this control plane");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut control_plane = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "adopt::kill_9_of_the_launching_process_loses_nothing",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env(CONTROL_PLANE_ROLE, dir.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let record = dir.path().join("record.json");
+    let persisted = tokio::time::timeout(HANG_GUARD, async {
+        while !record.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        persisted.is_ok(),
+        "the control-plane process never launched the gang"
+    );
+    control_plane.kill().unwrap(); // SIGKILL
+    control_plane.wait().unwrap();
+    let gang: GangRecord =
+        serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
+
+    // The ranks outlived their parent, and a new control plane sees them through.
+    let restarted = LocalRuntime::new();
+    assert_eq!(restarted.adopt(&gang).await.unwrap(), GangStatus::Running);
+    match wait_end(&restarted, &gang).await {
+        GangStatus::Failed {
+            rank: 2,
+            exit_code: Some(5),
+            ..
+        } => {}
+        other => panic!("expected rank 2 to fail with 5, got {other:?}"),
+    }
+    let states: Vec<RankState> = restarted
+        .observe_ranks(&gang)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.state)
+        .collect();
+    assert_eq!(
+        states,
+        [
+            RankState::Exited { code: 0 },
+            RankState::Exited { code: 0 },
+            RankState::Exited { code: 5 }
+        ]
+    );
+    for rank in 0..3 {
+        assert_eq!(
+            std::fs::read_to_string(gang.log_path(rank).unwrap()).unwrap(),
+            "started\n"
+        );
+    }
 }
