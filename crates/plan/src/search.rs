@@ -256,12 +256,13 @@ fn check_request(req: &PlanRequest) -> Result<()> {
                 ),
             );
         }
-        if !req.model.kv_heads.is_multiple_of(l.tp) && !l.tp.is_multiple_of(req.model.kv_heads) {
+        if !req.model.kv_heads.is_multiple_of(l.tp) || !req.model.heads.is_multiple_of(l.tp) {
             return bad(
                 "parallelism.tp",
                 format!(
-                    "{} does not divide num_key_value_heads {}",
-                    l.tp, req.model.kv_heads
+                    "{} does not divide num_key_value_heads {} (and num_attention_heads {}); \
+                     Megatron splits query groups across tensor-parallel ranks",
+                    l.tp, req.model.kv_heads, req.model.heads
                 ),
             );
         }
@@ -427,21 +428,33 @@ fn evaluate(req: &PlanRequest, choice: Choice) -> Candidate {
     }
 }
 
-fn layouts(req: &PlanRequest) -> Vec<(u64, u64)> {
+/// (tp, pp, cp) triples to try. Context parallelism is tried for sequences of 32K tokens and
+/// more, where activations rather than model states dominate.
+fn layouts(req: &PlanRequest) -> Vec<(u64, u64, u64)> {
     if let Parallelism::Fixed(l) = req.parallelism {
-        return vec![(l.tp, l.pp)];
+        return vec![(l.tp, l.pp, l.cp)];
     }
+    let cps: &[u64] = if req.seq_len >= 32768 {
+        &[1, 2, 4]
+    } else {
+        &[1]
+    };
     let gpus = req.gpus();
     let mut out = Vec::new();
     for tp in divisors_up_to(gpus, req.gpus_per_node.min(8)) {
-        if !req.model.kv_heads.is_multiple_of(tp) && !tp.is_multiple_of(req.model.kv_heads) {
+        // Megatron splits query groups across TP ranks: tp must divide the kv heads.
+        if !req.model.kv_heads.is_multiple_of(tp) || !req.model.heads.is_multiple_of(tp) {
             continue;
         }
         for pp in divisors_up_to(gpus / tp, req.model.layers) {
             if !req.model.layers.is_multiple_of(pp) || pp > 16 {
                 continue;
             }
-            out.push((tp, pp));
+            for &cp in cps {
+                if (gpus / (tp * pp)).is_multiple_of(cp) && req.seq_len.is_multiple_of(2 * cp) {
+                    out.push((tp, pp, cp));
+                }
+            }
         }
     }
     out
@@ -458,10 +471,10 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         Parallelism::Auto => None,
     };
     for (method, rank) in method_order(req) {
-        for (tp, pp) in layouts(req) {
-            let cp = fixed.map_or(1, |l| l.cp);
+        for (tp, pp, cp) in layouts(req) {
             let dp = gpus / (tp * pp * cp);
-            for (engine, base_recipe) in engine_recipes(req, method, tp, pp) {
+            // CP, like TP and PP, exists only in Megatron.
+            for (engine, base_recipe) in engine_recipes(req, method, tp, pp * cp) {
                 let zeros = match fixed {
                     Some(l) => vec![l.zero],
                     None => zero_stages(engine, base_recipe, dp),
@@ -523,7 +536,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     if !batch_reachable {
         let dps: Vec<u64> = layouts(req)
             .iter()
-            .map(|(tp, pp)| gpus / (tp * pp))
+            .map(|(tp, pp, cp)| gpus / (tp * pp * cp))
             .collect();
         let mut dps = dps;
         dps.sort();

@@ -291,3 +291,20 @@ fn extreme_requests_answer_without_panicking() {
         }
     }
 }
+
+#[test]
+fn long_context_uses_context_or_tensor_parallelism() {
+    // 64K tokens: one sequence's activations alone exceed a GPU, so the sequence must be split.
+    let mut req = request("Qwen/Qwen2.5-7B", 1, 8, 65536, 8);
+    req.method = Method::Full {
+        precision: Default::default(),
+    };
+    let report = plan(&req).unwrap();
+    let l = report.chosen.layout;
+    println!("{report}");
+    assert!(l.cp * l.tp >= 2, "{report}");
+    let cmd = render_train(&report, Launcher::Megatron, &RenderOptions::default()).unwrap();
+    if l.cp > 1 {
+        assert!(cmd.contains(&format!("--context-parallel-size {}", l.cp)));
+    }
+}
