@@ -23,7 +23,7 @@ use crate::request::{Layout, MethodKind, Recompute, Task};
 
 /// Numeric recipe of a run: which dtype each model state has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "snake_case")]
 pub enum Recipe {
     /// HF Trainer / torch AMP: fp32 weights and grads, fp32 Adam, bf16 autocast (`full-mixed`).
     HfAmp,
@@ -77,7 +77,7 @@ pub struct TrainSetup<'a> {
 
 /// One saved activation tensor of a decoder layer, per token.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "snake_case")]
 pub struct SavedTensor {
     /// What it is.
     pub name: &'static str,
@@ -89,7 +89,7 @@ pub struct SavedTensor {
 
 /// Phases of a step whose memory is compared to find the peak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// End of forward, loss being computed.
     ForwardEnd,
@@ -105,7 +105,7 @@ pub enum Phase {
 
 /// Per-GPU memory, every term in bytes; `peak_bytes` compares with `max_memory_allocated()`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "snake_case")]
 pub struct MemoryBreakdown {
     /// Parameters held on this GPU (after TP/PP/ZeRO-3 division), in their storage dtype.
     pub weights: u64,
@@ -631,7 +631,7 @@ pub fn with_overheads(
 
 /// Memory of a vLLM deployment on one tensor-parallel group.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "snake_case")]
 pub struct ServeMemory {
     /// Tensor-parallel size.
     pub tp: u64,

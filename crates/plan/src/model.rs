@@ -142,7 +142,7 @@ pub struct ModelShape {
 
 /// Parameter counts, split the way memory is accounted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "snake_case")]
 pub struct ParamCounts {
     /// Total, tied head counted once: equals transformers' `num_parameters()`.
     pub total: u64,

@@ -14,7 +14,7 @@ use crate::throughput::{StepShape, Throughput, estimate};
 
 /// One evaluated layout.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "snake_case")]
 pub struct Candidate {
     /// Method.
     pub method: MethodKind,
@@ -112,7 +112,7 @@ pub fn recompute_name(r: Recompute) -> &'static str {
 
 /// A rejected layout and why.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "snake_case")]
 pub struct Rejection {
     /// Layout text.
     pub label: String,
@@ -128,7 +128,7 @@ pub struct Rejection {
 
 /// The planner's answer for a training job.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "snake_case")]
 pub struct PlanReport {
     /// Model name as given.
     pub model_name: String,

@@ -10,7 +10,7 @@ use crate::request::ServeRequest;
 
 /// The planner's answer for a deployment.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "snake_case")]
 pub struct ServePlan {
     /// Model name for the command line.
     pub model_name: String,

@@ -10,7 +10,7 @@ use crate::request::{Engine, Layout, MethodKind, Recompute};
 
 /// Throughput estimate of one plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "snake_case")]
 pub struct Throughput {
     /// Model FLOPs per optimizer step (6N per token + attention; charged at 6N for adapters too).
     pub model_flops_per_step: f64,

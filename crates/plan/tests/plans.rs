@@ -73,7 +73,7 @@ fn deepspeed_zero_plan_for_full_data_parallel() {
         "deepspeed_llama8b_full_config",
         deepspeed_config(&report).unwrap()
     );
-    // Megatron cannot run what DeepSpeed was asked for? It can: same full method.
+    // The same full data-parallel plan can also be rendered for Megatron (tp = pp = 1).
     assert!(render_train(&report, Launcher::Megatron, &RenderOptions::default()).is_ok());
 }
 
@@ -307,4 +307,33 @@ fn long_context_uses_context_or_tensor_parallelism() {
     if l.cp > 1 {
         assert!(cmd.contains(&format!("--context-parallel-size {}", l.cp)));
     }
+}
+
+#[test]
+fn json_output_carries_peak_bytes_and_every_term() {
+    let report = plan(&request("Qwen/Qwen2.5-7B", 1, 8, 2048, 64)).unwrap();
+    let json: serde_json::Value = serde_json::to_value(&report).unwrap();
+    let memory = &json["chosen"]["memory"];
+    assert_eq!(
+        memory["peak_bytes"].as_u64().unwrap(),
+        report.chosen.memory.peak_bytes
+    );
+    for term in [
+        "weights",
+        "grads",
+        "optimizer",
+        "master",
+        "activations",
+        "logits",
+        "context",
+        "required_bytes",
+    ] {
+        assert!(memory[term].is_u64(), "{term} missing in {memory}");
+    }
+    assert!(
+        json["chosen"]["throughput"]["tokens_per_s"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
 }
