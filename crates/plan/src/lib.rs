@@ -31,8 +31,8 @@ pub use render::{
     Launcher, RenderOptions, deepspeed_config, default_launcher, render_train, render_vllm,
 };
 pub use request::{
-    Engine, FullPrecision, Layout, Method, MethodKind, Parallelism, PlanRequest, Recompute,
-    ServeRequest, Task, parse_bytes,
+    Engine, FullPrecision, Layout, Method, MethodKind, Parallelism, Pinned, PlanFlags, PlanRequest,
+    Recompute, ServeRequest, Task, parse_bytes,
 };
 pub use search::{Candidate, PlanReport, Rejection, plan};
 pub use serve::{ServePlan, plan_serving};

@@ -192,6 +192,13 @@ fn check_request(req: &PlanRequest) -> Result<()> {
             format!("{} must be between 1 and 16777216 tokens", req.seq_len),
         );
     }
+    if req
+        .pinned
+        .micro_batch
+        .is_some_and(|mb| mb == 0 || mb > 4096)
+    {
+        return bad("microBatch", "must be between 1 and 4096 sequences".into());
+    }
     if req.global_batch > 1 << 32 {
         return bad(
             "train.globalBatch",
@@ -479,13 +486,15 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
                     Some(l) => vec![l.zero],
                     None => zero_stages(engine, base_recipe, dp),
                 };
-                let recomputes = match fixed {
-                    Some(l) => vec![l.recompute],
-                    None => vec![Recompute::None, Recompute::Selective, Recompute::Full],
+                let recomputes = match (fixed, req.pinned.recompute) {
+                    (Some(l), _) => vec![l.recompute],
+                    (None, Some(r)) => vec![r],
+                    (None, None) => vec![Recompute::None, Recompute::Selective, Recompute::Full],
                 };
-                let micro_batches: Vec<u64> = match fixed {
-                    Some(l) => vec![l.micro_batch],
-                    None => vec![1, 2, 4, 8, 16],
+                let micro_batches: Vec<u64> = match (fixed, req.pinned.micro_batch) {
+                    (Some(l), _) => vec![l.micro_batch],
+                    (None, Some(mb)) => vec![mb],
+                    (None, None) => vec![1, 2, 4, 8, 16],
                 };
                 for &zero in &zeros {
                     // torchrun + FSDP full shard keeps fp32 sharded parameters and gathers
