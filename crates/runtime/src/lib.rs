@@ -1,13 +1,24 @@
 //! Ferry's runtime: the [`Runtime`] seam the control plane drives (launch, observe,
-//! terminate, adopt, logs of a gang of rank processes), its local backend
+//! terminate, adopt and read the logs of a gang of rank processes), its local backend
 //! [`LocalRuntime`], and the GPU [`Inventory`]. Start with [`Runtime`] and [`LaunchRequest`].
+//!
+//! Invariants: this crate decides nothing about admission (the scheduler does) and knows no
+//! job spec; a rank's exit status reaches disk without the control plane's help, so a
+//! `kill -9` of the control plane loses nothing; a recorded pid is only trusted (or
+//! signalled) while its `/proc` start time still matches.
 #![forbid(unsafe_code)]
 
+/// The crate's error type.
 mod error;
+/// Launch requests, gang records and statuses: the plain data crossing the seam.
 mod gang;
+/// GPU discovery through NVML, and virtual GPU slots.
 pub mod gpu;
+/// The local backend: child processes, exit records, `/proc` checks, log files.
 pub mod local;
+/// All ranks' logs in one line-prefixed stream.
 mod merged_logs;
+/// The `Runtime` trait and helpers that work over any backend.
 mod runtime;
 
 pub use error::{Result, RuntimeError};

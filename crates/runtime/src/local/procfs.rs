@@ -106,6 +106,27 @@ mod tests {
     }
 
     #[test]
+    fn every_truncation_and_byte_flip_of_a_real_line_parses_or_is_refused() {
+        for end in 0..=LINE.len() {
+            if let Some(stat) = parse_stat(&LINE[..end]) {
+                // Only a cut inside the start-time digits or after it can still parse.
+                assert!(
+                    end >= LINE.find(" 987654").unwrap() + 2,
+                    "cut at {end}: {stat:?}"
+                );
+            }
+        }
+        let bytes = LINE.as_bytes();
+        for at in 0..bytes.len() {
+            for flip in [b')', b'(', b' ', b'-', 0xff, b'9'] {
+                let mut mutated = bytes.to_vec();
+                mutated[at] = flip;
+                let _ = parse_stat(&String::from_utf8_lossy(&mutated));
+            }
+        }
+    }
+
+    #[test]
     fn reads_this_process() {
         let me = read_stat(std::process::id()).expect("/proc/self/stat is readable");
         assert_ne!(me.state, 'Z');

@@ -83,13 +83,14 @@ pub fn read_exit_record(path: &Path) -> ExitRecord {
 }
 
 /// Writes `contents` to `path` through a temp file and a rename, so readers never see half.
+/// No fsync: these records must survive the control plane dying, not the machine (which
+/// takes the ranks down with it), and the page cache outlives any process.
 pub fn write_atomic(path: &Path, contents: &str) -> Result<(), RuntimeError> {
     let mut tmp: PathBuf = path.to_path_buf();
     tmp.as_mut_os_string().push(".tmp-ferry");
     let mut file = std::fs::File::create(&tmp).map_err(RuntimeError::io("create", &tmp))?;
     file.write_all(contents.as_bytes())
         .map_err(RuntimeError::io("write", &tmp))?;
-    file.sync_all().map_err(RuntimeError::io("sync", &tmp))?;
     std::fs::rename(&tmp, path).map_err(RuntimeError::io("rename into place", path))
 }
 
