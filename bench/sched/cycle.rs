@@ -66,12 +66,24 @@ fn queues() -> Vec<QueueSpec> {
 
 fn priorities() -> Vec<PriorityClass> {
     [("low", 0), ("normal", 10), ("high", 100)]
-        .map(|(n, v)| PriorityClass { name: n.into(), value: v })
+        .map(|(n, v)| PriorityClass {
+            name: n.into(),
+            value: v,
+        })
         .into()
 }
 
 fn workload(rng: &mut Rng, i: usize, now: u64) -> Workload {
-    const SHAPES: [(u32, u32); 8] = [(1, 1), (1, 1), (1, 2), (1, 4), (1, 8), (1, 8), (2, 8), (4, 8)];
+    const SHAPES: [(u32, u32); 8] = [
+        (1, 1),
+        (1, 1),
+        (1, 2),
+        (1, 4),
+        (1, 8),
+        (1, 8),
+        (2, 8),
+        (4, 8),
+    ];
     let (pods, g) = SHAPES[rng.below(SHAPES.len() as u64) as usize];
     let prio = match rng.below(10) {
         0 => "high",
@@ -99,10 +111,12 @@ struct Stats {
 
 fn run(opts: Options) -> Stats {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let mut s = Scheduler::with_options(cluster(), queues(), priorities(), opts).expect("valid config");
+    let mut s =
+        Scheduler::with_options(cluster(), queues(), priorities(), opts).expect("valid config");
     let t = Instant::now();
     for i in 0..PENDING {
-        s.submit(workload(&mut rng, i, i as u64 / 100)).expect("feasible workload");
+        s.submit(workload(&mut rng, i, i as u64 / 100))
+            .expect("feasible workload");
     }
     let submit = t.elapsed();
     let mut running: Vec<String> = Vec::new();
@@ -129,7 +143,8 @@ fn run(opts: Options) -> Stats {
             }
         }
         for _ in 0..CHURN {
-            s.submit(workload(&mut rng, next_id, now)).expect("feasible workload");
+            s.submit(workload(&mut rng, next_id, now))
+                .expect("feasible workload");
             next_id += 1;
         }
         let t = Instant::now();
@@ -146,7 +161,12 @@ fn run(opts: Options) -> Stats {
             }
         }
     }
-    Stats { first: first_t, cycles, decisions, submit }
+    Stats {
+        first: first_t,
+        cycles,
+        decisions,
+        submit,
+    }
 }
 
 fn pct(v: &mut [Duration], p: f64) -> Duration {

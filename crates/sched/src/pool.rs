@@ -6,6 +6,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+/// A node as the index is built from it: (name, GPUs, NVLink domain, rack).
+pub(crate) type NodeDesc = (String, u32, Option<String>, Option<String>);
+
 /// Topology levels searched narrowest first; the last one is the whole flavor.
 pub(crate) const LEVELS: usize = 3;
 
@@ -62,7 +65,7 @@ pub(crate) fn mask_all(cap: u32) -> u64 {
 
 impl Pool {
     /// Builds the index; `labels[i]` are node i's (nvlink, rack) labels.
-    pub fn new(name: String, nodes: Vec<(String, u32, Option<String>, Option<String>)>) -> Pool {
+    pub fn new(name: String, nodes: Vec<NodeDesc>) -> Pool {
         let max_cap = nodes.iter().map(|n| n.1).max().unwrap_or(0);
         let mut levels: Vec<Level> = (0..LEVELS).map(|_| Level::default()).collect();
         let mut names: [HashMap<String, u32>; 2] = [HashMap::new(), HashMap::new()];

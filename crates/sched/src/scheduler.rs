@@ -12,7 +12,7 @@ use crate::config::{
     Workload,
 };
 use crate::error::{Result, SchedError};
-use crate::pool::{Pool, bits};
+use crate::pool::{NodeDesc, Pool, bits};
 
 type PKey = (Reverse<i32>, Time, u64, u32);
 
@@ -194,8 +194,7 @@ impl Scheduler {
                 "list at least one node",
             ));
         }
-        let mut by_flavor: Vec<(String, Vec<(String, u32, Option<String>, Option<String>)>)> =
-            Vec::new();
+        let mut by_flavor: Vec<(String, Vec<NodeDesc>)> = Vec::new();
         let mut names = std::collections::HashSet::new();
         for (i, n) in cluster.nodes.iter().enumerate() {
             if n.gpus == 0 || n.gpus > 64 {
@@ -1544,5 +1543,311 @@ mod tests {
         assert!(admitted(&s.cycle(510)).is_empty());
         s.finished("small-long").unwrap();
         assert_eq!(admitted(&s.cycle(1000)), vec!["big"]);
+    }
+
+    fn prios() -> Vec<PriorityClass> {
+        vec![
+            PriorityClass {
+                name: "low".into(),
+                value: 0,
+            },
+            PriorityClass {
+                name: "high".into(),
+                value: 10,
+            },
+        ]
+    }
+
+    fn with_prio(mut w: Workload, p: &str) -> Workload {
+        w.priority = Some(p.into());
+        w
+    }
+
+    fn preempted(d: &[Decision]) -> Vec<(String, PreemptReason)> {
+        d.iter()
+            .filter_map(|x| match x {
+                Decision::Preempt { id, reason } => Some((id.clone(), reason.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn high_priority_preempts_low_gracefully_and_low_resumes_after() {
+        // The issue's end-to-end scenario on one 4-GPU machine.
+        let mut s = Scheduler::new(
+            Cluster::uniform(1, 4, "gpu"),
+            vec![queue("a", None, 4)],
+            prios(),
+        )
+        .unwrap();
+        s.submit(with_prio(wl("low", "a", 1, 4, 0, None), "low"))
+            .unwrap();
+        let d = s.cycle(0);
+        let Decision::Admit { placement, .. } = &d[0] else {
+            panic!("{d:?}")
+        };
+        assert_eq!(placement[0].gpus, vec![0, 1, 2, 3]);
+        s.checkpointed("low", 50).unwrap();
+        s.submit(with_prio(wl("high", "a", 1, 2, 60, None), "high"))
+            .unwrap();
+        let d = s.cycle(60);
+        assert_eq!(
+            preempted(&d),
+            vec![(
+                "low".to_string(),
+                PreemptReason::Priority {
+                    preemptor: "high".into()
+                }
+            )]
+        );
+        assert!(
+            admitted(&d).is_empty(),
+            "high must wait for the GPUs to be released"
+        );
+        // Until the runtime reports the exit, nothing else may take the GPUs.
+        assert!(s.cycle(61).is_empty());
+        s.evicted("low").unwrap();
+        let d = s.cycle(90);
+        assert_eq!(admitted(&d), vec!["high"]);
+        let Decision::Admit { placement, .. } = &d[0] else {
+            unreachable!()
+        };
+        assert_eq!(placement[0].gpus.len(), 2);
+        // The low job needs 4 GPUs: it resumes only once high is done, and is not preempted again.
+        assert!(s.cycle(91).is_empty());
+        s.finished("high").unwrap();
+        assert_eq!(admitted(&s.cycle(200)), vec!["low"]);
+        assert!(
+            s.evicted("low").is_err(),
+            "evicted only applies after a Preempt"
+        );
+    }
+
+    #[test]
+    fn owner_reclaims_lent_quota_taking_the_least_work_first() {
+        let mut s = Scheduler::new(
+            Cluster::uniform(2, 4, "gpu"),
+            vec![queue("a", Some("c"), 4), queue("b", Some("c"), 4)],
+            prios(),
+        )
+        .unwrap();
+        // b borrows a's idle quota with two 2-GPU jobs and its own.
+        s.submit(wl("b-own", "b", 1, 4, 0, None)).unwrap();
+        s.submit(wl("b-old", "b", 1, 2, 1, None)).unwrap();
+        s.submit(wl("b-new", "b", 1, 2, 2, None)).unwrap();
+        assert_eq!(admitted(&s.cycle(10)).len(), 3);
+        s.checkpointed("b-old", 100).unwrap();
+        s.checkpointed("b-new", 40).unwrap();
+        // a wants 2 of its 4 GPUs back: exactly one borrowed job goes, the most recently checkpointed.
+        s.submit(wl("a1", "a", 1, 2, 110, None)).unwrap();
+        let d = s.cycle(110);
+        assert_eq!(
+            preempted(&d),
+            vec![(
+                "b-old".to_string(),
+                PreemptReason::Reclaim {
+                    preemptor: "a1".into()
+                }
+            )]
+        );
+        s.evicted("b-old").unwrap();
+        assert_eq!(admitted(&s.cycle(111)), vec!["a1"]);
+        // b-old may not borrow again while a has waiting work that fits in a's quota.
+        s.submit(wl("a2", "a", 1, 2, 112, None)).unwrap();
+        let d = s.cycle(112);
+        assert!(preempted(&d).iter().all(|(id, _)| id != "a1"));
+        let usage = s.queue_usage();
+        assert!(usage.iter().all(|u| u.usage[0].1 <= 8));
+    }
+
+    #[test]
+    fn reserved_nodes_are_lent_and_taken_back_when_the_gang_can_start() {
+        let opts = Options {
+            min_loan_s: 100,
+            ..Options::default()
+        };
+        let mut s = Scheduler::with_options(
+            Cluster::uniform(2, 8, "gpu"),
+            vec![queue("a", None, 16)],
+            vec![],
+            opts,
+        )
+        .unwrap();
+        s.submit(wl("runner", "a", 1, 8, 0, Some(1000))).unwrap();
+        assert_eq!(admitted(&s.cycle(0)), vec!["runner"]);
+        s.submit(wl("gang", "a", 2, 8, 1, Some(100))).unwrap();
+        s.submit(wl("long", "a", 1, 8, 2, Some(5000))).unwrap();
+        // gang waits for runner (ends at 1000); long would not finish in time but borrows the node.
+        assert_eq!(admitted(&s.cycle(10)), vec!["long"]);
+        s.finished("runner").unwrap();
+        let d = s.cycle(1000);
+        assert_eq!(
+            preempted(&d),
+            vec![(
+                "long".to_string(),
+                PreemptReason::LoanEnded {
+                    preemptor: "gang".into()
+                }
+            )]
+        );
+        s.checkpointed("long", 1030).unwrap();
+        s.evicted("long").unwrap();
+        assert_eq!(admitted(&s.cycle(1030)), vec!["gang"]);
+    }
+
+    #[test]
+    fn gangs_land_on_the_fewest_nodes_in_one_rack() {
+        let mut cluster = Cluster::uniform(8, 8, "gpu");
+        for (i, n) in cluster.nodes.iter_mut().enumerate() {
+            n.rack = Some(format!("r{}", i % 2));
+        }
+        let mut s = Scheduler::new(cluster, vec![queue("a", None, 64)], vec![]).unwrap();
+        s.submit(wl("small", "a", 1, 2, 0, None)).unwrap();
+        s.submit(wl("gang", "a", 3, 8, 1, None)).unwrap();
+        s.submit(wl("tiny", "a", 1, 2, 2, None)).unwrap();
+        let d = s.cycle(0);
+        let nodes = |id: &str| -> Vec<String> {
+            d.iter()
+                .find_map(|x| match x {
+                    Decision::Admit {
+                        id: i, placement, ..
+                    } if i == id => Some(placement.iter().map(|p| p.node.clone()).collect()),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        let gang = nodes("gang");
+        assert_eq!(gang.len(), 3);
+        let racks: std::collections::HashSet<_> = gang
+            .iter()
+            .map(|n| n.trim_start_matches("node-").parse::<usize>().unwrap() % 2)
+            .collect();
+        assert_eq!(racks.len(), 1, "gang split across racks: {gang:?}");
+        // Small jobs share a node instead of fragmenting another.
+        assert_eq!(nodes("small"), nodes("tiny"));
+    }
+
+    #[test]
+    fn bad_config_names_the_field_and_the_fix() {
+        let c = || Cluster::uniform(2, 8, "gpu");
+        let mut q = queue("a", Some("c"), 8);
+        q.quotas[0].borrowing_limit = Some(9);
+        let err = Scheduler::new(c(), vec![q, queue("b", Some("c"), 8)], vec![]).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("queues[0].quotas[0].borrowingLimit") && msg.contains("at most 8"),
+            "{msg}"
+        );
+        let mut q = queue("a", None, 8);
+        q.quotas[0].flavor = "h100".into();
+        let msg = Scheduler::new(c(), vec![q], vec![])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("queues[0].quotas[0].flavor") && msg.contains("gpu"),
+            "{msg}"
+        );
+        let mut q = queue("a", None, 8);
+        q.quotas[0].borrowing_limit = Some(2);
+        let msg = Scheduler::new(c(), vec![q], vec![])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("no cohort"), "{msg}");
+        let msg = Scheduler::new(c(), vec![queue("a", None, 8), queue("a", None, 8)], vec![])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("queues[1].name"), "{msg}");
+        let msg = Scheduler::new(Cluster::default(), vec![], vec![])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("cluster.nodes"), "{msg}");
+    }
+
+    #[test]
+    fn workloads_that_could_never_run_are_refused_at_submit() {
+        let mut s = Scheduler::new(
+            Cluster::uniform(2, 8, "gpu"),
+            vec![queue("a", Some("c"), 8), queue("b", Some("c"), 4)],
+            prios(),
+        )
+        .unwrap();
+        let msg = s
+            .submit(wl("x", "nope", 1, 1, 0, None))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("workload.queue") && msg.contains("a, b"),
+            "{msg}"
+        );
+        let msg = s
+            .submit(wl("x", "a", 3, 8, 0, None))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("can never be admitted") && msg.contains("at most 2 pods"),
+            "{msg}"
+        );
+        let msg = s
+            .submit(wl("x", "a", 1, 16, 0, None))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("at most 0 pods"), "{msg}");
+        let msg = s
+            .submit(with_prio(wl("x", "a", 1, 1, 0, None), "urgent"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("workload.priority") && msg.contains("high, low"),
+            "{msg}"
+        );
+        // b may use 4 + 8 lent by a = 12, not 16.
+        let msg = s
+            .submit(wl("x", "b", 2, 8, 0, None))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("at most 12"), "{msg}");
+        s.submit(wl("ok", "b", 1, 8, 0, None)).unwrap();
+        assert!(
+            s.submit(wl("ok", "b", 1, 8, 0, None)).is_err(),
+            "duplicate id"
+        );
+        assert!(s.finished("ghost").is_err());
+        assert!(s.checkpointed("ghost", 1).is_err());
+    }
+
+    #[test]
+    fn config_types_use_camel_case_json() {
+        let q = QueueSpec {
+            name: "team-a".into(),
+            cohort: Some("org".into()),
+            quotas: vec![FlavorQuota {
+                flavor: "H100-80GB".into(),
+                nominal: 16,
+                borrowing_limit: Some(8),
+                lending_limit: Some(4),
+            }],
+            fair_share_weight: 2.0,
+        };
+        let json = serde_json::to_string(&q).unwrap();
+        assert!(
+            json.contains("\"borrowingLimit\":8") && json.contains("\"fairShareWeight\":2.0"),
+            "{json}"
+        );
+        let back: QueueSpec =
+            serde_json::from_str(r#"{"name":"t","quotas":[{"flavor":"f","nominal":4}]}"#).unwrap();
+        assert_eq!(back.fair_share_weight, 1.0);
+        assert_eq!(back.cohort, None);
+        let d = Decision::Preempt {
+            id: "w".into(),
+            reason: PreemptReason::LoanEnded {
+                preemptor: "g".into(),
+            },
+        };
+        let json = serde_json::to_string(&d).unwrap();
+        assert_eq!(
+            json,
+            r#"{"type":"preempt","id":"w","reason":{"kind":"loanEnded","preemptor":"g"}}"#
+        );
     }
 }

@@ -49,7 +49,7 @@ impl TraceJob {
     /// The gang shape: one pod per source node when GPUs split evenly, else one GPU per pod.
     pub fn shape(&self) -> (u32, u32) {
         let nodes = self.nodes.max(1);
-        if self.gpus % nodes == 0 {
+        if self.gpus.is_multiple_of(nodes) {
             (nodes, self.gpus / nodes)
         } else {
             (self.gpus, 1)

@@ -65,7 +65,7 @@ fn saturated_trace() -> Vec<TraceJob> {
             submit_s: i * 5,
             duration_s: 200 + rnd(1800),
             gpus,
-            nodes: gpus.div_ceil(8) as u32,
+            nodes: gpus.div_ceil(8),
             team: team.into(),
             status: "COMPLETED".into(),
         });
