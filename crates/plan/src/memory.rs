@@ -678,3 +678,103 @@ pub fn serve_memory(
         tokens_needed: max_model_len * concurrency,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::shape_of;
+
+    fn per_layer(id: &str, recipe: Recipe, rank: u64) -> (u64, ModelShape) {
+        let m = shape_of(id).unwrap();
+        let sum = saved_tensors(&m, recipe, rank)
+            .iter()
+            .map(|t| t.bytes_per_token)
+            .sum();
+        (sum, m)
+    }
+
+    #[test]
+    fn saved_tensors_match_the_documented_formulas() {
+        let (bf16, m) = per_layer("meta-llama/Meta-Llama-3-8B", Recipe::PureBf16, 16);
+        let (h, q, kv, i) = (m.hidden, m.q_dim(), m.kv_dim(), m.intermediate);
+        assert_eq!(bf16, 16 * h + 4 * q + 4 * kv + 8 * i);
+        let (amp, _) = per_layer("meta-llama/Meta-Llama-3-8B", Recipe::HfAmp, 16);
+        assert_eq!(amp, 26 * h + 4 * q + 4 * kv + 8 * i);
+        let (lora, _) = per_layer("meta-llama/Meta-Llama-3-8B", Recipe::Lora, 64);
+        assert_eq!(lora, 28 * h + 8 * q + 4 * kv + 10 * i + 28 * 64);
+        let (qlora, _) = per_layer("meta-llama/Meta-Llama-3-8B", Recipe::Qlora, 64);
+        assert_eq!(qlora, lora + 4 * h + 2 * i);
+        // Qwen3's q/k norms add their fp32 inputs and normalised copies.
+        let (q3, m3) = per_layer("Qwen/Qwen3-8B", Recipe::PureBf16, 16);
+        let base = 16 * m3.hidden + 4 * m3.q_dim() + 4 * m3.kv_dim() + 8 * m3.intermediate;
+        assert_eq!(q3, base + 6 * (m3.q_dim() + m3.kv_dim()));
+    }
+
+    #[test]
+    fn nf4_with_double_quantisation_is_about_half_a_byte() {
+        assert!((NF4_BYTES_PER_PARAM - 0.516).abs() < 0.001);
+    }
+
+    fn setup<'a>(m: &'a ModelShape, layout: Layout, dp: u64, micro_batches: u64) -> TrainSetup<'a> {
+        TrainSetup {
+            model: m,
+            recipe: Recipe::MegatronBf16,
+            lora_rank: 16,
+            layout,
+            dp,
+            micro_batches,
+            seq_len: 4096,
+            task: Task::Sft,
+            gpu: GpuKind::H100,
+        }
+    }
+
+    const ONE: Layout = Layout {
+        tp: 1,
+        pp: 1,
+        cp: 1,
+        ep: 1,
+        zero: 0,
+        recompute: Recompute::None,
+        micro_batch: 1,
+    };
+
+    #[test]
+    fn parallelism_divides_the_right_terms() {
+        let m = shape_of("Qwen/Qwen2.5-14B").unwrap();
+        let base = training_memory(&setup(&m, ONE, 8, 8));
+        let zero1 = training_memory(&setup(&m, Layout { zero: 1, ..ONE }, 8, 8));
+        assert_eq!(zero1.weights, base.weights);
+        assert_eq!(zero1.optimizer, base.optimizer.div_ceil(8));
+        assert_eq!(zero1.master, base.master.div_ceil(8));
+        let tp4 = training_memory(&setup(&m, Layout { tp: 4, ..ONE }, 2, 8));
+        assert!((tp4.weights as f64 / base.weights as f64 - 0.25).abs() < 0.01);
+        assert!((tp4.activations as f64 / base.activations as f64 - 0.25).abs() < 0.01);
+        let cp2 = training_memory(&setup(&m, Layout { cp: 2, ..ONE }, 4, 8));
+        assert!((cp2.activations as f64 / base.activations as f64 - 0.5).abs() < 0.01);
+    }
+
+    #[test]
+    fn first_pipeline_stage_holds_pp_micro_batches_in_flight() {
+        let m = shape_of("Qwen/Qwen2.5-14B").unwrap();
+        let pp4 = Layout { pp: 4, ..ONE };
+        let many = stage_memory(&setup(&m, pp4, 2, 16), 0);
+        let last = stage_memory(&setup(&m, pp4, 2, 16), 3);
+        assert_eq!(many.activations, 4 * last.activations);
+        let two = stage_memory(&setup(&m, pp4, 2, 2), 0);
+        assert_eq!(two.activations, 2 * last.activations);
+        // Only the last stage computes logits.
+        assert_eq!(many.logits, 0);
+        assert!(last.logits > 0);
+    }
+
+    #[test]
+    fn kv_cache_fills_what_weights_leave() {
+        let m = shape_of("meta-llama/Meta-Llama-3-8B").unwrap();
+        let s1 = serve_memory(&m, 85_520_809_984, 0.9, 2.0, 1, 8192, 1);
+        let s2 = serve_memory(&m, 85_520_809_984, 0.9, 2.0, 2, 8192, 1);
+        assert_eq!(s1.kv_bytes_per_token, 131_072);
+        assert_eq!(s2.kv_bytes_per_token, 65_536);
+        assert!(s2.tokens_fit > 2 * s1.tokens_fit);
+    }
+}
