@@ -69,6 +69,9 @@ impl Candidate {
         if l.cp > 1 {
             s.push_str(&format!(" cp={}", l.cp));
         }
+        if l.ep > 1 {
+            s.push_str(&format!(" ep={}", l.ep));
+        }
         s
     }
 
@@ -270,6 +273,16 @@ fn check_request(req: &PlanRequest) -> Result<()> {
                     "{} does not divide num_key_value_heads {} (and num_attention_heads {}); \
                      Megatron splits query groups across tensor-parallel ranks",
                     l.tp, req.model.kv_heads, req.model.heads
+                ),
+            );
+        }
+        let dp = req.gpus() / mp;
+        if l.ep > 1 && (req.model.moe.is_none() || !dp.is_multiple_of(l.ep)) {
+            return bad(
+                "parallelism.ep",
+                format!(
+                    "{} needs a mixture-of-experts model and must divide the data-parallel size {dp}",
+                    l.ep
                 ),
             );
         }
@@ -486,6 +499,16 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
                     Some(l) => vec![l.zero],
                     None => zero_stages(engine, base_recipe, dp),
                 };
+                // Expert parallelism (Megatron, MoE models): experts split over ranks of the
+                // data-parallel group.
+                let eps: Vec<u64> = match (fixed, &req.model.moe) {
+                    (Some(l), _) => vec![l.ep],
+                    (None, Some(moe)) if engine == Engine::Megatron => [1u64, 2, 4, 8]
+                        .into_iter()
+                        .filter(|&ep| dp.is_multiple_of(ep) && moe.experts.is_multiple_of(ep))
+                        .collect(),
+                    _ => vec![1],
+                };
                 let recomputes = match (fixed, req.pinned.recompute) {
                     (Some(l), _) => vec![l.recompute],
                     (None, Some(r)) => vec![r],
@@ -496,7 +519,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
                     (None, Some(mb)) => vec![mb],
                     (None, None) => vec![1, 2, 4, 8, 16],
                 };
-                for &zero in &zeros {
+                for (&zero, &ep) in zeros.iter().flat_map(|z| eps.iter().map(move |e| (z, e))) {
                     // torchrun + FSDP full shard keeps fp32 sharded parameters and gathers
                     // bf16 copies per layer instead of autocast-caching the whole model.
                     let recipe = if base_recipe == Recipe::HfAmp && zero == 3 && dp > 1 {
@@ -519,7 +542,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
                                 tp,
                                 pp,
                                 cp,
-                                ep: 1,
+                                ep,
                                 zero,
                                 recompute,
                                 micro_batch: mb,
@@ -752,6 +775,17 @@ fn explain(req: &PlanRequest, c: &Candidate, alternatives: &[Candidate]) -> Vec<
             req.model.layers / l.pp,
             c.grad_accum,
             100.0 * (l.pp as f64 - 1.0) / c.grad_accum as f64
+        ));
+    }
+    if let (Some(moe), true) = (&req.model.moe, l.ep > 1) {
+        r.push(format!(
+            "expert parallel {}: each rank of the data-parallel group holds {} of the {} experts \
+             per MoE layer; tokens reach their top-{} experts by all-to-all ({:.2} s/step)",
+            l.ep,
+            moe.experts / l.ep,
+            moe.experts,
+            moe.top_k,
+            c.throughput.ep_comm_s
         ));
     }
     if c.dp > 1 {

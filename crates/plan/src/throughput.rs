@@ -24,6 +24,8 @@ pub struct Throughput {
     pub bubble_s: f64,
     /// Tensor-parallel collectives (NVLink), not overlapped.
     pub tp_comm_s: f64,
+    /// Expert-parallel all-to-alls, not overlapped.
+    pub ep_comm_s: f64,
     /// Data-parallel / ZeRO traffic left exposed after overlap with backward.
     pub dp_comm_s: f64,
     /// Seconds per optimizer step.
@@ -94,6 +96,10 @@ pub fn estimate(s: &StepShape<'_>) -> Throughput {
         // NF4 dequantisation before every base GEMM.
         mfu *= 0.7;
     }
+    if s.model.moe.is_some() {
+        // Token routing, permutation and small per-expert GEMMs (Ferry's assumption).
+        mfu *= 0.6;
+    }
     let compute_s = executed / (gpus * spec.peak_bf16_flops * mfu);
     let m = s.micro_batches.max(1) as f64;
     let bubble_s = compute_s * (l.pp as f64 - 1.0) / m;
@@ -107,6 +113,25 @@ pub fn estimate(s: &StepShape<'_>) -> Throughput {
         per_layer * (s.model.layers as f64 / l.pp as f64) * m / spec.intra_node_bw
     } else {
         0.0
+    };
+
+    // Expert parallelism: dispatch and combine all-to-alls, forward and backward, of the routed
+    // copies of each token's hidden state.
+    let ep_comm_s = match &s.model.moe {
+        Some(moe) if l.ep > 1 => {
+            let e = l.ep as f64;
+            let per_layer =
+                4.0 * (e - 1.0) / e * micro_tokens * moe.top_k as f64 * s.model.hidden as f64 * 2.0
+                    / l.tp as f64;
+            let within_node = l.tp * l.ep <= s.gpus_per_node;
+            let bw = if within_node {
+                spec.intra_node_bw
+            } else {
+                spec.inter_node_bw
+            };
+            per_layer * (moe.moe_layers as f64 / l.pp as f64) * m / bw
+        }
+        _ => 0.0,
     };
 
     // DP / ZeRO traffic per GPU (bf16 gradients and parameters of this GPU's model shard).
@@ -134,7 +159,7 @@ pub fn estimate(s: &StepShape<'_>) -> Throughput {
     // Bucketed reduction overlaps with the backward pass (≈ 2/3 of compute).
     let dp_comm_s = (dp_raw - compute_s * 2.0 / 3.0).max(dp_raw * 0.1);
 
-    let step_s = compute_s + bubble_s + tp_comm_s + dp_comm_s;
+    let step_s = compute_s + bubble_s + tp_comm_s + ep_comm_s + dp_comm_s;
     let tokens_per_s = tokens / step_s;
     let total_hours = (s.train_sequences > 0)
         .then(|| s.train_sequences as f64 * s.seq_len as f64 / tokens_per_s / 3600.0);
@@ -145,6 +170,7 @@ pub fn estimate(s: &StepShape<'_>) -> Throughput {
         compute_s,
         bubble_s,
         tp_comm_s,
+        ep_comm_s,
         dp_comm_s,
         step_s,
         tokens_per_s,

@@ -337,3 +337,36 @@ fn json_output_carries_peak_bytes_and_every_term() {
             > 0.0
     );
 }
+
+#[test]
+fn mixture_of_experts_plans_split_experts() {
+    let report = plan(&request("mistralai/Mixtral-8x7B-v0.1", 2, 8, 4096, 128)).unwrap();
+    println!("{report}");
+    let c = &report.chosen;
+    assert_eq!(c.method, MethodKind::Full, "{report}");
+    // 46.7B parameters: states must be split by TP/PP/EP; only 12.9B are active per token.
+    assert!(c.layout.tp * c.layout.pp * c.layout.ep > 1);
+    assert!(report.params.active < report.params.total / 3);
+    let cmd = render_train(&report, Launcher::Megatron, &RenderOptions::default()).unwrap();
+    assert!(cmd.contains("--num-experts 8") && cmd.contains("--moe-router-topk 2"));
+    if c.layout.ep > 1 {
+        assert!(cmd.contains(&format!("--expert-model-parallel-size {}", c.layout.ep)));
+    }
+    // EP on a dense model is refused with the field named.
+    let mut req = request("Qwen/Qwen2.5-7B", 1, 8, 2048, 8);
+    req.parallelism = Parallelism::Fixed(Layout {
+        tp: 1,
+        pp: 1,
+        cp: 1,
+        ep: 2,
+        zero: 1,
+        recompute: Recompute::None,
+        micro_batch: 1,
+    });
+    assert!(
+        plan(&req)
+            .unwrap_err()
+            .to_string()
+            .contains("parallelism.ep")
+    );
+}
