@@ -158,7 +158,7 @@ enum Flavour {
     Bf16,
     /// bf16 frozen base, fp32 adapters: adapter inputs are cast to fp32 and saved.
     Lora,
-    /// As LoRA, and the 4-bit base matmuls save their bf16 inputs.
+    /// As LoRA over an NF4 base (same saved activations).
     Qlora,
 }
 
@@ -291,14 +291,8 @@ pub fn saved_tensors(model: &ModelShape, recipe: Recipe, lora_rank: u64) -> Vec<
             push("up output", 2 * i, true);
             push("fp32 cast of down_proj input for lora_A", 4 * i, true);
             push("lora_A outputs (fp32, 7 projections)", 28 * lora_rank, true);
-            if fl == Flavour::Qlora {
-                // bitsandbytes' 4-bit matmul saves its (bf16) input for the input gradient.
-                push(
-                    "4-bit matmul inputs (norm outputs, down_proj input)",
-                    4 * h + 2 * i,
-                    true,
-                );
-            }
+            // QLoRA adds nothing here: bitsandbytes' 4-bit matmul keeps only the quantised weight
+            // for backward (it needs no input, the base weight does not train).
         }
     }
     if moe_extra > 0 {
@@ -703,7 +697,7 @@ mod tests {
         let (lora, _) = per_layer("meta-llama/Meta-Llama-3-8B", Recipe::Lora, 64);
         assert_eq!(lora, 28 * h + 8 * q + 4 * kv + 10 * i + 28 * 64);
         let (qlora, _) = per_layer("meta-llama/Meta-Llama-3-8B", Recipe::Qlora, 64);
-        assert_eq!(qlora, lora + 4 * h + 2 * i);
+        assert_eq!(qlora, lora);
         // Qwen3's q/k norms add their fp32 inputs and normalised copies.
         let (q3, m3) = per_layer("Qwen/Qwen3-8B", Recipe::PureBf16, 16);
         let base = 16 * m3.hidden + 4 * m3.q_dim() + 4 * m3.kv_dim() + 8 * m3.intermediate;
