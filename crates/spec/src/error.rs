@@ -1,0 +1,73 @@
+//! The errors this crate reports.
+
+use std::fmt;
+
+/// One problem with one field: where it is and what would fix it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// Dotted path of the field, e.g. `spec.resources.gpusPerNode`.
+    pub path: String,
+    /// What is wrong and how to fix it, e.g. `must be 0 or more (got -1)`.
+    pub message: String,
+}
+
+impl FieldError {
+    /// A problem at `path`.
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Why a document could not become a resource.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// The text is not well-formed YAML or JSON.
+    #[error("{source_name}: not valid {format}: {message}")]
+    Syntax {
+        /// File name or other label of the input.
+        source_name: String,
+        /// `YAML` or `JSON`.
+        format: &'static str,
+        /// The parser's message, with its line and column.
+        message: String,
+    },
+    /// The document parsed but has problems; all of them are listed.
+    #[error("{source_name}: {}", join_problems(.problems))]
+    Invalid {
+        /// File name or other label of the input.
+        source_name: String,
+        /// Every problem found, in document order.
+        problems: Vec<FieldError>,
+    },
+}
+
+impl SpecError {
+    /// The field problems, empty for a syntax error.
+    pub fn problems(&self) -> &[FieldError] {
+        match self {
+            SpecError::Syntax { .. } => &[],
+            SpecError::Invalid { problems, .. } => problems,
+        }
+    }
+}
+
+fn join_problems(problems: &[FieldError]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}

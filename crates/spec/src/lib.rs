@@ -1,0 +1,30 @@
+//! Ferry's resource types and the rules that make them valid.
+//!
+//! One set of Rust structs is the YAML format, the REST API body and (later) the
+//! Kubernetes CRD. This crate does no I/O: it turns text or JSON values into typed,
+//! validated resources and reports *every* problem at once, each naming its field
+//! path and the fix.
+#![forbid(unsafe_code)]
+
+mod deployment;
+mod error;
+mod lifecycle;
+mod meta;
+mod parse;
+mod queue;
+mod schema;
+mod train_job;
+mod validate;
+
+pub use deployment::{ModelDeployment, ModelDeploymentSpec, ModelDeploymentStatus, ServeEngine};
+pub use error::{FieldError, SpecError};
+pub use lifecycle::{JobPhase, TransitionError};
+pub use meta::{API_VERSION, ObjectMeta, validate_name};
+pub use parse::{Resource, ResourceKind, parse_documents, parse_value};
+pub use queue::{FlavorQuota, Queue, QueueSpec};
+pub use schema::{json_schema, json_schema_all};
+pub use train_job::{
+    CheckpointSpec, DataFormat, DataSpec, EngineKind, ExportSpec, FailurePolicy, LoraSpec, Method,
+    ModelRef, ModelSource, Parallelism, Resources, ResumePolicy, Task, TrainJob, TrainJobSpec,
+    TrainJobStatus, TrainParams,
+};

@@ -1,0 +1,294 @@
+//! From text (YAML or JSON) or a JSON value to typed, validated resources.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::deployment::ModelDeployment;
+use crate::error::{FieldError, SpecError};
+use crate::meta::{API_VERSION, ObjectMeta};
+use crate::queue::Queue;
+use crate::schema;
+use crate::train_job::TrainJob;
+use crate::validate::Problems;
+
+/// The kinds of resource Ferry knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ResourceKind {
+    /// A training job.
+    TrainJob = 0,
+    /// A served model.
+    ModelDeployment = 1,
+    /// A team queue.
+    Queue = 2,
+}
+
+impl ResourceKind {
+    /// Every kind.
+    pub const ALL: [ResourceKind; 3] = [
+        ResourceKind::TrainJob,
+        ResourceKind::ModelDeployment,
+        ResourceKind::Queue,
+    ];
+
+    /// The `kind:` value in documents.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceKind::TrainJob => "TrainJob",
+            ResourceKind::ModelDeployment => "ModelDeployment",
+            ResourceKind::Queue => "Queue",
+        }
+    }
+
+    /// Parses a kind name, also accepting the plural and lowercase forms the CLI uses
+    /// (`jobs`, `trainjob`, `deployments`, `queues`).
+    pub fn from_name(name: &str) -> Option<ResourceKind> {
+        match name.to_ascii_lowercase().as_str() {
+            "trainjob" | "trainjobs" | "job" | "jobs" => Some(ResourceKind::TrainJob),
+            "modeldeployment" | "modeldeployments" | "deployment" | "deployments" | "deploy" => {
+                Some(ResourceKind::ModelDeployment)
+            }
+            "queue" | "queues" => Some(ResourceKind::Queue),
+            _ => None,
+        }
+    }
+}
+
+/// Any Ferry resource.
+// Resources are handled a few at a time; boxing the large variant would only add noise.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Resource {
+    /// A training job.
+    TrainJob(TrainJob),
+    /// A served model.
+    ModelDeployment(ModelDeployment),
+    /// A team queue.
+    Queue(Queue),
+}
+
+impl Resource {
+    /// Its kind.
+    pub fn kind(&self) -> ResourceKind {
+        match self {
+            Resource::TrainJob(_) => ResourceKind::TrainJob,
+            Resource::ModelDeployment(_) => ResourceKind::ModelDeployment,
+            Resource::Queue(_) => ResourceKind::Queue,
+        }
+    }
+
+    /// Its metadata.
+    pub fn metadata(&self) -> &ObjectMeta {
+        match self {
+            Resource::TrainJob(r) => &r.metadata,
+            Resource::ModelDeployment(r) => &r.metadata,
+            Resource::Queue(r) => &r.metadata,
+        }
+    }
+
+    /// Its metadata, mutably (the control plane sets `uid` and `creationTimestamp`).
+    pub fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Resource::TrainJob(r) => &mut r.metadata,
+            Resource::ModelDeployment(r) => &mut r.metadata,
+            Resource::Queue(r) => &mut r.metadata,
+        }
+    }
+
+    /// The resource as a JSON value.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("resources always serialize")
+    }
+}
+
+/// Parses every document in `text` (YAML with `---` separators, a JSON object, or a
+/// JSON list of objects). `source_name` labels errors (usually the file name).
+pub fn parse_documents(text: &str, source_name: &str) -> Result<Vec<Resource>, SpecError> {
+    let trimmed = text.trim_start();
+    let docs: Vec<Value> = if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        match serde_json::from_str::<Value>(text) {
+            Ok(Value::Array(items)) => items,
+            Ok(v) => vec![v],
+            Err(e) => {
+                return Err(SpecError::Syntax {
+                    source_name: source_name.to_owned(),
+                    format: "JSON",
+                    message: e.to_string(),
+                });
+            }
+        }
+    } else {
+        serde_saphyr::from_multiple::<Value>(text).map_err(|e| SpecError::Syntax {
+            source_name: source_name.to_owned(),
+            format: "YAML",
+            message: e.to_string().lines().next().unwrap_or_default().to_owned(),
+        })?
+    };
+    let docs: Vec<Value> = docs.into_iter().filter(|d| !d.is_null()).collect();
+    if docs.is_empty() {
+        return Err(SpecError::Invalid {
+            source_name: source_name.to_owned(),
+            problems: vec![FieldError::new(
+                "",
+                "no resource found; the file is empty (expected apiVersion, kind, metadata, spec)",
+            )],
+        });
+    }
+    let many = docs.len() > 1;
+    docs.into_iter()
+        .enumerate()
+        .map(|(i, doc)| {
+            let label = if many {
+                format!("{source_name} (document {})", i + 1)
+            } else {
+                source_name.to_owned()
+            };
+            parse_value(doc, &label)
+        })
+        .collect()
+}
+
+/// Turns one JSON value into a validated resource, reporting every problem found.
+pub fn parse_value(mut doc: Value, source_name: &str) -> Result<Resource, SpecError> {
+    let invalid = |problems: Vec<FieldError>| SpecError::Invalid {
+        source_name: source_name.to_owned(),
+        problems,
+    };
+    let Some(obj) = doc.as_object_mut() else {
+        return Err(invalid(vec![FieldError::new(
+            "",
+            "must be a mapping with apiVersion, kind, metadata and spec",
+        )]));
+    };
+    let kind_name = match obj.get("kind") {
+        Some(Value::String(k)) => k.clone(),
+        Some(other) => {
+            return Err(invalid(vec![FieldError::new(
+                "kind",
+                format!("must be a string such as TrainJob (got {other})"),
+            )]));
+        }
+        None => {
+            return Err(invalid(vec![FieldError::new(
+                "kind",
+                "is required; one of TrainJob, ModelDeployment, Queue",
+            )]));
+        }
+    };
+    let Some(kind) = ResourceKind::ALL
+        .into_iter()
+        .find(|k| k.as_str() == kind_name)
+    else {
+        let names = ResourceKind::ALL.map(ResourceKind::as_str);
+        let mut msg = format!(
+            "unknown kind {kind_name:?}; expected one of {}",
+            names.join(", ")
+        );
+        if let Some(best) = schema::closest(&kind_name, names) {
+            msg.push_str(&format!(" (did you mean `{best}`?)"));
+        }
+        return Err(invalid(vec![FieldError::new("kind", msg)]));
+    };
+    // Friendly shorthands: `parallelism: auto` means "all fields chosen by the planner";
+    // `status` is the control plane's to write, never the user's.
+    obj.remove("status");
+    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
+        && spec.get("parallelism") == Some(&Value::String("auto".into()))
+    {
+        spec.insert("parallelism".into(), Value::Object(Default::default()));
+    }
+
+    let mut problems = Problems::default();
+    match obj.get("apiVersion") {
+        Some(Value::String(v)) if v == API_VERSION => {}
+        Some(v) => problems.push(
+            "apiVersion",
+            format!("must be {API_VERSION} (got {v}); update the document's apiVersion"),
+        ),
+        None => problems.push("apiVersion", format!("is required; use {API_VERSION}")),
+    }
+    let schema_problems = schema::check(kind, &doc);
+    let only_unknown_fields = schema_problems
+        .iter()
+        .all(|p| p.message.starts_with("unknown field"));
+    problems.0.extend(schema_problems);
+
+    // Unknown fields do not stop the typed checks: drop them and validate the rest so
+    // the user sees every problem in one go.
+    if only_unknown_fields {
+        let pruned = if problems.0.is_empty() {
+            doc
+        } else {
+            prune_unknown(doc, &problems.0)
+        };
+        match typed(kind, pruned) {
+            Ok(resource) => {
+                match &resource {
+                    Resource::TrainJob(r) => r.validate(&mut problems),
+                    Resource::ModelDeployment(r) => r.validate(&mut problems),
+                    Resource::Queue(r) => r.validate(&mut problems),
+                }
+                if problems.0.is_empty() {
+                    return Ok(resource);
+                }
+            }
+            Err(e) => problems.0.push(e),
+        }
+    }
+    problems.0.dedup();
+    Err(invalid(problems.0))
+}
+
+fn typed(kind: ResourceKind, doc: Value) -> Result<Resource, FieldError> {
+    fn de<T: serde::de::DeserializeOwned>(doc: Value) -> Result<T, FieldError> {
+        serde_path_to_error::deserialize(doc).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." { String::new() } else { path };
+            FieldError::new(path, e.into_inner().to_string())
+        })
+    }
+    Ok(match kind {
+        ResourceKind::TrainJob => Resource::TrainJob(de(doc)?),
+        ResourceKind::ModelDeployment => Resource::ModelDeployment(de(doc)?),
+        ResourceKind::Queue => Resource::Queue(de(doc)?),
+    })
+}
+
+fn prune_unknown(mut doc: Value, problems: &[FieldError]) -> Value {
+    for p in problems {
+        let mut segments = split_dotted(&p.path);
+        let Some(last) = segments.pop() else { continue };
+        let parent: String = segments
+            .iter()
+            .map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1")))
+            .collect();
+        if let Some(Value::Object(m)) = doc.pointer_mut(&parent) {
+            m.remove(&last);
+        }
+    }
+    doc
+}
+
+/// Inverse of [`schema::dotted`]: `spec.quotas[0].nominal` → segments.
+fn split_dotted(path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for part in path.split('.') {
+        let mut rest = part;
+        if let Some(idx) = rest.find('[') {
+            if idx > 0 {
+                out.push(rest[..idx].to_owned());
+            }
+            rest = &rest[idx..];
+            while let Some(end) = rest.find(']') {
+                out.push(rest[1..end].to_owned());
+                rest = &rest[end + 1..];
+            }
+        } else if !rest.is_empty() {
+            out.push(rest.to_owned());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,210 @@
+use super::*;
+use crate::train_job::EngineKind;
+
+const HELLO: &str = r#"
+apiVersion: ferry.dev/v1alpha1
+kind: TrainJob
+metadata: {name: hello}
+spec:
+  engine: command
+  command: ["python3", "rank.py"]
+  resources: {nodes: 2, procsPerNode: 2, gpusPerNode: 0}
+  onFailure: {maxRestarts: 2}
+"#;
+
+fn problems(text: &str) -> Vec<String> {
+    match parse_documents(text, "job.yaml") {
+        Ok(r) => panic!("expected an error, parsed {r:?}"),
+        Err(e) => e.problems().iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn the_hello_gang_job_parses_with_defaults() {
+    let docs = parse_documents(HELLO, "hello.yaml").unwrap();
+    let Resource::TrainJob(job) = &docs[0] else {
+        panic!("not a TrainJob")
+    };
+    assert_eq!(job.metadata.namespace, "default");
+    assert_eq!(job.spec.engine, EngineKind::Command);
+    assert_eq!(job.spec.resources.world_size(), 4);
+    assert_eq!(job.spec.resources.total_gpus(), 0);
+    assert_eq!(job.spec.on_failure.max_restarts, 2);
+    assert_eq!(job.spec.on_failure.grace_seconds, 30.0);
+}
+
+#[test]
+fn json_and_yaml_give_the_same_resource() {
+    let yaml = parse_documents(HELLO, "a.yaml").unwrap();
+    let json = serde_json::to_string(&yaml[0]).unwrap();
+    let again = parse_documents(&json, "a.json").unwrap();
+    assert_eq!(yaml, again);
+}
+
+#[test]
+fn several_documents_parse_in_order() {
+    let text = format!(
+        "{HELLO}\n---\napiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: team-a}}\nspec:\n  quotas: [{{flavor: H100-80GB, nominal: 8}}]\n"
+    );
+    let docs = parse_documents(&text, "all.yaml").unwrap();
+    assert_eq!(docs.len(), 2);
+    assert_eq!(docs[1].kind(), ResourceKind::Queue);
+}
+
+#[test]
+fn malformed_yaml_is_a_syntax_error_with_a_location() {
+    let err = parse_documents("kind: TrainJob\nspec: [unclosed\n", "bad.yaml").unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, SpecError::Syntax { .. }), "{msg}");
+    assert!(msg.starts_with("bad.yaml: not valid YAML"), "{msg}");
+    assert!(!msg.contains('\n'), "one line: {msg}");
+}
+
+#[test]
+fn negative_gpus_name_the_field_and_the_fix() {
+    let p = problems(&HELLO.replace("gpusPerNode: 0", "gpusPerNode: -1"));
+    assert_eq!(
+        p,
+        ["spec.resources.gpusPerNode: must be 0 or more (got -1)"]
+    );
+}
+
+#[test]
+fn unknown_fields_suggest_the_closest_name() {
+    let p = problems(&HELLO.replace("gpusPerNode: 0", "gpusPerNod: 0"));
+    assert_eq!(
+        p,
+        ["spec.resources.gpusPerNod: unknown field; did you mean `gpusPerNode`?"]
+    );
+    let p = problems(&HELLO.replace("onFailure", "onFailur"));
+    assert_eq!(
+        p,
+        ["spec.onFailur: unknown field; did you mean `onFailure`?"]
+    );
+}
+
+#[test]
+fn unknown_engine_lists_the_engines() {
+    let p = problems(&HELLO.replace("engine: command", "engine: comand"));
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].starts_with("spec.engine: must be one of auto, builtin,"),
+        "{}",
+        p[0]
+    );
+    assert!(p[0].ends_with("did you mean `command`?"), "{}", p[0]);
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let text = HELLO
+        .replace("gpusPerNode: 0", "gpusPerNode: -1, nodez: 3")
+        .replace("maxRestarts: 2", "maxRestarts: -2")
+        .replace("name: hello", "name: Hello_World");
+    let p = problems(&text);
+    assert!(
+        p.contains(&"spec.resources.nodez: unknown field; did you mean `nodes`?".to_owned()),
+        "{p:?}"
+    );
+    assert!(
+        p.contains(&"spec.resources.gpusPerNode: must be 0 or more (got -1)".to_owned()),
+        "{p:?}"
+    );
+    assert!(
+        p.contains(&"spec.onFailure.maxRestarts: must be 0 or more (got -2)".to_owned()),
+        "{p:?}"
+    );
+    assert!(
+        p.iter()
+            .any(|m| m.starts_with("metadata.name: must be lowercase")),
+        "{p:?}"
+    );
+    assert_eq!(p.len(), 4, "{p:?}");
+}
+
+#[test]
+fn wrong_types_say_what_was_expected() {
+    let p = problems(&HELLO.replace("nodes: 2", "nodes: two"));
+    assert_eq!(
+        p,
+        ["spec.resources.nodes: must be a whole number (got string \"two\")"]
+    );
+}
+
+#[test]
+fn a_command_job_needs_a_command() {
+    let p = problems(&HELLO.replace("  command: [\"python3\", \"rank.py\"]\n", ""));
+    assert_eq!(p.len(), 1);
+    assert!(
+        p[0].starts_with("spec.command: is required for engine: command"),
+        "{}",
+        p[0]
+    );
+}
+
+#[test]
+fn other_engines_need_a_model() {
+    let p = problems(
+        "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: a}\nspec: {engine: builtin}\n",
+    );
+    assert_eq!(p.len(), 1);
+    assert!(
+        p[0].starts_with("spec.model: is required for engine: builtin"),
+        "{}",
+        p[0]
+    );
+}
+
+#[test]
+fn api_version_and_kind_are_checked() {
+    let p = problems(&HELLO.replace("ferry.dev/v1alpha1", "ferry.dev/v2"));
+    assert!(
+        p[0].starts_with("apiVersion: must be ferry.dev/v1alpha1"),
+        "{p:?}"
+    );
+    let p = problems(&HELLO.replace("kind: TrainJob", "kind: TrainJobs"));
+    assert!(p[0].contains("did you mean `TrainJob`?"), "{p:?}");
+}
+
+#[test]
+fn parallelism_auto_is_the_empty_layout() {
+    let text = HELLO.replace("  onFailure", "  parallelism: auto\n  onFailure");
+    let docs = parse_documents(&text, "a.yaml").unwrap();
+    let Resource::TrainJob(job) = &docs[0] else {
+        panic!()
+    };
+    assert!(job.spec.parallelism.is_auto());
+}
+
+#[test]
+fn status_in_input_is_ignored() {
+    let text = format!("{HELLO}status: {{phase: Succeeded}}\n");
+    let docs = parse_documents(&text, "a.yaml").unwrap();
+    let Resource::TrainJob(job) = &docs[0] else {
+        panic!()
+    };
+    assert!(job.status.is_none());
+}
+
+#[test]
+fn queues_check_lending_against_nominal() {
+    let text = "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: team-a}\nspec:\n  quotas: [{flavor: A100, nominal: 4, lendingLimit: 8}]\n";
+    let p = problems(text);
+    assert_eq!(
+        p,
+        ["spec.quotas[0].lendingLimit: must not exceed nominal (4) (got 8)"]
+    );
+}
+
+#[test]
+fn empty_input_says_so() {
+    let p = problems("# nothing here\n");
+    assert!(p[0].contains("no resource found"), "{p:?}");
+}
+
+#[test]
+fn split_dotted_inverts_dotted() {
+    let segs = split_dotted("spec.quotas[0].nominal");
+    assert_eq!(segs, ["spec", "quotas", "0", "nominal"]);
+    assert_eq!(crate::schema::dotted(&segs), "spec.quotas[0].nominal");
+}

@@ -1,0 +1,97 @@
+//! `Queue`: a team's share of the cluster. The scheduler gives it its meaning.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::meta::ObjectMeta;
+use crate::validate::Problems;
+
+/// A team queue with GPU quotas per flavor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Queue {
+    /// Always `ferry.dev/v1alpha1`.
+    pub api_version: String,
+    /// Always `Queue`.
+    pub kind: String,
+    /// The queue's name is what jobs put in `spec.queue`.
+    pub metadata: ObjectMeta,
+    /// Quotas and sharing rules.
+    #[serde(default)]
+    pub spec: QueueSpec,
+}
+
+/// Quotas and sharing rules of a [`Queue`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QueueSpec {
+    /// Queues in one cohort lend each other unused quota.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cohort: Option<String>,
+    /// Quota per GPU flavor.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quotas: Vec<FlavorQuota>,
+    /// Share of contended capacity relative to other queues.
+    #[serde(default = "one")]
+    pub weight: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// Quota of one GPU flavor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FlavorQuota {
+    /// GPU flavor, e.g. `H100-80GB`; `any` matches every flavor.
+    pub flavor: String,
+    /// GPUs guaranteed to the queue.
+    pub nominal: i32,
+    /// Extra GPUs it may borrow from its cohort; unlimited when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<i32>,
+    /// GPUs of its nominal quota it may lend; all when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lending_limit: Option<i32>,
+}
+
+impl Queue {
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        self.metadata.validate(p);
+        if let Some(c) = &self.spec.cohort
+            && let Err(msg) = crate::meta::validate_name(c)
+        {
+            p.push("spec.cohort", msg);
+        }
+        if !(self.spec.weight > 0.0 && self.spec.weight.is_finite()) {
+            p.push(
+                "spec.weight",
+                format!("must be a positive number (got {})", self.spec.weight),
+            );
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, q) in self.spec.quotas.iter().enumerate() {
+            let at = format!("spec.quotas[{i}]");
+            if !seen.insert(q.flavor.as_str()) {
+                p.push(
+                    format!("{at}.flavor"),
+                    format!("{:?} is listed twice; merge the entries", q.flavor),
+                );
+            }
+            p.at_least(&format!("{at}.nominal"), i64::from(q.nominal), 0);
+            if let Some(b) = q.borrowing_limit {
+                p.at_least(&format!("{at}.borrowingLimit"), i64::from(b), 0);
+            }
+            if let Some(l) = q.lending_limit {
+                p.at_least(&format!("{at}.lendingLimit"), i64::from(l), 0);
+                if l > q.nominal {
+                    p.push(
+                        format!("{at}.lendingLimit"),
+                        format!("must not exceed nominal ({}) (got {l})", q.nominal),
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! JSON Schema of every resource, and the translation of schema violations into
+//! messages that name the field and the fix.
+
+use std::sync::OnceLock;
+
+use serde_json::{Map, Value};
+
+use crate::deployment::ModelDeployment;
+use crate::error::FieldError;
+use crate::parse::ResourceKind;
+use crate::queue::Queue;
+use crate::train_job::TrainJob;
+
+/// The JSON Schema (draft 2020-12) of one resource kind, as `ferry schema` prints it.
+pub fn json_schema(kind: ResourceKind) -> Value {
+    let schema = match kind {
+        ResourceKind::TrainJob => schemars::schema_for!(TrainJob),
+        ResourceKind::ModelDeployment => schemars::schema_for!(ModelDeployment),
+        ResourceKind::Queue => schemars::schema_for!(Queue),
+    };
+    let mut value = schema.to_value();
+    drop_null_branches(&mut value);
+    value
+}
+
+/// Every kind's schema, keyed by kind name.
+pub fn json_schema_all() -> Value {
+    let mut all = Map::new();
+    for kind in ResourceKind::ALL {
+        all.insert(kind.as_str().to_owned(), json_schema(kind));
+    }
+    Value::Object(all)
+}
+
+/// `Option<T>` fields may be omitted but are never `null` in Ferry's documents, so
+/// the `null` alternatives schemars adds are removed: this keeps one schema branch per
+/// field and so one clear message per mistake.
+fn drop_null_branches(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::Array(types)) = map.get_mut("type") {
+                types.retain(|t| t != "null");
+                if types.len() == 1 {
+                    let only = types.remove(0);
+                    map.insert("type".into(), only);
+                }
+            }
+            let single = match map.get_mut("anyOf") {
+                Some(Value::Array(branches)) => {
+                    branches.retain(|b| b.get("type") != Some(&Value::String("null".into())));
+                    (branches.len() == 1).then(|| branches.remove(0))
+                }
+                _ => None,
+            };
+            if let Some(Value::Object(inner)) = single {
+                map.remove("anyOf");
+                for (k, v) in inner {
+                    map.entry(k).or_insert(v);
+                }
+            }
+            if let Some(Value::Array(options)) = map.get_mut("enum") {
+                options.retain(|o| !o.is_null());
+            }
+            for v in map.values_mut() {
+                drop_null_branches(v);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_null_branches),
+        _ => {}
+    }
+}
+
+struct Compiled {
+    schema: Value,
+    validator: jsonschema::Validator,
+}
+
+fn compiled(kind: ResourceKind) -> &'static Compiled {
+    static CACHE: [OnceLock<Compiled>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    CACHE[kind as usize].get_or_init(|| {
+        let schema = json_schema(kind);
+        let validator = jsonschema::validator_for(&schema)
+            .unwrap_or_else(|e| panic!("generated schema for {} is invalid: {e}", kind.as_str()));
+        Compiled { schema, validator }
+    })
+}
+
+/// Checks `doc` against `kind`'s schema; every violation becomes a [`FieldError`].
+pub(crate) fn check(kind: ResourceKind, doc: &Value) -> Vec<FieldError> {
+    let c = compiled(kind);
+    let mut out = Vec::new();
+    for err in c.validator.iter_errors(doc) {
+        let pointer = err.instance_path().to_string();
+        let segments = pointer_segments(&pointer);
+        let path = dotted(&segments);
+        let instance = err.instance();
+        match err.kind() {
+            jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } => {
+                let known = known_fields(&c.schema, &segments);
+                for field in unexpected {
+                    let at = join(&path, field);
+                    let hint = match closest(field, known.iter().map(String::as_str)) {
+                        Some(best) => format!("unknown field; did you mean `{best}`?"),
+                        None if known.is_empty() => "unknown field; remove it".to_owned(),
+                        None => format!("unknown field; known fields are {}", known.join(", ")),
+                    };
+                    out.push(FieldError::new(at, hint));
+                }
+            }
+            jsonschema::error::ValidationErrorKind::Enum { options } => {
+                let opts: Vec<String> = options
+                    .as_array()
+                    .map(|a| a.iter().map(plain).collect())
+                    .unwrap_or_default();
+                out.push(FieldError::new(path, one_of(&opts, instance)));
+            }
+            // Documented enums become `oneOf` of `const`s: report them as a choice.
+            jsonschema::error::ValidationErrorKind::OneOfNotValid { .. }
+                if !choices(&c.schema, &segments).is_empty() =>
+            {
+                let opts = choices(&c.schema, &segments);
+                out.push(FieldError::new(path, one_of(&opts, instance)));
+            }
+            jsonschema::error::ValidationErrorKind::Minimum { limit } => {
+                out.push(FieldError::new(
+                    path,
+                    format!("must be {limit} or more (got {instance})"),
+                ));
+            }
+            jsonschema::error::ValidationErrorKind::Maximum { limit } => {
+                out.push(FieldError::new(
+                    path,
+                    format!("must be {limit} or less (got {instance})"),
+                ));
+            }
+            jsonschema::error::ValidationErrorKind::Required { property } => {
+                let field = plain(property);
+                out.push(FieldError::new(
+                    join(&path, &field),
+                    "is required; add it".to_owned(),
+                ));
+            }
+            jsonschema::error::ValidationErrorKind::Type { kind: expected } => {
+                out.push(FieldError::new(
+                    path,
+                    format!(
+                        "must be {} (got {} {})",
+                        describe_type(&format!("{expected:?}")),
+                        json_type(instance),
+                        short(instance)
+                    ),
+                ));
+            }
+            _ => out.push(FieldError::new(path, err.to_string())),
+        }
+    }
+    out
+}
+
+fn pointer_segments(pointer: &str) -> Vec<String> {
+    pointer
+        .split('/')
+        .skip(1)
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect()
+}
+
+/// `["spec", "quotas", "0", "nominal"]` → `spec.quotas[0].nominal`.
+pub(crate) fn dotted(segments: &[String]) -> String {
+    let mut out = String::new();
+    for seg in segments {
+        if !seg.is_empty() && seg.chars().all(|c| c.is_ascii_digit()) {
+            out.push_str(&format!("[{seg}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(seg);
+        }
+    }
+    out
+}
+
+fn join(path: &str, field: &str) -> String {
+    if path.is_empty() {
+        field.to_owned()
+    } else {
+        format!("{path}.{field}")
+    }
+}
+
+fn plain(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn short(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 40 {
+        format!("{}…", &s[..s.floor_char_boundary(40)])
+    } else {
+        s
+    }
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "list",
+        Value::Object(_) => "mapping",
+    }
+}
+
+fn describe_type(debug: &str) -> String {
+    let lower = debug.to_lowercase();
+    let name = |t: &str| match t {
+        "integer" => "a whole number",
+        "number" => "a number",
+        "string" => "a string",
+        "boolean" => "true or false",
+        "array" => "a list",
+        "object" => "a mapping",
+        "null" => "null",
+        _ => "another type",
+    };
+    for t in ["integer", "number", "string", "boolean", "array", "object"] {
+        if lower.contains(t) {
+            return name(t).to_owned();
+        }
+    }
+    lower
+}
+
+/// The closest known name within a small edit distance, for "did you mean" hints.
+pub(crate) fn closest<'a>(
+    given: &str,
+    known: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let given_lower = given.to_lowercase();
+    known
+        .into_iter()
+        .map(|k| (strsim::jaro_winkler(&given_lower, &k.to_lowercase()), k))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| k)
+}
+
+fn one_of(options: &[String], instance: &Value) -> String {
+    let got = plain(instance);
+    let mut msg = format!("must be one of {} (got {got:?})", options.join(", "));
+    if let Some(best) = closest(&got, options.iter().map(String::as_str)) {
+        msg.push_str(&format!("; did you mean `{best}`?"));
+    }
+    msg
+}
+
+/// The schema node that describes the value at `segments`.
+fn node_at<'a>(root: &'a Value, segments: &[String]) -> Option<&'a Value> {
+    let mut node = resolve(root, root);
+    for seg in segments {
+        let next = node
+            .get("properties")
+            .and_then(|p| p.get(seg))
+            .or_else(|| node.get("items"))
+            .or_else(|| node.get("additionalProperties").filter(|v| v.is_object()))?;
+        node = resolve(root, next);
+    }
+    Some(node)
+}
+
+/// Property names the schema allows at `segments`.
+fn known_fields(root: &Value, segments: &[String]) -> Vec<String> {
+    node_at(root, segments)
+        .and_then(|n| n.get("properties"))
+        .and_then(Value::as_object)
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// The allowed values when the schema at `segments` is a choice of constants.
+fn choices(root: &Value, segments: &[String]) -> Vec<String> {
+    let Some(branches) = node_at(root, segments)
+        .and_then(|n| n.get("oneOf"))
+        .and_then(Value::as_array)
+    else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for b in branches {
+        let b = resolve(root, b);
+        if let Some(c) = b.get("const") {
+            out.push(plain(c));
+        } else if let Some(Value::Array(e)) = b.get("enum") {
+            out.extend(e.iter().map(plain));
+        } else {
+            return Vec::new();
+        }
+    }
+    out
+}
+
+fn resolve<'a>(root: &'a Value, mut node: &'a Value) -> &'a Value {
+    for _ in 0..16 {
+        let Some(reference) = node.get("$ref").and_then(Value::as_str) else {
+            break;
+        };
+        let Some(target) = reference.strip_prefix('#').and_then(|p| root.pointer(p)) else {
+            break;
+        };
+        node = target;
+    }
+    node
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_a_compilable_schema() {
+        for kind in ResourceKind::ALL {
+            let c = compiled(kind);
+            assert_eq!(c.schema["type"], "object", "{}", kind.as_str());
+        }
+    }
+
+    #[test]
+    fn schemas_have_no_null_alternatives() {
+        let text = json_schema_all().to_string();
+        assert!(!text.contains("\"null\""), "{text}");
+    }
+
+    #[test]
+    fn closest_suggests_near_names_only() {
+        let known = ["gpusPerNode", "nodes", "procsPerNode"];
+        assert_eq!(closest("gpusPerNod", known), Some("gpusPerNode"));
+        assert_eq!(closest("gpus_per_node", known), Some("gpusPerNode"));
+        assert_eq!(closest("zzz", known), None);
+    }
+
+    #[test]
+    fn dotted_paths_index_lists() {
+        let segs: Vec<String> = ["spec", "quotas", "0", "nominal"].map(String::from).into();
+        assert_eq!(dotted(&segs), "spec.quotas[0].nominal");
+    }
+}

@@ -1,0 +1,21 @@
+//! The accumulator that lets validation report every problem at once.
+
+use crate::error::FieldError;
+
+/// Problems found so far, in the order found.
+#[derive(Debug, Default)]
+pub(crate) struct Problems(pub(crate) Vec<FieldError>);
+
+impl Problems {
+    /// Records a problem at `path`.
+    pub(crate) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(FieldError::new(path, message));
+    }
+
+    /// Records `must be N or more` when `value < min`.
+    pub(crate) fn at_least(&mut self, path: &str, value: i64, min: i64) {
+        if value < min {
+            self.push(path, format!("must be {min} or more (got {value})"));
+        }
+    }
+}
