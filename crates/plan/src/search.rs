@@ -846,8 +846,3 @@ fn explain(req: &PlanRequest, c: &Candidate, alternatives: &[Candidate]) -> Vec<
     }
     r
 }
-
-/// Plans with a model read from a catalogue id (convenience for CLIs and tests).
-pub fn shape_for(id: &str) -> Result<ModelShape> {
-    crate::catalog::shape_of(id)
-}
