@@ -196,9 +196,13 @@ impl Metrics {
 
     /// Records the gap between two pieces of text.
     pub fn record_token_gap(&self, model: &str, gap: Duration) {
-        self.inter_token
-            .get_or_create(&model_labels(model))
-            .observe(gap.as_secs_f64());
+        self.token_gap_histogram(model).observe(gap.as_secs_f64());
+    }
+
+    /// The inter-token histogram of `model`, as a handle a request keeps so the
+    /// per-token path skips the label lookup.
+    pub fn token_gap_histogram(&self, model: &str) -> Histogram {
+        self.inter_token.get_or_create_owned(&model_labels(model))
     }
 
     /// Records a generation that finished normally.

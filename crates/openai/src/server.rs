@@ -19,8 +19,9 @@ use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
 
 use crate::backend::{
@@ -128,6 +129,13 @@ pub async fn serve_router(
         shutdown.await;
         let _ = signalled_tx.send(());
     };
+    // Streams end with small writes (last event, chunk terminator): without
+    // TCP_NODELAY, Nagle holds them until the client's delayed ACK, ~40 ms per response.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY not set: {e}");
+        }
+    });
     let server = axum::serve(listener, app)
         .with_graceful_shutdown(signal)
         .into_future();
@@ -354,6 +362,7 @@ impl Drop for InFlight {
 struct Timing {
     arrival: Instant,
     last_text: Option<Instant>,
+    gaps: Option<prometheus_client::metrics::histogram::Histogram>,
 }
 
 impl Timing {
@@ -361,7 +370,10 @@ impl Timing {
         let now = Instant::now();
         match self.last_text {
             None => st.metrics.record_first_token(model, now - self.arrival),
-            Some(prev) => st.metrics.record_token_gap(model, now - prev),
+            Some(prev) => self
+                .gaps
+                .get_or_insert_with(|| st.metrics.token_gap_histogram(model))
+                .observe((now - prev).as_secs_f64()),
         }
         self.last_text = Some(now);
         flight.first_token();
@@ -416,6 +428,7 @@ async fn generate(
     let timing = Timing {
         arrival,
         last_text: None,
+        gaps: None,
     };
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -444,7 +457,7 @@ async fn generate(
             flight,
         };
         let body = Body::from_stream(futures_util::stream::unfold(stream, |mut s| async move {
-            s.next_event().await.map(|b| (Ok::<_, Infallible>(b), s))
+            s.next_frame().await.map(|b| (Ok::<_, Infallible>(b), s))
         }));
         return (
             [
@@ -581,7 +594,24 @@ struct SseStream {
 }
 
 impl SseStream {
-    async fn next_event(&mut self) -> Option<Bytes> {
+    /// Next body frame: waits for one event, then appends whatever else is already
+    /// buffered (up to 64 KiB), so a fast backend costs one write per burst, not per token.
+    async fn next_frame(&mut self) -> Option<Bytes> {
+        let first = self.next_event(true).await?;
+        let mut frame: Option<Vec<u8>> = None;
+        while frame.as_ref().map_or(first.len(), Vec::len) < 64 * 1024 {
+            match self.next_event(false).await {
+                Some(more) => frame
+                    .get_or_insert_with(|| first.to_vec())
+                    .extend_from_slice(&more),
+                None => break,
+            }
+        }
+        Some(frame.map_or(first, Bytes::from))
+    }
+
+    /// The next SSE event; with `wait` false, `None` also means "nothing ready yet".
+    async fn next_event(&mut self, wait: bool) -> Option<Bytes> {
         loop {
             match self.phase {
                 Phase::RoleChunk => {
@@ -597,7 +627,12 @@ impl SseStream {
                 Phase::Body => {
                     let event = match self.pending.take() {
                         Some(e) => Some(e),
-                        None => self.rx.recv().await,
+                        None if wait => self.rx.recv().await,
+                        None => match self.rx.try_recv() {
+                            Ok(e) => Some(e),
+                            Err(mpsc::error::TryRecvError::Empty) => return None,
+                            Err(mpsc::error::TryRecvError::Disconnected) => None,
+                        },
                     };
                     match event {
                         Some(GenerationEvent::Started { .. }) => continue,
