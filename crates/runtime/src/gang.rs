@@ -261,7 +261,8 @@ pub enum RankState {
         /// Exit status.
         code: i32,
     },
-    /// Its wrapper was killed by this signal (SIGKILL from `terminate`, the OOM killer…).
+    /// Its wrapper was killed by this signal: SIGKILL from `terminate` or the OOM killer, or a
+    /// SIGTERM that came before the wrapper had set its trap (the command had not started).
     Signaled {
         /// Signal number.
         signal: i32,

@@ -49,8 +49,10 @@ async fn a_fresh_runtime_adopts_running_gangs_and_sees_them_to_completion() {
         } => {}
         other => panic!("expected rank 1 to fail with 7, got {other:?}"),
     }
-    let ranks = restarted.observe_ranks(&bad).await.unwrap();
-    assert_eq!(ranks[0].state, RankState::Exited { code: 0 });
+    assert_eq!(
+        wait_all_ranks(&restarted, &bad).await,
+        [RankState::Exited { code: 0 }, RankState::Exited { code: 7 }]
+    );
     assert_eq!(
         std::fs::read_to_string(ok.log_path(1).unwrap()).unwrap(),
         "done\n"
@@ -245,13 +247,7 @@ async fn kill_9_of_the_launching_process_loses_nothing() {
         } => {}
         other => panic!("expected rank 2 to fail with 5, got {other:?}"),
     }
-    let states: Vec<RankState> = restarted
-        .observe_ranks(&gang)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|s| s.state)
-        .collect();
+    let states = wait_all_ranks(&restarted, &gang).await;
     assert_eq!(
         states,
         [

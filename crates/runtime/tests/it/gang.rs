@@ -108,10 +108,19 @@ async fn ranks_meet_at_master_addr_and_rank_0_collects_every_rank() {
 #[tokio::test]
 async fn a_failing_rank_fails_the_gang_and_supervise_stops_the_rest() {
     let dir = tempfile::tempdir().unwrap();
-    let script =
-        r#"if [ "$RANK" = 1 ]; then echo "rank 1 gives up" >&2; exit 3; fi; exec sleep 30"#;
+    // Rank 1 fails once the others run their command (so past the wrapper's trap).
+    let script = r#"if [ "$RANK" = 1 ]; then
+        while [ "$(ls "$READY" | wc -l)" -lt 3 ]; do sleep 0.02; done
+        echo "rank 1 gives up" >&2; exit 3
+    fi
+    touch "$READY/$RANK"; exec sleep 30"#;
+    let ready = dir.path().join("ready");
+    std::fs::create_dir(&ready).unwrap();
+    let mut req = sh(dir.path(), 2, 2, script);
+    req.env
+        .insert("READY".into(), ready.to_str().unwrap().into());
     let rt = LocalRuntime::new();
-    let gang = rt.launch(sh(dir.path(), 2, 2, script)).await.unwrap();
+    let gang = rt.launch(req).await.unwrap();
     let status = tokio::time::timeout(
         HANG_GUARD,
         ferry_runtime::supervise(

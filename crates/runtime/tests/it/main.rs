@@ -80,3 +80,22 @@ pub fn alive(gang: &GangRecord, rank: u32) -> bool {
 pub fn proc_state(pid: u32) -> Option<char> {
     ferry_runtime::local::procfs::read_stat(pid).map(|s| s.state)
 }
+
+/// Waits until every rank has ended (a gang is `Failed` as soon as one rank fails, while
+/// the others may still be finishing) and returns their states.
+pub async fn wait_all_ranks(
+    runtime: &dyn Runtime,
+    gang: &GangRecord,
+) -> Vec<ferry_runtime::RankState> {
+    tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            let ranks = runtime.observe_ranks(gang).await.expect("observe failed");
+            if ranks.iter().all(|r| r.is_finished()) {
+                return ranks.into_iter().map(|r| r.state).collect();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("ranks did not all end within the hang guard")
+}
