@@ -5,15 +5,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let trace = ferry_sched::read_trace(std::path::Path::new(path))?;
     let cluster = ferry_sched::default_cluster(&trace);
     let queues = ferry_sched::default_queues(&trace, &cluster);
-    println!(
-        "cluster: {} GPUs ({} nodes x 8); queues: {:?}",
-        cluster.total_gpus(),
-        cluster.nodes.len(),
-        queues
-            .iter()
-            .map(|q| (q.name.as_str(), q.quotas[0].nominal))
-            .collect::<Vec<_>>()
-    );
+    println!("{}", ferry_sched::describe_setup(&trace, &cluster, &queues));
     let mut reports = Vec::new();
     for p in ferry_sched::Policy::ALL {
         let t = std::time::Instant::now();
@@ -21,6 +13,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("{} simulated in {:?}", p.name(), t.elapsed());
     }
     print!("{}", ferry_sched::render_table(&reports));
+    if std::env::var_os("SIM_JSON").is_some() {
+        for r in &reports {
+            let mut r = r.clone();
+            r.timeline.clear();
+            println!("{}", serde_json::to_string(&r)?);
+        }
+    }
     if let Some(out) = args.get(2) {
         std::fs::write(out, ferry_sched::render_svg(&reports, cluster.total_gpus()))?;
     }

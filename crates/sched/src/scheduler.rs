@@ -994,6 +994,30 @@ impl Scheduler {
                 keep.retain(|(x, _)| *x != v);
             }
         }
+        // Never take from another queue something it would at once reclaim: if the preemptor ends
+        // up borrowing, no victim of another queue may fit back within its own nominal quota.
+        let freed: Vec<(u32, u64)> = keep
+            .iter()
+            .map(|&(x, _)| {
+                let xj = self.jobs[x as usize].as_ref().expect("job exists");
+                (xj.queue, xj.gpus())
+            })
+            .collect();
+        if self.quota_fit(q, f, r, &freed) == Fit::Borrow {
+            if self.reclaim_pending(q, f) {
+                return false;
+            }
+            for &(vq, vg) in &freed {
+                if vq == q {
+                    continue;
+                }
+                let left: u64 = freed.iter().filter(|(y, _)| *y == vq).map(|(_, a)| a).sum();
+                let vs = &self.queues[vq as usize];
+                if vs.quota[f].is_some_and(|qq| vs.usage[f] - left + vg <= qq.nominal) {
+                    return false;
+                }
+            }
+        }
         // Commit: victims stop counting against quota now; their GPUs stay theirs until evicted.
         for &(v, reclaim) in &keep {
             self.stop_running(v);
@@ -1287,7 +1311,7 @@ impl Scheduler {
                     && self.opts.preemption
                     && shadow.is_some_and(|s| s >= now + self.opts.min_loan_s)
             };
-            let (quota_ok, mut loan) = if fit == Fit::No {
+            let (quota_ok, loan) = if fit == Fit::No {
                 (false, false)
             } else if fit == Fit::Borrow && self.opts.preemption && self.reclaim_pending(q, f) {
                 // Lending this would be reclaimed at once (a preemption loop in the making): the
@@ -1314,53 +1338,29 @@ impl Scheduler {
                     _ => (true, false),
                 }
             };
-            if quota_ok {
-                let mut plan = self.pools[f].find(pods, g);
-                if plan.is_none()
-                    && let Some(rv) = &resv[f]
-                    && !rv.nodes.is_empty()
-                    && self.holder[f] != Some(j)
+            // Nominal quota is guaranteed: another queue's reservation does not bar it.
+            let lifted: Vec<u32> = match (&resv[f], self.holder[f]) {
+                (Some(rv), Some(h))
+                    if fit == Fit::Nominal
+                        && h != j
+                        && self.jobs[h as usize]
+                            .as_ref()
+                            .is_some_and(|hj| hj.queue != q) =>
                 {
-                    // Ends before the reserved gang can start: may use the reserved nodes. Or will
-                    // not, but the gang is far off: borrow the nodes until its turn.
-                    let in_time = ends_by(rv.shadow);
-                    if in_time || lend_ok(rv.shadow) {
-                        let nodes = rv.nodes.clone();
-                        for &n in &nodes {
-                            self.pools[f].index_insert(n);
-                        }
-                        plan = self.pools[f].find(pods, g);
-                        for &n in &nodes {
-                            self.pools[f].index_remove(n);
-                        }
-                        loan |= plan.is_some() && !in_time;
-                    }
+                    rv.nodes.clone()
                 }
-                if let Some(plan) = plan {
-                    self.admit(j, f, &plan, fit, now, out);
-                    if loan {
-                        self.jobs[j as usize].as_mut().expect("job exists").on_loan = true;
-                        self.loans[f].insert(j);
-                    }
-                    return Outcome::Admitted;
-                }
+                _ => Vec::new(),
+            };
+            for &n in &lifted {
+                self.pools[f].index_insert(n);
             }
-            if self.holder[f] == Some(j)
-                && self.opts.preemption
-                && !self.loans[f].is_empty()
-                && self.try_preempt(j, f, true, out)
-            {
-                return Outcome::Preempting;
+            let outcome =
+                self.place_or_preempt(j, f, fit, quota_ok, loan, now, resv, preempt_budget, out);
+            for &n in &lifted {
+                self.pools[f].index_remove(n);
             }
-            let min_running = self.queues[q as usize].running.first().map(|x| x.0);
-            let may_preempt = self.opts.preemption
-                && *preempt_budget > 0
-                && (min_running.is_some_and(|m| m < prio) || self.may_reclaim(q, f, r));
-            if may_preempt {
-                *preempt_budget -= 1;
-                if self.try_preempt(j, f, false, out) {
-                    return Outcome::Preempting;
-                }
+            if let Some(o) = outcome {
+                return o;
             }
             if resv[f].is_some() && fit != Fit::No {
                 // Held back by another holder's quota reservation: not itself a head.
@@ -1409,6 +1409,87 @@ impl Scheduler {
         } else {
             Outcome::Skipped
         }
+    }
+
+    /// Places `j` in flavor `f` (normally, before a reservation's start, or on loan), or
+    /// preempts for it; `None` when neither is possible.
+    #[allow(clippy::too_many_arguments)]
+    fn place_or_preempt(
+        &mut self,
+        j: u32,
+        f: usize,
+        fit: Fit,
+        quota_ok: bool,
+        mut loan: bool,
+        now: Time,
+        resv: &[Option<Reservation>],
+        preempt_budget: &mut usize,
+        out: &mut Vec<Decision>,
+    ) -> Option<Outcome> {
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let (q, r, pods, g, prio, expected) = (
+            job.queue,
+            job.gpus(),
+            job.pods,
+            job.g,
+            job.prio,
+            job.expected,
+        );
+        let ends_by = |s: Option<Time>| expected.is_some_and(|e| s.is_some_and(|s| now + e <= s));
+        let lend_ok = |shadow: Option<Time>| {
+            self.opts.lend_reserved_nodes
+                && self.opts.preemption
+                && shadow.is_some_and(|s| s >= now + self.opts.min_loan_s)
+        };
+        if quota_ok {
+            let mut plan = self.pools[f].find(pods, g);
+            if plan.is_none()
+                && let Some(rv) = &resv[f]
+                && !rv.nodes.is_empty()
+                && self.holder[f] != Some(j)
+            {
+                // Ends before the reserved gang can start: may use the reserved nodes. Or will
+                // not, but the gang is far off: borrow the nodes until its turn.
+                let in_time = ends_by(rv.shadow);
+                if in_time || lend_ok(rv.shadow) {
+                    let nodes = rv.nodes.clone();
+                    for &n in &nodes {
+                        self.pools[f].index_insert(n);
+                    }
+                    plan = self.pools[f].find(pods, g);
+                    for &n in &nodes {
+                        self.pools[f].index_remove(n);
+                    }
+                    loan |= plan.is_some() && !in_time;
+                }
+            }
+            if let Some(plan) = plan {
+                self.admit(j, f, &plan, fit, now, out);
+                if loan {
+                    self.jobs[j as usize].as_mut().expect("job exists").on_loan = true;
+                    self.loans[f].insert(j);
+                }
+                return Some(Outcome::Admitted);
+            }
+        }
+        if self.holder[f] == Some(j)
+            && self.opts.preemption
+            && !self.loans[f].is_empty()
+            && self.try_preempt(j, f, true, out)
+        {
+            return Some(Outcome::Preempting);
+        }
+        let min_running = self.queues[q as usize].running.first().map(|x| x.0);
+        let may_preempt = self.opts.preemption
+            && *preempt_budget > 0
+            && (min_running.is_some_and(|m| m < prio) || self.may_reclaim(q, f, r));
+        if may_preempt {
+            *preempt_budget -= 1;
+            if self.try_preempt(j, f, false, out) {
+                return Some(Outcome::Preempting);
+            }
+        }
+        None
     }
 
     fn may_reclaim(&self, q: u32, f: usize, r: u64) -> bool {

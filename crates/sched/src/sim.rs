@@ -278,6 +278,48 @@ pub fn default_queues(trace: &[TraceJob], cluster: &Cluster) -> Vec<QueueSpec> {
         .collect()
 }
 
+/// A cluster of `gpus` GPUs in 8-GPU nodes (the last node smaller if needed), for `--gpus N`.
+pub fn cluster_with_gpus(gpus: u32) -> Cluster {
+    let full = (gpus / DEFAULT_GPUS_PER_NODE) as usize;
+    let mut c = Cluster::uniform(full, DEFAULT_GPUS_PER_NODE, DEFAULT_FLAVOR);
+    let rest = gpus % DEFAULT_GPUS_PER_NODE;
+    if rest > 0 {
+        let mut last = Cluster::uniform(1, rest, DEFAULT_FLAVOR).nodes.remove(0);
+        last.name = format!("node-{full}");
+        c.nodes.push(last);
+    }
+    c
+}
+
+/// One paragraph stating the simulation's setup (cluster size, quotas, assumptions).
+pub fn describe_setup(trace: &[TraceJob], cluster: &Cluster, queues: &[QueueSpec]) -> String {
+    let quotas: Vec<String> = queues
+        .iter()
+        .map(|q| {
+            let n: u32 = q.quotas.iter().map(|x| x.nominal).sum();
+            format!(
+                "{}={}{}",
+                q.name,
+                n,
+                q.cohort
+                    .as_ref()
+                    .map_or(String::new(), |c| format!(" (cohort {c})"))
+            )
+        })
+        .collect();
+    format!(
+        "trace: {} jobs, offered load {:.1} GPUs; cluster: {} GPUs on {} nodes; nominal quotas: {}; \
+         expected durations given to the schedulers are exact; preemption is graceful \
+         (SIGTERM, {GRACE_S} s grace to checkpoint, {RESUME_OVERHEAD_S} s to resume); \
+         team shares are measured while every team has work waiting",
+        trace.len(),
+        offered_load(trace),
+        cluster.total_gpus(),
+        cluster.nodes.len(),
+        quotas.join(", ")
+    )
+}
+
 /// Which policy a simulation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -326,7 +368,7 @@ impl Policy {
 
 /// Completion statistics of one job-size bucket.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "snake_case")]
 pub struct BucketStats {
     /// Bucket label, e.g. `9-16`.
     pub gpus: String,
@@ -344,7 +386,7 @@ pub struct BucketStats {
 
 /// A team's share of used GPU time while every team had work waiting, against its entitlement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "snake_case")]
 pub struct TeamShare {
     /// Fraction of used GPU-seconds the team got while all teams were saturated.
     pub share: f64,
@@ -356,7 +398,7 @@ pub struct TeamShare {
 
 /// The outcome of one simulated policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "snake_case")]
 pub struct SimReport {
     /// Policy name.
     pub policy: String,
