@@ -6,6 +6,33 @@
 //! job spec; a rank's exit status reaches disk without the control plane's help, so a
 //! `kill -9` of the control plane loses nothing; a recorded pid is only trusted (or
 //! signalled) while its `/proc` start time still matches.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), ferry_runtime::RuntimeError> {
+//! use std::time::Duration;
+//! use ferry_runtime::{LaunchRequest, LocalRuntime, Runtime, GangStatus};
+//!
+//! let runtime = LocalRuntime::new();
+//! let gang = runtime
+//!     .launch(LaunchRequest {
+//!         job: "hello-7f3a".into(),
+//!         attempt: 0,
+//!         nodes: 2,
+//!         procs_per_node: 2,
+//!         argv: vec!["python3".into(), "hello_gang.py".into()],
+//!         env: Default::default(),
+//!         working_dir: None,
+//!         gpus_per_rank: vec![], // CPU only: every rank gets CUDA_VISIBLE_DEVICES=""
+//!         run_dir: "/var/lib/ferry/runs/hello-7f3a".into(),
+//!     })
+//!     .await?;
+//! // Persist `gang` (it is serde) before relying on it; after a restart, `adopt` it.
+//! // Poll every second; on a failed or lost rank, stop the rest (SIGTERM, 30 s, SIGKILL).
+//! let (poll, grace) = (Duration::from_secs(1), Duration::from_secs(30));
+//! let status = ferry_runtime::supervise(&runtime, &gang, poll, grace).await?;
+//! assert!(status != GangStatus::Running);
+//! # Ok(()) }
+//! ```
 #![forbid(unsafe_code)]
 
 /// The crate's error type.
