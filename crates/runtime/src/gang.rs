@@ -80,7 +80,8 @@ impl LaunchRequest {
         }
     }
 
-    /// Checks every field that can be checked without I/O; the first problem found is returned.
+    /// Checks every field that can be checked without I/O and returns the world size; on
+    /// failure, the first problem found, naming its field.
     pub fn validate(&self) -> Result<u32, RuntimeError> {
         validate_job_id(&self.job)?;
         let world = self.world_size()?;
