@@ -39,7 +39,7 @@ pub struct LaunchRequest {
     pub nodes: u32,
     /// Rank processes per node; `NPROC_PER_NODE`.
     pub procs_per_node: u32,
-    /// The command every rank runs (argv[0] is looked up in `PATH`).
+    /// The command every rank runs (`argv[0]` is looked up in `PATH`).
     pub argv: Vec<String>,
     /// Extra environment for every rank, on top of the control plane's own environment.
     #[serde(default)]

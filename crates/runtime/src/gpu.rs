@@ -152,6 +152,18 @@ mod tests {
     }
 
     #[test]
+    fn the_json_shape_served_by_the_api_is_stable() {
+        let json = serde_json::to_value(Inventory::virtual_slots(1)).unwrap();
+        let want = serde_json::json!({
+            "source": {"kind": "virtual"},
+            "gpus": [{"index": 0, "name": "virtual", "memory_bytes": 0, "id": "0"}],
+        });
+        assert_eq!(json, want);
+        let back: Inventory = serde_json::from_value(want).unwrap();
+        assert_eq!(back, Inventory::virtual_slots(1));
+    }
+
+    #[test]
     fn discovery_never_fails_and_is_consistent() {
         let inv = discover();
         match &inv.source {
