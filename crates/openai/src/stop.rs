@@ -14,20 +14,73 @@ pub enum StopStep {
 }
 
 /// Incremental detector of stop sequences over a stream of text pieces.
+///
+/// Runs one Knuth–Morris–Pratt automaton per stop sequence over the bytes, so each
+/// piece costs O(piece length × number of stops) however long the stops are, and
+/// only not-yet-sent text is kept. When several stops end at the same byte the
+/// longest wins; otherwise the first to complete wins.
 #[derive(Debug, Clone, Default)]
 pub struct StopMatcher {
-    stops: Vec<String>,
-    text: String,
-    sent: usize,
+    stops: Vec<Pattern>,
+    pending: String,
+}
+
+/// One stop sequence with its KMP failure table and current match length.
+#[derive(Debug, Clone)]
+struct Pattern {
+    bytes: Vec<u8>,
+    /// `fail[i]`: length of the longest proper border of `bytes[..=i]`.
+    fail: Vec<usize>,
+    /// Length of the longest prefix of `bytes` that is a suffix of the text so far.
+    state: usize,
+}
+
+impl Pattern {
+    fn new(stop: String) -> Self {
+        let bytes = stop.into_bytes();
+        let mut fail = vec![0; bytes.len()];
+        let mut k = 0;
+        for i in 1..bytes.len() {
+            while k > 0 && bytes[i] != bytes[k] {
+                k = fail[k - 1];
+            }
+            if bytes[i] == bytes[k] {
+                k += 1;
+            }
+            fail[i] = k;
+        }
+        Self {
+            bytes,
+            fail,
+            state: 0,
+        }
+    }
+
+    /// Feeds one byte; true when the whole stop sequence now ends here.
+    fn advance(&mut self, b: u8) -> bool {
+        if self.state == self.bytes.len() {
+            self.state = self.fail[self.state - 1];
+        }
+        while self.state > 0 && self.bytes[self.state] != b {
+            self.state = self.fail[self.state - 1];
+        }
+        if self.bytes[self.state] == b {
+            self.state += 1;
+        }
+        self.state == self.bytes.len()
+    }
 }
 
 impl StopMatcher {
     /// A matcher for `stops`; empty sequences are ignored.
     pub fn new(stops: Vec<String>) -> Self {
         Self {
-            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
-            text: String::new(),
-            sent: 0,
+            stops: stops
+                .into_iter()
+                .filter(|s| !s.is_empty())
+                .map(Pattern::new)
+                .collect(),
+            pending: String::new(),
         }
     }
 
@@ -36,46 +89,36 @@ impl StopMatcher {
         if self.stops.is_empty() {
             return StopStep::Continue(piece.to_owned());
         }
-        // Only a match ending inside the new piece can be new; search from just far
-        // enough back to catch one that started in held-back text.
-        let longest = self.stops.iter().map(String::len).max().unwrap_or(0);
-        let mut from = self.text.len().saturating_sub(longest);
-        while !self.text.is_char_boundary(from) {
-            from -= 1;
+        let base = self.pending.len();
+        self.pending.push_str(piece);
+        for (i, &b) in piece.as_bytes().iter().enumerate() {
+            let mut longest = 0;
+            for p in &mut self.stops {
+                if p.advance(b) {
+                    longest = longest.max(p.bytes.len());
+                }
+            }
+            if longest > 0 {
+                // Text that could start a stop is held back, so the match starts
+                // inside `pending`, at a character boundary (both sides are UTF-8).
+                let start = (base + i + 1).saturating_sub(longest);
+                let out = self.pending.get(..start).unwrap_or_default().to_owned();
+                self.pending.clear();
+                self.stops.iter_mut().for_each(|p| p.state = 0);
+                return StopStep::Stopped(out);
+            }
         }
-        self.text.push_str(piece);
-        let earliest = self
-            .stops
-            .iter()
-            .filter_map(|s| self.text[from..].find(s.as_str()).map(|p| from + p))
-            .min();
-        if let Some(at) = earliest {
-            let out = self.text[self.sent.min(at)..at].to_owned();
-            self.sent = self.text.len();
-            return StopStep::Stopped(out);
-        }
-        let hold = self
-            .stops
-            .iter()
-            .map(|s| {
-                (1..s.len())
-                    .rev()
-                    .find(|&k| s.is_char_boundary(k) && self.text.ends_with(&s[..k]))
-                    .unwrap_or(0)
-            })
-            .max()
-            .unwrap_or(0);
-        let until = (self.text.len() - hold).max(self.sent);
-        let out = self.text[self.sent..until].to_owned();
-        self.sent = until;
+        let hold = self.stops.iter().map(|p| p.state).max().unwrap_or(0);
+        let until = self.pending.len().saturating_sub(hold);
+        let out = self.pending.get(..until).unwrap_or_default().to_owned();
+        self.pending.drain(..out.len());
         StopStep::Continue(out)
     }
 
     /// Releases held-back text when generation ends without a stop sequence.
     pub fn flush(&mut self) -> String {
-        let out = self.text[self.sent..].to_owned();
-        self.sent = self.text.len();
-        out
+        self.stops.iter_mut().for_each(|p| p.state = 0);
+        std::mem::take(&mut self.pending)
     }
 }
 
@@ -123,6 +166,90 @@ mod tests {
         assert_eq!(run(&[], &["é", "ü"]), ("éü".into(), false));
         assert_eq!(run(&["ü!"], &["aé", "ü", "x"]), ("aéüx".into(), false));
         assert_eq!(run(&["ü!"], &["aé", "ü", "!"]), ("aé".into(), true));
+    }
+
+    /// Reference: cut the whole text at the first position where any stop ends
+    /// (the longest stop if several end there).
+    fn naive(stops: &[&str], pieces: &[&str]) -> (String, bool) {
+        let full: String = pieces.concat();
+        for end in 1..=full.len() {
+            if !full.is_char_boundary(end) {
+                continue;
+            }
+            let hit = stops
+                .iter()
+                .filter(|s| !s.is_empty() && full[..end].ends_with(**s))
+                .map(|s| s.len())
+                .max();
+            if let Some(len) = hit {
+                return (full[..end - len].to_owned(), true);
+            }
+        }
+        (full, false)
+    }
+
+    #[test]
+    fn agrees_with_the_naive_reference_on_generated_cases() {
+        // Small alphabet with a multibyte letter so that overlaps and false starts abound.
+        let alphabet = ["a", "b", "é", "ab", "ba", "aé", ""];
+        let stop_sets: [&[&str]; 6] = [
+            &["aab"],
+            &["abab", "b\u{e9}"],
+            &["aaa", "ba"],
+            &["\u{e9}a\u{e9}", "abba", "bb"],
+            &["a"],
+            &["abaab", "aabaa"],
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for stops in stop_sets {
+            for _ in 0..300 {
+                let n = (next() % 12) as usize;
+                let pieces: Vec<&str> = (0..n)
+                    .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                    .collect();
+                assert_eq!(
+                    run(stops, &pieces),
+                    naive(stops, &pieces),
+                    "{stops:?} {pieces:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn long_stop_sequences_stay_cheap_and_correct() {
+        let stop = "x".repeat(100_000) + "y";
+        let mut m = StopMatcher::new(vec![stop.clone()]);
+        for _ in 0..100 {
+            assert_eq!(
+                m.push(&"x".repeat(1_000)),
+                StopStep::Continue(String::new())
+            );
+        }
+        // Only the last 100,000 x's can still start the stop; older ones go out.
+        match m.push(&"x".repeat(1_000)) {
+            StopStep::Continue(t) => assert_eq!(t.len(), 1_000),
+            other => panic!("{other:?}"),
+        }
+        match m.push("z") {
+            StopStep::Continue(t) => assert_eq!(t.len(), 100_001),
+            other => panic!("{other:?}"),
+        }
+        let mut m = StopMatcher::new(vec![stop]);
+        assert_eq!(m.push("ab"), StopStep::Continue("ab".into()));
+        for _ in 0..100 {
+            assert_eq!(
+                m.push(&"x".repeat(1_000)),
+                StopStep::Continue(String::new())
+            );
+        }
+        assert_eq!(m.push("yz"), StopStep::Stopped(String::new()));
     }
 
     #[test]
