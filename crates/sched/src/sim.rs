@@ -22,6 +22,8 @@ pub const CHECKPOINT_EVERY_S: u64 = 1800;
 pub const GRACE_S: u64 = 60;
 /// Time a resumed job spends reloading its checkpoint before it makes progress again.
 pub const RESUME_OVERHEAD_S: u64 = 300;
+/// Largest time value accepted in a trace (about 31,700 years), so sums cannot overflow.
+pub const MAX_SECONDS: u64 = 1_000_000_000_000;
 /// Largest trace the simulator accepts (rows), so an absurd file cannot exhaust memory.
 pub const MAX_TRACE_ROWS: usize = 2_000_000;
 
@@ -124,14 +126,20 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
             ));
         }
         let num = |k: usize| -> Result<u64> {
-            f[k].parse::<u64>().map_err(|_| {
-                trace_err(
-                    file,
-                    ln,
-                    format!("column `{}` is `{}`, not a whole number", HEADER[k], f[k]),
-                    format!("write `{}` as a non-negative integer", HEADER[k]),
-                )
-            })
+            f[k].parse::<u64>()
+                .ok()
+                .filter(|v| *v <= MAX_SECONDS)
+                .ok_or_else(|| {
+                    trace_err(
+                        file,
+                        ln,
+                        format!(
+                            "column `{}` is `{}`, not a whole number up to {MAX_SECONDS}",
+                            HEADER[k], f[k]
+                        ),
+                        format!("write `{}` as a non-negative integer (seconds)", HEADER[k]),
+                    )
+                })
         };
         let small = |k: usize| -> Result<u32> {
             let v = num(k)?;

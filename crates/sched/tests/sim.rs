@@ -127,3 +127,24 @@ fn bad_traces_are_refused_with_the_line_and_the_fix() {
     assert!(parse_trace("", "t.csv").is_err());
     assert!(read_trace(std::path::Path::new("/nonexistent/trace.csv")).is_err());
 }
+
+mod untrusted {
+    use ferry_sched::parse_trace;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Arbitrary text never panics the trace parser: it parses or names a line and a fix.
+        #[test]
+        fn parser_never_panics(body in "[0-9a-z,\\-\n ]{0,400}", header in any::<bool>()) {
+            let text = if header {
+                format!("job_id,submit_s,duration_s,gpus,nodes,team,status\n{body}")
+            } else {
+                body
+            };
+            match parse_trace(&text, "fuzz.csv") {
+                Ok(jobs) => prop_assert!(jobs.iter().all(|j| j.gpus > 0 && j.nodes > 0)),
+                Err(e) => prop_assert!(e.to_string().contains("fix:")),
+            }
+        }
+    }
+}
