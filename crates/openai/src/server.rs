@@ -311,23 +311,33 @@ fn read_body(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes,
 }
 
 /// Keeps the waiting/running gauges and cancellation counter true whatever way a
-/// request ends, including the client vanishing mid-stream.
+/// request ends, including the client vanishing mid-stream, and logs that end.
 struct InFlight {
     st: Shared,
+    id: String,
     model: String,
+    arrival: Instant,
     running: bool,
-    done: bool,
+    outcome: Option<&'static str>,
     _permit: OwnedSemaphorePermit,
 }
 
 impl InFlight {
-    fn new(st: Shared, model: String, permit: OwnedSemaphorePermit) -> Self {
+    fn new(
+        st: Shared,
+        id: String,
+        model: String,
+        arrival: Instant,
+        permit: OwnedSemaphorePermit,
+    ) -> Self {
         st.metrics.add_waiting(1);
         Self {
             st,
+            id,
             model,
+            arrival,
             running: false,
-            done: false,
+            outcome: None,
             _permit: permit,
         }
     }
@@ -340,8 +350,9 @@ impl InFlight {
         }
     }
 
-    fn finish(&mut self) {
-        self.done = true;
+    /// Marks how the generation ended (`completed`, `refused`, `failed`).
+    fn finish(&mut self, outcome: &'static str) {
+        self.outcome = Some(outcome);
     }
 }
 
@@ -352,9 +363,16 @@ impl Drop for InFlight {
         } else {
             self.st.metrics.add_waiting(-1);
         }
-        if !self.done {
+        if self.outcome.is_none() {
             self.st.metrics.record_cancelled(&self.model);
         }
+        tracing::info!(
+            id = %self.id,
+            model = %self.model,
+            outcome = self.outcome.unwrap_or("cancelled"),
+            elapsed_ms = self.arrival.elapsed().as_millis() as u64,
+            "generation ended"
+        );
     }
 }
 
@@ -392,11 +410,11 @@ async fn generate(
     if !st.backend.models().iter().any(|m| m.id == model) {
         return error_response(BackendError::ModelNotFound(model).into(), endpoint);
     }
-    let mut flight = InFlight::new(st.clone(), model.clone(), permit);
+    let mut flight = InFlight::new(st.clone(), id.clone(), model.clone(), arrival, permit);
     let mut rx = match st.backend.generate(valid.generate) {
         Ok(rx) => rx,
         Err(e) => {
-            flight.finish();
+            flight.finish("refused");
             return error_response(e.into(), endpoint);
         }
     };
@@ -405,7 +423,7 @@ async fn generate(
     let prompt_tokens = match rx.recv().await {
         Some(GenerationEvent::Started { prompt_tokens }) => prompt_tokens,
         Some(GenerationEvent::Error(e)) => {
-            flight.finish();
+            flight.finish("refused");
             return error_response(e.into(), endpoint);
         }
         Some(other) => {
@@ -414,7 +432,7 @@ async fn generate(
             0
         }
         None => {
-            flight.finish();
+            flight.finish("failed");
             return error_response(
                 BackendError::Internal(
                     "the backend ended the generation before starting it".into(),
@@ -648,7 +666,7 @@ impl SseStream {
                             reason,
                             completion_tokens,
                         }) => {
-                            self.flight.finish();
+                            self.flight.finish("completed");
                             self.st.metrics.record_finished(
                                 &self.shape.model,
                                 reason,
@@ -664,12 +682,12 @@ impl SseStream {
                             return Some(self.shape.finish_event(reason));
                         }
                         Some(GenerationEvent::Error(e)) => {
-                            self.flight.finish();
+                            self.flight.finish("failed");
                             self.phase = Phase::Done;
                             return Some(stream_error(e.into(), self.shape.endpoint));
                         }
                         None => {
-                            self.flight.finish();
+                            self.flight.finish("failed");
                             self.phase = Phase::Done;
                             return Some(stream_error(
                                 BackendError::Internal(
@@ -730,7 +748,7 @@ async fn aggregate(
                 reason,
                 completion_tokens,
             }) => {
-                flight.finish();
+                flight.finish("completed");
                 st.metrics.record_finished(
                     &shape.model,
                     reason,
@@ -769,11 +787,11 @@ async fn aggregate(
                 };
             }
             Some(GenerationEvent::Error(e)) => {
-                flight.finish();
+                flight.finish("failed");
                 return error_response(e.into(), shape.endpoint);
             }
             None => {
-                flight.finish();
+                flight.finish("failed");
                 return error_response(
                     BackendError::Internal(
                         "the backend stopped without finishing the generation".into(),
