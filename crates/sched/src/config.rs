@@ -137,7 +137,7 @@ impl Workload {
 pub struct Options {
     /// When the head cannot be placed, reserve nodes for it and backfill only around them.
     pub backfill: bool,
-    /// When the head cannot be placed, admit nothing behind it (strict FIFO).
+    /// When a queue's head cannot be admitted, admit nothing behind it in that queue (StrictFIFO).
     pub strict_fifo: bool,
     /// Preempt lower-priority work in the queue, and borrowers to reclaim lent quota.
     pub preemption: bool,

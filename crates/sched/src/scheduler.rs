@@ -1163,8 +1163,8 @@ impl Scheduler {
             let j = key.3;
             let outcome = self.try_one(j, now, &mut resv, &mut preempt_budget, &mut out, None);
             if self.opts.strict_fifo && matches!(outcome, Outcome::Blocked) {
-                stopped = true;
-                break;
+                // StrictFIFO: a blocked head blocks the rest of its queue.
+                continue;
             }
             self.push_next(q, Some(key), &mut heap);
         }
@@ -1177,7 +1177,7 @@ impl Scheduler {
             let open: Vec<u32> = heap.iter().map(|Reverse((_, _, q))| *q).collect();
             for (i, q) in self.queues.iter_mut().enumerate() {
                 if !open.contains(&(i as u32)) && cursor[i].is_some() {
-                    q.dirty = self.opts.strict_fifo;
+                    q.dirty = false;
                 }
             }
         }

@@ -338,11 +338,19 @@ pub enum Policy {
     Fifo,
     /// One global queue by age (Slurm-style priority), EASY backfill around one reservation.
     EasyBackfill,
+    /// Kueue-style: team queues with quota and borrowing, StrictFIFO per queue, preemption
+    /// (priority and reclaim), no reservation or backfill.
+    KueueStrict,
 }
 
 impl Policy {
     /// Every policy, Ferry first.
-    pub const ALL: [Policy; 3] = [Policy::Ferry, Policy::Fifo, Policy::EasyBackfill];
+    pub const ALL: [Policy; 4] = [
+        Policy::Ferry,
+        Policy::Fifo,
+        Policy::EasyBackfill,
+        Policy::KueueStrict,
+    ];
 
     /// Stable name used in tables and JSON.
     pub fn name(self) -> &'static str {
@@ -350,6 +358,7 @@ impl Policy {
             Policy::Ferry => "ferry",
             Policy::Fifo => "fifo",
             Policy::EasyBackfill => "easy-backfill",
+            Policy::KueueStrict => "kueue-strict",
         }
     }
 
@@ -368,6 +377,14 @@ impl Policy {
                 strict_fifo: false,
                 preemption: false,
                 fair_sharing: false,
+                ..Options::default()
+            },
+            Policy::KueueStrict => Options {
+                backfill: false,
+                strict_fifo: true,
+                preemption: true,
+                fair_sharing: true,
+                lend_reserved_nodes: false,
                 ..Options::default()
             },
         }
@@ -489,8 +506,9 @@ pub fn simulate(
         .collect();
     let nominal_sum: f64 = nominal.iter().sum::<f64>().max(1e-9);
 
+    let team_queues = matches!(policy, Policy::Ferry | Policy::KueueStrict);
     let sched_queues = match policy {
-        Policy::Ferry => queues.to_vec(),
+        Policy::Ferry | Policy::KueueStrict => queues.to_vec(),
         _ => {
             let mut caps: Vec<(String, u64)> = Vec::new();
             for n in &cluster.nodes {
@@ -608,7 +626,7 @@ pub fn simulate(
             next += 1;
             let t = &trace[i];
             let (pods, per) = t.shape();
-            let queue = if policy == Policy::Ferry {
+            let queue = if team_queues {
                 t.team.clone()
             } else {
                 "all".into()
@@ -626,7 +644,7 @@ pub fn simulate(
             team_pending[jobs[i].team] += jobs[i].gpus as usize;
             pending_total += 1;
         }
-        if policy == Policy::Ferry {
+        if team_queues {
             for &i in &running {
                 if let Some(s) = jobs[i].start {
                     let done = now - s;

@@ -29,7 +29,8 @@ fn ferry_beats_fifo_and_easy_backfill_on_the_helios_trace() {
         .collect();
     let table = render_table(&reports);
     println!("{table}");
-    let (ferry, fifo, easy) = (&reports[0], &reports[1], &reports[2]);
+    let (ferry, fifo, easy, kueue) = (&reports[0], &reports[1], &reports[2], &reports[3]);
+    assert!(ferry.mean_jct_s < kueue.mean_jct_s, "{table}");
     assert!(ferry.mean_jct_s < fifo.mean_jct_s, "{table}");
     assert!(ferry.mean_jct_s < easy.mean_jct_s, "{table}");
     assert!(ferry.utilization > fifo.utilization, "{table}");
@@ -40,7 +41,7 @@ fn ferry_beats_fifo_and_easy_backfill_on_the_helios_trace() {
         assert!(r.p99_jct_s >= r.p50_jct_s);
     }
     let svg = render_svg(&reports, cluster.total_gpus());
-    assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 3);
+    assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 4);
 }
 
 /// Three teams, each submitting far more than the cluster holds, with different job sizes.
