@@ -25,7 +25,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
 
 use crate::backend::{
-    Backend, BackendError, FinishReason, GenerationEvent, GenerationStream, Role,
+    Backend, BackendError, FinishReason, GenerateRequest, GenerationEvent, GenerationStream,
+    Prompt, Role,
 };
 use crate::error::Error;
 use crate::metrics::{self, Metrics};
@@ -398,6 +399,31 @@ impl Timing {
     }
 }
 
+/// Prompts above this size are handed to the backend on a blocking thread, since
+/// `Backend::generate` tokenizes synchronously and must not stall the async workers.
+const BLOCKING_PROMPT_BYTES: usize = 64 * 1024;
+
+async fn start_generation(
+    backend: &Arc<dyn Backend>,
+    req: GenerateRequest,
+) -> Result<GenerationStream, BackendError> {
+    let size = match &req.prompt {
+        Prompt::Text(t) => t.len(),
+        Prompt::Chat(msgs) => msgs.iter().map(|m| m.content.len()).sum(),
+    };
+    if size <= BLOCKING_PROMPT_BYTES {
+        return backend.generate(req);
+    }
+    let backend = backend.clone();
+    tokio::task::spawn_blocking(move || backend.generate(req))
+        .await
+        .unwrap_or_else(|e| {
+            Err(BackendError::Internal(format!(
+                "the backend failed while starting the generation: {e}"
+            )))
+        })
+}
+
 async fn generate(
     st: Shared,
     valid: ValidRequest,
@@ -411,7 +437,7 @@ async fn generate(
         return error_response(BackendError::ModelNotFound(model).into(), endpoint);
     }
     let mut flight = InFlight::new(st.clone(), id.clone(), model.clone(), arrival, permit);
-    let mut rx = match st.backend.generate(valid.generate) {
+    let mut rx = match start_generation(&st.backend, valid.generate).await {
         Ok(rx) => rx,
         Err(e) => {
             flight.finish("refused");

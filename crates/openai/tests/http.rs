@@ -345,6 +345,38 @@ async fn prompt_too_long_is_400_context_length_exceeded() {
 }
 
 #[tokio::test]
+async fn large_prompts_start_off_the_async_workers_and_still_map_errors() {
+    let (_, app) = mock(MockConfig {
+        max_context: 100_000,
+        ..tiny()
+    });
+    // ~200 KiB prompt: beyond the blocking threshold, within the context.
+    let big = "w ".repeat(100_000 - 10);
+    let (status, v) = post(
+        &app,
+        "/v1/completions",
+        json!({"model": "tiny", "prompt": big, "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["usage"]["prompt_tokens"], 99_990);
+    let too_big = "w ".repeat(100_001);
+    let (status, v) = post(
+        &app,
+        "/v1/completions",
+        json!({"model": "tiny", "prompt": too_big}),
+    )
+    .await;
+    assert_error(
+        status,
+        &v,
+        400,
+        Some("prompt"),
+        Some("context_length_exceeded"),
+    );
+}
+
+#[tokio::test]
 async fn bad_json_is_400_and_wrong_shape_is_422_with_path() {
     let (_, app) = mock(tiny());
     let (status, text) = call(
