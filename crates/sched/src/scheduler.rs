@@ -110,6 +110,8 @@ struct Reservation {
     quota_shadow: Option<Time>,
     /// The holder asks only for its own nominal quota, which the cohort must give back.
     quota_guaranteed: bool,
+    /// The holder queue's weighted borrowed share when the reservation was made.
+    holder_share: u64,
 }
 
 /// What one queue holds right now (for `ferry get queues` and tests).
@@ -889,6 +891,7 @@ impl Scheduler {
             quota_queue: None,
             quota_shadow: None,
             quota_guaranteed: false,
+            holder_share: 0,
         }
     }
 
@@ -1322,9 +1325,11 @@ impl Scheduler {
                     Some(rv) if self.holder[f] != Some(j) => match rv.quota_queue {
                         Some(hq)
                             if hq == q
-                                || (rv.quota_guaranteed
-                                    && fit == Fit::Borrow
-                                    && self.shares_quota(hq, q)) =>
+                                || (fit == Fit::Borrow
+                                    && self.shares_quota(hq, q)
+                                    && (rv.quota_guaranteed
+                                        || (self.opts.fair_sharing
+                                            && rv.holder_share <= self.share(q)))) =>
                         {
                             if ends_by(rv.quota_shadow) {
                                 (true, false)
@@ -1378,6 +1383,7 @@ impl Scheduler {
                     rv.quota_queue = Some(q);
                     rv.quota_guaranteed = qs.quota[f].is_some_and(|x| qs.usage[f] + r <= x.nominal);
                     rv.quota_shadow = self.quota_shadow(j, f, now);
+                    rv.holder_share = self.share(q);
                 }
                 resv[f] = Some(rv);
                 blocked = true;
