@@ -152,6 +152,9 @@ pub struct Options {
     pub lend_reserved_nodes: bool,
     /// Shortest loan worth making, in seconds until the reserved gang can start.
     pub min_loan_s: u64,
+    /// The head-of-line holder's reservation binds its whole cohort, even when it must borrow,
+    /// and a gang admitted through it is not reclaimed: large jobs cannot starve.
+    pub drain_for_holder: bool,
 }
 
 impl Default for Options {
@@ -165,6 +168,7 @@ impl Default for Options {
             max_preemption_attempts_per_cycle: 32,
             lend_reserved_nodes: true,
             min_loan_s: 900,
+            drain_for_holder: true,
         }
     }
 }

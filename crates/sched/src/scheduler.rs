@@ -46,6 +46,8 @@ struct Job {
     victims_left: u32,
     preemptor: Option<u32>,
     on_loan: bool,
+    /// Admitted by borrowing through a reservation: not reclaimable.
+    protected: bool,
 }
 
 impl Job {
@@ -112,6 +114,8 @@ struct Reservation {
     quota_guaranteed: bool,
     /// The holder queue's weighted borrowed share when the reservation was made.
     holder_share: u64,
+    /// The holder's claim binds the whole cohort (see `Scheduler::drains`).
+    drain: bool,
 }
 
 /// What one queue holds right now (for `ferry get queues` and tests).
@@ -528,6 +532,7 @@ impl Scheduler {
             victims_left: 0,
             preemptor: None,
             on_loan: false,
+            protected: false,
         };
         let qs = &mut self.queues[q as usize];
         qs.pending.insert(job.key(idx));
@@ -682,6 +687,7 @@ impl Scheduler {
         job.state = St::Pending;
         job.borrowed = false;
         job.on_loan = false;
+        job.protected = false;
         // Work up to the last checkpoint is kept: expect only the rest.
         if let (Some(e), Some(c)) = (job.expected, job.last_ckpt)
             && c >= job.admitted_at
@@ -771,6 +777,11 @@ impl Scheduler {
         let pods = self.pools[f].take(plan, g);
         self.queues[q as usize].pending.remove(&key);
         self.charge(q, f, gpus as i64);
+        let protect = fit == Fit::Borrow && self.drains(j, f);
+        self.jobs[j as usize]
+            .as_mut()
+            .expect("job exists")
+            .protected = protect;
         self.start(j, f, pods, fit == Fit::Borrow, now, out);
         self.queues[q as usize].running.insert((prio, j));
     }
@@ -892,6 +903,7 @@ impl Scheduler {
             quota_shadow: None,
             quota_guaranteed: false,
             holder_share: 0,
+            drain: false,
         }
     }
 
@@ -932,7 +944,7 @@ impl Scheduler {
                     Kind::Priority => true,
                     // Reclaiming never takes from more urgent work: with priority preemption
                     // only going strictly down, preemptions cannot chase each other in a circle.
-                    Kind::Reclaim => vj.borrowed && vj.prio <= prio,
+                    Kind::Reclaim => vj.borrowed && !vj.protected && vj.prio <= prio,
                     Kind::Loan => vj.on_loan && vj.prio <= prio,
                 }
         });
@@ -1006,7 +1018,8 @@ impl Scheduler {
                 (xj.queue, xj.gpus())
             })
             .collect();
-        if self.quota_fit(q, f, r, &freed) == Fit::Borrow {
+        let drains = self.drains(j, f);
+        if !drains && self.quota_fit(q, f, r, &freed) == Fit::Borrow {
             if self.reclaim_pending(q, f) {
                 return false;
             }
@@ -1087,6 +1100,7 @@ impl Scheduler {
         job.flavor = f as u16;
         job.pods_at = pods_at;
         job.borrowed = fit == Fit::Borrow;
+        job.protected = drains && fit == Fit::Borrow;
         job.victims_left = keep.len() as u32;
         self.queues[q as usize].pending.remove(&key);
         self.charge(q, f, r as i64);
@@ -1267,6 +1281,19 @@ impl Scheduler {
         })
     }
 
+    /// Whether `j` holds (or, with no holder yet, would hold) flavor `f`'s reservation with a
+    /// binding claim on its cohort: its queue gets less than its nominal quota, so it is owed
+    /// capacity that others are using.
+    fn drains(&self, j: u32, f: usize) -> bool {
+        self.opts.drain_for_holder
+            && self.opts.backfill
+            && self.holder[f].is_none_or(|h| h == j)
+            && self.jobs[j as usize].as_ref().is_some_and(|job| {
+                let qs = &self.queues[job.queue as usize];
+                qs.quota[f].is_some_and(|qq| qs.usage[f] < qq.nominal)
+            })
+    }
+
     fn shares_quota(&self, a: u32, b: u32) -> bool {
         a == b
             || self.queues[a as usize]
@@ -1316,7 +1343,11 @@ impl Scheduler {
             };
             let (quota_ok, loan) = if fit == Fit::No {
                 (false, false)
-            } else if fit == Fit::Borrow && self.opts.preemption && self.reclaim_pending(q, f) {
+            } else if fit == Fit::Borrow
+                && self.opts.preemption
+                && !self.drains(j, f)
+                && self.reclaim_pending(q, f)
+            {
                 // Lending this would be reclaimed at once (a preemption loop in the making): the
                 // owner's waiting work goes first, and this does not hold a reservation against it.
                 continue;
@@ -1325,6 +1356,7 @@ impl Scheduler {
                     Some(rv) if self.holder[f] != Some(j) => match rv.quota_queue {
                         Some(hq)
                             if hq == q
+                                || (rv.drain && self.shares_quota(hq, q))
                                 || (fit == Fit::Borrow
                                     && self.shares_quota(hq, q)
                                     && (rv.quota_guaranteed
@@ -1347,6 +1379,7 @@ impl Scheduler {
             let lifted: Vec<u32> = match (&resv[f], self.holder[f]) {
                 (Some(rv), Some(h))
                     if fit == Fit::Nominal
+                        && !rv.drain
                         && h != j
                         && self.jobs[h as usize]
                             .as_ref()
@@ -1385,6 +1418,7 @@ impl Scheduler {
                     rv.quota_shadow = self.quota_shadow(j, f, now);
                     rv.holder_share = self.share(q);
                 }
+                rv.drain = self.drains(j, f);
                 resv[f] = Some(rv);
                 blocked = true;
             } else {
