@@ -280,6 +280,57 @@ pub struct Inspection {
     pub tensors: Vec<ParamRow>,
 }
 
+impl Inspection {
+    /// A plain-text summary and parameter table for terminals (`ferry convert --inspect`).
+    pub fn render_table(&self) -> String {
+        use std::fmt::Write as _;
+        let s = &self.spec;
+        let mut out = String::new();
+        let _ = writeln!(out, "format:     {:?}", self.format);
+        if let Some(p) = self.parallel {
+            let _ = writeln!(out, "parallel:   tp={} pp={} vpp={}", p.tp, p.pp, p.vpp);
+        }
+        let _ = writeln!(
+            out,
+            "model:      {} ({} layers, hidden {}, ffn {}, heads {}/{} kv, head_dim {})",
+            s.arch.class(),
+            s.num_layers,
+            s.hidden,
+            s.ffn,
+            s.heads,
+            s.groups,
+            s.head_dim
+        );
+        let _ = writeln!(
+            out,
+            "vocab:      {} (padded {}){}",
+            s.vocab,
+            s.padded_vocab,
+            if s.tied { ", tied embeddings" } else { "" }
+        );
+        let _ = writeln!(out, "dtype:      {}", s.dtype.torch_name());
+        let _ = writeln!(out, "parameters: {}", self.parameters);
+        let w = self
+            .tensors
+            .iter()
+            .map(|t| t.name.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        let _ = writeln!(out, "{:<w$}  {:<16}  dtype", "name", "shape");
+        for t in &self.tensors {
+            let _ = writeln!(
+                out,
+                "{:<w$}  {:<16}  {}",
+                t.name,
+                format!("{:?}", t.shape),
+                t.dtype.safetensors_name()
+            );
+        }
+        out
+    }
+}
+
 /// Opens a checkpoint and describes it without converting anything.
 pub fn inspect(src: &Path, opts: &ConvertOptions) -> Result<Inspection> {
     let format = detect(src)?;

@@ -141,6 +141,13 @@ fn inspect_reports_layout_without_converting() {
     // 250*64 embedding + 4 layers + final norm
     let per_layer = 64 + (64 + 32 + 32) * 64 + 64 * 64 + 64 + 2 * 176 * 64 + 64 * 176;
     assert_eq!(i.parameters, (250 * 64 + 4 * per_layer + 64) as u64);
+    let table = i.render_table();
+    assert!(table.contains("tp=2 pp=2 vpp=1"), "{table}");
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("model.layers.3.mlp.down_proj.weight"))
+        .unwrap();
+    assert!(row.contains("[64, 176]") && row.ends_with("F32"), "{row}");
 }
 
 #[test]

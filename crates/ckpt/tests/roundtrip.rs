@@ -99,6 +99,7 @@ fn case() -> impl Strategy<Value = Case> {
             any::<bool>(),
             any::<bool>(),
             any::<bool>(),
+            any::<bool>(),
         ),
         (
             any::<u64>(),
@@ -110,7 +111,7 @@ fn case() -> impl Strategy<Value = Case> {
         .prop_map(
             |(
                 (g_pow, r, hd, layers, ffn_mul),
-                (vocab, tied, bias, bf16, two),
+                (vocab, tied, bias, bf16, two, qk),
                 (seed, tp_i, pp_i, vpp_i),
             )| {
                 let groups = 1 << g_pow; // 1, 2, 4, 8
@@ -118,7 +119,11 @@ fn case() -> impl Strategy<Value = Case> {
                 let hidden = 8;
                 let ffn = 8 * ffn_mul;
                 let spec = ModelSpec {
-                    arch: if bias { Arch::Qwen2 } else { Arch::Llama },
+                    arch: match (bias, qk) {
+                        (true, _) => Arch::Qwen2,
+                        (false, true) => Arch::Qwen3,
+                        (false, false) => Arch::Llama,
+                    },
                     num_layers: layers,
                     hidden,
                     ffn,
@@ -129,7 +134,7 @@ fn case() -> impl Strategy<Value = Case> {
                     padded_vocab: vocab,
                     tied,
                     qkv_bias: bias,
-                    qk_norm: false,
+                    qk_norm: qk && !bias,
                     rope_theta: 10000.0,
                     norm_eps: 1e-6,
                     max_position: 64,
