@@ -337,6 +337,33 @@ impl Scheduler {
                 dirty: false,
             });
         }
+        // A cohort named by one queue only is a typo or a missing queue: nobody to borrow from.
+        for (i, q) in queues.iter().enumerate() {
+            let Some(c) = &q.cohort else { continue };
+            if cohorts[cohort_idx[c] as usize].members.len() < 2 {
+                let mut known: Vec<&str> = cohort_idx
+                    .iter()
+                    .filter(|(_, k)| cohorts[**k as usize].members.len() >= 2)
+                    .map(|(n, _)| n.as_str())
+                    .collect();
+                known.sort();
+                return Err(cfg_err(
+                    format!("queues[{i}].cohort"),
+                    format!(
+                        "cohort `{c}` of queue `{}` is unknown: no other queue is in it",
+                        q.name
+                    ),
+                    if known.is_empty() {
+                        "put at least two queues in a cohort, or remove the cohort".to_string()
+                    } else {
+                        format!(
+                            "use an existing cohort ({}) or remove the cohort",
+                            known.join(", ")
+                        )
+                    },
+                ));
+            }
+        }
         // Borrowing limits must be satisfiable by what the rest of the cohort lends.
         for (i, q) in qs.iter().enumerate() {
             let Some(c) = q.cohort else { continue };
@@ -1156,10 +1183,8 @@ impl Scheduler {
         // The persistent head-of-line holder of each flavor goes first.
         for f in 0..self.pools.len() {
             let Some(h) = self.holder[f] else { continue };
-            match self.try_one(h, now, &mut resv, &mut preempt_budget, &mut out, Some(f)) {
-                Outcome::Admitted | Outcome::Preempting => {}
-                Outcome::Blocked | Outcome::Skipped => {}
-            }
+            // Whatever the outcome, the holder has had its turn (and its reservation, if blocked).
+            self.try_one(h, now, &mut resv, &mut preempt_budget, &mut out, Some(f));
         }
         // Merge queue heads: fair share, then priority, then age.
         let mut heap: BinaryHeap<Reverse<(u64, PKey, u32)>> = BinaryHeap::new();
@@ -1879,6 +1904,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("queues[1].name"), "{msg}");
+        let msg = Scheduler::new(
+            c(),
+            vec![
+                queue("a", Some("org"), 8),
+                queue("b", Some("org"), 8),
+                queue("x", Some("orgg"), 8),
+            ],
+            vec![],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            msg.contains("queues[2].cohort") && msg.contains("`orgg`") && msg.contains("(org)"),
+            "{msg}"
+        );
         let msg = Scheduler::new(Cluster::default(), vec![], vec![])
             .unwrap_err()
             .to_string();

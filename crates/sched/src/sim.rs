@@ -244,6 +244,8 @@ pub fn default_queues(trace: &[TraceJob], cluster: &Cluster) -> Vec<QueueSpec> {
         }
     }
     let teams: Vec<&str> = hours.keys().copied().collect();
+    // One team alone has nobody to borrow from: no cohort.
+    let cohort = (teams.len() > 1).then(|| "all".to_string());
     let mut quotas: Vec<Vec<FlavorQuota>> = vec![Vec::new(); teams.len()];
     for (flavor, cap) in &flavors {
         let exact: Vec<f64> = teams
@@ -279,7 +281,7 @@ pub fn default_queues(trace: &[TraceJob], cluster: &Cluster) -> Vec<QueueSpec> {
         .zip(quotas)
         .map(|(t, q)| QueueSpec {
             name: t.to_string(),
-            cohort: Some("all".into()),
+            cohort: cohort.clone(),
             quotas: q,
             fair_share_weight: 1.0,
         })

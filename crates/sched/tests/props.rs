@@ -98,6 +98,20 @@ fn case() -> impl Strategy<Value = Case> {
                     fair_share_weight: f64::from(*w),
                 })
                 .collect();
+            // A cohort needs two members (one alone is refused as unknown).
+            for i in 0..specs.len() {
+                let Some(c) = specs[i].cohort.clone() else {
+                    continue;
+                };
+                if specs
+                    .iter()
+                    .filter(|s| s.cohort.as_deref() == Some(c.as_str()))
+                    .count()
+                    < 2
+                {
+                    specs[i].cohort = None;
+                }
+            }
             for i in 0..specs.len() {
                 let Some(c) = specs[i].cohort.clone() else {
                     continue;

@@ -149,3 +149,17 @@ mod untrusted {
         }
     }
 }
+
+#[test]
+fn a_single_team_trace_simulates_without_a_cohort() {
+    let text = "job_id,submit_s,duration_s,gpus,nodes,team,status\n1,0,100,8,1,solo,COMPLETED\n2,5,50,16,2,solo,FAILED\n";
+    let trace = parse_trace(text, "solo.csv").unwrap();
+    let cluster = default_cluster(&trace);
+    let queues = default_queues(&trace, &cluster);
+    assert_eq!(queues.len(), 1);
+    assert_eq!(queues[0].cohort, None);
+    for p in Policy::ALL {
+        let r = simulate(&trace, &cluster, &queues, p).unwrap();
+        assert_eq!(r.buckets.iter().map(|b| b.jobs).sum::<usize>(), 2);
+    }
+}
