@@ -1443,7 +1443,11 @@ impl Scheduler {
                     rv.quota_shadow = self.quota_shadow(j, f, now);
                     rv.holder_share = self.share(q);
                 }
-                rv.drain = self.drains(j, f);
+                // Only a holder that must borrow needs others' nominal quota; one within its own
+                // nominal gets it back through reclaim.
+                let qs = &self.queues[q as usize];
+                let must_borrow = qs.quota[f].is_some_and(|x| qs.usage[f] + r > x.nominal);
+                rv.drain = must_borrow && self.drains(j, f);
                 resv[f] = Some(rv);
                 blocked = true;
             } else {
