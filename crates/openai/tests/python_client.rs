@@ -23,29 +23,32 @@ fn openai_importable() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// The example binary beside this test binary, built on demand when `cargo test`
-/// was filtered to this test and skipped building examples.
+/// The example binary beside this test binary, (re)built first: `cargo test` builds
+/// examples, but `cargo test --test python_client` does not, and a stale binary
+/// would test old code. A fresh build is a no-op taking about a second.
 fn mock_server_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let profile_dir = exe
         .parent()
         .and_then(Path::parent)
         .expect("test binary lives in <target>/<profile>/deps");
-    let bin = profile_dir
-        .join("examples")
-        .join(format!("mock_server{}", std::env::consts::EXE_SUFFIX));
-    if !bin.exists() {
-        let target_dir = profile_dir.parent().expect("target dir");
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "ferry-openai", "--example", "mock_server"])
-            .arg("--manifest-path")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-            .env("CARGO_TARGET_DIR", target_dir)
-            .status()
-            .expect("run cargo build --example mock_server");
-        assert!(status.success(), "building the mock_server example failed");
+    let target_dir = profile_dir.parent().expect("target dir");
+    let mut build = Command::new(env!("CARGO"));
+    build
+        .args(["build", "-p", "ferry-openai", "--example", "mock_server"])
+        .arg("--manifest-path")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", target_dir);
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        build.arg("--release");
     }
-    bin
+    let status = build
+        .status()
+        .expect("run cargo build --example mock_server");
+    assert!(status.success(), "building the mock_server example failed");
+    profile_dir
+        .join("examples")
+        .join(format!("mock_server{}", std::env::consts::EXE_SUFFIX))
 }
 
 /// Kills the server when the test ends, however it ends.
