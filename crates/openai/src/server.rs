@@ -378,24 +378,60 @@ impl Drop for InFlight {
 }
 
 /// Per-request timing for TTFT, inter-token and end-to-end metrics.
+///
+/// Inter-token gaps are buffered and observed in batches: the histogram sits behind
+/// a mutex, and one observation per token from every core made it the hottest lock
+/// of the server.
 struct Timing {
     arrival: Instant,
     last_text: Option<Instant>,
-    gaps: Option<prometheus_client::metrics::histogram::Histogram>,
+    gap_histogram: Option<prometheus_client::metrics::histogram::Histogram>,
+    gaps: Vec<f64>,
 }
 
+/// Gaps buffered per request before they are observed.
+const GAP_BATCH: usize = 64;
+
 impl Timing {
+    fn new(arrival: Instant) -> Self {
+        Self {
+            arrival,
+            last_text: None,
+            gap_histogram: None,
+            gaps: Vec::new(),
+        }
+    }
+
     fn on_text(&mut self, st: &AppState, model: &str, flight: &mut InFlight) {
         let now = Instant::now();
         match self.last_text {
             None => st.metrics.record_first_token(model, now - self.arrival),
-            Some(prev) => self
-                .gaps
-                .get_or_insert_with(|| st.metrics.token_gap_histogram(model))
-                .observe((now - prev).as_secs_f64()),
+            Some(prev) => {
+                if self.gap_histogram.is_none() {
+                    self.gap_histogram = Some(st.metrics.token_gap_histogram(model));
+                }
+                self.gaps.push((now - prev).as_secs_f64());
+                if self.gaps.len() >= GAP_BATCH {
+                    self.flush_gaps();
+                }
+            }
         }
         self.last_text = Some(now);
         flight.first_token();
+    }
+
+    fn flush_gaps(&mut self) {
+        if let Some(h) = &self.gap_histogram {
+            for gap in self.gaps.drain(..) {
+                h.observe(gap);
+            }
+        }
+    }
+}
+
+impl Drop for Timing {
+    fn drop(&mut self) {
+        self.flush_gaps();
     }
 }
 
@@ -469,11 +505,7 @@ async fn generate(
         }
     };
     st.metrics.record_prompt(&model, prompt_tokens);
-    let timing = Timing {
-        arrival,
-        last_text: None,
-        gaps: None,
-    };
+    let timing = Timing::new(arrival);
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
