@@ -190,6 +190,17 @@ def test_errors(client, model, long_words):
     )
     still_serving(client, model, "max_tokens=-1")
     expect_error(
+        openai.BadRequestError,
+        "n=2",
+        lambda: client.chat.completions.create(model=model, messages=msgs, max_tokens=2, n=2),
+    )
+    expect_error(
+        openai.BadRequestError,
+        "temperature=3",
+        lambda: client.chat.completions.create(model=model, messages=msgs, max_tokens=2, temperature=3),
+    )
+    still_serving(client, model, "n=2 and temperature=3")
+    expect_error(
         openai.NotFoundError,
         "unknown model",
         lambda: client.chat.completions.create(model=model + "-does-not-exist", messages=msgs, max_tokens=2),
