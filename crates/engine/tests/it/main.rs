@@ -1,0 +1,5 @@
+//! Integration tests of the built-in engine, compiled as one binary (see STYLE.md).
+
+mod common;
+mod serve;
+mod train;
