@@ -67,13 +67,15 @@ impl Blob {
 
     /// A sub-window `[off, off+len)` of this one; fails when it would reach past the end.
     pub fn slice(&self, off: u64, len: u64) -> Result<Blob> {
-        let end = off.checked_add(len).filter(|&e| e <= self.len).ok_or_else(|| {
-            CkptError::format(
+        if off.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(CkptError::format(
                 self.path(),
-                format!("range {off}+{len} reaches past the end ({} bytes); the file is truncated or corrupt", self.len),
-            )
-        })?;
-        let _ = end;
+                format!(
+                    "range {off}+{len} reaches past the end ({} bytes); the file is truncated or corrupt",
+                    self.len
+                ),
+            ));
+        }
         Ok(Blob {
             backing: self.backing.clone(),
             base: self.base + off,

@@ -11,9 +11,7 @@ use serde_json::{Value as Json, json};
 use crate::dtype::DType;
 use crate::error::{CkptError, Result, io_err};
 use crate::megatron::CanonicalSource;
-use crate::model::{
-    Arch, HfTensor, ModelSpec, Param, Segment, hf_tensors, pad_vocab, param_sources,
-};
+use crate::model::{Arch, HfTensor, ModelSpec, Param, Segment, hf_tensors, param_sources};
 use crate::pool;
 use crate::safetensors::{StEntry, StFile, StWriter};
 
@@ -448,9 +446,4 @@ impl CanonicalSource for HfModel {
         }
         Ok(())
     }
-}
-
-/// Megatron's padded vocabulary for an HF model at a target TP.
-pub fn megatron_padded_vocab(vocab: usize, divisible_by: usize, tp: usize) -> usize {
-    pad_vocab(vocab, divisible_by, tp)
 }

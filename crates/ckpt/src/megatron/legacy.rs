@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use super::writer::local_shape;
 use super::{CanonicalSource, NameKind, Parallel, classify, resolve_iteration_dir, spec_from_args};
 use crate::error::{CkptError, Result, io_err};
 use crate::model::{Arch, ModelSpec, Param, Split};
@@ -73,16 +74,6 @@ pub fn rank_files(dir: &Path) -> Result<BTreeMap<(usize, usize), PathBuf>> {
         out.insert((tp, pp), file);
     }
     Ok(out)
-}
-
-fn local_shape(spec: &ModelSpec, p: Param, tp: usize) -> Vec<usize> {
-    let mut s = spec.shape(p);
-    match spec.split(p) {
-        Split::Replicated => {}
-        Split::Rows | Split::GateUp => s[0] /= tp,
-        Split::Cols => s[1] /= tp,
-    }
-    s
 }
 
 impl LegacyCheckpoint {
