@@ -32,7 +32,7 @@ def main() -> int:
     worst = 0.0
     for entry in manifest["models"]:
         model_dir = args.root / entry["model"]
-        model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="eager")
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
         if entry.get("adapter"):
             model = PeftModel.from_pretrained(model, args.root / entry["adapter"])
         model = model.to(args.device).eval()

@@ -57,17 +57,17 @@ pub fn write_demo_corpus(dir: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The demo's training run: a small Llama (about 3.5M parameters with a 2048-token BPE)
+/// The demo's training run: a small Llama (about 0.9M parameters with a 1024-token BPE)
 /// trained from scratch on `corpus`, checkpoints under `checkpoint_dir`.
 pub fn demo_train_config(corpus: &Path, checkpoint_dir: &Path) -> TrainConfig {
     TrainConfig {
         model: ModelSource::Arch(ModelConfig {
             architecture: Architecture::Llama,
-            vocab_size: 2048,
-            hidden_size: 192,
-            intermediate_size: 512,
+            vocab_size: 1024,
+            hidden_size: 128,
+            intermediate_size: 384,
             num_layers: 4,
-            num_heads: 6,
+            num_heads: 4,
             num_kv_heads: 2,
             head_dim: None,
             rms_norm_eps: 1e-5,
@@ -86,7 +86,7 @@ pub fn demo_train_config(corpus: &Path, checkpoint_dir: &Path) -> TrainConfig {
         },
         method: Method::Full,
         seq_len: 128,
-        batch: 16,
+        batch: 8,
         grad_accum: 1,
         lr: 3e-3,
         min_lr: Some(3e-4),
