@@ -1030,3 +1030,100 @@ suite!(
     reopening_keeps_everything,
     phases_listed_in_filters_round_trip,
 );
+
+/// Checks that only apply to SQLite: URL forms and two stores sharing one file.
+mod sqlite_only {
+    use super::*;
+
+    #[tokio::test]
+    async fn open_accepts_paths_and_sqlite_urls() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("a").join("b").join("ferry.db");
+        for spec in [
+            format!("sqlite://{}", path.display()),
+            format!("sqlite:{}?mode=rwc", path.display()),
+            path.display().to_string(),
+        ] {
+            let store = ferry_store::open(&spec).await.expect(&spec);
+            assert_eq!(store.location(), path.display().to_string());
+            store
+                .create_job(&job("urls", &format!("j{}", spec.len())), "Applied")
+                .await
+                .unwrap();
+            store.close().await;
+        }
+        assert!(
+            path.exists(),
+            "parent directories and the file were created"
+        );
+        let store = ferry_store::open(&path.display().to_string())
+            .await
+            .unwrap();
+        assert_eq!(
+            store.list_jobs(&JobFilter::default()).await.unwrap().len(),
+            3
+        );
+
+        let memory = ferry_store::open("sqlite::memory:").await.unwrap();
+        assert!(
+            memory
+                .list_jobs(&JobFilter::default())
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        memory
+            .create_job(&job("mem", "one"), "Applied")
+            .await
+            .unwrap();
+        assert_eq!(
+            memory.list_jobs(&JobFilter::default()).await.unwrap().len(),
+            1
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn two_stores_on_one_file_still_have_one_winner() {
+        // An old and a new control plane (or two processes) sharing ferry.db.
+        let fx = Fixture::sqlite().await;
+        let other = fx.reopen().await;
+        for round in 0..5 {
+            let rec = fx
+                .store
+                .create_job(&job("two", &format!("r{round}")), "Applied")
+                .await
+                .unwrap();
+            let (a, b) = tokio::join!(
+                fx.store.transition(
+                    &rec.uid,
+                    JobPhase::Pending,
+                    JobPhase::Queued,
+                    "A",
+                    "",
+                    StatusPatch::default()
+                ),
+                other.transition(
+                    &rec.uid,
+                    JobPhase::Pending,
+                    JobPhase::Cancelled,
+                    "B",
+                    "",
+                    StatusPatch::default()
+                ),
+            );
+            assert!(
+                a.is_ok() != b.is_ok(),
+                "round {round}: exactly one wins ({a:?}, {b:?})"
+            );
+            let loser = match (a, b) {
+                (Ok(_), Err(e)) | (Err(e), Ok(_)) => e,
+                (a, b) => panic!("round {round}: exactly one must win ({a:?}, {b:?})"),
+            };
+            assert!(matches!(loser, StoreError::Conflict { .. }), "{loser:?}");
+            let events = other.events(&rec.uid).await.unwrap();
+            assert_eq!(events.len(), 2, "creation plus the winner's event");
+        }
+        other.close().await;
+        fx.finish().await;
+    }
+}
