@@ -2,4 +2,5 @@
 
 mod common;
 mod serve;
+mod sigterm;
 mod train;
