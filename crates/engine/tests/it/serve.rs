@@ -15,7 +15,7 @@ use ferry_openai::{
 use crate::common::{Capture, TempDir, corpus, tiny_arch, tiny_config};
 
 /// One small trained model shared by the serving tests.
-fn model_dir() -> &'static Path {
+pub fn model_dir() -> &'static Path {
     static DIR: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
     &DIR.get_or_init(|| {
         let dir = TempDir::new("serve-model");
