@@ -76,7 +76,7 @@ fn sixteen_concurrent_sse_clients_complete_with_usage_over_http() {
             let usage_line = resp
                 .lines()
                 .filter(|l| l.starts_with("data: {") && l.contains("\"usage\":{"))
-                .last()
+                .next_back()
                 .unwrap_or_else(|| panic!("no usage chunk: {resp}"));
             let v: serde_json::Value = serde_json::from_str(&usage_line["data: ".len()..]).unwrap();
             let u = &v["usage"];
