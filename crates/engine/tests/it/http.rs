@@ -75,8 +75,7 @@ fn sixteen_concurrent_sse_clients_complete_with_usage_over_http() {
             assert!(resp.trim_end().ends_with("data: [DONE]"), "{resp}");
             let usage_line = resp
                 .lines()
-                .filter(|l| l.starts_with("data: {") && l.contains("\"usage\":{"))
-                .next_back()
+                .rfind(|l| l.starts_with("data: {") && l.contains("\"usage\":{"))
                 .unwrap_or_else(|| panic!("no usage chunk: {resp}"));
             let v: serde_json::Value = serde_json::from_str(&usage_line["data: ".len()..]).unwrap();
             let u = &v["usage"];
