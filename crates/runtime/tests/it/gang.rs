@@ -80,7 +80,7 @@ async fn every_rank_of_a_2x2_gang_gets_the_distributed_environment() {
 #[tokio::test]
 async fn ranks_meet_at_master_addr_and_rank_0_collects_every_rank() {
     let dir = tempfile::tempdir().unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/hello_gang.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/hello_gang.py");
     let rt = LocalRuntime::new();
     let gang = rt
         .launch(request(dir.path(), 2, 2, &["python3", script]))

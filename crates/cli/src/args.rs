@@ -1,0 +1,175 @@
+//! The command line, as clap types: one args struct per subcommand.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Ferry carries a large language model through plan → queue → train → checkpoint →
+/// convert → serve, on one machine or on Kubernetes.
+#[derive(Debug, Parser)]
+#[command(name = "ferry", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    /// Control-plane URL the client commands talk to.
+    #[arg(long, global = true, env = "FERRY_URL", default_value = "http://127.0.0.1:7070")]
+    pub url: String,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Every `ferry` subcommand.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the control plane (REST API, scheduler, local runtime) in the foreground.
+    Up(UpArgs),
+    /// The quickstart, end to end on this machine, in a private control plane.
+    Demo(crate::commands::DemoArgs),
+    /// Predict per-GPU memory and pick the method and parallel layout for a TrainJob.
+    Plan(crate::commands::PlanArgs),
+    /// Replay a cluster trace under Ferry's scheduler and its peers.
+    Sim(crate::commands::SimArgs),
+    /// Create or update resources from a YAML or JSON file.
+    Apply(ApplyArgs),
+    /// List resources: jobs, deployments, queues, models, gpus.
+    Get(GetArgs),
+    /// Show one resource in detail, with its events.
+    Describe(DescribeArgs),
+    /// Print a job's rank logs.
+    Logs(LogsArgs),
+    /// Cancel a job: SIGTERM to every rank, then SIGKILL after its grace period.
+    Cancel(CancelArgs),
+    /// Delete a resource (a running job is cancelled first).
+    Delete(DeleteArgs),
+    /// Print the JSON Schema of the resource types.
+    Schema(SchemaArgs),
+    /// Print client and control-plane versions.
+    Version,
+    /// Print a shell completion script.
+    Completions(CompletionsArgs),
+}
+
+/// `ferry up`.
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Address for the REST API.
+    #[arg(long, env = "FERRY_LISTEN", default_value = "127.0.0.1:7070")]
+    pub listen: SocketAddr,
+    /// Declare N virtual GPU slots instead of discovering real GPUs (for CPU machines).
+    #[arg(long)]
+    pub gpus: Option<u32>,
+    /// Ferry's home: database, logs, checkpoints.
+    #[arg(long, env = "FERRY_HOME")]
+    pub home: Option<PathBuf>,
+    /// Database URL (postgres://…) or SQLite path; `$FERRY_HOME/ferry.db` by default.
+    #[arg(long, env = "FERRY_STORE")]
+    pub store: Option<String>,
+}
+
+/// `ferry apply`.
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// File to apply (`-` for standard input).
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<PathBuf>,
+    /// Validate on the control plane without storing anything.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Output format.
+    #[arg(short, long, value_enum)]
+    pub output: Option<Output>,
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// A table with more columns.
+    Wide,
+    /// JSON, for scripts.
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+/// `ferry get`.
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// What to list: jobs, deployments, queues, models, gpus.
+    pub kind: String,
+    /// One resource by name.
+    pub name: Option<String>,
+    /// Namespace (default: `default`).
+    #[arg(short, long, default_value = "default")]
+    pub namespace: String,
+    /// Every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+    /// Output format (table when omitted).
+    #[arg(short, long, value_enum)]
+    pub output: Option<Output>,
+}
+
+/// `ferry describe`.
+#[derive(Debug, Args)]
+pub struct DescribeArgs {
+    /// Kind: job, deployment or queue.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    #[arg(short, long, default_value = "default")]
+    pub namespace: String,
+}
+
+/// `ferry logs`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// Job name.
+    pub job: String,
+    /// Rank whose log to print.
+    #[arg(long, default_value_t = 0)]
+    pub rank: u32,
+    /// Keep printing as the rank writes, until it ends.
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Namespace.
+    #[arg(short, long, default_value = "default")]
+    pub namespace: String,
+}
+
+/// `ferry cancel`.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// `job NAME` or just `NAME`.
+    #[arg(num_args = 1..=2, required = true)]
+    pub target: Vec<String>,
+    /// Namespace.
+    #[arg(short, long, default_value = "default")]
+    pub namespace: String,
+}
+
+/// `ferry delete`.
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// Kind: job, deployment or queue.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    #[arg(short, long, default_value = "default")]
+    pub namespace: String,
+}
+
+/// `ferry schema`.
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    /// One kind (TrainJob, ModelDeployment, Queue); all when omitted.
+    pub kind: Option<String>,
+}
+
+/// `ferry completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// Shell to generate for.
+    pub shell: clap_complete::Shell,
+}

@@ -1,0 +1,66 @@
+//! `ferry apply -f FILE`: validate locally (every problem at once, naming the file),
+//! then send everything to the control plane, which validates again against the
+//! cluster and stores all or nothing.
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{Context, anyhow};
+use ferry_spec::Resource;
+use serde_json::Value;
+
+use crate::args::ApplyArgs;
+use crate::client::Client;
+use crate::output;
+
+fn read(path: &Path) -> anyhow::Result<(String, String)> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read standard input")?;
+        return Ok((text, "<stdin>".into()));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow!("cannot read {}: {e}; check the path given to -f", path.display()))?;
+    Ok((text, path.display().to_string()))
+}
+
+pub async fn run(client: &Client, args: ApplyArgs) -> anyhow::Result<()> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    for path in &args.files {
+        let (text, source) = read(path)?;
+        let mut resources = ferry_spec::parse_documents(&text, &source)?;
+        // Relative commands and paths resolve where `ferry apply` ran, as with a shell.
+        for r in &mut resources {
+            if let Resource::TrainJob(job) = r {
+                let wd = job
+                    .spec
+                    .working_dir
+                    .get_or_insert_with(|| cwd.to_string_lossy().into_owned());
+                if Path::new(wd.as_str()).is_relative() {
+                    *wd = cwd.join(&*wd).to_string_lossy().into_owned();
+                }
+            }
+        }
+        let body = Value::Array(resources.iter().map(Resource::to_value).collect());
+        let path = if args.dry_run {
+            "/api/v1/apply?dryRun=true"
+        } else {
+            "/api/v1/apply"
+        };
+        let applied: Vec<Value> = client.post(path, &body, &source).await?;
+        if output::structured(&applied, args.output)? {
+            continue;
+        }
+        for a in applied {
+            println!(
+                "{}/{} {}",
+                output::cell(&a["kind"]).to_lowercase(),
+                output::cell(&a["name"]),
+                output::cell(&a["action"])
+            );
+        }
+    }
+    Ok(())
+}

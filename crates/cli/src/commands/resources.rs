@@ -1,0 +1,268 @@
+//! `get`, `describe`, `cancel`, `delete`.
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail};
+use ferry_spec::ResourceKind;
+use reqwest::Method;
+use serde_json::Value;
+
+use crate::args::{CancelArgs, DeleteArgs, DescribeArgs, GetArgs, Output};
+use crate::client::Client;
+use crate::output::{self, age, cell};
+use crate::table::Table;
+
+fn job_path(ns: &str, name: &str) -> String {
+    format!("/api/v1/namespaces/{ns}/jobs/{name}")
+}
+
+pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
+    let ns_query = if args.all_namespaces {
+        String::new()
+    } else {
+        format!("?namespace={}", args.namespace)
+    };
+    match args.kind.to_ascii_lowercase().as_str() {
+        "models" | "model" => {
+            let models: Vec<Value> = client.get("/api/v1/models").await?;
+            if !output::structured(&models, args.output)? {
+                let mut t = Table::new(&["NAME", "FORMAT", "PATH", "SOURCE JOB", "AGE"]);
+                for m in &models {
+                    t.row(vec![
+                        cell(&m["name"]),
+                        cell(&m["format"]),
+                        cell(&m["path"]),
+                        cell(&m["sourceJobUid"]),
+                        age(m["createdAt"].as_str()),
+                    ]);
+                }
+                print!("{}", t.render());
+            }
+            return Ok(());
+        }
+        "gpus" | "gpu" => {
+            let inv: Value = client.get("/api/v1/gpus").await?;
+            if !output::structured(&inv, args.output)? {
+                let mut t = Table::new(&["INDEX", "NAME", "MEMORY", "ID"]);
+                for g in inv["gpus"].as_array().into_iter().flatten() {
+                    let gib = g["memory_bytes"].as_u64().unwrap_or(0) as f64 / (1u64 << 30) as f64;
+                    t.row(vec![cell(&g["index"]), cell(&g["name"]), format!("{gib:.0} GiB"), cell(&g["id"])]);
+                }
+                print!("{}", t.render());
+            }
+            return Ok(());
+        }
+        _ => {}
+    }
+    let kind = ResourceKind::from_name(&args.kind).ok_or_else(|| {
+        anyhow!(
+            "unknown resource type {:?}; use jobs, deployments, queues, models or gpus",
+            args.kind
+        )
+    })?;
+    if kind == ResourceKind::TrainJob {
+        let jobs: Vec<Value> = match &args.name {
+            Some(name) => vec![client.get(&job_path(&args.namespace, name)).await?],
+            None => client.get(&format!("/api/v1/jobs{ns_query}")).await?,
+        };
+        if output::structured(&jobs, args.output)? {
+            return Ok(());
+        }
+        let wide = args.output == Some(Output::Wide);
+        let mut header = vec!["NAME", "PHASE", "RESTARTS", "GPUS", "AGE"];
+        if args.all_namespaces {
+            header.insert(0, "NAMESPACE");
+        }
+        if wide {
+            header.extend(["ENGINE", "RANKS", "ATTEMPT", "STEP", "LOSS", "MESSAGE"]);
+        }
+        let mut t = Table::new(&header);
+        for j in &jobs {
+            let status = &j["status"];
+            let res = &j["spec"]["resources"];
+            let gpus = res["nodes"].as_i64().unwrap_or(1) * res["gpusPerNode"].as_i64().unwrap_or(0);
+            let mut row = vec![
+                cell(&j["metadata"]["name"]),
+                cell(&status["phase"]),
+                cell(&status["restarts"]),
+                gpus.to_string(),
+                age(j["metadata"]["creationTimestamp"].as_str()),
+            ];
+            if args.all_namespaces {
+                row.insert(0, cell(&j["metadata"]["namespace"]));
+            }
+            if wide {
+                let procs = res["procsPerNode"]
+                    .as_i64()
+                    .unwrap_or(res["gpusPerNode"].as_i64().unwrap_or(0).max(1));
+                row.extend([
+                    cell(&j["spec"]["engine"]),
+                    (res["nodes"].as_i64().unwrap_or(1) * procs).to_string(),
+                    cell(&status["attempt"]),
+                    cell(&status["progress"]["step"]),
+                    cell(&status["progress"]["loss"]),
+                    cell(&status["message"]),
+                ]);
+            }
+            t.row(row);
+        }
+        print!("{}", t.render());
+        return Ok(());
+    }
+    let plural = match kind {
+        ResourceKind::ModelDeployment => "deployments",
+        _ => "queues",
+    };
+    let objects: Vec<Value> = match &args.name {
+        Some(name) => vec![client.get(&format!("/api/v1/namespaces/{}/{plural}/{name}", args.namespace)).await?],
+        None => client.get(&format!("/api/v1/{plural}{ns_query}")).await?,
+    };
+    let docs: Vec<&Value> = objects.iter().map(|o| &o["doc"]).collect();
+    if output::structured(&docs, args.output)? {
+        return Ok(());
+    }
+    let mut t = match kind {
+        ResourceKind::ModelDeployment => Table::new(&["NAME", "MODEL", "ENGINE", "REPLICAS", "AGE"]),
+        _ => Table::new(&["NAME", "COHORT", "QUOTAS", "WEIGHT", "AGE"]),
+    };
+    for o in &objects {
+        let spec = &o["doc"]["spec"];
+        let name = cell(&o["name"]);
+        let created = age(o["createdAt"].as_str());
+        match kind {
+            ResourceKind::ModelDeployment => {
+                let m = &spec["model"];
+                let model = [&m["id"], &m["path"], &m["artifact"], &m["preset"]]
+                    .into_iter()
+                    .find(|v| v.is_string())
+                    .map(cell)
+                    .unwrap_or_default();
+                t.row(vec![name, model, cell(&spec["engine"]), cell(&spec["replicas"]), created]);
+            }
+            _ => {
+                let quotas = spec["quotas"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|q| format!("{}={}", cell(&q["flavor"]), cell(&q["nominal"])))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                t.row(vec![name, cell(&spec["cohort"]), quotas, cell(&spec["weight"]), created]);
+            }
+        }
+    }
+    print!("{}", t.render());
+    Ok(())
+}
+
+pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()> {
+    let kind = ResourceKind::from_name(&args.kind)
+        .ok_or_else(|| anyhow!("unknown kind {:?}; use job, deployment or queue", args.kind))?;
+    if kind != ResourceKind::TrainJob {
+        let plural = if kind == ResourceKind::Queue { "queues" } else { "deployments" };
+        let o: Value = client
+            .get(&format!("/api/v1/namespaces/{}/{plural}/{}", args.namespace, args.name))
+            .await?;
+        print!("{}", serde_saphyr::to_string(&o["doc"])?);
+        return Ok(());
+    }
+    let path = job_path(&args.namespace, &args.name);
+    let job: Value = client.get(&path).await?;
+    let events: Vec<Value> = client.get(&format!("{path}/events")).await?;
+    let s = &job["status"];
+    let spec = &job["spec"];
+    let res = &spec["resources"];
+    let field = |k: &str, v: String| println!("{:<14}{v}", format!("{k}:"));
+    field("Name", cell(&job["metadata"]["name"]));
+    field("Namespace", cell(&job["metadata"]["namespace"]));
+    field("UID", cell(&job["metadata"]["uid"]));
+    field("Phase", cell(&s["phase"]));
+    field("Message", cell(&s["message"]));
+    field("Engine", cell(&spec["engine"]));
+    if let Some(cmd) = spec["command"].as_array() {
+        field("Command", cmd.iter().map(cell).collect::<Vec<_>>().join(" "));
+    }
+    field(
+        "Resources",
+        format!(
+            "{} node(s) × {} proc(s), {} GPU(s) per node",
+            cell(&res["nodes"]),
+            res["procsPerNode"].as_i64().map_or("auto".into(), |p| p.to_string()),
+            cell(&res["gpusPerNode"])
+        ),
+    );
+    field("Queue", spec["queue"].as_str().unwrap_or("default").to_owned());
+    field("Attempt", cell(&s["attempt"]));
+    field(
+        "Restarts",
+        format!("{} (max {})", cell(&s["restarts"]), cell(&spec["onFailure"]["maxRestarts"])),
+    );
+    if let Some(gpus) = s["gpus"].as_array().filter(|g| !g.is_empty()) {
+        field("GPUs", gpus.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(" "));
+    }
+    field("Started", cell(&s["startTime"]));
+    field("Finished", cell(&s["completionTime"]));
+    if !s["resumedFrom"].is_null() {
+        field("Resumed from", cell(&s["resumedFrom"]));
+    }
+    if !s["progress"].is_null() {
+        field("Progress", s["progress"].to_string());
+    }
+    println!("Events:");
+    let mut t = Table::new(&["  TIME", "FROM", "TO", "REASON", "MESSAGE"]);
+    for e in &events {
+        let at = e["at"].as_str().unwrap_or("-");
+        t.row(vec![format!("  {at}"), cell(&e["from"]), cell(&e["to"]), cell(&e["reason"]), cell(&e["message"])]);
+    }
+    print!("{}", t.render());
+    Ok(())
+}
+
+fn job_name(target: &[String]) -> anyhow::Result<&str> {
+    match target {
+        [name] => Ok(name),
+        [kind, name] if ResourceKind::from_name(kind) == Some(ResourceKind::TrainJob) => Ok(name),
+        [kind, _] => bail!("only jobs can be cancelled (got {kind:?}); use `ferry cancel job NAME`"),
+        _ => bail!("give the job to cancel: `ferry cancel job NAME`"),
+    }
+}
+
+pub async fn cancel(client: &Client, args: CancelArgs) -> anyhow::Result<()> {
+    let name = job_name(&args.target)?;
+    let path = format!("{}/cancel", job_path(&args.namespace, name));
+    let job: Value = client.post(&path, &Value::Null, "cancel").await?;
+    println!("trainjob/{name} {}", cell(&job["status"]["phase"]).to_lowercase());
+    Ok(())
+}
+
+pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
+    let kind = ResourceKind::from_name(&args.kind)
+        .ok_or_else(|| anyhow!("unknown kind {:?}; use job, deployment or queue", args.kind))?;
+    let (ns, name) = (&args.namespace, &args.name);
+    if kind == ResourceKind::TrainJob {
+        let path = job_path(ns, name);
+        let job: Value = client.get(&path).await?;
+        let phase = cell(&job["status"]["phase"]);
+        if !matches!(phase.as_str(), "Succeeded" | "Failed" | "Cancelled") {
+            let _: Value = client.post(&format!("{path}/cancel"), &Value::Null, "delete").await?;
+        }
+        // Wait for the ranks to stop (SIGTERM, grace, SIGKILL) before deleting.
+        let grace = job["spec"]["onFailure"]["graceSeconds"].as_f64().unwrap_or(30.0);
+        let deadline = std::time::Instant::now() + Duration::from_secs_f64(grace + 15.0);
+        loop {
+            match client.send(Method::DELETE, &path, None).await {
+                Ok(_) => break,
+                Err(e) if std::time::Instant::now() < deadline && e.to_string().contains("still stopping") => {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        println!("trainjob/{name} deleted");
+        return Ok(());
+    }
+    let plural = if kind == ResourceKind::Queue { "queues" } else { "deployments" };
+    client.delete(&format!("/api/v1/namespaces/{ns}/{plural}/{name}")).await?;
+    println!("{}/{name} deleted", kind.as_str().to_lowercase());
+    Ok(())
+}

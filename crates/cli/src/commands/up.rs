@@ -1,0 +1,44 @@
+//! `ferry up`: the control plane in the foreground.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use ferry_server::{GpuSetting, ServerConfig};
+
+use crate::args::UpArgs;
+
+/// `$FERRY_HOME`, else `~/.ferry`.
+pub fn ferry_home(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    if let Some(home) = explicit {
+        return Ok(home);
+    }
+    let user_home = std::env::var_os("HOME")
+        .context("neither FERRY_HOME nor HOME is set; set FERRY_HOME to a writable directory")?;
+    Ok(PathBuf::from(user_home).join(".ferry"))
+}
+
+pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FERRY_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let mut config = ServerConfig::new(ferry_home(args.home)?, args.listen);
+    config.store_url = args.store;
+    if let Some(n) = args.gpus {
+        config.gpus = GpuSetting::Virtual(n);
+    }
+    let shutdown = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down; running jobs keep running and are re-adopted at the next start");
+    };
+    ferry_server::run(config, shutdown).await?;
+    Ok(())
+}

@@ -1,0 +1,37 @@
+//! `ferry`: the one binary. Parses the command line, runs the command, and turns any
+//! error into one line on stderr and a non-zero exit code.
+#![forbid(unsafe_code)]
+
+mod args;
+mod client;
+mod commands;
+mod output;
+mod table;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = args::Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            // One line: the outermost message with its causes joined.
+            let mut line = e.to_string();
+            for cause in e.chain().skip(1) {
+                line.push_str(": ");
+                line.push_str(&cause.to_string());
+            }
+            eprintln!("error: {}", line.replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! The foundation bars: a gang that talks, crash recovery, exact GPU accounting,
+//! restarts with resume, cancel, and bad input that stores nothing.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::harness::{OutputText, Plane, http_get};
+
+const MIN: Duration = Duration::from_secs(60);
+
+#[test]
+fn hello_gang_ranks_find_each_other() {
+    let plane = Plane::start(None);
+    let out = plane.ok(&["apply", "-f", "examples/hello-gang.yaml"]);
+    assert_eq!(out.trim(), "trainjob/hello-gang created");
+    let job = plane.wait_phase("hello-gang", "Succeeded", MIN);
+    assert_eq!(job["status"]["restarts"], 0);
+
+    let rank0 = plane.ok(&["logs", "hello-gang"]);
+    assert!(rank0.contains("[0, 1, 2, 3]"), "{rank0}");
+    for rank in 0..4 {
+        let log = plane.ok(&["logs", "hello-gang", "--rank", &rank.to_string()]);
+        assert!(log.contains(&format!("RANK={rank}\n")), "{log}");
+        assert!(log.contains("WORLD_SIZE=4\n"), "{log}");
+        assert!(log.contains(&format!("NODE_RANK={}\n", rank / 2)), "{log}");
+        assert!(log.contains(&format!("LOCAL_RANK={}\n", rank % 2)), "{log}");
+        assert!(log.contains("NNODES=2\n") && log.contains("NPROC_PER_NODE=2\n"), "{log}");
+        assert!(log.contains("MASTER_ADDR=127.0.0.1\n"), "{log}");
+    }
+    let missing = plane.ferry(&["logs", "hello-gang", "--rank", "4"]);
+    assert!(!missing.status.success());
+    assert!(missing.stderr_text().contains("ranks 0..3"), "{}", missing.stderr_text());
+
+    let reasons: Vec<String> = plane
+        .events("hello-gang")
+        .iter()
+        .map(|e| format!("{}->{}", e["from"].as_str().unwrap_or("-"), e["to"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        reasons,
+        ["-->Pending", "Pending->Queued", "Queued->Admitted", "Admitted->Running", "Running->Succeeded"]
+    );
+    let describe = plane.ok(&["describe", "job", "hello-gang"]);
+    assert!(describe.contains("Phase:        Succeeded"), "{describe}");
+    assert!(describe.contains("Completed"), "{describe}");
+
+    // The REST API documents itself.
+    let openapi: Value = serde_json::from_str(&http_get(&format!("{}/openapi.json", plane.url))).unwrap();
+    assert_eq!(openapi["openapi"], "3.1.0");
+    assert!(openapi["paths"]["/api/v1/apply"].is_object());
+}
+
+#[test]
+fn a_crashed_control_plane_loses_no_job() {
+    let mut plane = Plane::start(None);
+    plane.ok(&["apply", "-f", "examples/sleeper.yaml"]);
+    plane.wait_phase("sleeper", "Running", MIN);
+    std::thread::sleep(Duration::from_secs(4));
+    plane.kill_hard();
+    std::thread::sleep(Duration::from_secs(2));
+    plane.restart();
+
+    let job = plane.wait_phase("sleeper", "Succeeded", 2 * MIN);
+    assert_eq!(job["status"]["restarts"], 0, "the rank was re-adopted, not restarted");
+    assert_eq!(job["status"]["attempt"], 1);
+    assert_eq!(job["status"]["progress"]["step"], 30, "metrics kept flowing after the restart");
+    let events = plane.events("sleeper");
+    let restart = events
+        .iter()
+        .find(|e| e["reason"] == "ControlPlaneRestarted")
+        .unwrap_or_else(|| panic!("no restart event: {events:?}"));
+    assert_eq!(restart["from"], "Running");
+    assert_eq!(restart["to"], "Running");
+    assert!(
+        restart["message"].as_str().unwrap().contains("1 of 1 ranks still running"),
+        "{restart}"
+    );
+    assert!(plane.ok(&["logs", "sleeper"]).contains("done"));
+}
+
+fn gpu_job(name: &str) -> String {
+    format!(
+        "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: {name}}}\nspec:\n  engine: command\n  command: [sh, -c, 'echo start $(date +%s.%N) gpus=$CUDA_VISIBLE_DEVICES; sleep 2; echo end $(date +%s.%N)']\n  resources: {{gpusPerNode: 1}}\n"
+    )
+}
+
+fn span(log: &str) -> (f64, f64, String) {
+    let field = |prefix: &str| {
+        let line = log.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("{log}"));
+        line.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap()
+    };
+    let gpus = log.split("gpus=").nth(1).unwrap().lines().next().unwrap().to_owned();
+    (field("start "), field("end "), gpus)
+}
+
+#[test]
+fn one_gpu_is_never_given_to_two_jobs() {
+    let plane = Plane::start(Some(1));
+    let a = plane.write("a.yaml", &gpu_job("gpu-a"));
+    let b = plane.write("b.yaml", &gpu_job("gpu-b"));
+    plane.ok(&["apply", "-f", &a]);
+    plane.ok(&["apply", "-f", &b]);
+    plane.wait_phase("gpu-a", "Succeeded", MIN);
+    plane.wait_phase("gpu-b", "Succeeded", MIN);
+    let (a_start, a_end, a_gpus) = span(&plane.ok(&["logs", "gpu-a"]));
+    let (b_start, b_end, b_gpus) = span(&plane.ok(&["logs", "gpu-b"]));
+    assert_eq!(a_gpus, "0");
+    assert_eq!(b_gpus, "0");
+    assert!(a_end <= b_start || b_end <= a_start, "overlap: a {a_start}..{a_end}, b {b_start}..{b_end}");
+    assert!(a_end <= b_start, "FIFO: the first applied runs first");
+    let waited = plane.events("gpu-b").iter().any(|e| e["reason"] == "Waiting");
+    assert!(waited, "gpu-b recorded why it waited");
+}
+
+#[test]
+fn a_failed_rank_restarts_the_gang_from_the_latest_checkpoint() {
+    let plane = Plane::start(None);
+    let spec = r#"apiVersion: ferry.dev/v1alpha1
+kind: TrainJob
+metadata: {name: flaky}
+spec:
+  engine: command
+  command: [sh, -c, 'if [ -z "$FERRY_RESUME_FROM" ]; then mkdir -p "$FERRY_CHECKPOINT_DIR/step-7"; [ "$RANK" = 1 ] && exit 3; sleep 30; fi; echo "resumed from $FERRY_RESUME_FROM"']
+  resources: {nodes: 1, procsPerNode: 2}
+  onFailure: {maxRestarts: 1, backoffSeconds: 0.2, graceSeconds: 2}
+"#;
+    let path = plane.write("flaky.yaml", spec);
+    plane.ok(&["apply", "-f", &path]);
+    let job = plane.wait_phase("flaky", "Succeeded", MIN);
+    assert_eq!(job["status"]["restarts"], 1);
+    assert_eq!(job["status"]["attempt"], 2);
+    let resumed = job["status"]["resumedFrom"].as_str().unwrap();
+    assert!(resumed.ends_with("checkpoints/step-7"), "{resumed}");
+    assert!(plane.ok(&["logs", "flaky", "--rank", "1"]).contains("resumed from"));
+    let events = plane.events("flaky");
+    let failed = events.iter().find(|e| e["to"] == "Restarting").expect("a restart event");
+    assert_eq!(failed["reason"], "RankFailed");
+    assert!(failed["message"].as_str().unwrap().contains("rank 1"), "{failed}");
+}
+
+#[test]
+fn restarts_run_out_and_the_job_fails() {
+    let plane = Plane::start(None);
+    let spec = "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: doomed}\nspec:\n  engine: command\n  command: [sh, -c, 'exit 5']\n  onFailure: {maxRestarts: 2, backoffSeconds: 0.1}\n";
+    let path = plane.write("doomed.yaml", spec);
+    plane.ok(&["apply", "-f", &path]);
+    let deadline = std::time::Instant::now() + MIN;
+    let job = loop {
+        let job = plane.job("doomed");
+        if job["status"]["phase"] == "Failed" {
+            break job;
+        }
+        assert!(std::time::Instant::now() < deadline, "{job}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(job["status"]["restarts"], 2);
+    assert_eq!(job["status"]["attempt"], 3);
+    assert!(job["status"]["message"].as_str().unwrap().contains("all 2 restarts used"), "{job}");
+}
+
+#[test]
+fn cancel_stops_every_rank_gracefully() {
+    let plane = Plane::start(None);
+    plane.ok(&["apply", "-f", "examples/sleeper.yaml"]);
+    plane.wait_phase("sleeper", "Running", MIN);
+    std::thread::sleep(Duration::from_secs(2));
+    let out = plane.ok(&["cancel", "job", "sleeper"]);
+    assert_eq!(out.trim(), "trainjob/sleeper cancelled");
+    // The rank traps SIGTERM and checkpoints before exiting.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let log = plane.ok(&["logs", "sleeper"]);
+        if log.contains("SIGTERM at step") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{log}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let again = plane.ferry(&["cancel", "sleeper"]);
+    assert!(!again.status.success());
+    assert!(again.stderr_text().contains("already finished"), "{}", again.stderr_text());
+    plane.ok(&["delete", "job", "sleeper"]);
+    assert_eq!(plane.ok(&["get", "jobs", "-o", "json"]).trim(), "[]");
+}
+
+/// Each bad input: a non-zero exit, one line on stderr naming the field and the fix,
+/// and nothing stored.
+#[test]
+fn bad_input_is_refused_with_one_clear_line() {
+    let plane = Plane::start(Some(1));
+    let good = "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: ok}\nspec:\n  engine: command\n  command: [\"true\"]\n  resources: {nodes: 1, gpusPerNode: 0}\n";
+    let cases = [
+        ("malformed", "kind: TrainJob\nspec: [oops\n".to_owned(), "not valid YAML"),
+        ("unknown-field", good.replace("nodes: 1", "nodez: 1"), "spec.resources.nodez: unknown field; did you mean `nodes`?"),
+        ("negative-gpus", good.replace("gpusPerNode: 0", "gpusPerNode: -1"), "spec.resources.gpusPerNode: must be 0 or more (got -1)"),
+        ("unknown-engine", good.replace("engine: command", "engine: pytorch"), "spec.engine: must be one of"),
+        ("too-many-gpus", good.replace("gpusPerNode: 0", "gpusPerNode: 2"), "spec.resources.gpusPerNode: the job needs 2 GPUs"),
+        ("missing-file", String::new(), "cannot read"),
+    ];
+    for (name, text, expect) in cases {
+        let path = if name == "missing-file" {
+            plane.home.path().join("nope.yaml").to_string_lossy().into_owned()
+        } else {
+            plane.write(&format!("{name}.yaml"), &text)
+        };
+        let out = plane.ferry(&["apply", "-f", &path]);
+        let err = out.stderr_text();
+        assert!(!out.status.success(), "{name}: accepted");
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+        assert!(err.starts_with("error: "), "{name}: {err}");
+        assert!(err.contains(expect), "{name}: {err}");
+    }
+    assert_eq!(plane.ok(&["get", "jobs", "-o", "json"]).trim(), "[]");
+
+    let path = plane.write("good.yaml", good);
+    plane.ok(&["apply", "-f", &path]);
+    let dup = plane.ferry(&["apply", "-f", &path]);
+    assert!(!dup.status.success());
+    let err = dup.stderr_text();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("default/ok already exists") && err.contains("metadata.name"), "{err}");
+    let jobs: Vec<Value> = serde_json::from_str(&plane.ok(&["get", "jobs", "-o", "json"])).unwrap();
+    assert_eq!(jobs.len(), 1);
+}

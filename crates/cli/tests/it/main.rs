@@ -1,0 +1,6 @@
+//! End-to-end tests of the `ferry` binary: a real control plane process, real rank
+//! processes, a real SQLite file, real HTTP on loopback. All modules build as one
+//! test binary.
+
+mod control_plane;
+mod harness;

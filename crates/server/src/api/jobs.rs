@@ -1,0 +1,197 @@
+//! Job routes: list, get, events, logs, metrics, cancel, delete.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use ferry_runtime::GangRecord;
+use ferry_spec::{JobPhase, TrainJob};
+use ferry_store::{Event, JobFilter, JobRecord, MetricRow, StatusPatch, StoreError};
+use serde::Deserialize;
+
+use super::NamespaceQuery;
+use crate::error::ApiError;
+use crate::reconcile;
+use crate::state::ControlPlane;
+
+async fn find(plane: &ControlPlane, ns: &str, name: &str) -> Result<JobRecord, ApiError> {
+    plane.store().get_job(ns, name).await?.ok_or_else(|| {
+        ApiError::not_found(format!(
+            "job {ns}/{name} not found; list jobs with `ferry get jobs -n {ns}`"
+        ))
+    })
+}
+
+async fn with_progress(plane: &ControlPlane, rec: &JobRecord) -> Result<TrainJob, ApiError> {
+    let mut job = rec.to_train_job();
+    if let Some(m) = plane.store().latest_metrics(&rec.uid).await? {
+        if let Some(status) = job.status.as_mut() {
+            status.progress = Some(m.values);
+        }
+    }
+    Ok(job)
+}
+
+pub(crate) async fn list(
+    State(plane): State<ControlPlane>,
+    Query(q): Query<NamespaceQuery>,
+) -> Result<Json<Vec<TrainJob>>, ApiError> {
+    let jobs = plane
+        .store()
+        .list_jobs(&JobFilter {
+            namespace: q.namespace,
+            phases: Vec::new(),
+        })
+        .await?;
+    let mut out = Vec::with_capacity(jobs.len());
+    for rec in &jobs {
+        out.push(with_progress(&plane, rec).await?);
+    }
+    Ok(Json(out))
+}
+
+pub(crate) async fn get(
+    State(plane): State<ControlPlane>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<Json<TrainJob>, ApiError> {
+    let rec = find(&plane, &ns, &name).await?;
+    Ok(Json(with_progress(&plane, &rec).await?))
+}
+
+pub(crate) async fn events(
+    State(plane): State<ControlPlane>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<Json<Vec<Event>>, ApiError> {
+    let rec = find(&plane, &ns, &name).await?;
+    Ok(Json(plane.store().events(&rec.uid).await?))
+}
+
+/// `?after=ID&limit=N` for metrics pages.
+#[derive(Debug, Deserialize)]
+pub(crate) struct MetricsQuery {
+    #[serde(default)]
+    after: i64,
+    #[serde(default = "default_limit")]
+    limit: u32,
+}
+
+fn default_limit() -> u32 {
+    1000
+}
+
+pub(crate) async fn metrics(
+    State(plane): State<ControlPlane>,
+    Path((ns, name)): Path<(String, String)>,
+    Query(q): Query<MetricsQuery>,
+) -> Result<Json<Vec<MetricRow>>, ApiError> {
+    let rec = find(&plane, &ns, &name).await?;
+    Ok(Json(plane.store().metrics(&rec.uid, q.after, q.limit.min(10_000)).await?))
+}
+
+/// `?rank=N&follow=true` for logs.
+#[derive(Debug, Deserialize)]
+pub(crate) struct LogsQuery {
+    #[serde(default)]
+    rank: u32,
+    #[serde(default)]
+    follow: bool,
+}
+
+pub(crate) async fn logs(
+    State(plane): State<ControlPlane>,
+    Path((ns, name)): Path<(String, String)>,
+    Query(q): Query<LogsQuery>,
+) -> Result<Response, ApiError> {
+    let mut rec = find(&plane, &ns, &name).await?;
+    // Following a job that has not started yet waits for its first attempt.
+    let gang = loop {
+        if let Some((_, value)) = plane.store().get_gang(&rec.uid).await? {
+            let gang: GangRecord = serde_json::from_value(value)
+                .map_err(|e| ApiError::internal(format!("stored rank record of job {ns}/{name} is unreadable: {e}")))?;
+            break gang;
+        }
+        if !q.follow || rec.phase.is_terminal() {
+            return Err(ApiError::not_found(format!(
+                "job {ns}/{name} has no logs yet: it is {} and no rank has started",
+                rec.phase
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        rec = find(&plane, &ns, &name).await?;
+    };
+    if q.rank >= gang.world_size() {
+        return Err(ApiError::bad_request(format!(
+            "rank {} does not exist; job {ns}/{name} has ranks 0..{}",
+            q.rank,
+            gang.world_size().saturating_sub(1)
+        )));
+    }
+    let stream = plane.runtime().logs(&gang, q.rank, q.follow)?;
+    Ok(Response::builder()
+        .header("content-type", "text/plain; charset=utf-8")
+        .body(Body::from_stream(stream))
+        .map_err(|e| ApiError::internal(e.to_string()))?)
+}
+
+pub(crate) async fn cancel(
+    State(plane): State<ControlPlane>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<Json<TrainJob>, ApiError> {
+    // The phase may change under us (the loop admits or finishes the job): retry the
+    // compare-and-set a few times against the freshest record.
+    for _ in 0..5 {
+        let rec = find(&plane, &ns, &name).await?;
+        if rec.phase.is_terminal() {
+            return Err(ApiError::conflict(format!(
+                "job {ns}/{name} already finished ({}); nothing to cancel",
+                rec.phase
+            )));
+        }
+        match plane
+            .store()
+            .transition(
+                &rec.uid,
+                rec.phase,
+                JobPhase::Cancelled,
+                "Cancelled",
+                "cancelled by request; ranks get SIGTERM, then SIGKILL after the grace period",
+                StatusPatch::default(),
+            )
+            .await
+        {
+            Ok(updated) => {
+                let grace = Duration::from_secs_f64(rec.job.spec.on_failure.grace_seconds.max(0.0));
+                reconcile::stop(&plane, &rec.uid, grace);
+                plane.wake();
+                return Ok(Json(updated.to_train_job()));
+            }
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::conflict(format!(
+        "job {ns}/{name} kept changing phase; try the cancel again"
+    )))
+}
+
+pub(crate) async fn delete(
+    State(plane): State<ControlPlane>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let rec = find(&plane, &ns, &name).await?;
+    if !rec.phase.is_terminal() {
+        return Err(ApiError::conflict(format!(
+            "job {ns}/{name} is {}; cancel it first with `ferry cancel job {name}`",
+            rec.phase
+        )));
+    }
+    if plane.live_gang(&rec.uid).is_some() {
+        return Err(ApiError::conflict(format!(
+            "job {ns}/{name} is still stopping its ranks; try again in a few seconds"
+        )));
+    }
+    plane.store().delete_job(&rec.uid).await?;
+    Ok(Json(serde_json::json!({"deleted": format!("{ns}/{name}")})))
+}

@@ -1,0 +1,70 @@
+//! Routes for generic objects (deployments, queues), models, GPUs and the version.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use ferry_spec::ResourceKind;
+use ferry_store::{ModelRecord, ObjectRecord};
+
+use super::NamespaceQuery;
+use crate::error::ApiError;
+use crate::state::ControlPlane;
+
+fn object_kind(kind: &str) -> Result<&'static str, ApiError> {
+    match ResourceKind::from_name(kind) {
+        Some(ResourceKind::TrainJob) | None => Err(ApiError::not_found(format!(
+            "no resource type {kind:?}; use jobs, deployments or queues"
+        ))),
+        Some(k) => Ok(k.as_str()),
+    }
+}
+
+pub(crate) async fn list(
+    State(plane): State<ControlPlane>,
+    Path(kind): Path<String>,
+    Query(q): Query<NamespaceQuery>,
+) -> Result<Json<Vec<ObjectRecord>>, ApiError> {
+    let kind = object_kind(&kind)?;
+    Ok(Json(plane.store().list_objects(kind, q.namespace.as_deref()).await?))
+}
+
+pub(crate) async fn get(
+    State(plane): State<ControlPlane>,
+    Path((ns, kind, name)): Path<(String, String, String)>,
+) -> Result<Json<ObjectRecord>, ApiError> {
+    let kind = object_kind(&kind)?;
+    plane
+        .store()
+        .get_object(kind, &ns, &name)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("{kind} {ns}/{name} not found")))
+}
+
+pub(crate) async fn delete(
+    State(plane): State<ControlPlane>,
+    Path((ns, kind, name)): Path<(String, String, String)>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let kind = object_kind(&kind)?;
+    if plane.store().delete_object(kind, &ns, &name).await? {
+        Ok(Json(serde_json::json!({"deleted": format!("{ns}/{name}")})))
+    } else {
+        Err(ApiError::not_found(format!("{kind} {ns}/{name} not found")))
+    }
+}
+
+pub(crate) async fn models(State(plane): State<ControlPlane>) -> Result<Json<Vec<ModelRecord>>, ApiError> {
+    Ok(Json(plane.store().list_models().await?))
+}
+
+pub(crate) async fn gpus(State(plane): State<ControlPlane>) -> Json<ferry_runtime::Inventory> {
+    Json(plane.inventory().clone())
+}
+
+pub(crate) async fn version(State(plane): State<ControlPlane>) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "schemaVersion": plane.store().schema_version().await?,
+        "store": plane.store().location(),
+        "gpus": plane.inventory().len(),
+    })))
+}

@@ -1,0 +1,139 @@
+//! `GET /openapi.json`: the API described as OpenAPI 3.1, with the resource schemas
+//! taken from the same Rust types that parse the requests.
+
+use axum::Json;
+use ferry_spec::{ResourceKind, json_schema};
+use serde_json::{Map, Value, json};
+
+pub(crate) async fn document() -> Json<Value> {
+    Json(build())
+}
+
+/// Builds the document; the resource schemas' `$defs` become shared components.
+pub(crate) fn build() -> Value {
+    let mut schemas = Map::new();
+    for kind in ResourceKind::ALL {
+        let mut schema = json_schema(kind);
+        if let Some(Value::Object(defs)) = schema.as_object_mut().and_then(|s| s.remove("$defs")) {
+            for (name, mut def) in defs {
+                rewrite_refs(&mut def);
+                schemas.insert(name, def);
+            }
+        }
+        if let Some(obj) = schema.as_object_mut() {
+            obj.remove("$schema");
+        }
+        rewrite_refs(&mut schema);
+        schemas.insert(kind.as_str().to_owned(), schema);
+    }
+    schemas.insert(
+        "Error".into(),
+        json!({
+            "type": "object",
+            "properties": {"error": {"type": "object", "properties": {
+                "status": {"type": "integer"}, "code": {"type": "string"},
+                "message": {"type": "string"},
+                "problems": {"type": "array", "items": {"type": "object", "properties": {
+                    "field": {"type": "string"}, "message": {"type": "string"}}}}
+            }, "required": ["status", "code", "message"]}},
+            "required": ["error"]
+        }),
+    );
+    let err = json!({"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+    let job_ref = json!({"$ref": "#/components/schemas/TrainJob"});
+    let ns = json!({"name": "ns", "in": "path", "required": true, "schema": {"type": "string"}});
+    let name = json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string"}});
+    let ok = |description: &str, schema: Value| {
+        json!({"description": description, "content": {"application/json": {"schema": schema}}})
+    };
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "Ferry control plane", "version": env!("CARGO_PKG_VERSION"),
+                 "description": "Plan, queue, train, checkpoint, convert and serve LLMs."},
+        "paths": {
+            "/healthz": {"get": {"summary": "Liveness", "responses": {"200": ok("alive", json!({"type": "object"}))}}},
+            "/version": {"get": {"summary": "Version, schema version, GPU count", "responses": {"200": ok("version", json!({"type": "object"}))}}},
+            "/api/v1/apply": {"post": {
+                "summary": "Create or update resources (all-or-nothing validation)",
+                "parameters": [{"name": "dryRun", "in": "query", "schema": {"type": "boolean"}}],
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"oneOf": [
+                    {"$ref": "#/components/schemas/TrainJob"}, {"$ref": "#/components/schemas/ModelDeployment"},
+                    {"$ref": "#/components/schemas/Queue"}, {"type": "array"}]}}}},
+                "responses": {"200": ok("what was applied", json!({"type": "array"})), "400": err, "409": err, "422": err}}},
+            "/api/v1/jobs": {"get": {"summary": "List jobs",
+                "parameters": [{"name": "namespace", "in": "query", "schema": {"type": "string"}}],
+                "responses": {"200": ok("jobs with status", json!({"type": "array", "items": job_ref}))}}},
+            "/api/v1/namespaces/{ns}/jobs/{name}": {
+                "get": {"summary": "One job with status and progress", "parameters": [ns, name],
+                        "responses": {"200": ok("the job", job_ref.clone()), "404": err}},
+                "delete": {"summary": "Delete a finished job", "parameters": [ns, name],
+                           "responses": {"200": ok("deleted", json!({"type": "object"})), "404": err, "409": err}}},
+            "/api/v1/namespaces/{ns}/jobs/{name}/events": {"get": {"summary": "The job's lifecycle events",
+                "parameters": [ns, name], "responses": {"200": ok("events, oldest first", json!({"type": "array"})), "404": err}}},
+            "/api/v1/namespaces/{ns}/jobs/{name}/logs": {"get": {"summary": "A rank's combined stdout/stderr",
+                "parameters": [ns, name, {"name": "rank", "in": "query", "schema": {"type": "integer"}},
+                               {"name": "follow", "in": "query", "schema": {"type": "boolean"}}],
+                "responses": {"200": {"description": "log text", "content": {"text/plain": {}}}, "404": err}}},
+            "/api/v1/namespaces/{ns}/jobs/{name}/metrics": {"get": {"summary": "Metrics lines the engine printed",
+                "parameters": [ns, name, {"name": "after", "in": "query", "schema": {"type": "integer"}},
+                               {"name": "limit", "in": "query", "schema": {"type": "integer"}}],
+                "responses": {"200": ok("metric rows", json!({"type": "array"})), "404": err}}},
+            "/api/v1/namespaces/{ns}/jobs/{name}/cancel": {"post": {"summary": "Cancel: SIGTERM, grace, SIGKILL",
+                "parameters": [ns, name], "responses": {"200": ok("the cancelled job", job_ref.clone()), "404": err, "409": err}}},
+            "/api/v1/{kind}": {"get": {"summary": "List deployments or queues",
+                "parameters": [{"name": "kind", "in": "path", "required": true, "schema": {"enum": ["deployments", "queues"]}},
+                               {"name": "namespace", "in": "query", "schema": {"type": "string"}}],
+                "responses": {"200": ok("objects", json!({"type": "array"})), "404": err}}},
+            "/api/v1/models": {"get": {"summary": "Registered models", "responses": {"200": ok("models", json!({"type": "array"}))}}},
+            "/api/v1/gpus": {"get": {"summary": "GPU inventory", "responses": {"200": ok("inventory", json!({"type": "object"}))}}}
+        },
+        "components": {"schemas": schemas}
+    })
+}
+
+fn rewrite_refs(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::String(r)) = map.get_mut("$ref") {
+                if let Some(name) = r.strip_prefix("#/$defs/") {
+                    *r = format!("#/components/schemas/{name}");
+                }
+            }
+            map.values_mut().for_each(rewrite_refs);
+        }
+        Value::Array(items) => items.iter_mut().for_each(rewrite_refs),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reference_resolves_inside_the_document() {
+        let doc = build();
+        let text = doc.to_string();
+        assert!(!text.contains("#/$defs/"), "unrewritten refs");
+        let mut refs = Vec::new();
+        collect_refs(&doc, &mut refs);
+        assert!(refs.len() > 10);
+        for r in refs {
+            let pointer = r.strip_prefix('#').unwrap();
+            assert!(doc.pointer(pointer).is_some(), "dangling {r}");
+        }
+    }
+
+    fn collect_refs(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get("$ref") {
+                    out.push(r.clone());
+                }
+                m.values().for_each(|v| collect_refs(v, out));
+            }
+            Value::Array(a) => a.iter().for_each(|v| collect_refs(v, out)),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Finding the checkpoint a restarted attempt resumes from.
+
+use std::path::{Path, PathBuf};
+
+/// The newest complete checkpoint in `dir`, if any.
+///
+/// Megatron-style directories (`latest_checkpointed_iteration.txt`) resume from the
+/// directory itself, since Megatron's `--load` takes it. Otherwise the entry with the
+/// highest step number in its name wins (`step-000200` over `step-000100`), then the
+/// newest. Hidden entries and ones still being written (`.tmp`, `.partial`,
+/// `.incomplete` suffixes) are never chosen: engines write to a temporary name and
+/// rename, so whatever has its final name is complete.
+pub fn latest_checkpoint(dir: &Path) -> Option<PathBuf> {
+    if dir.join("latest_checkpointed_iteration.txt").is_file() {
+        return Some(dir.to_path_buf());
+    }
+    let entries = std::fs::read_dir(dir).ok()?;
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let unfinished = [".tmp", ".partial", ".incomplete"]
+                .iter()
+                .any(|s| name.ends_with(s));
+            if name.starts_with('.') || unfinished {
+                return None;
+            }
+            let modified = e.metadata().and_then(|m| m.modified()).ok();
+            Some((trailing_number(&name), modified, e.path()))
+        })
+        .max_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)))
+        .map(|(_, _, path)| path)
+}
+
+fn trailing_number(name: &str) -> Option<u64> {
+    let stem = name.split('.').next().unwrap_or(name);
+    let digits: String = stem
+        .chars()
+        .rev()
+        .take_while(char::is_ascii_digit)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn highest_step_wins_and_unfinished_ones_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(latest_checkpoint(dir.path()), None);
+        for name in ["step-9", "step-10", "step-11.tmp", ".step-12"] {
+            std::fs::create_dir(dir.path().join(name)).unwrap();
+        }
+        assert_eq!(latest_checkpoint(dir.path()), Some(dir.path().join("step-10")));
+    }
+
+    #[test]
+    fn megatron_directories_resume_from_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("iter_0000100")).unwrap();
+        std::fs::write(dir.path().join("latest_checkpointed_iteration.txt"), "100").unwrap();
+        assert_eq!(latest_checkpoint(dir.path()), Some(dir.path().to_path_buf()));
+    }
+
+    #[test]
+    fn a_missing_directory_has_no_checkpoint() {
+        assert_eq!(latest_checkpoint(Path::new("/nonexistent/ferry")), None);
+    }
+}

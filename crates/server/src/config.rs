@@ -1,0 +1,49 @@
+//! How `ferry up` configures the control plane.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where GPUs come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuSetting {
+    /// Ask NVML; zero GPUs when there is no driver.
+    Discover,
+    /// Declare N virtual GPU slots (for testing on CPU machines).
+    Virtual(u32),
+}
+
+/// Settings of one control-plane process.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// `$FERRY_HOME`: database, job run directories, checkpoints.
+    pub home: PathBuf,
+    /// Address of the REST API.
+    pub listen: SocketAddr,
+    /// Database URL or path; `$FERRY_HOME/ferry.db` when `None`.
+    pub store_url: Option<String>,
+    /// GPU inventory.
+    pub gpus: GpuSetting,
+    /// How often the reconcile loop runs when nothing wakes it.
+    pub tick: Duration,
+}
+
+impl ServerConfig {
+    /// Defaults for `home` and `listen`.
+    pub fn new(home: PathBuf, listen: SocketAddr) -> Self {
+        Self {
+            home,
+            listen,
+            store_url: None,
+            gpus: GpuSetting::Discover,
+            tick: Duration::from_millis(500),
+        }
+    }
+
+    /// The database location actually used.
+    pub fn store_location(&self) -> String {
+        self.store_url
+            .clone()
+            .unwrap_or_else(|| self.home.join("ferry.db").to_string_lossy().into_owned())
+    }
+}

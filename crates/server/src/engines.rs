@@ -1,0 +1,119 @@
+//! Engine adapters: how a `TrainJob` becomes the command line and environment of
+//! each rank. The `command` engine runs the user's command as it is; the built-in,
+//! Megatron, ms-swift, torchrun and DeepSpeed adapters slot in behind the same trait.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use ferry_runtime::LaunchRequest;
+use ferry_spec::{EngineKind, FieldError, TrainJob};
+use ferry_store::JobRecord;
+
+/// Everything an adapter may use to build one attempt's launch.
+#[derive(Debug, Clone)]
+pub struct LaunchContext<'a> {
+    /// The job as stored.
+    pub job: &'a JobRecord,
+    /// Attempt number being launched.
+    pub attempt: u32,
+    /// Directory for logs and exit records.
+    pub run_dir: PathBuf,
+    /// Directory the engine writes checkpoints to (`FERRY_CHECKPOINT_DIR`).
+    pub checkpoint_dir: PathBuf,
+    /// Checkpoint to resume from (`FERRY_RESUME_FROM`), when restarting.
+    pub resume_from: Option<PathBuf>,
+    /// GPU ids per rank.
+    pub gpus_per_rank: Vec<Vec<String>>,
+}
+
+/// Turns a job into rank processes for one engine.
+pub trait EngineAdapter: Send + Sync {
+    /// The engine's name as written in `spec.engine`.
+    fn name(&self) -> &'static str;
+
+    /// Engine-specific checks done at apply time, beyond the spec's own.
+    fn validate(&self, _job: &TrainJob) -> Vec<FieldError> {
+        Vec::new()
+    }
+
+    /// The argv, environment and working directory of every rank.
+    fn launch(&self, ctx: &LaunchContext<'_>) -> Result<LaunchRequest, FieldError>;
+}
+
+/// The adapter for `kind`, or an error naming `spec.engine` when this build has none.
+pub fn adapter_for(kind: EngineKind) -> Result<&'static dyn EngineAdapter, FieldError> {
+    match kind {
+        EngineKind::Command => Ok(&CommandEngine),
+        other => Err(FieldError::new(
+            "spec.engine",
+            format!(
+                "engine {} is not available in this build yet; use engine: command and run the trainer yourself",
+                other.as_str()
+            ),
+        )),
+    }
+}
+
+/// Environment every engine's ranks get from the control plane (on top of the
+/// distributed variables the runtime sets).
+pub(crate) fn base_env(ctx: &LaunchContext<'_>) -> BTreeMap<String, String> {
+    let spec = &ctx.job.job.spec;
+    let mut env = spec.env.clone();
+    // Python engines buffer stdout when it is a file; `ferry logs -f` should see lines as they come.
+    env.entry("PYTHONUNBUFFERED".into()).or_insert_with(|| "1".into());
+    env.insert("FERRY_JOB_NAME".into(), ctx.job.name.clone());
+    env.insert("FERRY_NAMESPACE".into(), ctx.job.namespace.clone());
+    env.insert(
+        "FERRY_RUN_DIR".into(),
+        ctx.run_dir.to_string_lossy().into_owned(),
+    );
+    env.insert(
+        "FERRY_CHECKPOINT_DIR".into(),
+        ctx.checkpoint_dir.to_string_lossy().into_owned(),
+    );
+    if let Some(every) = spec.checkpoint.every {
+        env.insert("FERRY_CHECKPOINT_EVERY".into(), every.to_string());
+    }
+    if let Some(resume) = &ctx.resume_from {
+        env.insert(
+            "FERRY_RESUME_FROM".into(),
+            resume.to_string_lossy().into_owned(),
+        );
+    }
+    env
+}
+
+fn request(ctx: &LaunchContext<'_>, argv: Vec<String>) -> LaunchRequest {
+    let spec = &ctx.job.job.spec;
+    LaunchRequest {
+        job: ctx.job.uid.clone(),
+        attempt: ctx.attempt,
+        nodes: spec.resources.nodes.max(1) as u32,
+        procs_per_node: spec.resources.effective_procs_per_node(),
+        argv,
+        env: base_env(ctx),
+        working_dir: spec.working_dir.as_ref().map(PathBuf::from),
+        gpus_per_rank: ctx.gpus_per_rank.clone(),
+        run_dir: ctx.run_dir.clone(),
+    }
+}
+
+/// `engine: command`: the user's command, once per rank, like a Kubernetes Job.
+struct CommandEngine;
+
+impl EngineAdapter for CommandEngine {
+    fn name(&self) -> &'static str {
+        "command"
+    }
+
+    fn launch(&self, ctx: &LaunchContext<'_>) -> Result<LaunchRequest, FieldError> {
+        let command = &ctx.job.job.spec.command;
+        if command.is_empty() {
+            return Err(FieldError::new(
+                "spec.command",
+                "is required for engine: command",
+            ));
+        }
+        Ok(request(ctx, command.clone()))
+    }
+}

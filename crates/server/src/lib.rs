@@ -1,0 +1,56 @@
+//! Ferry's control plane: the REST API, the reconcile loop that drives every job
+//! through its lifecycle, and the engine adapters that turn a `TrainJob` into rank
+//! processes.
+//!
+//! The store is the source of truth: every phase change is written (with its event)
+//! before the runtime is asked to act on it, so a crash at any point leaves a state
+//! the next start can finish. See `ARCHITECTURE.md` at the repository root.
+#![forbid(unsafe_code)]
+
+mod admission;
+mod api;
+mod checkpoint;
+mod config;
+mod engines;
+mod error;
+mod metrics;
+mod reconcile;
+mod state;
+
+pub use api::router;
+pub use checkpoint::latest_checkpoint;
+pub use config::{GpuSetting, ServerConfig};
+pub use engines::{EngineAdapter, LaunchContext, adapter_for};
+pub use error::ApiError;
+pub use state::ControlPlane;
+
+/// Runs the control plane until `shutdown` resolves: opens the store, re-adopts the
+/// jobs a previous process left running, serves the API and reconciles.
+pub async fn run(
+    config: ServerConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ApiError> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| {
+            ApiError::internal(format!(
+                "cannot listen on {}: {e}; pick another address with --listen",
+                config.listen
+            ))
+        })?;
+    let plane = ControlPlane::start(config).await?;
+    tracing::info!(
+        addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        store = plane.store().location(),
+        gpus = plane.inventory().len(),
+        "ferry control plane up"
+    );
+    let reconciler = tokio::spawn(reconcile::run(plane.clone()));
+    let app = router(plane.clone());
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    reconciler.abort();
+    plane.store().close().await;
+    served.map_err(|e| ApiError::internal(format!("HTTP server stopped: {e}")))
+}

@@ -1,0 +1,563 @@
+//! The reconcile loop: moves every job one step closer to what its phase says.
+//!
+//! Each pass reads the jobs from the store, and for each one persists the next phase
+//! *before* acting on it (launching, stopping). A crash between the two leaves a
+//! state the next start finishes: a `Running` job whose processes never started is
+//! found without a live gang and handled by its failure policy; a `Cancelled` job
+//! whose processes still run is stopped.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use ferry_runtime::{GangRecord, GangStatus, LocalRuntime, RankState};
+use ferry_spec::{JobPhase, ResumePolicy};
+use ferry_store::{JobFilter, JobRecord, StatusPatch, StoreError};
+
+use crate::admission;
+use crate::checkpoint::latest_checkpoint;
+use crate::engines::{LaunchContext, adapter_for};
+use crate::error::ApiError;
+use crate::metrics;
+use crate::state::{ControlPlane, LiveGang};
+
+/// Runs forever: one recovery pass, then a reconcile pass per tick or wake-up.
+pub(crate) async fn run(plane: ControlPlane) {
+    if let Err(e) = recover(&plane).await {
+        tracing::error!(error = %e, "recovering jobs from the previous run failed");
+    }
+    loop {
+        if let Err(e) = pass(&plane).await {
+            tracing::warn!(error = %e, "reconcile pass failed; retrying next tick");
+        }
+        tokio::select! {
+            _ = plane.woken() => {}
+            _ = tokio::time::sleep(plane.config().tick) => {}
+        }
+    }
+}
+
+fn gang_of(value: serde_json::Value) -> Option<GangRecord> {
+    serde_json::from_value(value).ok()
+}
+
+/// Re-adopts the processes a previous control-plane process left behind.
+pub(crate) async fn recover(plane: &ControlPlane) -> Result<(), ApiError> {
+    let store = plane.store();
+    for job in store.list_jobs(&JobFilter::default()).await? {
+        let stored = store.get_gang(&job.uid).await?;
+        match job.phase {
+            JobPhase::Running => {
+                let attempt_dir = plane
+                    .run_dir(&job)
+                    .join(format!("attempt-{}", job.attempt));
+                let (gang, recovered) = match stored
+                    .filter(|(a, _)| *a == job.attempt)
+                    .and_then(|(_, v)| gang_of(v))
+                {
+                    Some(g) => (Some(g), false),
+                    None => (LocalRuntime::recover(&attempt_dir).ok(), true),
+                };
+                let Some(gang) = gang else {
+                    // Ranks may have started without their record reaching disk: stop any
+                    // the pid files still name before the failure policy decides.
+                    if let Err(e) = LocalRuntime::sweep(&attempt_dir, grace_of(&job)).await {
+                        tracing::debug!(job = %job.uid, error = %e, "nothing to sweep");
+                    }
+                    store
+                        .note(
+                            &job.uid,
+                            "ControlPlaneRestarted",
+                            &format!(
+                                "control plane restarted; attempt {} left no record of its processes",
+                                job.attempt
+                            ),
+                        )
+                        .await?;
+                    fail(plane, &job, "Lost", "the attempt's processes were never recorded").await?;
+                    continue;
+                };
+                if recovered {
+                    store
+                        .put_gang(&job.uid, job.attempt, &serde_json::to_value(&gang).unwrap_or_default())
+                        .await?;
+                }
+                plane.runtime().adopt(&gang).await?;
+                let ranks = plane.runtime().observe_ranks(&gang).await?;
+                let alive = ranks
+                    .iter()
+                    .filter(|r| matches!(r.state, RankState::Running))
+                    .count();
+                store
+                    .note(
+                        &job.uid,
+                        "ControlPlaneRestarted",
+                        &format!(
+                            "control plane restarted; re-adopted attempt {} with {alive} of {} ranks still running",
+                            job.attempt,
+                            ranks.len()
+                        ),
+                    )
+                    .await?;
+                let last_step = store
+                    .latest_metrics(&job.uid)
+                    .await?
+                    .filter(|m| m.attempt == job.attempt)
+                    .and_then(|m| m.step);
+                plane.live().insert(
+                    job.uid.clone(),
+                    LiveGang {
+                        gang,
+                        draining: false,
+                        metrics_offset: 0,
+                        last_step,
+                    },
+                );
+            }
+            JobPhase::Admitted | JobPhase::Restarting => {
+                store
+                    .note(
+                        &job.uid,
+                        "ControlPlaneRestarted",
+                        "control plane restarted; continuing",
+                    )
+                    .await?;
+                if let Some(gang) = stored.and_then(|(_, v)| gang_of(v)) {
+                    adopt_and_stop(plane, &job.uid, gang).await?;
+                }
+            }
+            phase if phase.is_terminal() => {
+                if let Some(gang) = stored.and_then(|(_, v)| gang_of(v)) {
+                    adopt_and_stop(plane, &job.uid, gang).await?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A gang that should no longer run (its job finished or is between attempts):
+/// adopt it and stop whatever still runs.
+async fn adopt_and_stop(plane: &ControlPlane, uid: &str, gang: GangRecord) -> Result<(), ApiError> {
+    if matches!(plane.runtime().adopt(&gang).await?, GangStatus::Running)
+        || plane
+            .runtime()
+            .observe_ranks(&gang)
+            .await?
+            .iter()
+            .any(|r| matches!(r.state, RankState::Running))
+    {
+        plane.live().insert(
+            uid.to_owned(),
+            LiveGang {
+                gang,
+                draining: false,
+                metrics_offset: 0,
+                last_step: None,
+            },
+        );
+        stop(plane, uid, Duration::from_secs(5));
+    }
+    Ok(())
+}
+
+/// Stops a live gang in the background: SIGTERM, grace, SIGKILL. Its GPUs stay taken
+/// until every rank has ended.
+pub(crate) fn stop(plane: &ControlPlane, uid: &str, grace: Duration) {
+    let gang = {
+        let mut live = plane.live();
+        match live.get_mut(uid) {
+            Some(lg) if !lg.draining => {
+                lg.draining = true;
+                lg.gang.clone()
+            }
+            _ => return,
+        }
+    };
+    let plane = plane.clone();
+    let uid = uid.to_owned();
+    tokio::spawn(async move {
+        if let Err(e) = plane.runtime().terminate(&gang, grace).await {
+            tracing::warn!(job = %uid, error = %e, "stopping ranks failed");
+            if matches!(e, ferry_runtime::RuntimeError::Unkillable { .. }) {
+                // A rank that survives SIGKILL keeps its GPUs: never hand them out twice.
+                return;
+            }
+        }
+        let mut live = plane.live();
+        if live.get(&uid).is_some_and(|lg| lg.gang.attempt == gang.attempt) {
+            live.remove(&uid);
+        }
+        drop(live);
+        plane.wake();
+    });
+}
+
+/// One reconcile pass over every job that is not finished.
+pub(crate) async fn pass(plane: &ControlPlane) -> Result<(), ApiError> {
+    let store = plane.store();
+    let active = store
+        .list_jobs(&JobFilter {
+            namespace: None,
+            phases: JobPhase::ALL
+                .into_iter()
+                .filter(|p| !p.is_terminal())
+                .collect(),
+        })
+        .await?;
+
+    // Gangs whose job has finished (cancelled, failed, deleted) are stopped.
+    let active_uids: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.uid.as_str(), j)).collect();
+    let orphans: Vec<String> = plane
+        .live()
+        .iter()
+        .filter(|(uid, lg)| !lg.draining && !active_uids.contains_key(uid.as_str()))
+        .map(|(uid, _)| uid.clone())
+        .collect();
+    for uid in orphans {
+        let grace = match store.get_job_by_uid(&uid).await? {
+            Some(job) => grace_of(&job),
+            None => Duration::from_secs(5),
+        };
+        stop(plane, &uid, grace);
+    }
+
+    let ids = plane.inventory().ids();
+    let mut taken: BTreeSet<String> = active
+        .iter()
+        .filter(|j| j.phase.holds_resources())
+        .flat_map(|j| j.gpus.iter().flatten().cloned())
+        .collect();
+    taken.extend(
+        plane
+            .live()
+            .values()
+            .filter(|lg| lg.draining)
+            .flat_map(|lg| lg.gang.ranks.iter().flat_map(|r| r.gpus.iter().cloned())),
+    );
+    let mut head_blocked = false;
+
+    for job in &active {
+        let outcome = match job.phase {
+            JobPhase::Pending => store
+                .transition(
+                    &job.uid,
+                    JobPhase::Pending,
+                    JobPhase::Queued,
+                    "Queued",
+                    &format!(
+                        "waiting in queue {} for {} GPU(s)",
+                        job.job.spec.queue.as_deref().unwrap_or("default"),
+                        job.job.spec.resources.total_gpus()
+                    ),
+                    StatusPatch::default(),
+                )
+                .await
+                .map(drop),
+            JobPhase::Queued if head_blocked => Ok(()),
+            JobPhase::Queued => {
+                let admitted = admit(plane, job, &ids, &mut taken).await?;
+                head_blocked = !admitted;
+                Ok(())
+            }
+            JobPhase::Admitted => launch(plane, job, JobPhase::Admitted).await,
+            JobPhase::Running => observe(plane, job).await,
+            JobPhase::Restarting => {
+                let due = job.updated_at
+                    + chrono::Duration::from_std(job.job.spec.on_failure.backoff(job.restarts))
+                        .unwrap_or_default();
+                let draining = plane.live_gang(&job.uid).is_some();
+                if chrono::Utc::now() >= due && !draining {
+                    launch(plane, job, JobPhase::Restarting).await
+                } else {
+                    Ok(())
+                }
+            }
+            JobPhase::Preempted => store
+                .transition(
+                    &job.uid,
+                    JobPhase::Preempted,
+                    JobPhase::Queued,
+                    "Requeued",
+                    "back in the queue after preemption; will resume from its latest checkpoint",
+                    StatusPatch::default(),
+                )
+                .await
+                .map(drop),
+            _ => Ok(()),
+        };
+        match outcome {
+            Ok(()) => {}
+            // Someone else (the API, a cancel) moved the job first: next pass decides again.
+            Err(StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+fn grace_of(job: &JobRecord) -> Duration {
+    Duration::from_secs_f64(job.job.spec.on_failure.grace_seconds.max(0.0))
+}
+
+/// FIFO admission with exact GPU accounting; returns false when the job must wait.
+async fn admit(
+    plane: &ControlPlane,
+    job: &JobRecord,
+    ids: &[String],
+    taken: &mut BTreeSet<String>,
+) -> Result<bool, ApiError> {
+    let resources = &job.job.spec.resources;
+    let need = resources.total_gpus() as usize;
+    if need > ids.len() {
+        plane
+            .store()
+            .transition(
+                &job.uid,
+                JobPhase::Queued,
+                JobPhase::Failed,
+                "Unschedulable",
+                &format!(
+                    "needs {need} GPUs but this control plane has {}; lower spec.resources or start `ferry up --gpus N`",
+                    ids.len()
+                ),
+                StatusPatch::default(),
+            )
+            .await?;
+        return Ok(true);
+    }
+    let free = admission::free_indices(ids, taken);
+    let Some(gpus) = admission::assign(resources, &free, ids) else {
+        let reason = format!("needs {need} GPU(s); {} of {} free", free.len(), ids.len());
+        if plane.set_waiting(&job.uid, &reason) {
+            plane.store().note(&job.uid, "Waiting", &reason).await?;
+        }
+        return Ok(false);
+    };
+    plane.clear_waiting(&job.uid);
+    let message = if need == 0 {
+        "admitted (no GPUs needed)".to_owned()
+    } else {
+        format!("admitted on GPU(s) {}", gpus.iter().flatten().cloned().collect::<Vec<_>>().join(","))
+    };
+    match plane
+        .store()
+        .transition(
+            &job.uid,
+            JobPhase::Queued,
+            JobPhase::Admitted,
+            "Admitted",
+            &message,
+            StatusPatch {
+                gpus: Some(gpus.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+    {
+        Ok(_) => {
+            taken.extend(gpus.into_iter().flatten());
+            Ok(true)
+        }
+        Err(StoreError::Conflict { .. }) => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Persists `Running` for the next attempt, then starts its processes.
+async fn launch(plane: &ControlPlane, job: &JobRecord, from: JobPhase) -> Result<(), StoreError> {
+    let store = plane.store();
+    let attempt = job.attempt + 1;
+    let checkpoint_dir = plane.checkpoint_dir(job);
+    let resume_from = match job.job.spec.on_failure.resume {
+        ResumePolicy::Latest if attempt > 1 => latest_checkpoint(&checkpoint_dir),
+        _ => None,
+    };
+    let adapter = match adapter_for(job.job.spec.engine) {
+        Ok(a) => a,
+        Err(e) => {
+            store
+                .transition(&job.uid, from, JobPhase::Failed, "EngineUnavailable", &e.to_string(), StatusPatch::default())
+                .await?;
+            return Ok(());
+        }
+    };
+    let (reason, message) = match (&resume_from, from) {
+        (Some(ckpt), _) => ("Started", format!("attempt {attempt} started, resuming from {}", ckpt.display())),
+        (None, JobPhase::Restarting) => ("Started", format!("attempt {attempt} started from scratch (no checkpoint found)")),
+        (None, _) => ("Started", format!("attempt {attempt} started")),
+    };
+    let record = store
+        .transition(
+            &job.uid,
+            from,
+            JobPhase::Running,
+            reason,
+            &message,
+            StatusPatch {
+                attempt: Some(attempt),
+                resumed_from: resume_from.as_ref().map(|p| p.to_string_lossy().into_owned()),
+                ..Default::default()
+            },
+        )
+        .await?;
+    let ctx = LaunchContext {
+        job: &record,
+        attempt,
+        run_dir: plane.run_dir(&record),
+        checkpoint_dir: checkpoint_dir.clone(),
+        resume_from,
+        gpus_per_rank: record.gpus.clone(),
+    };
+    let launched = match adapter.launch(&ctx) {
+        Ok(req) => {
+            if let Err(e) = std::fs::create_dir_all(&checkpoint_dir) {
+                Err(format!("cannot create checkpoint directory {}: {e}", checkpoint_dir.display()))
+            } else {
+                plane.runtime().launch(req).await.map_err(|e| e.to_string())
+            }
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    match launched {
+        Ok(gang) => {
+            store
+                .put_gang(&job.uid, attempt, &serde_json::to_value(&gang).unwrap_or_default())
+                .await?;
+            plane.live().insert(
+                job.uid.clone(),
+                LiveGang {
+                    gang,
+                    draining: false,
+                    metrics_offset: 0,
+                    last_step: None,
+                },
+            );
+        }
+        Err(message) => {
+            store
+                .transition(&job.uid, JobPhase::Running, JobPhase::Failed, "LaunchFailed", &message, StatusPatch::default())
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a running gang: ingests metrics, and finishes or fails the job when it ends.
+async fn observe(plane: &ControlPlane, job: &JobRecord) -> Result<(), StoreError> {
+    let Some(live) = plane.live_gang(&job.uid) else {
+        return fail(plane, job, "Lost", "the control plane holds no record of this attempt's processes").await;
+    };
+    if live.draining || live.gang.attempt != job.attempt {
+        return Ok(());
+    }
+    let status = match plane.runtime().observe(&live.gang).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(job = %job.uid, error = %e, "observing ranks failed");
+            return Ok(());
+        }
+    };
+    ingest_metrics(plane, job, &live).await?;
+    match status {
+        GangStatus::Running => Ok(()),
+        GangStatus::Succeeded => {
+            store_succeeded(plane, job, &live).await?;
+            plane.live().remove(&job.uid);
+            Ok(())
+        }
+        GangStatus::Failed { message, .. } => fail(plane, job, "RankFailed", &message).await,
+        GangStatus::Lost { message, .. } => fail(plane, job, "RankLost", &message).await,
+    }
+}
+
+async fn store_succeeded(plane: &ControlPlane, job: &JobRecord, live: &LiveGang) -> Result<(), StoreError> {
+    plane
+        .store()
+        .transition(
+            &job.uid,
+            JobPhase::Running,
+            JobPhase::Succeeded,
+            "Completed",
+            &format!("all {} ranks exited 0", live.gang.world_size()),
+            StatusPatch::default(),
+        )
+        .await
+        .map(drop)
+}
+
+/// A rank failed: stop the rest, then restart (with backoff) or fail the job.
+async fn fail(plane: &ControlPlane, job: &JobRecord, reason: &str, message: &str) -> Result<(), StoreError> {
+    let policy = &job.job.spec.on_failure;
+    let max = policy.max_restarts.max(0) as u32;
+    if job.restarts < max {
+        let restarts = job.restarts + 1;
+        let delay = policy.backoff(restarts);
+        plane
+            .store()
+            .transition(
+                &job.uid,
+                JobPhase::Running,
+                JobPhase::Restarting,
+                reason,
+                &format!("{message}; restart {restarts} of {max} in {:.1}s", delay.as_secs_f64()),
+                StatusPatch {
+                    restarts: Some(restarts),
+                    ..Default::default()
+                },
+            )
+            .await?;
+    } else {
+        let note = if max == 0 {
+            "no restarts allowed (spec.onFailure.maxRestarts is 0)".to_owned()
+        } else {
+            format!("all {max} restarts used")
+        };
+        plane
+            .store()
+            .transition(
+                &job.uid,
+                JobPhase::Running,
+                JobPhase::Failed,
+                reason,
+                &format!("{message}; {note}"),
+                StatusPatch::default(),
+            )
+            .await?;
+    }
+    stop(plane, &job.uid, grace_of(job));
+    Ok(())
+}
+
+async fn ingest_metrics(plane: &ControlPlane, job: &JobRecord, live: &LiveGang) -> Result<(), StoreError> {
+    let Some(rank0) = live.gang.ranks.first() else {
+        return Ok(());
+    };
+    let (lines, offset) = match metrics::scan(&rank0.log_path, live.metrics_offset) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(job = %job.uid, error = %e, "reading metrics failed");
+            return Ok(());
+        }
+    };
+    let fresh: Vec<serde_json::Value> = lines
+        .into_iter()
+        .filter(|l| {
+            let step = l.get("step").and_then(serde_json::Value::as_i64);
+            live.last_step.is_none_or(|last| step.is_some_and(|s| s > last))
+        })
+        .collect();
+    let last_step = fresh
+        .iter()
+        .filter_map(|l| l.get("step").and_then(serde_json::Value::as_i64))
+        .max()
+        .or(live.last_step);
+    if !fresh.is_empty() {
+        plane.store().append_metrics(&job.uid, job.attempt, &fresh).await?;
+    }
+    if let Some(entry) = plane.live().get_mut(&job.uid) {
+        entry.metrics_offset = offset;
+        entry.last_step = last_step;
+    }
+    Ok(())
+}

@@ -1,0 +1,154 @@
+//! The shared state of one control-plane process.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use ferry_runtime::{GangRecord, Inventory, LocalRuntime, Runtime};
+use ferry_store::{JobRecord, Store};
+use tokio::sync::Notify;
+
+use crate::config::{GpuSetting, ServerConfig};
+use crate::error::ApiError;
+
+/// A gang the control plane is watching: running, or being stopped.
+#[derive(Debug, Clone)]
+pub(crate) struct LiveGang {
+    pub(crate) gang: GangRecord,
+    /// True while a `terminate` is under way; its GPUs stay taken until it ends.
+    pub(crate) draining: bool,
+    /// Bytes of rank 0's log already scanned for metrics lines.
+    pub(crate) metrics_offset: u64,
+    /// Highest metrics step stored for this attempt (lines at or below are skipped).
+    pub(crate) last_step: Option<i64>,
+}
+
+/// Handle to the control plane; cheap to clone.
+#[derive(Clone)]
+pub struct ControlPlane {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ServerConfig,
+    store: Arc<dyn Store>,
+    runtime: Arc<dyn Runtime>,
+    inventory: Inventory,
+    wake: Notify,
+    live: Mutex<HashMap<String, LiveGang>>,
+    waiting: Mutex<HashMap<String, String>>,
+}
+
+impl ControlPlane {
+    /// Opens the store and the local runtime and discovers GPUs. Re-adoption of jobs a
+    /// previous process left running happens in the reconcile loop's first pass.
+    pub async fn start(config: ServerConfig) -> Result<Self, ApiError> {
+        std::fs::create_dir_all(&config.home).map_err(|e| {
+            ApiError::internal(format!(
+                "cannot create FERRY_HOME {}: {e}; set FERRY_HOME to a writable directory",
+                config.home.display()
+            ))
+        })?;
+        let store = ferry_store::open(&config.store_location()).await?;
+        let inventory = match config.gpus {
+            GpuSetting::Discover => ferry_runtime::discover(),
+            GpuSetting::Virtual(n) => Inventory::virtual_slots(n),
+        };
+        Ok(Self::with_parts(config, store, Arc::new(LocalRuntime::new()), inventory))
+    }
+
+    /// Assembles a control plane from its parts (tests use this with their own store).
+    pub fn with_parts(
+        config: ServerConfig,
+        store: Arc<dyn Store>,
+        runtime: Arc<dyn Runtime>,
+        inventory: Inventory,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                store,
+                runtime,
+                inventory,
+                wake: Notify::new(),
+                live: Mutex::new(HashMap::new()),
+                waiting: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &Arc<dyn Runtime> {
+        &self.inner.runtime
+    }
+
+    /// The GPUs this control plane hands out.
+    pub fn inventory(&self) -> &Inventory {
+        &self.inner.inventory
+    }
+
+    /// The settings it runs with.
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+
+    /// Asks the reconcile loop to run now instead of at its next tick.
+    pub fn wake(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    pub(crate) async fn woken(&self) {
+        self.inner.wake.notified().await;
+    }
+
+    /// `$FERRY_HOME/jobs/<namespace>/<name>/<uid>`: logs, exit records, checkpoints.
+    pub fn run_dir(&self, job: &JobRecord) -> PathBuf {
+        self.inner
+            .config
+            .home
+            .join("jobs")
+            .join(&job.namespace)
+            .join(&job.name)
+            .join(&job.uid)
+    }
+
+    /// Where the job's checkpoints go: `spec.checkpoint.dir`, else `<run dir>/checkpoints`.
+    pub fn checkpoint_dir(&self, job: &JobRecord) -> PathBuf {
+        match &job.job.spec.checkpoint.dir {
+            Some(dir) => {
+                let dir = PathBuf::from(dir);
+                match (&job.job.spec.working_dir, dir.is_relative()) {
+                    (Some(wd), true) => PathBuf::from(wd).join(dir),
+                    _ => dir,
+                }
+            }
+            None => self.run_dir(job).join("checkpoints"),
+        }
+    }
+
+    pub(crate) fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveGang>> {
+        self.inner.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The gang of a job as last launched or adopted, if the control plane holds one.
+    pub(crate) fn live_gang(&self, uid: &str) -> Option<LiveGang> {
+        self.live().get(uid).cloned()
+    }
+
+    /// Records why a queued job is waiting; returns true when the reason changed
+    /// (so the caller writes one event per change, not one per tick).
+    pub(crate) fn set_waiting(&self, uid: &str, reason: &str) -> bool {
+        let mut waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.insert(uid.to_owned(), reason.to_owned()).as_deref() != Some(reason)
+    }
+
+    pub(crate) fn clear_waiting(&self, uid: &str) {
+        let mut waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.remove(uid);
+    }
+}
