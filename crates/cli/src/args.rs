@@ -8,10 +8,20 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Ferry carries a large language model through plan → queue → train → checkpoint →
 /// convert → serve, on one machine or on Kubernetes.
 #[derive(Debug, Parser)]
-#[command(name = "ferry", version, propagate_version = true, max_term_width = 100)]
+#[command(
+    name = "ferry",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
 pub struct Cli {
     /// Control-plane URL the client commands talk to.
-    #[arg(long, global = true, env = "FERRY_URL", default_value = "http://127.0.0.1:7070")]
+    #[arg(
+        long,
+        global = true,
+        env = "FERRY_URL",
+        default_value = "http://127.0.0.1:7070"
+    )]
     pub url: String,
     /// The command.
     #[command(subcommand)]

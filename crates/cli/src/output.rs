@@ -25,7 +25,9 @@ pub fn age(rfc3339: Option<&str>) -> String {
     let Some(t) = rfc3339.and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok()) else {
         return "-".into();
     };
-    let secs = (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds().max(0);
+    let secs = (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+        .num_seconds()
+        .max(0);
     match secs {
         s if s < 120 => format!("{s}s"),
         s if s < 7200 => format!("{}m{}s", s / 60, s % 60),

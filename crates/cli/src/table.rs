@@ -32,11 +32,11 @@ impl Table {
         let mut out = String::new();
         for row in std::iter::once(&self.header).chain(&self.rows) {
             let mut line = String::new();
-            for i in 0..cols {
+            for (i, width) in widths.iter().enumerate() {
                 let cell = row.get(i).map(String::as_str).unwrap_or("");
                 line.push_str(cell);
                 if i + 1 < cols {
-                    let pad = widths[i] - cell.chars().count() + 3;
+                    let pad = width - cell.chars().count() + 3;
                     line.extend(std::iter::repeat_n(' ', pad));
                 }
             }

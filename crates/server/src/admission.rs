@@ -7,7 +7,11 @@ use ferry_spec::Resources;
 
 /// Picks `resources.total_gpus()` ids from `free` (lowest first, so a node's GPUs stay
 /// together) and splits them per rank, or `None` when too few are free.
-pub(crate) fn assign(resources: &Resources, free: &BTreeSet<usize>, ids: &[String]) -> Option<Vec<Vec<String>>> {
+pub(crate) fn assign(
+    resources: &Resources,
+    free: &BTreeSet<usize>,
+    ids: &[String],
+) -> Option<Vec<Vec<String>>> {
     let need = resources.total_gpus() as usize;
     if need == 0 {
         return Some(Vec::new());

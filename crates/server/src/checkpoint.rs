@@ -56,7 +56,10 @@ mod tests {
         for name in ["step-9", "step-10", "step-11.tmp", ".step-12"] {
             std::fs::create_dir(dir.path().join(name)).unwrap();
         }
-        assert_eq!(latest_checkpoint(dir.path()), Some(dir.path().join("step-10")));
+        assert_eq!(
+            latest_checkpoint(dir.path()),
+            Some(dir.path().join("step-10"))
+        );
     }
 
     #[test]
@@ -64,7 +67,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("iter_0000100")).unwrap();
         std::fs::write(dir.path().join("latest_checkpointed_iteration.txt"), "100").unwrap();
-        assert_eq!(latest_checkpoint(dir.path()), Some(dir.path().to_path_buf()));
+        assert_eq!(
+            latest_checkpoint(dir.path()),
+            Some(dir.path().to_path_buf())
+        );
     }
 
     #[test]

@@ -60,7 +60,8 @@ pub(crate) fn base_env(ctx: &LaunchContext<'_>) -> BTreeMap<String, String> {
     let spec = &ctx.job.job.spec;
     let mut env = spec.env.clone();
     // Python engines buffer stdout when it is a file; `ferry logs -f` should see lines as they come.
-    env.entry("PYTHONUNBUFFERED".into()).or_insert_with(|| "1".into());
+    env.entry("PYTHONUNBUFFERED".into())
+        .or_insert_with(|| "1".into());
     env.insert("FERRY_JOB_NAME".into(), ctx.job.name.clone());
     env.insert("FERRY_NAMESPACE".into(), ctx.job.namespace.clone());
     env.insert(

@@ -54,12 +54,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("rank-0.log");
         let mut f = std::fs::File::create(&path).unwrap();
-        write!(f, "hello\n{{\"step\":1,\"loss\":2.5}}\n{{\"no_step\":1}}\n{{\"step\":2,").unwrap();
+        write!(
+            f,
+            "hello\n{{\"step\":1,\"loss\":2.5}}\n{{\"no_step\":1}}\n{{\"step\":2,"
+        )
+        .unwrap();
         f.flush().unwrap();
         let (lines, off) = scan(&path, 0).unwrap();
         assert_eq!(lines.len(), 1);
         assert_eq!(lines[0]["loss"], 2.5);
-        write!(f, "\"loss\":2.0}}\n").unwrap();
+        writeln!(f, "\"loss\":2.0}}").unwrap();
         f.flush().unwrap();
         let (lines, off2) = scan(&path, off).unwrap();
         assert_eq!(lines.len(), 1);

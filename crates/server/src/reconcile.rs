@@ -47,9 +47,7 @@ pub(crate) async fn recover(plane: &ControlPlane) -> Result<(), ApiError> {
         let stored = store.get_gang(&job.uid).await?;
         match job.phase {
             JobPhase::Running => {
-                let attempt_dir = plane
-                    .run_dir(&job)
-                    .join(format!("attempt-{}", job.attempt));
+                let attempt_dir = plane.run_dir(&job).join(format!("attempt-{}", job.attempt));
                 let (gang, recovered) = match stored
                     .filter(|(a, _)| *a == job.attempt)
                     .and_then(|(_, v)| gang_of(v))
@@ -73,12 +71,22 @@ pub(crate) async fn recover(plane: &ControlPlane) -> Result<(), ApiError> {
                             ),
                         )
                         .await?;
-                    fail(plane, &job, "Lost", "the attempt's processes were never recorded").await?;
+                    fail(
+                        plane,
+                        &job,
+                        "Lost",
+                        "the attempt's processes were never recorded",
+                    )
+                    .await?;
                     continue;
                 };
                 if recovered {
                     store
-                        .put_gang(&job.uid, job.attempt, &serde_json::to_value(&gang).unwrap_or_default())
+                        .put_gang(
+                            &job.uid,
+                            job.attempt,
+                            &serde_json::to_value(&gang).unwrap_or_default(),
+                        )
                         .await?;
                 }
                 plane.runtime().adopt(&gang).await?;
@@ -185,7 +193,10 @@ pub(crate) fn stop(plane: &ControlPlane, uid: &str, grace: Duration) {
             }
         }
         let mut live = plane.live();
-        if live.get(&uid).is_some_and(|lg| lg.gang.attempt == gang.attempt) {
+        if live
+            .get(&uid)
+            .is_some_and(|lg| lg.gang.attempt == gang.attempt)
+        {
             live.remove(&uid);
         }
         drop(live);
@@ -207,7 +218,8 @@ pub(crate) async fn pass(plane: &ControlPlane) -> Result<(), ApiError> {
         .await?;
 
     // Gangs whose job has finished (cancelled, failed, deleted) are stopped.
-    let active_uids: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.uid.as_str(), j)).collect();
+    let active_uids: HashMap<&str, &JobRecord> =
+        active.iter().map(|j| (j.uid.as_str(), j)).collect();
     let orphans: Vec<String> = plane
         .live()
         .iter()
@@ -338,7 +350,10 @@ async fn admit(
     let message = if need == 0 {
         "admitted (no GPUs needed)".to_owned()
     } else {
-        format!("admitted on GPU(s) {}", gpus.iter().flatten().cloned().collect::<Vec<_>>().join(","))
+        format!(
+            "admitted on GPU(s) {}",
+            gpus.iter().flatten().cloned().collect::<Vec<_>>().join(",")
+        )
     };
     match plane
         .store()
@@ -377,14 +392,30 @@ async fn launch(plane: &ControlPlane, job: &JobRecord, from: JobPhase) -> Result
         Ok(a) => a,
         Err(e) => {
             store
-                .transition(&job.uid, from, JobPhase::Failed, "EngineUnavailable", &e.to_string(), StatusPatch::default())
+                .transition(
+                    &job.uid,
+                    from,
+                    JobPhase::Failed,
+                    "EngineUnavailable",
+                    &e.to_string(),
+                    StatusPatch::default(),
+                )
                 .await?;
             return Ok(());
         }
     };
     let (reason, message) = match (&resume_from, from) {
-        (Some(ckpt), _) => ("Started", format!("attempt {attempt} started, resuming from {}", ckpt.display())),
-        (None, JobPhase::Restarting) => ("Started", format!("attempt {attempt} started from scratch (no checkpoint found)")),
+        (Some(ckpt), _) => (
+            "Started",
+            format!(
+                "attempt {attempt} started, resuming from {}",
+                ckpt.display()
+            ),
+        ),
+        (None, JobPhase::Restarting) => (
+            "Started",
+            format!("attempt {attempt} started from scratch (no checkpoint found)"),
+        ),
         (None, _) => ("Started", format!("attempt {attempt} started")),
     };
     let record = store
@@ -396,7 +427,9 @@ async fn launch(plane: &ControlPlane, job: &JobRecord, from: JobPhase) -> Result
             &message,
             StatusPatch {
                 attempt: Some(attempt),
-                resumed_from: resume_from.as_ref().map(|p| p.to_string_lossy().into_owned()),
+                resumed_from: resume_from
+                    .as_ref()
+                    .map(|p| p.to_string_lossy().into_owned()),
                 ..Default::default()
             },
         )
@@ -412,7 +445,10 @@ async fn launch(plane: &ControlPlane, job: &JobRecord, from: JobPhase) -> Result
     let launched = match adapter.launch(&ctx) {
         Ok(req) => {
             if let Err(e) = std::fs::create_dir_all(&checkpoint_dir) {
-                Err(format!("cannot create checkpoint directory {}: {e}", checkpoint_dir.display()))
+                Err(format!(
+                    "cannot create checkpoint directory {}: {e}",
+                    checkpoint_dir.display()
+                ))
             } else {
                 plane.runtime().launch(req).await.map_err(|e| e.to_string())
             }
@@ -422,7 +458,11 @@ async fn launch(plane: &ControlPlane, job: &JobRecord, from: JobPhase) -> Result
     match launched {
         Ok(gang) => {
             store
-                .put_gang(&job.uid, attempt, &serde_json::to_value(&gang).unwrap_or_default())
+                .put_gang(
+                    &job.uid,
+                    attempt,
+                    &serde_json::to_value(&gang).unwrap_or_default(),
+                )
                 .await?;
             plane.live().insert(
                 job.uid.clone(),
@@ -436,7 +476,14 @@ async fn launch(plane: &ControlPlane, job: &JobRecord, from: JobPhase) -> Result
         }
         Err(message) => {
             store
-                .transition(&job.uid, JobPhase::Running, JobPhase::Failed, "LaunchFailed", &message, StatusPatch::default())
+                .transition(
+                    &job.uid,
+                    JobPhase::Running,
+                    JobPhase::Failed,
+                    "LaunchFailed",
+                    &message,
+                    StatusPatch::default(),
+                )
                 .await?;
         }
     }
@@ -446,7 +493,13 @@ async fn launch(plane: &ControlPlane, job: &JobRecord, from: JobPhase) -> Result
 /// Checks a running gang: ingests metrics, and finishes or fails the job when it ends.
 async fn observe(plane: &ControlPlane, job: &JobRecord) -> Result<(), StoreError> {
     let Some(live) = plane.live_gang(&job.uid) else {
-        return fail(plane, job, "Lost", "the control plane holds no record of this attempt's processes").await;
+        return fail(
+            plane,
+            job,
+            "Lost",
+            "the control plane holds no record of this attempt's processes",
+        )
+        .await;
     };
     if live.draining || live.gang.attempt != job.attempt {
         return Ok(());
@@ -471,7 +524,11 @@ async fn observe(plane: &ControlPlane, job: &JobRecord) -> Result<(), StoreError
     }
 }
 
-async fn store_succeeded(plane: &ControlPlane, job: &JobRecord, live: &LiveGang) -> Result<(), StoreError> {
+async fn store_succeeded(
+    plane: &ControlPlane,
+    job: &JobRecord,
+    live: &LiveGang,
+) -> Result<(), StoreError> {
     plane
         .store()
         .transition(
@@ -487,7 +544,12 @@ async fn store_succeeded(plane: &ControlPlane, job: &JobRecord, live: &LiveGang)
 }
 
 /// A rank failed: stop the rest, then restart (with backoff) or fail the job.
-async fn fail(plane: &ControlPlane, job: &JobRecord, reason: &str, message: &str) -> Result<(), StoreError> {
+async fn fail(
+    plane: &ControlPlane,
+    job: &JobRecord,
+    reason: &str,
+    message: &str,
+) -> Result<(), StoreError> {
     let policy = &job.job.spec.on_failure;
     let max = policy.max_restarts.max(0) as u32;
     if job.restarts < max {
@@ -500,7 +562,10 @@ async fn fail(plane: &ControlPlane, job: &JobRecord, reason: &str, message: &str
                 JobPhase::Running,
                 JobPhase::Restarting,
                 reason,
-                &format!("{message}; restart {restarts} of {max} in {:.1}s", delay.as_secs_f64()),
+                &format!(
+                    "{message}; restart {restarts} of {max} in {:.1}s",
+                    delay.as_secs_f64()
+                ),
                 StatusPatch {
                     restarts: Some(restarts),
                     ..Default::default()
@@ -529,7 +594,11 @@ async fn fail(plane: &ControlPlane, job: &JobRecord, reason: &str, message: &str
     Ok(())
 }
 
-async fn ingest_metrics(plane: &ControlPlane, job: &JobRecord, live: &LiveGang) -> Result<(), StoreError> {
+async fn ingest_metrics(
+    plane: &ControlPlane,
+    job: &JobRecord,
+    live: &LiveGang,
+) -> Result<(), StoreError> {
     let Some(rank0) = live.gang.ranks.first() else {
         return Ok(());
     };
@@ -544,7 +613,8 @@ async fn ingest_metrics(plane: &ControlPlane, job: &JobRecord, live: &LiveGang) 
         .into_iter()
         .filter(|l| {
             let step = l.get("step").and_then(serde_json::Value::as_i64);
-            live.last_step.is_none_or(|last| step.is_some_and(|s| s > last))
+            live.last_step
+                .is_none_or(|last| step.is_some_and(|s| s > last))
         })
         .collect();
     let last_step = fresh
@@ -553,7 +623,10 @@ async fn ingest_metrics(plane: &ControlPlane, job: &JobRecord, live: &LiveGang) 
         .max()
         .or(live.last_step);
     if !fresh.is_empty() {
-        plane.store().append_metrics(&job.uid, job.attempt, &fresh).await?;
+        plane
+            .store()
+            .append_metrics(&job.uid, job.attempt, &fresh)
+            .await?;
     }
     if let Some(entry) = plane.live().get_mut(&job.uid) {
         entry.metrics_offset = offset;

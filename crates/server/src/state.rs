@@ -54,7 +54,12 @@ impl ControlPlane {
             GpuSetting::Discover => ferry_runtime::discover(),
             GpuSetting::Virtual(n) => Inventory::virtual_slots(n),
         };
-        Ok(Self::with_parts(config, store, Arc::new(LocalRuntime::new()), inventory))
+        Ok(Self::with_parts(
+            config,
+            store,
+            Arc::new(LocalRuntime::new()),
+            inventory,
+        ))
     }
 
     /// Assembles a control plane from its parts (tests use this with their own store).

@@ -21,8 +21,12 @@ fn read(path: &Path) -> anyhow::Result<(String, String)> {
             .context("cannot read standard input")?;
         return Ok((text, "<stdin>".into()));
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow!("cannot read {}: {e}; check the path given to -f", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        anyhow!(
+            "cannot read {}: {e}; check the path given to -f",
+            path.display()
+        )
+    })?;
     Ok((text, path.display().to_string()))
 }
 

@@ -23,7 +23,9 @@ pub struct DemoArgs {
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let home = tempfile_dir()?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let listen = format!("127.0.0.1:{port}").parse()?;
     let mut config = ServerConfig::new(home.clone(), listen);
     config.gpus = GpuSetting::Virtual(0);
@@ -33,7 +35,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     }));
     let client = Client::new(&format!("http://{listen}"));
     wait_until_up(&client).await?;
-    println!("control plane up at http://{listen} (FERRY_HOME={})", home.display());
+    println!(
+        "control plane up at http://{listen} (FERRY_HOME={})",
+        home.display()
+    );
 
     let result = hello_gang(&client, &home).await;
 
@@ -114,7 +119,11 @@ async fn hello_gang(client: &Client, home: &std::path::Path) -> anyhow::Result<(
     let collected = log.lines().find(|l| l.starts_with('[')).unwrap_or("(none)");
     println!("  rank 0 collected RANKs {collected}");
     if job["status"]["phase"] != "Succeeded" {
-        bail!("hello-gang ended {}: {}", job["status"]["phase"], job["status"]["message"]);
+        bail!(
+            "hello-gang ended {}: {}",
+            job["status"]["phase"],
+            job["status"]["message"]
+        );
     }
     Ok(())
 }

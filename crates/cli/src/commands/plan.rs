@@ -25,11 +25,9 @@ pub struct PlanArgs {
 }
 
 fn shape(job: &TrainJob) -> anyhow::Result<(ModelShape, String)> {
-    let model = job
-        .spec
-        .model
-        .as_ref()
-        .ok_or_else(|| anyhow!("spec.model: is required to plan; e.g. model: {{source: hf, id: Qwen/Qwen2.5-7B}}"))?;
+    let model = job.spec.model.as_ref().ok_or_else(|| {
+        anyhow!("spec.model: is required to plan; e.g. model: {{source: hf, id: Qwen/Qwen2.5-7B}}")
+    })?;
     match model.source {
         ModelSource::Hf => {
             let id = model.id.clone().unwrap_or_default();
@@ -102,7 +100,10 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot read {}", args.file.display()))?;
     let source = args.file.display().to_string();
     let docs = ferry_spec::parse_documents(&text, &source)?;
-    let Some(Resource::TrainJob(job)) = docs.into_iter().find(|d| matches!(d, Resource::TrainJob(_))) else {
+    let Some(Resource::TrainJob(job)) = docs
+        .into_iter()
+        .find(|d| matches!(d, Resource::TrainJob(_)))
+    else {
         bail!("{source}: no TrainJob to plan");
     };
     let report = ferry_plan::plan(&request(&job)?)?;
@@ -116,7 +117,9 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             "torchrun" => ferry_plan::Launcher::Torchrun,
             "deepspeed" => ferry_plan::Launcher::Deepspeed,
             "swift" => ferry_plan::Launcher::Swift,
-            other => bail!("--render: unknown launcher {other:?}; use megatron, torchrun, deepspeed or swift"),
+            other => bail!(
+                "--render: unknown launcher {other:?}; use megatron, torchrun, deepspeed or swift"
+            ),
         };
         let opts = ferry_plan::RenderOptions::default();
         println!("{}", ferry_plan::render_train(&report, launcher, &opts)?);

@@ -46,7 +46,12 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                 let mut t = Table::new(&["INDEX", "NAME", "MEMORY", "ID"]);
                 for g in inv["gpus"].as_array().into_iter().flatten() {
                     let gib = g["memory_bytes"].as_u64().unwrap_or(0) as f64 / (1u64 << 30) as f64;
-                    t.row(vec![cell(&g["index"]), cell(&g["name"]), format!("{gib:.0} GiB"), cell(&g["id"])]);
+                    t.row(vec![
+                        cell(&g["index"]),
+                        cell(&g["name"]),
+                        format!("{gib:.0} GiB"),
+                        cell(&g["id"]),
+                    ]);
                 }
                 print!("{}", t.render());
             }
@@ -80,7 +85,8 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
         for j in &jobs {
             let status = &j["status"];
             let res = &j["spec"]["resources"];
-            let gpus = res["nodes"].as_i64().unwrap_or(1) * res["gpusPerNode"].as_i64().unwrap_or(0);
+            let gpus =
+                res["nodes"].as_i64().unwrap_or(1) * res["gpusPerNode"].as_i64().unwrap_or(0);
             let mut row = vec![
                 cell(&j["metadata"]["name"]),
                 cell(&status["phase"]),
@@ -114,7 +120,14 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
         _ => "queues",
     };
     let objects: Vec<Value> = match &args.name {
-        Some(name) => vec![client.get(&format!("/api/v1/namespaces/{}/{plural}/{name}", args.namespace)).await?],
+        Some(name) => vec![
+            client
+                .get(&format!(
+                    "/api/v1/namespaces/{}/{plural}/{name}",
+                    args.namespace
+                ))
+                .await?,
+        ],
         None => client.get(&format!("/api/v1/{plural}{ns_query}")).await?,
     };
     let docs: Vec<&Value> = objects.iter().map(|o| &o["doc"]).collect();
@@ -122,7 +135,9 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let mut t = match kind {
-        ResourceKind::ModelDeployment => Table::new(&["NAME", "MODEL", "ENGINE", "REPLICAS", "AGE"]),
+        ResourceKind::ModelDeployment => {
+            Table::new(&["NAME", "MODEL", "ENGINE", "REPLICAS", "AGE"])
+        }
         _ => Table::new(&["NAME", "COHORT", "QUOTAS", "WEIGHT", "AGE"]),
     };
     for o in &objects {
@@ -137,7 +152,13 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     .find(|v| v.is_string())
                     .map(cell)
                     .unwrap_or_default();
-                t.row(vec![name, model, cell(&spec["engine"]), cell(&spec["replicas"]), created]);
+                t.row(vec![
+                    name,
+                    model,
+                    cell(&spec["engine"]),
+                    cell(&spec["replicas"]),
+                    created,
+                ]);
             }
             _ => {
                 let quotas = spec["quotas"]
@@ -147,7 +168,13 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     .map(|q| format!("{}={}", cell(&q["flavor"]), cell(&q["nominal"])))
                     .collect::<Vec<_>>()
                     .join(",");
-                t.row(vec![name, cell(&spec["cohort"]), quotas, cell(&spec["weight"]), created]);
+                t.row(vec![
+                    name,
+                    cell(&spec["cohort"]),
+                    quotas,
+                    cell(&spec["weight"]),
+                    created,
+                ]);
             }
         }
     }
@@ -159,9 +186,16 @@ pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()>
     let kind = ResourceKind::from_name(&args.kind)
         .ok_or_else(|| anyhow!("unknown kind {:?}; use job, deployment or queue", args.kind))?;
     if kind != ResourceKind::TrainJob {
-        let plural = if kind == ResourceKind::Queue { "queues" } else { "deployments" };
+        let plural = if kind == ResourceKind::Queue {
+            "queues"
+        } else {
+            "deployments"
+        };
         let o: Value = client
-            .get(&format!("/api/v1/namespaces/{}/{plural}/{}", args.namespace, args.name))
+            .get(&format!(
+                "/api/v1/namespaces/{}/{plural}/{}",
+                args.namespace, args.name
+            ))
             .await?;
         print!("{}", serde_saphyr::to_string(&o["doc"])?);
         return Ok(());
@@ -180,25 +214,43 @@ pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()>
     field("Message", cell(&s["message"]));
     field("Engine", cell(&spec["engine"]));
     if let Some(cmd) = spec["command"].as_array() {
-        field("Command", cmd.iter().map(cell).collect::<Vec<_>>().join(" "));
+        field(
+            "Command",
+            cmd.iter().map(cell).collect::<Vec<_>>().join(" "),
+        );
     }
     field(
         "Resources",
         format!(
             "{} node(s) × {} proc(s), {} GPU(s) per node",
             cell(&res["nodes"]),
-            res["procsPerNode"].as_i64().map_or("auto".into(), |p| p.to_string()),
+            res["procsPerNode"]
+                .as_i64()
+                .map_or("auto".into(), |p| p.to_string()),
             cell(&res["gpusPerNode"])
         ),
     );
-    field("Queue", spec["queue"].as_str().unwrap_or("default").to_owned());
+    field(
+        "Queue",
+        spec["queue"].as_str().unwrap_or("default").to_owned(),
+    );
     field("Attempt", cell(&s["attempt"]));
     field(
         "Restarts",
-        format!("{} (max {})", cell(&s["restarts"]), cell(&spec["onFailure"]["maxRestarts"])),
+        format!(
+            "{} (max {})",
+            cell(&s["restarts"]),
+            cell(&spec["onFailure"]["maxRestarts"])
+        ),
     );
     if let Some(gpus) = s["gpus"].as_array().filter(|g| !g.is_empty()) {
-        field("GPUs", gpus.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(" "));
+        field(
+            "GPUs",
+            gpus.iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
     }
     field("Started", cell(&s["startTime"]));
     field("Finished", cell(&s["completionTime"]));
@@ -212,7 +264,13 @@ pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()>
     let mut t = Table::new(&["  TIME", "FROM", "TO", "REASON", "MESSAGE"]);
     for e in &events {
         let at = e["at"].as_str().unwrap_or("-");
-        t.row(vec![format!("  {at}"), cell(&e["from"]), cell(&e["to"]), cell(&e["reason"]), cell(&e["message"])]);
+        t.row(vec![
+            format!("  {at}"),
+            cell(&e["from"]),
+            cell(&e["to"]),
+            cell(&e["reason"]),
+            cell(&e["message"]),
+        ]);
     }
     print!("{}", t.render());
     Ok(())
@@ -222,7 +280,9 @@ fn job_name(target: &[String]) -> anyhow::Result<&str> {
     match target {
         [name] => Ok(name),
         [kind, name] if ResourceKind::from_name(kind) == Some(ResourceKind::TrainJob) => Ok(name),
-        [kind, _] => bail!("only jobs can be cancelled (got {kind:?}); use `ferry cancel job NAME`"),
+        [kind, _] => {
+            bail!("only jobs can be cancelled (got {kind:?}); use `ferry cancel job NAME`")
+        }
         _ => bail!("give the job to cancel: `ferry cancel job NAME`"),
     }
 }
@@ -231,7 +291,10 @@ pub async fn cancel(client: &Client, args: CancelArgs) -> anyhow::Result<()> {
     let name = job_name(&args.target)?;
     let path = format!("{}/cancel", job_path(&args.namespace, name));
     let job: Value = client.post(&path, &Value::Null, "cancel").await?;
-    println!("trainjob/{name} {}", cell(&job["status"]["phase"]).to_lowercase());
+    println!(
+        "trainjob/{name} {}",
+        cell(&job["status"]["phase"]).to_lowercase()
+    );
     Ok(())
 }
 
@@ -244,15 +307,22 @@ pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
         let job: Value = client.get(&path).await?;
         let phase = cell(&job["status"]["phase"]);
         if !matches!(phase.as_str(), "Succeeded" | "Failed" | "Cancelled") {
-            let _: Value = client.post(&format!("{path}/cancel"), &Value::Null, "delete").await?;
+            let _: Value = client
+                .post(&format!("{path}/cancel"), &Value::Null, "delete")
+                .await?;
         }
         // Wait for the ranks to stop (SIGTERM, grace, SIGKILL) before deleting.
-        let grace = job["spec"]["onFailure"]["graceSeconds"].as_f64().unwrap_or(30.0);
+        let grace = job["spec"]["onFailure"]["graceSeconds"]
+            .as_f64()
+            .unwrap_or(30.0);
         let deadline = std::time::Instant::now() + Duration::from_secs_f64(grace + 15.0);
         loop {
             match client.send(Method::DELETE, &path, None).await {
                 Ok(_) => break,
-                Err(e) if std::time::Instant::now() < deadline && e.to_string().contains("still stopping") => {
+                Err(e)
+                    if std::time::Instant::now() < deadline
+                        && e.to_string().contains("still stopping") =>
+                {
                     tokio::time::sleep(Duration::from_millis(300)).await;
                 }
                 Err(e) => return Err(e),
@@ -261,8 +331,14 @@ pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
         println!("trainjob/{name} deleted");
         return Ok(());
     }
-    let plural = if kind == ResourceKind::Queue { "queues" } else { "deployments" };
-    client.delete(&format!("/api/v1/namespaces/{ns}/{plural}/{name}")).await?;
+    let plural = if kind == ResourceKind::Queue {
+        "queues"
+    } else {
+        "deployments"
+    };
+    client
+        .delete(&format!("/api/v1/namespaces/{ns}/{plural}/{name}"))
+        .await?;
     println!("{}/{name} deleted", kind.as_str().to_lowercase());
     Ok(())
 }

@@ -37,7 +37,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
-        tracing::info!("shutting down; running jobs keep running and are re-adopted at the next start");
+        tracing::info!(
+            "shutting down; running jobs keep running and are re-adopted at the next start"
+        );
     };
     ferry_server::run(config, shutdown).await?;
     Ok(())

@@ -25,28 +25,48 @@ fn hello_gang_ranks_find_each_other() {
         assert!(log.contains("WORLD_SIZE=4\n"), "{log}");
         assert!(log.contains(&format!("NODE_RANK={}\n", rank / 2)), "{log}");
         assert!(log.contains(&format!("LOCAL_RANK={}\n", rank % 2)), "{log}");
-        assert!(log.contains("NNODES=2\n") && log.contains("NPROC_PER_NODE=2\n"), "{log}");
+        assert!(
+            log.contains("NNODES=2\n") && log.contains("NPROC_PER_NODE=2\n"),
+            "{log}"
+        );
         assert!(log.contains("MASTER_ADDR=127.0.0.1\n"), "{log}");
     }
     let missing = plane.ferry(&["logs", "hello-gang", "--rank", "4"]);
     assert!(!missing.status.success());
-    assert!(missing.stderr_text().contains("ranks 0..3"), "{}", missing.stderr_text());
+    assert!(
+        missing.stderr_text().contains("ranks 0..3"),
+        "{}",
+        missing.stderr_text()
+    );
 
     let reasons: Vec<String> = plane
         .events("hello-gang")
         .iter()
-        .map(|e| format!("{}->{}", e["from"].as_str().unwrap_or("-"), e["to"].as_str().unwrap()))
+        .map(|e| {
+            format!(
+                "{}->{}",
+                e["from"].as_str().unwrap_or("-"),
+                e["to"].as_str().unwrap()
+            )
+        })
         .collect();
     assert_eq!(
         reasons,
-        ["-->Pending", "Pending->Queued", "Queued->Admitted", "Admitted->Running", "Running->Succeeded"]
+        [
+            "-->Pending",
+            "Pending->Queued",
+            "Queued->Admitted",
+            "Admitted->Running",
+            "Running->Succeeded"
+        ]
     );
     let describe = plane.ok(&["describe", "job", "hello-gang"]);
     assert!(describe.contains("Phase:        Succeeded"), "{describe}");
     assert!(describe.contains("Completed"), "{describe}");
 
     // The REST API documents itself.
-    let openapi: Value = serde_json::from_str(&http_get(&format!("{}/openapi.json", plane.url))).unwrap();
+    let openapi: Value =
+        serde_json::from_str(&http_get(&format!("{}/openapi.json", plane.url))).unwrap();
     assert_eq!(openapi["openapi"], "3.1.0");
     assert!(openapi["paths"]["/api/v1/apply"].is_object());
 }
@@ -62,9 +82,15 @@ fn a_crashed_control_plane_loses_no_job() {
     plane.restart();
 
     let job = plane.wait_phase("sleeper", "Succeeded", 2 * MIN);
-    assert_eq!(job["status"]["restarts"], 0, "the rank was re-adopted, not restarted");
+    assert_eq!(
+        job["status"]["restarts"], 0,
+        "the rank was re-adopted, not restarted"
+    );
     assert_eq!(job["status"]["attempt"], 1);
-    assert_eq!(job["status"]["progress"]["step"], 30, "metrics kept flowing after the restart");
+    assert_eq!(
+        job["status"]["progress"]["step"], 30,
+        "metrics kept flowing after the restart"
+    );
     let events = plane.events("sleeper");
     let restart = events
         .iter()
@@ -73,7 +99,10 @@ fn a_crashed_control_plane_loses_no_job() {
     assert_eq!(restart["from"], "Running");
     assert_eq!(restart["to"], "Running");
     assert!(
-        restart["message"].as_str().unwrap().contains("1 of 1 ranks still running"),
+        restart["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 of 1 ranks still running"),
         "{restart}"
     );
     assert!(plane.ok(&["logs", "sleeper"]).contains("done"));
@@ -87,10 +116,24 @@ fn gpu_job(name: &str) -> String {
 
 fn span(log: &str) -> (f64, f64, String) {
     let field = |prefix: &str| {
-        let line = log.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("{log}"));
-        line.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap()
+        let line = log
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("{log}"));
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
     };
-    let gpus = log.split("gpus=").nth(1).unwrap().lines().next().unwrap().to_owned();
+    let gpus = log
+        .split("gpus=")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned();
     (field("start "), field("end "), gpus)
 }
 
@@ -107,9 +150,15 @@ fn one_gpu_is_never_given_to_two_jobs() {
     let (b_start, b_end, b_gpus) = span(&plane.ok(&["logs", "gpu-b"]));
     assert_eq!(a_gpus, "0");
     assert_eq!(b_gpus, "0");
-    assert!(a_end <= b_start || b_end <= a_start, "overlap: a {a_start}..{a_end}, b {b_start}..{b_end}");
+    assert!(
+        a_end <= b_start || b_end <= a_start,
+        "overlap: a {a_start}..{a_end}, b {b_start}..{b_end}"
+    );
     assert!(a_end <= b_start, "FIFO: the first applied runs first");
-    let waited = plane.events("gpu-b").iter().any(|e| e["reason"] == "Waiting");
+    let waited = plane
+        .events("gpu-b")
+        .iter()
+        .any(|e| e["reason"] == "Waiting");
     assert!(waited, "gpu-b recorded why it waited");
 }
 
@@ -132,11 +181,21 @@ spec:
     assert_eq!(job["status"]["attempt"], 2);
     let resumed = job["status"]["resumedFrom"].as_str().unwrap();
     assert!(resumed.ends_with("checkpoints/step-7"), "{resumed}");
-    assert!(plane.ok(&["logs", "flaky", "--rank", "1"]).contains("resumed from"));
+    assert!(
+        plane
+            .ok(&["logs", "flaky", "--rank", "1"])
+            .contains("resumed from")
+    );
     let events = plane.events("flaky");
-    let failed = events.iter().find(|e| e["to"] == "Restarting").expect("a restart event");
+    let failed = events
+        .iter()
+        .find(|e| e["to"] == "Restarting")
+        .expect("a restart event");
     assert_eq!(failed["reason"], "RankFailed");
-    assert!(failed["message"].as_str().unwrap().contains("rank 1"), "{failed}");
+    assert!(
+        failed["message"].as_str().unwrap().contains("rank 1"),
+        "{failed}"
+    );
 }
 
 #[test]
@@ -156,7 +215,13 @@ fn restarts_run_out_and_the_job_fails() {
     };
     assert_eq!(job["status"]["restarts"], 2);
     assert_eq!(job["status"]["attempt"], 3);
-    assert!(job["status"]["message"].as_str().unwrap().contains("all 2 restarts used"), "{job}");
+    assert!(
+        job["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("all 2 restarts used"),
+        "{job}"
+    );
 }
 
 #[test]
@@ -179,7 +244,11 @@ fn cancel_stops_every_rank_gracefully() {
     }
     let again = plane.ferry(&["cancel", "sleeper"]);
     assert!(!again.status.success());
-    assert!(again.stderr_text().contains("already finished"), "{}", again.stderr_text());
+    assert!(
+        again.stderr_text().contains("already finished"),
+        "{}",
+        again.stderr_text()
+    );
     plane.ok(&["delete", "job", "sleeper"]);
     assert_eq!(plane.ok(&["get", "jobs", "-o", "json"]).trim(), "[]");
 }
@@ -191,16 +260,41 @@ fn bad_input_is_refused_with_one_clear_line() {
     let plane = Plane::start(Some(1));
     let good = "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: ok}\nspec:\n  engine: command\n  command: [\"true\"]\n  resources: {nodes: 1, gpusPerNode: 0}\n";
     let cases = [
-        ("malformed", "kind: TrainJob\nspec: [oops\n".to_owned(), "not valid YAML"),
-        ("unknown-field", good.replace("nodes: 1", "nodez: 1"), "spec.resources.nodez: unknown field; did you mean `nodes`?"),
-        ("negative-gpus", good.replace("gpusPerNode: 0", "gpusPerNode: -1"), "spec.resources.gpusPerNode: must be 0 or more (got -1)"),
-        ("unknown-engine", good.replace("engine: command", "engine: pytorch"), "spec.engine: must be one of"),
-        ("too-many-gpus", good.replace("gpusPerNode: 0", "gpusPerNode: 2"), "spec.resources.gpusPerNode: the job needs 2 GPUs"),
+        (
+            "malformed",
+            "kind: TrainJob\nspec: [oops\n".to_owned(),
+            "not valid YAML",
+        ),
+        (
+            "unknown-field",
+            good.replace("nodes: 1", "nodez: 1"),
+            "spec.resources.nodez: unknown field; did you mean `nodes`?",
+        ),
+        (
+            "negative-gpus",
+            good.replace("gpusPerNode: 0", "gpusPerNode: -1"),
+            "spec.resources.gpusPerNode: must be 0 or more (got -1)",
+        ),
+        (
+            "unknown-engine",
+            good.replace("engine: command", "engine: pytorch"),
+            "spec.engine: must be one of",
+        ),
+        (
+            "too-many-gpus",
+            good.replace("gpusPerNode: 0", "gpusPerNode: 2"),
+            "spec.resources.gpusPerNode: the job needs 2 GPUs",
+        ),
         ("missing-file", String::new(), "cannot read"),
     ];
     for (name, text, expect) in cases {
         let path = if name == "missing-file" {
-            plane.home.path().join("nope.yaml").to_string_lossy().into_owned()
+            plane
+                .home
+                .path()
+                .join("nope.yaml")
+                .to_string_lossy()
+                .into_owned()
         } else {
             plane.write(&format!("{name}.yaml"), &text)
         };
@@ -219,7 +313,10 @@ fn bad_input_is_refused_with_one_clear_line() {
     assert!(!dup.status.success());
     let err = dup.stderr_text();
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("default/ok already exists") && err.contains("metadata.name"), "{err}");
+    assert!(
+        err.contains("default/ok already exists") && err.contains("metadata.name"),
+        "{err}"
+    );
     let jobs: Vec<Value> = serde_json::from_str(&plane.ok(&["get", "jobs", "-o", "json"])).unwrap();
     assert_eq!(jobs.len(), 1);
 }

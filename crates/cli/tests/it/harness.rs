@@ -10,7 +10,10 @@ use serde_json::Value;
 
 /// The repository root (examples are applied from there, as a user would).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// The `ferry` binary under test.
@@ -19,7 +22,11 @@ pub fn ferry_bin() -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// One control plane under test; killed when dropped.
@@ -65,10 +72,19 @@ impl Plane {
         self.child = Some(cmd.spawn().unwrap());
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if self.ferry(&["version"]).stdout_text().contains("control plane") && self.healthy() {
+            if self
+                .ferry(&["version"])
+                .stdout_text()
+                .contains("control plane")
+                && self.healthy()
+            {
                 return;
             }
-            assert!(Instant::now() < deadline, "ferry up did not answer: {}", self.server_log());
+            assert!(
+                Instant::now() < deadline,
+                "ferry up did not answer: {}",
+                self.server_log()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -120,7 +136,9 @@ impl Plane {
 
     /// The job as JSON.
     pub fn job(&self, name: &str) -> Value {
-        serde_json::from_str(&self.ok(&["get", "job", name, "-o", "json"])).map(|v: Value| v[0].clone()).unwrap()
+        serde_json::from_str(&self.ok(&["get", "job", name, "-o", "json"]))
+            .map(|v: Value| v[0].clone())
+            .unwrap()
     }
 
     /// Polls the job until its phase is `phase`, failing after `timeout`.
@@ -181,12 +199,19 @@ pub fn http_get(url: &str) -> String {
     let rest = url.strip_prefix("http://").unwrap();
     let (host, path) = rest.split_once('/').unwrap();
     let mut s = std::net::TcpStream::connect(host).unwrap();
-    write!(s, "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut raw = String::new();
     s.read_to_string(&mut raw).unwrap();
     let (head, body) = raw.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.1 200"), "{url}: {head}");
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         dechunk(body)
     } else {
         body.to_owned()

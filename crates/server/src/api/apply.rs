@@ -59,7 +59,12 @@ pub(crate) async fn apply(
     for r in &resources {
         if let Resource::TrainJob(job) = r {
             let m = &job.metadata;
-            if plane.store().get_job(&m.namespace, &m.name).await?.is_some() {
+            if plane
+                .store()
+                .get_job(&m.namespace, &m.name)
+                .await?
+                .is_some()
+            {
                 return Err(ferry_store::StoreError::AlreadyExists {
                     kind: "TrainJob".into(),
                     namespace: m.namespace.clone(),
@@ -74,7 +79,13 @@ pub(crate) async fn apply(
         let meta = r.metadata().clone();
         let kind = r.kind().as_str().to_owned();
         if query.dry_run {
-            out.push(Applied { kind, namespace: meta.namespace, name: meta.name, uid: None, action: "valid".into() });
+            out.push(Applied {
+                kind,
+                namespace: meta.namespace,
+                name: meta.name,
+                uid: None,
+                action: "valid".into(),
+            });
             continue;
         }
         let (uid, action) = match &r {
@@ -83,7 +94,11 @@ pub(crate) async fn apply(
                 (rec.uid, "created")
             }
             other => {
-                let existed = plane.store().get_object(&kind, &meta.namespace, &meta.name).await?.is_some();
+                let existed = plane
+                    .store()
+                    .get_object(&kind, &meta.namespace, &meta.name)
+                    .await?
+                    .is_some();
                 let rec = plane
                     .store()
                     .put_object(&kind, &meta.namespace, &meta.name, &other.to_value(), false)
@@ -91,14 +106,24 @@ pub(crate) async fn apply(
                 (rec.uid, if existed { "configured" } else { "created" })
             }
         };
-        out.push(Applied { kind, namespace: meta.namespace, name: meta.name, uid: Some(uid), action: action.into() });
+        out.push(Applied {
+            kind,
+            namespace: meta.namespace,
+            name: meta.name,
+            uid: Some(uid),
+            action: action.into(),
+        });
     }
     plane.wake();
     Ok(Json(out))
 }
 
 /// Checks that need the control plane's view: engines this build has, GPUs that exist.
-fn check_against_cluster(plane: &ControlPlane, resource: &Resource, source: &str) -> Result<(), ApiError> {
+fn check_against_cluster(
+    plane: &ControlPlane,
+    resource: &Resource,
+    source: &str,
+) -> Result<(), ApiError> {
     let Resource::TrainJob(job) = resource else {
         return Ok(());
     };

@@ -26,10 +26,10 @@ async fn find(plane: &ControlPlane, ns: &str, name: &str) -> Result<JobRecord, A
 
 async fn with_progress(plane: &ControlPlane, rec: &JobRecord) -> Result<TrainJob, ApiError> {
     let mut job = rec.to_train_job();
-    if let Some(m) = plane.store().latest_metrics(&rec.uid).await? {
-        if let Some(status) = job.status.as_mut() {
-            status.progress = Some(m.values);
-        }
+    if let Some(m) = plane.store().latest_metrics(&rec.uid).await?
+        && let Some(status) = job.status.as_mut()
+    {
+        status.progress = Some(m.values);
     }
     Ok(job)
 }
@@ -87,7 +87,12 @@ pub(crate) async fn metrics(
     Query(q): Query<MetricsQuery>,
 ) -> Result<Json<Vec<MetricRow>>, ApiError> {
     let rec = find(&plane, &ns, &name).await?;
-    Ok(Json(plane.store().metrics(&rec.uid, q.after, q.limit.min(10_000)).await?))
+    Ok(Json(
+        plane
+            .store()
+            .metrics(&rec.uid, q.after, q.limit.min(10_000))
+            .await?,
+    ))
 }
 
 /// `?rank=N&follow=true` for logs.
@@ -108,8 +113,11 @@ pub(crate) async fn logs(
     // Following a job that has not started yet waits for its first attempt.
     let gang = loop {
         if let Some((_, value)) = plane.store().get_gang(&rec.uid).await? {
-            let gang: GangRecord = serde_json::from_value(value)
-                .map_err(|e| ApiError::internal(format!("stored rank record of job {ns}/{name} is unreadable: {e}")))?;
+            let gang: GangRecord = serde_json::from_value(value).map_err(|e| {
+                ApiError::internal(format!(
+                    "stored rank record of job {ns}/{name} is unreadable: {e}"
+                ))
+            })?;
             break gang;
         }
         if !q.follow || rec.phase.is_terminal() {
@@ -129,10 +137,10 @@ pub(crate) async fn logs(
         )));
     }
     let stream = plane.runtime().logs(&gang, q.rank, q.follow)?;
-    Ok(Response::builder()
+    Response::builder()
         .header("content-type", "text/plain; charset=utf-8")
         .body(Body::from_stream(stream))
-        .map_err(|e| ApiError::internal(e.to_string()))?)
+        .map_err(|e| ApiError::internal(e.to_string()))
 }
 
 pub(crate) async fn cancel(

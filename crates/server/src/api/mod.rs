@@ -13,16 +13,31 @@ use crate::state::ControlPlane;
 /// The control plane's HTTP routes.
 pub fn router(plane: ControlPlane) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { axum::Json(serde_json::json!({"ok": true})) }))
+        .route(
+            "/healthz",
+            get(|| async { axum::Json(serde_json::json!({"ok": true})) }),
+        )
         .route("/version", get(objects::version))
         .route("/openapi.json", get(openapi::document))
         .route("/api/v1/apply", post(apply::apply))
         .route("/api/v1/jobs", get(jobs::list))
-        .route("/api/v1/namespaces/{ns}/jobs/{name}", get(jobs::get).delete(jobs::delete))
-        .route("/api/v1/namespaces/{ns}/jobs/{name}/events", get(jobs::events))
+        .route(
+            "/api/v1/namespaces/{ns}/jobs/{name}",
+            get(jobs::get).delete(jobs::delete),
+        )
+        .route(
+            "/api/v1/namespaces/{ns}/jobs/{name}/events",
+            get(jobs::events),
+        )
         .route("/api/v1/namespaces/{ns}/jobs/{name}/logs", get(jobs::logs))
-        .route("/api/v1/namespaces/{ns}/jobs/{name}/metrics", get(jobs::metrics))
-        .route("/api/v1/namespaces/{ns}/jobs/{name}/cancel", post(jobs::cancel))
+        .route(
+            "/api/v1/namespaces/{ns}/jobs/{name}/metrics",
+            get(jobs::metrics),
+        )
+        .route(
+            "/api/v1/namespaces/{ns}/jobs/{name}/cancel",
+            post(jobs::cancel),
+        )
         .route("/api/v1/gpus", get(objects::gpus))
         .route("/api/v1/models", get(objects::models))
         .route("/api/v1/{kind}", get(objects::list))

@@ -24,7 +24,12 @@ pub(crate) async fn list(
     Query(q): Query<NamespaceQuery>,
 ) -> Result<Json<Vec<ObjectRecord>>, ApiError> {
     let kind = object_kind(&kind)?;
-    Ok(Json(plane.store().list_objects(kind, q.namespace.as_deref()).await?))
+    Ok(Json(
+        plane
+            .store()
+            .list_objects(kind, q.namespace.as_deref())
+            .await?,
+    ))
 }
 
 pub(crate) async fn get(
@@ -52,7 +57,9 @@ pub(crate) async fn delete(
     }
 }
 
-pub(crate) async fn models(State(plane): State<ControlPlane>) -> Result<Json<Vec<ModelRecord>>, ApiError> {
+pub(crate) async fn models(
+    State(plane): State<ControlPlane>,
+) -> Result<Json<Vec<ModelRecord>>, ApiError> {
     Ok(Json(plane.store().list_models().await?))
 }
 
@@ -60,7 +67,9 @@ pub(crate) async fn gpus(State(plane): State<ControlPlane>) -> Json<ferry_runtim
     Json(plane.inventory().clone())
 }
 
-pub(crate) async fn version(State(plane): State<ControlPlane>) -> Result<Json<serde_json::Value>, ApiError> {
+pub(crate) async fn version(
+    State(plane): State<ControlPlane>,
+) -> Result<Json<serde_json::Value>, ApiError> {
     Ok(Json(serde_json::json!({
         "version": env!("CARGO_PKG_VERSION"),
         "schemaVersion": plane.store().schema_version().await?,

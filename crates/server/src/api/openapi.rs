@@ -42,10 +42,9 @@ pub(crate) fn build() -> Value {
     let err = json!({"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
     let job_ref = json!({"$ref": "#/components/schemas/TrainJob"});
     let ns = json!({"name": "ns", "in": "path", "required": true, "schema": {"type": "string"}});
-    let name = json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string"}});
-    let ok = |description: &str, schema: Value| {
-        json!({"description": description, "content": {"application/json": {"schema": schema}}})
-    };
+    let name =
+        json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string"}});
+    let ok = |description: &str, schema: Value| json!({"description": description, "content": {"application/json": {"schema": schema}}});
     json!({
         "openapi": "3.1.0",
         "info": {"title": "Ferry control plane", "version": env!("CARGO_PKG_VERSION"),
@@ -94,10 +93,10 @@ pub(crate) fn build() -> Value {
 fn rewrite_refs(value: &mut Value) {
     match value {
         Value::Object(map) => {
-            if let Some(Value::String(r)) = map.get_mut("$ref") {
-                if let Some(name) = r.strip_prefix("#/$defs/") {
-                    *r = format!("#/components/schemas/{name}");
-                }
+            if let Some(Value::String(r)) = map.get_mut("$ref")
+                && let Some(name) = r.strip_prefix("#/$defs/")
+            {
+                *r = format!("#/components/schemas/{name}");
             }
             map.values_mut().for_each(rewrite_refs);
         }
