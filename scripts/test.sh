@@ -25,8 +25,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "tests"
 if cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run --workspace --locked --no-fail-fast
+    # Doc tests first, so the run closes on nextest's summary of every test.
     cargo test --workspace --locked --doc
+    cargo nextest run --workspace --locked --no-fail-fast
 else
     cargo test --workspace --locked --no-fail-fast
 fi
