@@ -47,7 +47,7 @@ if [ -z "$BINDIR" ]; then
     say "installing Debian's postgresql package"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >&2
+    apt-get install -y -qq --no-install-recommends postgresql >&2
     BINDIR="$(find_bindir)" || die "postgresql installed but initdb/pg_ctl not found under /usr/lib/postgresql/*/bin"
 fi
 
