@@ -37,6 +37,8 @@ pub enum Command {
     Demo(crate::commands::DemoArgs),
     /// Predict per-GPU memory and pick the method and parallel layout for a TrainJob.
     Plan(crate::commands::PlanArgs),
+    /// Convert checkpoints: Megatron (legacy, torch_dist) ⇄ Hugging Face safetensors.
+    Convert(crate::commands::ConvertArgs),
     /// Replay a cluster trace under Ferry's scheduler and its peers.
     Sim(crate::commands::SimArgs),
     /// Create or update resources from a YAML or JSON file.

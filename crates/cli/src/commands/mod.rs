@@ -1,6 +1,7 @@
 //! One module per command family; `run` dispatches.
 
 mod apply;
+mod convert;
 mod demo;
 mod logs;
 mod plan;
@@ -15,6 +16,7 @@ use clap::CommandFactory;
 use crate::args::{Cli, Command};
 use crate::client::Client;
 
+pub use convert::ConvertArgs;
 pub use demo::DemoArgs;
 pub use plan::PlanArgs;
 pub use sim::SimArgs;
@@ -26,6 +28,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Up(args) => up::run(args).await?,
         Command::Demo(args) => demo::run(args).await?,
         Command::Plan(args) => plan::run(args)?,
+        Command::Convert(args) => convert::run(args)?,
         Command::Sim(args) => sim::run(args)?,
         Command::Apply(args) => apply::run(&client, args).await?,
         Command::Get(args) => resources::get(&client, args).await?,

@@ -3,4 +3,5 @@
 //! test binary.
 
 mod control_plane;
+mod convert;
 mod harness;
