@@ -308,7 +308,8 @@ pub(crate) async fn pass(plane: &ControlPlane) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn grace_of(job: &JobRecord) -> Duration {
+/// SIGTERM-to-SIGKILL grace of a job's ranks.
+pub(crate) fn grace_of(job: &JobRecord) -> Duration {
     Duration::from_secs_f64(job.job.spec.on_failure.grace_seconds.max(0.0))
 }
 

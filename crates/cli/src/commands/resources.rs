@@ -12,6 +12,15 @@ use crate::client::Client;
 use crate::output::{self, age, cell};
 use crate::table::Table;
 
+/// The API route segment of a generic object kind (deployments, queues).
+fn object_route(kind: ResourceKind) -> &'static str {
+    if kind == ResourceKind::Queue {
+        "queues"
+    } else {
+        "deployments"
+    }
+}
+
 fn job_path(ns: &str, name: &str) -> String {
     format!("/api/v1/namespaces/{ns}/jobs/{name}")
 }
@@ -115,10 +124,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
         print!("{}", t.render());
         return Ok(());
     }
-    let plural = match kind {
-        ResourceKind::ModelDeployment => "deployments",
-        _ => "queues",
-    };
+    let plural = object_route(kind);
     let objects: Vec<Value> = match &args.name {
         Some(name) => vec![
             client
@@ -186,11 +192,7 @@ pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()>
     let kind = ResourceKind::from_name(&args.kind)
         .ok_or_else(|| anyhow!("unknown kind {:?}; use job, deployment or queue", args.kind))?;
     if kind != ResourceKind::TrainJob {
-        let plural = if kind == ResourceKind::Queue {
-            "queues"
-        } else {
-            "deployments"
-        };
+        let plural = object_route(kind);
         let o: Value = client
             .get(&format!(
                 "/api/v1/namespaces/{}/{plural}/{}",
@@ -331,11 +333,7 @@ pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
         println!("trainjob/{name} deleted");
         return Ok(());
     }
-    let plural = if kind == ResourceKind::Queue {
-        "queues"
-    } else {
-        "deployments"
-    };
+    let plural = object_route(kind);
     client
         .delete(&format!("/api/v1/namespaces/{ns}/{plural}/{name}"))
         .await?;

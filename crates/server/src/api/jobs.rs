@@ -170,7 +170,7 @@ pub(crate) async fn cancel(
             .await
         {
             Ok(updated) => {
-                let grace = Duration::from_secs_f64(rec.job.spec.on_failure.grace_seconds.max(0.0));
+                let grace = reconcile::grace_of(&rec);
                 reconcile::stop(&plane, &rec.uid, grace);
                 plane.wake();
                 return Ok(Json(updated.to_train_job()));
