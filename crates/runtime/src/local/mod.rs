@@ -37,6 +37,16 @@ const TERMINATE_POLL: Duration = Duration::from_millis(20);
 /// How long `terminate` waits for processes to vanish after SIGKILL.
 const KILL_WAIT: Duration = Duration::from_secs(5);
 
+/// Set in the environment of every rank that is given a GPU, over the control plane's own
+/// environment and the request's: NVLink multicast (NVLS) stays off in NCCL, PyTorch's
+/// symmetric memory and NVSHMEM, because a program that uses it can take a shared host's
+/// GPUs out of service. A rank started with no GPU inherits whatever the parent has.
+pub const GPU_RANK_ENV: &[(&str, &str)] = &[
+    ("NCCL_NVLS_ENABLE", "0"),
+    ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+    ("NVSHMEM_DISABLE_NVLS", "1"),
+];
+
 /// Runs gangs as child processes of this machine. Cheap to clone (shared state).
 #[derive(Clone, Default)]
 pub struct LocalRuntime {
@@ -379,6 +389,7 @@ fn spawn_rank(req: &LaunchRequest, gang: &GangRecord, rank: u32) -> Result<(Rank
     let gpus = req.gpus_of(rank).to_vec();
     let node_rank = rank / req.procs_per_node;
     let local_rank = rank % req.procs_per_node;
+    let gpu_env: &[(&str, &str)] = if gpus.is_empty() { &[] } else { GPU_RANK_ENV };
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(WRAPPER)
@@ -397,6 +408,7 @@ fn spawn_rank(req: &LaunchRequest, gang: &GangRecord, rank: u32) -> Result<(Rank
         .env("CUDA_VISIBLE_DEVICES", gpus.join(","))
         .env("FERRY_JOB", &req.job)
         .env("FERRY_ATTEMPT", req.attempt.to_string())
+        .envs(gpu_env.iter().copied())
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err)
@@ -598,4 +610,60 @@ fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::runtime::wait;
+
+    const PRINT_ENV: &str = "import os, json; print(json.dumps({k: os.environ.get(k) for k in \
+        ('NCCL_NVLS_ENABLE','TORCH_SYMM_MEM_DISABLE_MULTICAST','NVSHMEM_DISABLE_NVLS','CARGO_PKG_NAME')}))";
+
+    #[tokio::test]
+    async fn ranks_on_gpus_always_run_with_nvlink_multicast_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = BTreeMap::new();
+        // A spec asking for multicast does not get it on a GPU rank.
+        env.insert("NCCL_NVLS_ENABLE".to_string(), "1".to_string());
+        let req = LaunchRequest {
+            job: "nvls-1".to_string(),
+            attempt: 0,
+            nodes: 1,
+            procs_per_node: 2,
+            argv: ["python3", "-c", PRINT_ENV].map(String::from).to_vec(),
+            env,
+            working_dir: None,
+            gpus_per_rank: vec![vec!["0".to_string()], vec![]],
+            run_dir: dir.path().to_path_buf(),
+        };
+        let rt = LocalRuntime::new();
+        let gang = rt.launch(req).await.unwrap();
+        let status = tokio::time::timeout(
+            Duration::from_secs(60),
+            wait(&rt, &gang, Duration::from_millis(20)),
+        )
+        .await
+        .expect("gang ended")
+        .unwrap();
+        assert_eq!(status, crate::GangStatus::Succeeded);
+        let read = |rank: u32| -> BTreeMap<String, Option<String>> {
+            let log = std::fs::read_to_string(gang.log_path(rank).unwrap()).unwrap();
+            serde_json::from_str(log.trim()).unwrap()
+        };
+        let gpu_rank = read(0);
+        for (key, value) in GPU_RANK_ENV {
+            assert_eq!(gpu_rank[*key].as_deref(), Some(*value), "{key}");
+        }
+        // The parent's environment (here, cargo's) is inherited by every rank.
+        let inherited = std::env::var("CARGO_PKG_NAME").ok();
+        assert_eq!(inherited.as_deref(), Some("ferry-runtime"));
+        assert_eq!(gpu_rank["CARGO_PKG_NAME"], inherited);
+        let cpu_rank = read(1);
+        assert_eq!(cpu_rank["CARGO_PKG_NAME"], inherited);
+        // Without a GPU, the request's own value stands.
+        assert_eq!(cpu_rank["NCCL_NVLS_ENABLE"].as_deref(), Some("1"));
+    }
 }
