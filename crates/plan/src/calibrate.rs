@@ -1,5 +1,10 @@
 //! Comparison of predictions with measured training steps (the fixture's `calibration.csv`, or
-//! rows measured by `scripts/measure.py`): peak memory error, fits/OOM verdicts, step time ratio.
+//! rows measured by `scripts/measure.py` and `scripts/gpu/`): peak memory error, fits/OOM
+//! verdicts, step time ratio.
+//!
+//! Single-GPU rows are predicted term by term for the row's recipe. Multi-GPU rows (optional
+//! columns `engine`, `tp`, `pp`, `dp`, `zero`, `micro_batches`) go through [`plan`] with the
+//! row's layout fixed and its engine pinned — exactly what `ferry plan` reports for that layout.
 //!
 //! Parsing takes text and model configs come from a caller-supplied lookup, so this stays free
 //! of I/O; `tests/calibration.rs` and `examples/calibrate.rs` do the reading.
@@ -10,10 +15,12 @@ use crate::error::{PlanError, Result};
 use crate::gpu::GpuKind;
 use crate::memory::{Recipe, TrainSetup, training_memory, with_overheads};
 use crate::model::ModelShape;
-use crate::request::{Engine, Layout, Recompute, Task};
+use crate::request::{Engine, Layout, Method, Parallelism, PlanRequest, Recompute, Task};
+use crate::search::plan;
 use crate::throughput::{StepShape, estimate};
 
-/// One measured configuration (single GPU, the fixture's procedure).
+/// One measured configuration: one GPU (the fixture's procedure) or one GPU of a parallel
+/// layout (the per-GPU maximum over ranks).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MeasuredRow {
     /// Model name (config file stem or catalogue id).
@@ -32,6 +39,36 @@ pub struct MeasuredRow {
     pub peak_allocated_bytes: Option<u64>,
     /// Wall-clock of the second step, when measured.
     pub step_time_s: Option<f64>,
+    /// Launcher whose recipe was measured (`torchrun`: HF model under DDP/FSDP; `megatron`).
+    pub engine: Engine,
+    /// Tensor-parallel size (1 when the column is absent).
+    pub tp: u64,
+    /// Pipeline-parallel size (1 when absent).
+    pub pp: u64,
+    /// Data-parallel size (1 when absent).
+    pub dp: u64,
+    /// ZeRO stage: 3 = FSDP full shard (torchrun), 1 = Megatron's distributed optimizer.
+    pub zero: u8,
+    /// Micro-batches per optimizer step per data-parallel rank (1 when absent).
+    pub micro_batches: u64,
+}
+
+impl MeasuredRow {
+    /// GPUs of the measured layout.
+    pub fn gpus(&self) -> u64 {
+        self.tp * self.pp * self.dp
+    }
+
+    /// Short layout text for tables: `1 GPU`, `ddp dp4`, `fsdp dp4`, `mcore tp2 pp2 dp1`.
+    pub fn layout_text(&self) -> String {
+        match (self.engine, self.zero) {
+            _ if self.gpus() == 1 && self.engine != Engine::Megatron => "1 GPU".to_string(),
+            (Engine::Megatron, _) => format!("mcore tp{} pp{} dp{}", self.tp, self.pp, self.dp),
+            (_, 3) => format!("fsdp dp{}", self.dp),
+            (_, z) if z > 0 => format!("zero{z} dp{}", self.dp),
+            _ => format!("ddp dp{}", self.dp),
+        }
+    }
 }
 
 /// Parses a calibration CSV (columns found by header name; `lora_rank` optional).
@@ -67,6 +104,15 @@ pub fn parse_csv(text: &str, file: &str) -> Result<Vec<MeasuredRow>> {
     );
     let crank = header.iter().position(|h| *h == "lora_rank");
     let ctime = header.iter().position(|h| *h == "step_time_s");
+    let optional = |name: &str| header.iter().position(|h| *h == name);
+    let (cengine, ctp, cpp, cdp, czero, cmicro) = (
+        optional("engine"),
+        optional("tp"),
+        optional("pp"),
+        optional("dp"),
+        optional("zero"),
+        optional("micro_batches"),
+    );
     let mut rows = Vec::new();
     for (i, line) in lines.enumerate() {
         let f: Vec<&str> = line.split(',').map(str::trim).collect();
@@ -78,6 +124,27 @@ pub fn parse_csv(text: &str, file: &str) -> Result<Vec<MeasuredRow>> {
         let num =
             |c: usize, name: &str| -> Result<u64> { get(c, name)?.parse().map_err(|_| bad(name)) };
         let ok = get(cst, "status")? == "ok";
+        let count = |c: Option<usize>, name: &str| -> Result<u64> {
+            match c {
+                Some(c) => {
+                    let n = num(c, name)?;
+                    if n == 0 { Err(bad(name)) } else { Ok(n) }
+                }
+                None => Ok(1),
+            }
+        };
+        let engine = match cengine.map(|c| get(c, "engine")).transpose()? {
+            None | Some("torchrun") => Engine::Torchrun,
+            Some("megatron") => Engine::Megatron,
+            Some(_) => return Err(bad("engine (torchrun or megatron)")),
+        };
+        let zero = match czero {
+            Some(c) => u8::try_from(num(c, "zero")?)
+                .ok()
+                .filter(|z| *z <= 3)
+                .ok_or_else(|| bad("zero (0-3)"))?,
+            None => 0,
+        };
         rows.push(MeasuredRow {
             model: get(cm, "model")?.to_string(),
             mode: get(cmode, "mode")?.to_string(),
@@ -96,6 +163,12 @@ pub fn parse_csv(text: &str, file: &str) -> Result<Vec<MeasuredRow>> {
             step_time_s: ctime
                 .and_then(|c| f.get(c))
                 .and_then(|t| t.parse::<f64>().ok()),
+            engine,
+            tp: count(ctp, "tp")?,
+            pp: count(cpp, "pp")?,
+            dp: count(cdp, "dp")?,
+            zero,
+            micro_batches: count(cmicro, "micro_batches")?,
         });
     }
     Ok(rows)
@@ -145,6 +218,9 @@ pub fn check_rows(
     rows.iter()
         .map(|row| {
             let shape = shape_of(&row.model)?;
+            if row.gpus() > 1 || row.engine == Engine::Megatron {
+                return check_parallel_row(row, shape, gpu);
+            }
             let recipe = recipe_of_mode(&row.mode)?;
             let layout = Layout {
                 tp: 1,
@@ -170,6 +246,7 @@ pub fn check_rows(
                     seq_len: row.seq_len,
                     task: Task::Sft,
                     gpu,
+                    engine: Engine::Torchrun,
                 }),
                 gpu,
                 1,
@@ -200,6 +277,38 @@ pub fn check_rows(
             })
         })
         .collect()
+}
+
+/// A multi-GPU row, predicted by [`plan`] with the row's layout fixed and engine pinned.
+fn check_parallel_row(row: &MeasuredRow, shape: ModelShape, gpu: GpuKind) -> Result<RowCheck> {
+    let mut req = PlanRequest::new(shape, &row.model, gpu, row.gpus(), row.seq_len);
+    req.engine = row.engine;
+    req.method = Method::from_mode(&row.mode, row.lora_rank)?;
+    req.global_batch = row.micro_batch * row.dp * row.micro_batches;
+    req.parallelism = Parallelism::Fixed(Layout {
+        tp: row.tp,
+        pp: row.pp,
+        cp: 1,
+        ep: 1,
+        zero: row.zero,
+        recompute: if row.grad_ckpt {
+            Recompute::Full
+        } else {
+            Recompute::None
+        },
+        micro_batch: row.micro_batch,
+    });
+    let chosen = plan(&req)?.chosen;
+    Ok(RowCheck {
+        row: row.clone(),
+        predicted_peak: chosen.memory.peak_bytes,
+        required: chosen.memory.required_bytes,
+        fits: chosen.fits(),
+        error: row
+            .peak_allocated_bytes
+            .map(|m| (chosen.memory.peak_bytes as f64 - m as f64) / m as f64),
+        predicted_step_s: chosen.throughput.step_s,
+    })
 }
 
 /// The bars over a set of checks.
@@ -256,9 +365,31 @@ pub fn summarize(checks: &[RowCheck], capacity: u64) -> Summary {
 
 /// The error table, one row per configuration, then the summary line.
 pub fn render_table(checks: &[RowCheck], summary: &Summary) -> String {
+    let wide = checks.iter().any(|c| c.row.gpus() > 1);
+    let layout = |r: &MeasuredRow| {
+        if wide {
+            format!("{:<18} ", r.layout_text())
+        } else {
+            String::new()
+        }
+    };
     let mut out = format!(
-        "{:<14} {:<10} {:>2} {:>5} {:>4} {:>3} {:>15} {:>15} {:>7} {:>9}  verdict\n",
-        "model", "mode", "b", "s", "ckpt", "r", "measured", "predicted", "err%", "step×"
+        "{:<16} {}{:<10} {:>2} {:>5} {:>4} {:>3} {:>15} {:>15} {:>7} {:>9}  verdict\n",
+        "model",
+        if wide {
+            format!("{:<18} ", "layout")
+        } else {
+            String::new()
+        },
+        "mode",
+        "b",
+        "s",
+        "ckpt",
+        "r",
+        "measured",
+        "predicted",
+        "err%",
+        "step×"
     );
     for c in checks {
         let r = &c.row;
@@ -272,8 +403,9 @@ pub fn render_table(checks: &[RowCheck], summary: &Summary) -> String {
             .step_time_s
             .map_or(String::new(), |t| format!("{:.2}", c.predicted_step_s / t));
         out.push_str(&format!(
-            "{:<14} {:<10} {:>2} {:>5} {:>4} {:>3} {:>15} {:>15} {:>7} {:>9}  {}\n",
+            "{:<16} {}{:<10} {:>2} {:>5} {:>4} {:>3} {:>15} {:>15} {:>7} {:>9}  {}\n",
             r.model,
+            layout(r),
             r.mode,
             r.micro_batch,
             r.seq_len,

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gpu::GpuKind;
 use crate::model::{MlpKind, ModelShape};
-use crate::request::{Layout, MethodKind, Recompute, Task};
+use crate::request::{Engine, Layout, MethodKind, Recompute, Task};
 
 /// Numeric recipe of a run: which dtype each model state has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +73,9 @@ pub struct TrainSetup<'a> {
     pub task: Task,
     /// GPU kind (workspace and context sizes).
     pub gpu: GpuKind,
+    /// Launcher: with `Torchrun` and no ZeRO sharding, data parallelism is PyTorch DDP, whose
+    /// gradient buckets are a second copy of the gradients.
+    pub engine: Engine,
 }
 
 /// One saved activation tensor of a decoder layer, per token.
@@ -111,6 +114,10 @@ pub struct MemoryBreakdown {
     pub weights: u64,
     /// Gradients held at the end of backward (after ZeRO-2 division).
     pub grads: u64,
+    /// PyTorch DDP's flat all-reduce buckets (torchrun, dp > 1, no sharding): allocated when the
+    /// model is wrapped and kept for the whole run, one gradient-sized copy
+    /// (`gradient_as_bucket_view=False`, the default).
+    pub ddp_buckets: u64,
     /// Adam first and second moments.
     pub optimizer: u64,
     /// fp32 master copy of bf16 weights (DeepSpeed/Megatron).
@@ -543,8 +550,20 @@ fn stage_memory(s: &TrainSetup<'_>, stage: u64) -> MemoryBreakdown {
     } else {
         0
     };
+    let ddp_buckets = if s.engine == Engine::Torchrun && zero == 0 && dp > 1 {
+        grads
+    } else {
+        0
+    };
     // Sums saturate: absurd shapes give u64::MAX ("does not fit"), never an overflow panic.
-    let states = sum(&[weights, optimizer, master, reference_model, workspace]);
+    let states = sum(&[
+        weights,
+        optimizer,
+        master,
+        reference_model,
+        workspace,
+        ddp_buckets,
+    ]);
     let fwd_end = sum(&[states, grads_early, cache_fwd, activations, logits_fwd]);
     let bwd_start = sum(&[states, grads_early, cache_bwd, activations, logits_bwd]);
     let head_bwd = sum(&[
@@ -589,6 +608,7 @@ fn stage_memory(s: &TrainSetup<'_>, stage: u64) -> MemoryBreakdown {
     MemoryBreakdown {
         weights,
         grads,
+        ddp_buckets,
         optimizer,
         master,
         adapters,
@@ -720,6 +740,7 @@ mod tests {
             seq_len: 4096,
             task: Task::Sft,
             gpu: GpuKind::H100,
+            engine: Engine::Megatron,
         }
     }
 

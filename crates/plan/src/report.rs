@@ -23,9 +23,10 @@ impl fmt::Display for PlanReport {
         writeln!(f, "chosen: {}", c.label())?;
         writeln!(f)?;
         writeln!(f, "  {:<34} {:>12}", "per-GPU memory", "GiB")?;
-        let rows: [(&str, u64); 12] = [
+        let rows: [(&str, u64); 13] = [
             ("weights", m.weights),
             ("gradients", m.grads),
+            ("DDP gradient buckets", m.ddp_buckets),
             ("optimizer states", m.optimizer),
             ("fp32 master weights", m.master),
             ("weight copies (autocast/gathered)", m.weight_copies),

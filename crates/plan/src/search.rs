@@ -80,7 +80,7 @@ impl Candidate {
         let m = &self.memory;
         [
             ("weights", m.weights),
-            ("gradients", m.grads),
+            ("gradients", m.grads + m.ddp_buckets),
             ("optimizer states + master", m.optimizer + m.master),
             ("activations", m.activations + m.recompute),
             ("logits/loss", m.logits),
@@ -408,6 +408,7 @@ fn evaluate(req: &PlanRequest, choice: Choice) -> Candidate {
         seq_len: req.seq_len,
         task: req.task,
         gpu: req.gpu,
+        engine,
     };
     let memory = with_overheads(
         training_memory(&setup),

@@ -225,6 +225,7 @@ fn memory_grows_with_tokens_and_shrinks_with_sharding() {
             seq_len: seq,
             task: Task::Sft,
             gpu: GpuKind::H100,
+            engine: Engine::Deepspeed,
         })
         .peak_bytes
     };
