@@ -22,7 +22,7 @@ pub use backend::{
 };
 pub use error::{Error, Result};
 pub use metrics::Metrics;
-pub use mock::{Failure, MockBackend, MockConfig, MockStats, control_router};
+pub use mock::{Failure, MockBackend, MockConfig, MockStats, control_router, embeddings_router};
 pub use server::{ServerConfig, router, serve, serve_router};
 pub use stop::{StopMatcher, StopStep};
 pub use validate::ValidRequest;

@@ -429,6 +429,78 @@ pub fn control_router(mock: MockBackend) -> Router {
         .with_state(mock)
 }
 
+/// Body of `POST /v1/embeddings` as the mock reads it.
+#[derive(Debug, Deserialize)]
+struct EmbeddingsRequest {
+    model: String,
+    input: EmbeddingsInput,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum EmbeddingsInput {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// Dimensions of the mock's embeddings.
+pub const EMBEDDING_DIMS: usize = 8;
+
+/// `POST /v1/embeddings` for the mock: one deterministic unit vector of
+/// [`EMBEDDING_DIMS`] floats per input string (same text → same vector), with
+/// `usage.prompt_tokens` counted in mock tokens; unknown models get OpenAI's 404.
+pub fn embeddings_router(mock: MockBackend) -> Router {
+    Router::new()
+        .route(
+            "/v1/embeddings",
+            post(
+                |State(m): State<MockBackend>, body: axum::body::Bytes| async move {
+                    use axum::response::IntoResponse;
+                    let req: EmbeddingsRequest = match serde_json::from_slice(&body) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            return crate::Error::MalformedJson {
+                                message: e.to_string(),
+                            }
+                            .into_response();
+                        }
+                    };
+                    if !m.cfg.models.contains(&req.model) {
+                        return crate::Error::from(BackendError::ModelNotFound(req.model))
+                            .into_response();
+                    }
+                    let inputs = match req.input {
+                        EmbeddingsInput::One(s) => vec![s],
+                        EmbeddingsInput::Many(v) => v,
+                    };
+                    let mut tokens = 0usize;
+                    let data: Vec<serde_json::Value> = inputs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, text)| {
+                            tokens += text.split_whitespace().count();
+                            let p = Prompt::Text(text.clone());
+                            let raw: Vec<f64> = (0..EMBEDDING_DIMS as u64)
+                                .map(|d| (mix(prompt_hash(&p) ^ d) % 2001) as f64 / 1000.0 - 1.0)
+                                .collect();
+                            let norm = raw.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-9);
+                            let v: Vec<f64> = raw.iter().map(|x| x / norm).collect();
+                            serde_json::json!({"object": "embedding", "index": i, "embedding": v})
+                        })
+                        .collect();
+                    Json(serde_json::json!({
+                        "object": "list",
+                        "data": data,
+                        "model": req.model,
+                        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                    }))
+                    .into_response()
+                },
+            ),
+        )
+        .with_state(mock)
+}
+
 fn mix(mut x: u64) -> u64 {
     // splitmix64 finaliser: cheap, well-spread, stable across Rust versions.
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);

@@ -1,0 +1,378 @@
+//! Response bodies: a fixed buffer (gateway answers) or a replica's body streamed
+//! through frame by frame, observed on the way (TTFT, inter-token gaps, `usage`),
+//! cut by the idle timeout, and accounted for when it ends or the client leaves.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use memchr::memmem;
+use serde::Deserialize;
+
+use crate::error::Error;
+use crate::metrics::{RequestLabels, RouteLabels, TokenLabels};
+use crate::proxy::Shared;
+use crate::registry::{InFlightGuard, Replica};
+use crate::tenancy::Tenant;
+
+/// Errors a response body can end with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the gateway sends to clients.
+#[derive(Debug)]
+pub enum GwBody {
+    /// A complete body (errors, `/v1/models`, `/metrics`).
+    Full(Option<Bytes>),
+    /// A replica's body passed through.
+    Proxy(Box<ProxyBody>),
+}
+
+impl From<Bytes> for GwBody {
+    fn from(b: Bytes) -> Self {
+        GwBody::Full(Some(b))
+    }
+}
+
+impl From<String> for GwBody {
+    fn from(s: String) -> Self {
+        GwBody::Full(Some(Bytes::from(s)))
+    }
+}
+
+impl Body for GwBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            GwBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            GwBody::Proxy(p) => Pin::new(&mut **p).poll_inner(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            GwBody::Full(b) => b.is_none(),
+            GwBody::Proxy(p) => p.done,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            GwBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            GwBody::Full(None) => SizeHint::with_exact(0),
+            GwBody::Proxy(p) => p.inner.as_ref().map(|i| i.size_hint()).unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct UsageOnly {
+    #[serde(default)]
+    usage: Option<UsageNums>,
+}
+
+#[derive(Deserialize)]
+struct UsageNums {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+}
+
+/// Largest non-streamed body kept for reading `usage`, and largest partial SSE event.
+const KEEP_LIMIT: usize = 4 * 1024 * 1024;
+
+/// Everything known about one proxied request, settled once when it ends.
+#[derive(Debug)]
+pub(crate) struct Observer {
+    pub sh: Arc<Shared>,
+    pub replica: Arc<Replica>,
+    pub _guard: InFlightGuard,
+    pub tenant: Arc<Tenant>,
+    pub model: String,
+    pub path: &'static str,
+    pub status: u16,
+    pub attempts: u32,
+    pub arrival: Instant,
+    pub estimated_tokens: u64,
+    pub estimated_prompt: u64,
+    pub sse: bool,
+    pub first_text: Option<Instant>,
+    pub last_text: Option<Instant>,
+    pub gaps: Vec<f32>,
+    pub events: u64,
+    pub keep: Vec<u8>,
+    pub overflow: bool,
+    pub usage: Option<(u64, u64)>,
+    pub outcome: Option<&'static str>,
+}
+
+fn has_text(frame: &[u8]) -> bool {
+    for pat in [&b"\"content\":\""[..], b"\"text\":\""] {
+        for pos in memmem::find_iter(frame, pat) {
+            if frame.get(pos + pat.len()).is_some_and(|b| *b != b'"') {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+impl Observer {
+    fn on_data(&mut self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        if self.sse {
+            if has_text(data) {
+                match self.last_text {
+                    None => self.first_text = Some(now),
+                    Some(prev) => self.gaps.push((now - prev).as_secs_f32()),
+                }
+                self.last_text = Some(now);
+            }
+            self.scan_sse(data);
+        } else {
+            if self.first_text.is_none() {
+                self.first_text = Some(now);
+            }
+            if !self.overflow {
+                if self.keep.len() + data.len() > KEEP_LIMIT {
+                    self.overflow = true;
+                    self.keep = Vec::new();
+                } else {
+                    self.keep.extend_from_slice(data);
+                }
+            }
+        }
+    }
+
+    fn scan_sse(&mut self, data: &[u8]) {
+        if self.keep.is_empty() && data.ends_with(b"\n\n") {
+            self.scan_events(data);
+            return;
+        }
+        if self.keep.len() + data.len() > KEEP_LIMIT {
+            self.keep.clear();
+            return;
+        }
+        self.keep.extend_from_slice(data);
+        if let Some(end) = memmem::rfind(&self.keep, b"\n\n") {
+            let complete: Vec<u8> = self.keep.drain(..end + 2).collect();
+            self.scan_events(&complete);
+        }
+    }
+
+    fn scan_events(&mut self, events: &[u8]) {
+        self.events += memmem::find_iter(events, b"data:").count() as u64;
+        let Some(at) = memmem::rfind(events, b"\"usage\":{") else {
+            return;
+        };
+        let start = memmem::rfind(&events[..at], b"data:").map_or(0, |p| p + 5);
+        let end = memmem::find(&events[at..], b"\n\n").map_or(events.len(), |p| at + p);
+        if let Ok(u) = serde_json::from_slice::<UsageOnly>(events[start..end].trim_ascii())
+            && let Some(n) = u.usage
+        {
+            self.usage = Some((
+                n.prompt_tokens.unwrap_or(0),
+                n.completion_tokens.unwrap_or(0),
+            ));
+        }
+    }
+
+    fn finish_body(&mut self) {
+        if !self.sse && !self.overflow && !self.keep.is_empty() {
+            if let Ok(u) = serde_json::from_slice::<UsageOnly>(&self.keep)
+                && let Some(n) = u.usage
+            {
+                self.usage = Some((
+                    n.prompt_tokens.unwrap_or(0),
+                    n.completion_tokens.unwrap_or(0),
+                ));
+            }
+            self.keep = Vec::new();
+        }
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        let outcome = self.outcome.unwrap_or("client_gone");
+        let code = if outcome == "client_gone" {
+            "499".to_owned()
+        } else {
+            self.status.to_string()
+        };
+        let m = &self.sh.metrics;
+        let team = self.tenant.team.clone();
+        m.requests
+            .get_or_create(&RequestLabels {
+                model: self.model.clone(),
+                replica: self.replica.id().to_owned(),
+                team: team.clone(),
+                code: code.clone(),
+            })
+            .inc();
+        let route = RouteLabels {
+            model: self.model.clone(),
+            replica: self.replica.id().to_owned(),
+            team: team.clone(),
+        };
+        let e2e = self.arrival.elapsed();
+        m.e2e.get_or_create(&route).observe(e2e.as_secs_f64());
+        if let Some(t) = self.first_text {
+            m.ttft
+                .get_or_create(&route)
+                .observe((t - self.arrival).as_secs_f64());
+        }
+        if !self.gaps.is_empty() {
+            let h = m.itl.get_or_create(&route).clone();
+            for g in &self.gaps {
+                h.observe(f64::from(*g));
+            }
+        }
+        let (prompt, completion) = match self.usage {
+            Some(u) => u,
+            None => (
+                self.estimated_prompt,
+                // One SSE event per token after the role chunk; minus `[DONE]`.
+                if self.sse {
+                    self.events.saturating_sub(2)
+                } else {
+                    0
+                },
+            ),
+        };
+        let tl = TokenLabels {
+            model: self.model.clone(),
+            team,
+        };
+        m.prompt_tokens.get_or_create(&tl).inc_by(prompt);
+        m.completion_tokens.get_or_create(&tl).inc_by(completion);
+        self.tenant
+            .settle(self.estimated_tokens, prompt + completion);
+        tracing::info!(
+            target: "ferry_gateway::access",
+            path = self.path,
+            model = %self.model,
+            team = %self.tenant.team,
+            replica = %self.replica.id(),
+            status = %code,
+            outcome,
+            attempts = self.attempts,
+            ttft_ms = self.first_text.map(|t| (t - self.arrival).as_secs_f64() * 1e3),
+            e2e_ms = e2e.as_secs_f64() * 1e3,
+            prompt_tokens = prompt,
+            completion_tokens = completion,
+            stream = self.sse,
+            "request"
+        );
+    }
+}
+
+/// A replica's response body on its way to the client.
+#[derive(Debug)]
+pub struct ProxyBody {
+    inner: Option<Incoming>,
+    idle: Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    obs: Observer,
+    trailer: Option<Bytes>,
+    done: bool,
+}
+
+impl ProxyBody {
+    pub(crate) fn new(inner: Incoming, idle: Duration, obs: Observer) -> Self {
+        Self {
+            inner: Some(inner),
+            idle,
+            sleep: Box::pin(tokio::time::sleep(idle)),
+            obs,
+            trailer: None,
+            done: false,
+        }
+    }
+
+    /// Ends a broken stream: an SSE error event for streams (what vLLM does; the
+    /// status line already went out), an aborted body otherwise.
+    fn fail(
+        &mut self,
+        kind: &'static str,
+        message: String,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.inner = None;
+        self.obs.outcome = Some(kind);
+        self.obs.sh.metrics.failure(self.obs.replica.id(), kind);
+        self.obs.replica.record_failure(kind);
+        self.obs.finish_body();
+        if self.obs.sse {
+            let err = Error::Upstream {
+                model: self.obs.model.clone(),
+                attempts: self.obs.attempts,
+                last: message,
+            };
+            let mut event = b"data: ".to_vec();
+            event.extend_from_slice(&err.body());
+            event.extend_from_slice(b"\n\ndata: [DONE]\n\n");
+            self.done = true;
+            return Poll::Ready(Some(Ok(Frame::data(Bytes::from(event)))));
+        }
+        self.done = true;
+        Poll::Ready(Some(Err(message.into())))
+    }
+
+    fn poll_inner(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if let Some(t) = this.trailer.take() {
+            return Poll::Ready(Some(Ok(Frame::data(t))));
+        }
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(d) = frame.data_ref() {
+                    this.obs.on_data(d);
+                }
+                let deadline = tokio::time::Instant::now() + this.idle;
+                this.sleep.as_mut().reset(deadline);
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.fail("body", format!("the replica's response broke off: {e}"))
+            }
+            Poll::Ready(None) => {
+                this.inner = None;
+                this.done = true;
+                this.obs.finish_body();
+                this.obs.outcome = Some("completed");
+                if this.obs.status < 500 {
+                    this.obs.replica.record_success();
+                }
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                if this.sleep.as_mut().poll(cx).is_ready() {
+                    let idle = this.idle;
+                    return this.fail(
+                        "idle_timeout",
+                        format!("the replica sent nothing for {idle:?} (idle timeout)"),
+                    );
+                }
+                Poll::Pending
+            }
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! Ferry's gateway: an OpenAI-compatible router in front of engine replicas.
+//!
+//! Build a [`Gateway`] from a [`GatewayConfig`], add replicas through the returned
+//! [`Registry`] (`upsert` / `remove` / `set_replicas`, safe under traffic), and
+//! [`Gateway::serve`] it. `ferry gateway` and `ferry mock-engine` are thin wrappers
+//! over [`cmd`].
+#![forbid(unsafe_code)]
+
+pub mod body;
+pub mod cmd;
+pub mod config;
+pub mod error;
+pub mod health;
+pub mod metrics;
+pub mod proxy;
+pub mod registry;
+pub mod route;
+pub mod server;
+pub mod tenancy;
+
+pub use config::{BackendConfig, GatewayConfig, KeyConfig, Policy, hash_key};
+pub use error::{Error, Result};
+pub use registry::{LoadSignal, Registry, ReplicaStatus};
+pub use server::Gateway;

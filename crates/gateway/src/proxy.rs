@@ -1,0 +1,560 @@
+//! The request path: route, authenticate, read and peek at the body, rate-limit,
+//! pick a replica, forward, retry on another replica while nothing has been sent
+//! to the client, then stream the answer back.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::body::{GwBody, Observer, ProxyBody};
+use crate::config::GatewayConfig;
+use crate::error::Error;
+use crate::metrics::{Metrics, ReplicaLabels, RequestLabels};
+use crate::registry::{Registry, Replica};
+use crate::route::{Affinity, Router, hash_parts};
+use crate::tenancy::{Tenancy, Tenant};
+
+/// The HTTP client to replicas (pooled keep-alive connections).
+pub(crate) type UpstreamClient = Client<HttpConnector, Full<Bytes>>;
+
+/// State shared by every request of one gateway.
+#[derive(Debug)]
+pub struct Shared {
+    pub(crate) cfg: GatewayConfig,
+    pub(crate) registry: Registry,
+    pub(crate) tenancy: Tenancy,
+    pub(crate) metrics: Metrics,
+    pub(crate) client: UpstreamClient,
+    pub(crate) router: Router,
+    pub(crate) draining: AtomicBool,
+    session_header: HeaderName,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        cfg: GatewayConfig,
+        registry: Registry,
+        tenancy: Tenancy,
+    ) -> Result<Self, Error> {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(cfg.connect_timeout()));
+        connector.set_nodelay(true);
+        connector.enforce_http(true);
+        let client = Client::builder(hyper_util::rt::TokioExecutor::new())
+            .pool_idle_timeout(cfg.pool_idle_timeout())
+            .pool_timer(hyper_util::rt::TokioTimer::new())
+            .build(connector);
+        let session_header =
+            HeaderName::from_bytes(cfg.session_header.to_ascii_lowercase().as_bytes())
+                .map_err(|e| Error::config("sessionHeader", format!("not a header name: {e}")))?;
+        let router = Router {
+            policy: cfg.policy,
+            load_bound: cfg.load_bound,
+            signal_max_age: cfg.metrics_interval() * 3,
+        };
+        Ok(Self {
+            cfg,
+            registry,
+            tenancy,
+            metrics: Metrics::new(),
+            client,
+            router,
+            draining: AtomicBool::new(false),
+            session_header,
+        })
+    }
+
+    /// Answers with a gateway error, counted in metrics and logged.
+    fn reject(&self, err: Error, model: &str, team: &str, path: &str) -> Response<GwBody> {
+        let resp: Response<GwBody> = err.response();
+        self.metrics
+            .requests
+            .get_or_create(&RequestLabels {
+                model: model.to_owned(),
+                replica: String::new(),
+                team: team.to_owned(),
+                code: resp.status().as_u16().to_string(),
+            })
+            .inc();
+        tracing::info!(
+            target: "ferry_gateway::access",
+            path,
+            model,
+            team,
+            status = resp.status().as_u16(),
+            outcome = "rejected",
+            error = %err,
+            "request"
+        );
+        resp
+    }
+}
+
+/// The fields of a request body the gateway needs; everything else passes untouched.
+#[derive(Deserialize)]
+struct Peek {
+    model: String,
+    #[serde(default)]
+    max_tokens: Option<Value>,
+    #[serde(default)]
+    max_completion_tokens: Option<Value>,
+    #[serde(default)]
+    messages: Option<Vec<PeekMessage>>,
+    #[serde(default)]
+    prompt: Option<Value>,
+    #[serde(default)]
+    input: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct PeekMessage {
+    #[serde(default)]
+    content: Option<Value>,
+}
+
+/// Appends the text in a JSON value (a string, or lists/parts holding strings).
+fn collect_text(v: &Value, out: &mut String, limit: usize, total: &mut usize) {
+    match v {
+        Value::String(s) => {
+            *total += s.len();
+            if out.len() < limit {
+                let room = limit - out.len();
+                let cut = s.char_indices().nth(room).map_or(s.len(), |(i, _)| i);
+                out.push_str(&s[..cut]);
+            }
+        }
+        Value::Array(items) => items
+            .iter()
+            .for_each(|i| collect_text(i, out, limit, total)),
+        Value::Object(o) => {
+            if let Some(t) = o.get("text") {
+                collect_text(t, out, limit, total);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl Peek {
+    /// Leading `limit` characters of the prompt (for hashing) and its total bytes.
+    fn prompt_prefix(&self, limit: usize) -> (String, usize) {
+        let mut out = String::new();
+        let mut total = 0;
+        if let Some(msgs) = &self.messages {
+            for m in msgs {
+                if let Some(c) = &m.content {
+                    collect_text(c, &mut out, limit, &mut total);
+                }
+            }
+        }
+        for v in [&self.prompt, &self.input].into_iter().flatten() {
+            collect_text(v, &mut out, limit, &mut total);
+        }
+        (out, total)
+    }
+
+    fn max_tokens(&self) -> Option<u64> {
+        [&self.max_completion_tokens, &self.max_tokens]
+            .into_iter()
+            .flatten()
+            .find_map(Value::as_u64)
+    }
+}
+
+const HOP_BY_HOP: [HeaderName; 6] = [
+    header::CONNECTION,
+    header::TRANSFER_ENCODING,
+    header::TE,
+    header::TRAILER,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+];
+
+/// Headers copied from the client to the replica.
+const FORWARDED: [HeaderName; 3] = [header::ACCEPT, header::USER_AGENT, header::ACCEPT_ENCODING];
+
+fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<GwBody> {
+    let mut r = Response::new(GwBody::from(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// Entry point of every request.
+pub(crate) async fn handle(
+    sh: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<GwBody>, Infallible> {
+    let arrival = Instant::now();
+    let path: &'static str = match req.uri().path() {
+        "/v1/chat/completions" => "/v1/chat/completions",
+        "/v1/completions" => "/v1/completions",
+        "/v1/embeddings" => "/v1/embeddings",
+        "/v1/models" => "/v1/models",
+        "/health" => "/health",
+        "/metrics" => "/metrics",
+        _ => "",
+    };
+    let resp = match (req.method(), path) {
+        (&Method::POST, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings") => {
+            forward(sh, req, path, arrival).await
+        }
+        (&Method::GET, "/v1/models") => models(&sh, &req),
+        (&Method::GET, "/health") => {
+            if sh.draining.load(Ordering::Relaxed) {
+                json(StatusCode::SERVICE_UNAVAILABLE, Error::Draining.body())
+            } else {
+                let mut r = Response::new(GwBody::from(Bytes::from_static(b"ok\n")));
+                r.headers_mut()
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+                r
+            }
+        }
+        (&Method::GET, "/metrics") => {
+            let text = sh.metrics.render(&sh.registry, sh.router.signal_max_age);
+            let mut r = Response::new(GwBody::from(text));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            r
+        }
+        _ => {
+            let err = Error::UnknownRoute {
+                method: req.method().to_string(),
+                path: req.uri().path().chars().take(200).collect(),
+            };
+            sh.reject(err, "", "", "unmatched")
+        }
+    };
+    Ok(resp)
+}
+
+fn models(sh: &Shared, req: &Request<Incoming>) -> Response<GwBody> {
+    let auth = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(HeaderValue::as_bytes);
+    if let Err(e) = sh.tenancy.authenticate(auth) {
+        return sh.reject(e, "", "unknown", "/v1/models");
+    }
+    let table = sh.registry.snapshot();
+    let mut names: Vec<&String> = table.models.keys().collect();
+    names.sort();
+    let data: Vec<Value> = names
+        .into_iter()
+        .map(|name| {
+            let announced = table.models[name].replicas().iter().find_map(|r| {
+                r.announced()
+                    .into_iter()
+                    .find(|m| m.get("id").and_then(Value::as_str) == Some(name.as_str()))
+            });
+            announced.unwrap_or_else(|| {
+                serde_json::json!({"id": name, "object": "model", "created": 0, "owned_by": "ferry"})
+            })
+        })
+        .collect();
+    let body = serde_json::json!({"object": "list", "data": data});
+    json(
+        StatusCode::OK,
+        serde_json::to_vec(&body).unwrap_or_default(),
+    )
+}
+
+fn content_length(h: &HeaderMap) -> Option<u64> {
+    h.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+enum Attempt {
+    Failed(Error),
+    Answer(Response<Incoming>),
+}
+
+async fn forward(
+    sh: Arc<Shared>,
+    req: Request<Incoming>,
+    path: &'static str,
+    arrival: Instant,
+) -> Response<GwBody> {
+    let (parts, body) = req.into_parts();
+    if sh.draining.load(Ordering::Relaxed) {
+        return sh.reject(Error::Draining, "", "", path);
+    }
+    let auth = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .map(HeaderValue::as_bytes);
+    let tenant = match sh.tenancy.authenticate(auth) {
+        Ok(t) => t,
+        Err(e) => return sh.reject(e, "", "unknown", path),
+    };
+    let limit = sh.cfg.max_body_bytes;
+    if content_length(&parts.headers).is_some_and(|n| n > limit as u64) {
+        return sh.reject(Error::BodyTooLarge { limit }, "", &tenant.team, path);
+    }
+    let bytes = match Limited::new(body, limit).collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            return sh.reject(Error::BodyTooLarge { limit }, "", &tenant.team, path);
+        }
+        Err(e) => {
+            return sh.reject(
+                Error::BodyRead {
+                    message: e.to_string(),
+                },
+                "",
+                &tenant.team,
+                path,
+            );
+        }
+    };
+    let peek: Peek = match serde_json::from_slice(&bytes) {
+        Ok(p) => p,
+        Err(e) => {
+            return sh.reject(
+                Error::MalformedJson {
+                    message: e.to_string(),
+                },
+                "",
+                &tenant.team,
+                path,
+            );
+        }
+    };
+    let table = sh.registry.snapshot();
+    let Some(pool) = table.pool(&peek.model) else {
+        return sh.reject(
+            Error::UnknownModel(peek.model.clone()),
+            &peek.model,
+            &tenant.team,
+            path,
+        );
+    };
+    let (prefix, prompt_bytes) = peek.prompt_prefix(sh.cfg.prefix_chars);
+    let estimated_prompt = (prompt_bytes as u64).div_ceil(4).max(1);
+    let completion_budget = if path == "/v1/embeddings" {
+        0
+    } else {
+        peek.max_tokens()
+            .unwrap_or(if path == "/v1/completions" { 16 } else { 256 })
+    };
+    let estimated_tokens = estimated_prompt + completion_budget;
+    if let Err(e) = tenant.admit(estimated_tokens) {
+        return sh.reject(e, &peek.model, &tenant.team, path);
+    }
+    let affinity = match parts.headers.get(&sh.session_header) {
+        Some(s) => Affinity::Session(hash_parts(&[peek.model.as_bytes(), s.as_bytes()])),
+        None if !prefix.is_empty() => {
+            Affinity::Prefix(hash_parts(&[peek.model.as_bytes(), prefix.as_bytes()]))
+        }
+        None => Affinity::None,
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    for name in FORWARDED.iter().chain([&sh.session_header]) {
+        if let Some(v) = parts.headers.get(name) {
+            headers.insert(name.clone(), v.clone());
+        }
+    }
+    for name in ["x-request-id", "traceparent"] {
+        if let Some(v) = parts.headers.get(name) {
+            headers.insert(HeaderName::from_static(name), v.clone());
+        }
+    }
+
+    let mut tried: Vec<Arc<Replica>> = Vec::new();
+    let mut last: Option<Error> = None;
+    let mut held_5xx: Option<(Response<Incoming>, Arc<Replica>)> = None;
+    let max = sh.cfg.max_attempts;
+    let mut attempts = 0;
+    while attempts < max {
+        let Some(replica) = sh.router.choose(pool, affinity, &tried) else {
+            break;
+        };
+        attempts += 1;
+        if let Some(prev) = tried.last() {
+            sh.metrics
+                .retries
+                .get_or_create(&ReplicaLabels {
+                    replica: prev.id().to_owned(),
+                })
+                .inc();
+        }
+        let guard = replica.start();
+        match attempt(&sh, &replica, path, &headers, &bytes, &peek.model).await {
+            Attempt::Answer(resp) if resp.status().is_server_error() && attempts < max => {
+                sh.metrics.failure(replica.id(), "status_5xx");
+                replica.record_failure("status_5xx");
+                drop(guard);
+                tried.push(replica.clone());
+                held_5xx = Some((resp, replica));
+            }
+            Attempt::Answer(resp) => {
+                if resp.status().is_server_error() {
+                    sh.metrics.failure(replica.id(), "status_5xx");
+                    replica.record_failure("status_5xx");
+                }
+                return respond(
+                    &sh,
+                    resp,
+                    replica,
+                    guard,
+                    tenant,
+                    peek.model,
+                    path,
+                    attempts,
+                    arrival,
+                    estimated_tokens,
+                    estimated_prompt,
+                );
+            }
+            Attempt::Failed(e) => {
+                drop(guard);
+                tried.push(replica);
+                last = Some(e);
+            }
+        }
+    }
+    if let Some((resp, replica)) = held_5xx {
+        // Nowhere else to go: pass the replica's own error through.
+        let guard = replica.start();
+        return respond(
+            &sh,
+            resp,
+            replica,
+            guard,
+            tenant,
+            peek.model,
+            path,
+            attempts,
+            arrival,
+            estimated_tokens,
+            estimated_prompt,
+        );
+    }
+    tenant.settle(estimated_tokens, 0);
+    let err = match last {
+        Some(e) => e,
+        None => Error::NoReplica(peek.model.clone()),
+    };
+    sh.reject(err, &peek.model, &tenant.team, path)
+}
+
+async fn attempt(
+    sh: &Shared,
+    replica: &Replica,
+    path: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+    model: &str,
+) -> Attempt {
+    let mut req = Request::new(Full::new(body.clone()));
+    *req.method_mut() = Method::POST;
+    *req.uri_mut() = replica.upstream().uri(path);
+    *req.headers_mut() = headers.clone();
+    let timeout = sh.cfg.first_byte_timeout();
+    match tokio::time::timeout(timeout, sh.client.request(req)).await {
+        Ok(Ok(resp)) => Attempt::Answer(resp),
+        Ok(Err(e)) => {
+            let kind = if e.is_connect() { "connect" } else { "send" };
+            sh.metrics.failure(replica.id(), kind);
+            replica.record_failure(kind);
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg.push_str(": ");
+                msg.push_str(&s.to_string());
+                src = s.source();
+            }
+            Attempt::Failed(Error::Upstream {
+                model: model.to_owned(),
+                attempts: 1,
+                last: format!("replica {}: {msg}", replica.id()),
+            })
+        }
+        Err(_) => {
+            sh.metrics.failure(replica.id(), "first_byte_timeout");
+            replica.record_failure("first_byte_timeout");
+            Attempt::Failed(Error::FirstByteTimeout {
+                model: model.to_owned(),
+                timeout,
+            })
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn respond(
+    sh: &Arc<Shared>,
+    resp: Response<Incoming>,
+    replica: Arc<Replica>,
+    guard: crate::registry::InFlightGuard,
+    tenant: Arc<Tenant>,
+    model: String,
+    path: &'static str,
+    attempts: u32,
+    arrival: Instant,
+    estimated_tokens: u64,
+    estimated_prompt: u64,
+) -> Response<GwBody> {
+    let (mut parts, incoming) = resp.into_parts();
+    for h in &HOP_BY_HOP {
+        parts.headers.remove(h);
+    }
+    parts.headers.remove("keep-alive");
+    if let Ok(v) = HeaderValue::from_str(replica.id()) {
+        parts
+            .headers
+            .insert(HeaderName::from_static("x-ferry-replica"), v);
+    }
+    let sse = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let obs = Observer {
+        sh: sh.clone(),
+        replica,
+        _guard: guard,
+        tenant,
+        model,
+        path,
+        status: parts.status.as_u16(),
+        attempts,
+        arrival,
+        estimated_tokens,
+        estimated_prompt,
+        sse,
+        first_text: None,
+        last_text: None,
+        gaps: Vec::new(),
+        events: 0,
+        keep: Vec::new(),
+        overflow: false,
+        usage: None,
+        outcome: None,
+    };
+    let body = ProxyBody::new(incoming, sh.cfg.idle_timeout(), obs);
+    Response::from_parts(parts, GwBody::Proxy(Box::new(body)))
+}
