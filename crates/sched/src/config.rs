@@ -150,11 +150,19 @@ pub struct Options {
     /// Lend nodes reserved for a blocked gang to work that will not finish before the gang can
     /// start; that work is preempted (gracefully, it checkpoints) when the gang's turn comes.
     pub lend_reserved_nodes: bool,
-    /// Shortest loan worth making, in seconds until the reserved gang can start.
+    /// Shortest loan worth making, in seconds until the reserved gang can start (0: any).
     pub min_loan_s: u64,
     /// The head-of-line holder's reservation binds its whole cohort, even when it must borrow,
     /// and a gang admitted through it is not reclaimed: large jobs cannot starve.
     pub drain_for_holder: bool,
+    /// Within a priority, try work with the least expected GPU time first (work without an
+    /// expected duration goes last, by age); reservations still go to the oldest blocked job.
+    #[serde(default)]
+    pub shortest_first: bool,
+    /// An owner reclaims lent quota by preemption only when it would otherwise wait at least this
+    /// long (seconds) for borrowers to finish; 0 reclaims at once.
+    #[serde(default)]
+    pub reclaim_patience_s: u64,
 }
 
 impl Default for Options {
@@ -167,8 +175,10 @@ impl Default for Options {
             max_candidates_per_cycle: 2048,
             max_preemption_attempts_per_cycle: 32,
             lend_reserved_nodes: true,
-            min_loan_s: 900,
+            min_loan_s: 0,
             drain_for_holder: true,
+            shortest_first: true,
+            reclaim_patience_s: 0,
         }
     }
 }

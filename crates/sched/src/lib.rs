@@ -16,6 +16,7 @@ pub use config::{
 pub use error::{Result, SchedError};
 pub use scheduler::{QueueUsage, Scheduler};
 pub use sim::{
-    Policy, SimReport, TeamShare, TraceJob, cluster_with_gpus, default_cluster, default_queues,
-    describe_setup, parse_trace, read_trace, render_svg, render_table, simulate,
+    GenSpec, Policy, SimReport, SizeMix, TeamShare, TraceJob, cluster_with_gpus, default_cluster,
+    default_queues, describe_setup, entitlements, generated_trace, parse_trace, read_trace,
+    render_svg, render_table, simulate,
 };

@@ -30,6 +30,8 @@ struct Job {
     queue: u32,
     prio: i32,
     created: Time,
+    /// Sort key within its priority: age, or expected GPU-seconds with `Options::shortest_first`.
+    order: u64,
     seq: u64,
     pods: u32,
     g: u32,
@@ -55,7 +57,7 @@ impl Job {
         u64::from(self.pods) * u64::from(self.g)
     }
     fn key(&self, idx: u32) -> PKey {
-        (Reverse(self.prio), self.created, self.seq, idx)
+        (Reverse(self.prio), self.order, self.seq, idx)
     }
     fn end(&self) -> Option<Time> {
         self.expected.map(|e| self.admitted_at + e)
@@ -544,6 +546,7 @@ impl Scheduler {
             queue: q,
             prio,
             created: w.created_at,
+            order: 0,
             seq: self.seq,
             pods: w.pods,
             g: w.gpus_per_pod,
@@ -561,12 +564,23 @@ impl Scheduler {
             on_loan: false,
             protected: false,
         };
+        let mut job = job;
+        job.order = self.order_of(&job);
         let qs = &mut self.queues[q as usize];
         qs.pending.insert(job.key(idx));
         qs.dirty = true;
         self.jobs.push(Some(job));
         self.ids.insert(w.id, idx);
         Ok(())
+    }
+
+    /// Where a pending job sorts within its priority level.
+    fn order_of(&self, job: &Job) -> u64 {
+        match (self.opts.shortest_first, job.expected) {
+            (true, Some(e)) => e,
+            (true, None) => u64::MAX,
+            (false, _) => job.created,
+        }
     }
 
     fn lookup(&self, id: &str, event: &'static str) -> Result<u32> {
@@ -721,6 +735,9 @@ impl Scheduler {
         {
             job.expected = Some(e.saturating_sub(c - job.admitted_at).max(1));
         }
+        let order = self.order_of(self.jobs[j as usize].as_ref().expect("job exists"));
+        let job = self.jobs[j as usize].as_mut().expect("job exists");
+        job.order = order;
         let (q, key) = (job.queue, job.key(j));
         self.queues[q as usize].pending.insert(key);
         self.mark_all_dirty();
@@ -1549,9 +1566,17 @@ impl Scheduler {
             return Some(Outcome::Preempting);
         }
         let min_running = self.queues[q as usize].running.first().map(|x| x.0);
+        let by_priority = min_running.is_some_and(|m| m < prio);
+        // Reclaiming costs the victims their grace period and a restart: not worth it when the
+        // quota comes back by itself soon.
+        let patient = !by_priority
+            && self.opts.reclaim_patience_s > 0
+            && self
+                .quota_shadow(j, f, now)
+                .is_some_and(|s| s < now + self.opts.reclaim_patience_s);
         let may_preempt = self.opts.preemption
             && *preempt_budget > 0
-            && (min_running.is_some_and(|m| m < prio) || self.may_reclaim(q, f, r));
+            && (by_priority || (!patient && self.may_reclaim(q, f, r)));
         if may_preempt {
             *preempt_budget -= 1;
             if self.try_preempt(j, f, false, out) {

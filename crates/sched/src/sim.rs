@@ -372,6 +372,7 @@ impl Policy {
                 strict_fifo: true,
                 preemption: false,
                 fair_sharing: false,
+                shortest_first: false,
                 ..Options::default()
             },
             Policy::EasyBackfill => Options {
@@ -379,6 +380,7 @@ impl Policy {
                 strict_fifo: false,
                 preemption: false,
                 fair_sharing: false,
+                shortest_first: false,
                 ..Options::default()
             },
             Policy::KueueStrict => Options {
@@ -387,6 +389,8 @@ impl Policy {
                 preemption: true,
                 fair_sharing: true,
                 lend_reserved_nodes: false,
+                shortest_first: false,
+                reclaim_patience_s: 0,
                 ..Options::default()
             },
         }
@@ -431,6 +435,9 @@ pub struct SimReport {
     pub policy: String,
     /// Useful GPU-seconds over (GPUs x makespan).
     pub utilization: f64,
+    /// Useful busy GPU-seconds between the first and the last submit over (GPUs x that span):
+    /// the steady state, without the drain at the end that `utilization` includes.
+    pub utilization_in_window: f64,
     /// Busy GPUs over capacity, averaged over the time some job was waiting.
     pub utilization_while_waiting: f64,
     /// Mean job completion time, seconds.
@@ -502,12 +509,7 @@ pub fn simulate(
         .enumerate()
         .map(|(i, q)| (q.name.as_str(), i))
         .collect();
-    let nominal: Vec<f64> = queues
-        .iter()
-        .map(|q| q.quotas.iter().map(|x| f64::from(x.nominal)).sum::<f64>() * q.fair_share_weight)
-        .collect();
-    let nominal_sum: f64 = nominal.iter().sum::<f64>().max(1e-9);
-
+    let entitled = entitlements(queues, cluster);
     let team_queues = matches!(policy, Policy::Ferry | Policy::KueueStrict);
     let sched_queues = match policy {
         Policy::Ferry | Policy::KueueStrict => queues.to_vec(),
@@ -580,6 +582,8 @@ pub fn simulate(
     let mut sat_gpu_s = 0f64;
     let mut saturated_s = 0u64;
     let mut waiting_busy = 0f64;
+    let last_submit = trace.iter().map(|t| t.submit_s).max().unwrap_or(0);
+    let mut window_busy = 0f64;
     let mut waiting_s = 0u64;
     let mut timeline = vec![(now, 0u64)];
     let mut preemptions = 0u64;
@@ -687,7 +691,11 @@ pub fn simulate(
                         if s + j.remaining > now + GRACE_S {
                             j.remaining = j.remaining - (now - s) + RESUME_OVERHEAD_S;
                             j.epoch += 1;
-                            lost_gpu_s += (GRACE_S + RESUME_OVERHEAD_S) as f64 * j.gpus as f64;
+                            let lost = (GRACE_S + RESUME_OVERHEAD_S) as f64 * j.gpus as f64;
+                            lost_gpu_s += lost;
+                            if now < last_submit {
+                                window_busy -= lost;
+                            }
                             evictions.push(Reverse((now + GRACE_S, i)));
                         } else {
                             // Finishes within the grace period: its completion stands.
@@ -717,8 +725,15 @@ pub fn simulate(
             waiting_s += dt;
             waiting_busy += busy as f64 * dt as f64;
         }
-        // A team is saturated when it has work waiting.
-        let all_sat = (0..nteams).all(|q| !active_teams[q] || team_pending[q] > 0);
+        if now < last_submit {
+            window_busy += busy as f64 * (t_next.min(last_submit) - now) as f64;
+        }
+        // A team is saturated when it asks for at least its entitled GPUs (running + waiting).
+        let all_sat = (0..nteams).all(|q| {
+            !active_teams[q]
+                || (team_pending[q] > 0
+                    && (team_busy[q] + team_pending[q] as u64) as f64 >= entitled[q] * capacity)
+        });
         if all_sat && dt > 0 {
             saturated_s += dt;
             sat_gpu_s += busy as f64 * dt as f64;
@@ -780,7 +795,7 @@ pub fn simulate(
             } else {
                 0.0
             };
-            let entitlement = nominal[q] / nominal_sum;
+            let entitlement = entitled[q];
             let ratio = if entitlement > 0.0 {
                 share / entitlement
             } else {
@@ -799,6 +814,7 @@ pub fn simulate(
     Ok(SimReport {
         policy: policy.name().into(),
         utilization: useful / (capacity * makespan.max(1) as f64),
+        utilization_in_window: window_busy.max(0.0) / (capacity * (last_submit - t0).max(1) as f64),
         utilization_while_waiting: if waiting_s > 0 {
             waiting_busy / (capacity * waiting_s as f64)
         } else {
@@ -834,6 +850,9 @@ pub fn render_table(reports: &[SimReport]) -> String {
         s.push('\n');
     };
     row(&mut s, "utilization", &|r| format!("{:.3}", r.utilization));
+    row(&mut s, "utilization first-last submit", &|r| {
+        format!("{:.3}", r.utilization_in_window)
+    });
     row(&mut s, "utilization while waiting", &|r| {
         format!("{:.3}", r.utilization_while_waiting)
     });
@@ -928,4 +947,147 @@ pub fn render_svg(reports: &[SimReport], capacity: u64) -> String {
     }
     s.push_str("</svg>\n");
     s
+}
+
+/// Each queue's entitlement: the fraction of the cluster's GPUs it is owed when every queue is
+/// saturated. A queue is owed its nominal quota; GPUs no quota covers are split by fair-share
+/// weight; when the quotas add up to more than the cluster, every quota is scaled down alike.
+/// In symbols, with `n` a queue's nominal GPUs (all flavors), `N` their sum, `w` its weight, `W`
+/// the sum of weights and `C` the cluster's GPUs: `(n + w / W * max(0, C - N)) / max(C, N)`.
+pub fn entitlements(queues: &[QueueSpec], cluster: &Cluster) -> Vec<f64> {
+    let nominal: Vec<f64> = queues
+        .iter()
+        .map(|q| q.quotas.iter().map(|x| f64::from(x.nominal)).sum::<f64>())
+        .collect();
+    let n: f64 = nominal.iter().sum();
+    let c = cluster.total_gpus() as f64;
+    let w: f64 = queues.iter().map(|q| q.fair_share_weight).sum::<f64>();
+    let spare = (c - n).max(0.0);
+    let denom = c.max(n).max(1e-9);
+    queues
+        .iter()
+        .zip(&nominal)
+        .map(|(q, nom)| {
+            let extra = if w > 0.0 {
+                q.fair_share_weight / w * spare
+            } else {
+                0.0
+            };
+            (nom + extra) / denom
+        })
+        .collect()
+}
+
+/// Job-size mix of a generated trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SizeMix {
+    /// Mostly 1–8 GPU jobs.
+    Small,
+    /// Helios-like: many small jobs and a tail of multi-node gangs up to the whole cluster.
+    Mixed,
+    /// Mostly multi-node gangs (8–64 GPUs, some whole-cluster).
+    Gangs,
+}
+
+/// What `generated_trace` produces: a seeded synthetic trace for testing policies on traces
+/// that were never tuned for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GenSpec {
+    /// Seed of the generator (same seed, same trace).
+    pub seed: u64,
+    /// Number of jobs.
+    pub jobs: usize,
+    /// Number of teams (each with its own volume).
+    pub teams: usize,
+    /// GPUs of the cluster the load is computed against (8 per node); no job is larger.
+    pub gpus: u32,
+    /// Offered load: GPU-seconds over the submit span, as a fraction of `gpus`.
+    pub load: f64,
+    /// Job-size mix.
+    pub mix: SizeMix,
+}
+
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn pick(&mut self, weights: &[f64]) -> usize {
+        let total: f64 = weights.iter().sum();
+        let mut x = self.unit() * total;
+        for (i, w) in weights.iter().enumerate() {
+            if x < *w {
+                return i;
+            }
+            x -= w;
+        }
+        weights.len() - 1
+    }
+}
+
+/// A synthetic trace: teams with unequal volumes and their own size mixes, log-uniform run times
+/// (1 minute to 1 day), and bursty arrivals (a daily cycle) scaled to the requested offered load.
+pub fn generated_trace(spec: &GenSpec) -> Vec<TraceJob> {
+    let mut rng = SplitMix(spec.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5EED);
+    let cap = spec.gpus.max(1);
+    let sizes: &[(u32, f64)] = match spec.mix {
+        SizeMix::Small => &[(1, 0.35), (2, 0.25), (4, 0.25), (8, 0.15)],
+        SizeMix::Mixed => &[
+            (1, 0.2),
+            (2, 0.15),
+            (4, 0.15),
+            (8, 0.25),
+            (16, 0.1),
+            (32, 0.07),
+            (64, 0.05),
+            (u32::MAX, 0.03),
+        ],
+        SizeMix::Gangs => &[(8, 0.3), (16, 0.3), (32, 0.2), (64, 0.15), (u32::MAX, 0.05)],
+    };
+    let teams = spec.teams.max(1);
+    let volume: Vec<f64> = (0..teams).map(|_| 0.5 + 3.0 * rng.unit()).collect();
+    // Each team leans towards part of the mix.
+    let lean: Vec<Vec<f64>> = (0..teams)
+        .map(|_| sizes.iter().map(|(_, w)| w * (0.3 + rng.unit())).collect())
+        .collect();
+    let mut jobs: Vec<(usize, u32, u64)> = Vec::with_capacity(spec.jobs);
+    let (lo, hi) = (60f64.ln(), 86_400f64.ln());
+    for _ in 0..spec.jobs {
+        let team = rng.pick(&volume);
+        let gpus = sizes[rng.pick(&lean[team])].0.min(cap);
+        let dur = (lo + (hi - lo) * rng.unit()).exp().round() as u64;
+        jobs.push((team, gpus, dur.max(1)));
+    }
+    let gpu_s: f64 = jobs.iter().map(|(_, g, d)| f64::from(*g) * *d as f64).sum();
+    let span = gpu_s / (spec.load.max(0.01) * f64::from(cap));
+    let mean_gap = span / spec.jobs.max(1) as f64;
+    let mut t = 0f64;
+    jobs.into_iter()
+        .enumerate()
+        .map(|(i, (team, gpus, dur))| {
+            let submit = t.round() as u64;
+            // Busier in the day than at night: the gap shrinks and grows over a 24 h cycle.
+            let phase = (t / 86_400.0 * std::f64::consts::TAU).sin();
+            t += -mean_gap * (1.0 - rng.unit()).ln() * (1.0 - 0.6 * phase);
+            TraceJob {
+                job_id: format!("g{}-{i}", spec.seed),
+                submit_s: submit,
+                duration_s: dur,
+                gpus,
+                nodes: gpus.div_ceil(DEFAULT_GPUS_PER_NODE),
+                team: format!("team-{team}"),
+                status: "COMPLETED".into(),
+            }
+        })
+        .collect()
 }
