@@ -155,10 +155,11 @@ pub struct Options {
     /// The head-of-line holder's reservation binds its whole cohort, even when it must borrow,
     /// and a gang admitted through it is not reclaimed: large jobs cannot starve.
     pub drain_for_holder: bool,
-    /// Within a priority, try work with the least expected GPU time first (work without an
-    /// expected duration goes last, by age); reservations still go to the oldest blocked job.
+    /// Within a priority, a job sorts as if created this many times its expected duration later:
+    /// short jobs pass long ones created up to that much earlier, long ones still age in (0: by
+    /// age alone). Reservations still go to the oldest blocked job.
     #[serde(default)]
-    pub shortest_first: bool,
+    pub duration_weight: u32,
     /// An owner reclaims lent quota by preemption only when it would otherwise wait at least this
     /// long (seconds) for borrowers to finish; 0 reclaims at once.
     #[serde(default)]
@@ -177,7 +178,7 @@ impl Default for Options {
             lend_reserved_nodes: true,
             min_loan_s: 0,
             drain_for_holder: true,
-            shortest_first: true,
+            duration_weight: 6,
             reclaim_patience_s: 0,
         }
     }

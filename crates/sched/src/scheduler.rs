@@ -30,7 +30,7 @@ struct Job {
     queue: u32,
     prio: i32,
     created: Time,
-    /// Sort key within its priority: age, or expected GPU-seconds with `Options::shortest_first`.
+    /// Sort key within its priority (see `order_of`).
     order: u64,
     seq: u64,
     pods: u32,
@@ -574,13 +574,12 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Where a pending job sorts within its priority level.
+    /// Where a pending job sorts within its priority level: its creation time, pushed back by
+    /// `Options::duration_weight` times its expected duration (unknown: by age alone).
     fn order_of(&self, job: &Job) -> u64 {
-        match (self.opts.shortest_first, job.expected) {
-            (true, Some(e)) => e,
-            (true, None) => u64::MAX,
-            (false, _) => job.created,
-        }
+        let w = u64::from(self.opts.duration_weight);
+        job.created
+            .saturating_add(job.expected.unwrap_or(0).saturating_mul(w))
     }
 
     fn lookup(&self, id: &str, event: &'static str) -> Result<u32> {

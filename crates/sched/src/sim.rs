@@ -372,7 +372,7 @@ impl Policy {
                 strict_fifo: true,
                 preemption: false,
                 fair_sharing: false,
-                shortest_first: false,
+                duration_weight: 0,
                 ..Options::default()
             },
             Policy::EasyBackfill => Options {
@@ -380,7 +380,7 @@ impl Policy {
                 strict_fifo: false,
                 preemption: false,
                 fair_sharing: false,
-                shortest_first: false,
+                duration_weight: 0,
                 ..Options::default()
             },
             Policy::KueueStrict => Options {
@@ -389,7 +389,7 @@ impl Policy {
                 preemption: true,
                 fair_sharing: true,
                 lend_reserved_nodes: false,
-                shortest_first: false,
+                duration_weight: 0,
                 reclaim_patience_s: 0,
                 ..Options::default()
             },
