@@ -41,6 +41,11 @@ pub enum Command {
     Convert(crate::commands::ConvertArgs),
     /// Replay a cluster trace under Ferry's scheduler and its peers.
     Sim(crate::commands::SimArgs),
+    /// Serve a model directory with the built-in engine behind the OpenAI API.
+    Serve(crate::commands::ServeArgs),
+    /// Built-in engine entry points the control plane launches as rank processes.
+    #[command(subcommand, hide = true)]
+    Engine(crate::commands::EngineCommand),
     /// Create or update resources from a YAML or JSON file.
     Apply(ApplyArgs),
     /// List resources: jobs, deployments, queues, models, gpus.

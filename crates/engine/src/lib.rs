@@ -19,11 +19,14 @@ mod train;
 mod weights;
 
 pub use checkpoint::{
-    TrainerState, latest_checkpoint, list_checkpoints, read_state, resolve_resume,
+    OPTIMIZER_STATE, TRAINER_STATE, TrainerState, latest_checkpoint, list_checkpoints, read_state,
+    resolve_resume,
 };
 pub use config::{Architecture, ModelConfig};
 pub use data::{DataConfig, DataFormat, unigram_entropy};
-pub use demo::{DEMO_CHAT, DEMO_STORIES, demo_train_config, write_demo_corpus};
+pub use demo::{
+    DEMO_CHAT, DEMO_PRESET, DEMO_STORIES, PRESETS, demo_train_config, preset, write_demo_corpus,
+};
 pub use error::{EngineError, Result};
 pub use model::{KvCache, Model, Weights, init_weights, masked_cross_entropy, parameter_shapes};
 pub use optim::lr_at;

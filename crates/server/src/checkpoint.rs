@@ -22,7 +22,9 @@ pub fn latest_checkpoint(dir: &Path) -> Option<PathBuf> {
             let unfinished = [".tmp", ".partial", ".incomplete"]
                 .iter()
                 .any(|s| name.ends_with(s));
-            if name.starts_with('.') || unfinished {
+            // Checkpoints are directories; files beside them (a shared tokenizer) are not.
+            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+            if name.starts_with('.') || unfinished || !is_dir {
                 return None;
             }
             let modified = e.metadata().and_then(|m| m.modified()).ok();

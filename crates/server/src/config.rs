@@ -26,6 +26,12 @@ pub struct ServerConfig {
     pub gpus: GpuSetting,
     /// How often the reconcile loop runs when nothing wakes it.
     pub tick: Duration,
+    /// The `ferry` binary that built-in training ranks and serving replicas run
+    /// (`ferry engine train`, `ferry serve`); this process's own executable by default.
+    pub self_exe: PathBuf,
+    /// Stop serving replicas when the control plane exits (the demo's private one does);
+    /// `ferry up` leaves them serving and re-adopts them at its next start.
+    pub stop_replicas_on_exit: bool,
 }
 
 impl ServerConfig {
@@ -37,6 +43,8 @@ impl ServerConfig {
             store_url: None,
             gpus: GpuSetting::Discover,
             tick: Duration::from_millis(500),
+            self_exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("ferry")),
+            stop_replicas_on_exit: false,
         }
     }
 

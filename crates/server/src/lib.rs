@@ -13,14 +13,16 @@ mod checkpoint;
 mod config;
 mod engines;
 mod error;
+mod export;
 mod metrics;
 mod reconcile;
+mod serving;
 mod state;
 
 pub use api::router;
 pub use checkpoint::latest_checkpoint;
 pub use config::{GpuSetting, ServerConfig};
-pub use engines::{EngineAdapter, LaunchContext, adapter_for};
+pub use engines::{EngineAdapter, LaunchContext, adapter_for, resolve_engine};
 pub use error::ApiError;
 pub use state::ControlPlane;
 
@@ -46,11 +48,16 @@ pub async fn run(
         "ferry control plane up"
     );
     let reconciler = tokio::spawn(reconcile::run(plane.clone()));
+    let server = tokio::spawn(serving::run(plane.clone()));
     let app = router(plane.clone());
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await;
     reconciler.abort();
+    server.abort();
+    if plane.config().stop_replicas_on_exit {
+        serving::stop_everything(&plane).await;
+    }
     plane.store().close().await;
     served.map_err(|e| ApiError::internal(format!("HTTP server stopped: {e}")))
 }

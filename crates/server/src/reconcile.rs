@@ -10,13 +10,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use ferry_runtime::{GangRecord, GangStatus, LocalRuntime, RankState};
-use ferry_spec::{JobPhase, ResumePolicy};
+use ferry_spec::{JobPhase, ModelSource, ResumePolicy};
 use ferry_store::{JobFilter, JobRecord, StatusPatch, StoreError};
 
 use crate::admission;
 use crate::checkpoint::latest_checkpoint;
 use crate::engines::{LaunchContext, adapter_for};
 use crate::error::ApiError;
+use crate::export;
 use crate::metrics;
 use crate::state::{ControlPlane, LiveGang};
 
@@ -389,7 +390,23 @@ async fn launch(plane: &ControlPlane, job: &JobRecord, from: JobPhase) -> Result
         ResumePolicy::Latest if attempt > 1 => latest_checkpoint(&checkpoint_dir),
         _ => None,
     };
-    let adapter = match adapter_for(job.job.spec.engine) {
+    let model_dir = match resolve_model_dir(plane, job).await {
+        Ok(dir) => dir,
+        Err(message) => {
+            store
+                .transition(
+                    &job.uid,
+                    from,
+                    JobPhase::Failed,
+                    "ModelNotFound",
+                    &message,
+                    StatusPatch::default(),
+                )
+                .await?;
+            return Ok(());
+        }
+    };
+    let adapter = match adapter_for(&job.job) {
         Ok(a) => a,
         Err(e) => {
             store
@@ -442,6 +459,8 @@ async fn launch(plane: &ControlPlane, job: &JobRecord, from: JobPhase) -> Result
         checkpoint_dir: checkpoint_dir.clone(),
         resume_from,
         gpus_per_rank: record.gpus.clone(),
+        model_dir,
+        self_exe: &plane.config().self_exe,
     };
     let launched = match adapter.launch(&ctx) {
         Ok(req) => {
@@ -525,23 +544,85 @@ async fn observe(plane: &ControlPlane, job: &JobRecord) -> Result<(), StoreError
     }
 }
 
+/// The ranks all exited 0: export the model when the spec asks, then record success.
 async fn store_succeeded(
     plane: &ControlPlane,
     job: &JobRecord,
     live: &LiveGang,
 ) -> Result<(), StoreError> {
+    let ranks = live.gang.world_size();
+    let (to, reason, message) = match export::export(plane, job).await {
+        Ok(None) => (
+            JobPhase::Succeeded,
+            "Completed",
+            format!("all {ranks} ranks exited 0"),
+        ),
+        Ok(Some(model)) => {
+            plane
+                .store()
+                .note(
+                    &job.uid,
+                    "Exported",
+                    &format!(
+                        "registered model {} ({}) at {} from checkpoint {}",
+                        model.name,
+                        model.format,
+                        model.path,
+                        model.checkpoint.as_deref().unwrap_or("-")
+                    ),
+                )
+                .await?;
+            (
+                JobPhase::Succeeded,
+                "Completed",
+                format!(
+                    "all {ranks} ranks exited 0; model {} registered",
+                    model.name
+                ),
+            )
+        }
+        Err(message) => (JobPhase::Failed, "ExportFailed", message),
+    };
     plane
         .store()
         .transition(
             &job.uid,
             JobPhase::Running,
-            JobPhase::Succeeded,
-            "Completed",
-            &format!("all {} ranks exited 0", live.gang.world_size()),
+            to,
+            reason,
+            &message,
             StatusPatch::default(),
         )
         .await
         .map(drop)
+}
+
+/// The directory `spec.model` names: a path (relative to the working directory) or a
+/// registered model; `None` for models built from scratch or fetched by the engine.
+async fn resolve_model_dir(
+    plane: &ControlPlane,
+    job: &JobRecord,
+) -> Result<Option<std::path::PathBuf>, String> {
+    let Some(model) = &job.job.spec.model else {
+        return Ok(None);
+    };
+    match model.source {
+        ModelSource::Path => Ok(model
+            .path
+            .as_deref()
+            .map(|p| crate::engines::in_working_dir(&job.job, p))),
+        ModelSource::Artifact => {
+            let name = model.artifact.as_deref().unwrap_or("");
+            match plane.store().get_model(name).await {
+                Ok(Some(m)) => Ok(Some(m.path.into())),
+                Ok(None) => Err(format!(
+                    "spec.model.artifact: no registered model named {name:?}; `ferry get models` lists them"
+                )),
+                Err(e) => Err(format!("looking up model {name:?} failed: {e}")),
+            }
+        }
+        ModelSource::Hf | ModelSource::Scratch => Ok(None),
+    }
 }
 
 /// A rank failed: stop the rest, then restart (with backoff) or fail the job.

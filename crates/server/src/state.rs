@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 
 use crate::config::{GpuSetting, ServerConfig};
 use crate::error::ApiError;
+use crate::serving::Deployments;
 
 /// A gang the control plane is watching: running, or being stopped.
 #[derive(Debug, Clone)]
@@ -37,6 +38,7 @@ struct Inner {
     wake: Notify,
     live: Mutex<HashMap<String, LiveGang>>,
     waiting: Mutex<HashMap<String, String>>,
+    deployments: Mutex<Deployments>,
 }
 
 impl ControlPlane {
@@ -78,6 +80,7 @@ impl ControlPlane {
                 wake: Notify::new(),
                 live: Mutex::new(HashMap::new()),
                 waiting: Mutex::new(HashMap::new()),
+                deployments: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -138,6 +141,14 @@ impl ControlPlane {
 
     pub(crate) fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveGang>> {
         self.inner.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Serving replicas by deployment uid.
+    pub(crate) fn deployments(&self) -> std::sync::MutexGuard<'_, Deployments> {
+        self.inner
+            .deployments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// The gang of a job as last launched or adopted, if the control plane holds one.

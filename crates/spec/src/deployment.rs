@@ -85,6 +85,12 @@ pub struct ModelDeploymentStatus {
     /// Why it is in this phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Base URLs (`http://host:port`) of the replicas passing health checks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<String>,
+    /// Replica processes restarted after they exited.
+    #[serde(default)]
+    pub restarts: u32,
 }
 
 impl ModelDeployment {

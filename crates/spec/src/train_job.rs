@@ -202,6 +202,17 @@ pub struct LoraSpec {
     pub target_modules: Vec<String>,
 }
 
+impl Default for LoraSpec {
+    fn default() -> Self {
+        Self {
+            rank: default_lora_rank(),
+            alpha: default_lora_alpha(),
+            dropout: 0.0,
+            target_modules: Vec::new(),
+        }
+    }
+}
+
 fn default_lora_rank() -> i32 {
     8
 }

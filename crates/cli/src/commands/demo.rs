@@ -1,129 +1,354 @@
-//! `ferry demo`: the quickstart, end to end, on this machine — a private control
-//! plane on a free port with its own `FERRY_HOME`, a gang job through it, its logs
-//! and events.
+//! `ferry demo`: the quickstart, end to end on this machine. Trains a small Llama from
+//! scratch on the bundled corpus with the built-in engine, registers the model, deploys
+//! it behind the OpenAI API and streams a chat completion from it — every stage through
+//! the control plane's API, as a user would drive it.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use ferry_server::{GpuSetting, ServerConfig};
-use serde_json::Value;
+use futures_util::StreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
 
 use crate::client::Client;
 
-const HELLO_GANG_PY: &str = include_str!("../../../../examples/hello_gang.py");
-const HELLO_GANG_YAML: &str = include_str!("../../../../examples/hello-gang.yaml");
+/// Optimiser steps of the demo's training run.
+const STEPS: u64 = 150;
 
 /// Options of the demo.
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Keep the demo's FERRY_HOME (logs, database) instead of deleting it.
+    /// Stop after the chat instead of serving the model until Ctrl-C.
+    #[arg(long)]
+    pub exit: bool,
+    /// Keep the private control plane's FERRY_HOME (logs, database, model) afterwards.
     #[arg(long)]
     pub keep: bool,
+    /// Always start a private control plane, even when one answers at `--url`.
+    #[arg(long)]
+    pub private: bool,
 }
 
-pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
-    let home = tempfile_dir()?;
+/// A control plane the demo started itself.
+struct Private {
+    home: PathBuf,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), ferry_server::ApiError>>,
+}
+
+pub async fn run(url: &str, args: DemoArgs) -> anyhow::Result<()> {
+    let shared = Client::new(url);
+    let reachable = !args.private && shared.get::<Value>("/healthz").await.is_ok();
+    let (client, private, home, suffix) = if reachable {
+        println!("using the control plane at {url}");
+        let home = std::env::temp_dir().join(format!("ferry-demo-data-{}", std::process::id()));
+        // Names must not collide with an earlier demo on the same control plane.
+        let suffix = format!("-{}", chrono::Utc::now().format("%Y%m%d%H%M%S"));
+        (shared, None, home, suffix)
+    } else {
+        let (client, p) = start_private().await?;
+        let home = p.home.clone();
+        (client, Some(p), home, String::new())
+    };
+    let result = chain(&client, &home, &suffix, args.exit || private.is_none()).await;
+    if let Some(p) = private {
+        let _ = p.stop.send(());
+        let _ = p.task.await;
+        if args.keep {
+            println!("kept {}", p.home.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&p.home);
+        }
+    }
+    result
+}
+
+async fn start_private() -> anyhow::Result<(Client, Private)> {
+    let home = std::env::temp_dir().join(format!("ferry-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&home).with_context(|| format!("cannot create {}", home.display()))?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
     let listen = format!("127.0.0.1:{port}").parse()?;
     let mut config = ServerConfig::new(home.clone(), listen);
     config.gpus = GpuSetting::Virtual(0);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(ferry_server::run(config, async {
+    config.stop_replicas_on_exit = true;
+    config.tick = Duration::from_millis(200);
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(ferry_server::run(config, async {
         let _ = stop_rx.await;
     }));
     let client = Client::new(&format!("http://{listen}"));
-    wait_until_up(&client).await?;
-    println!(
-        "control plane up at http://{listen} (FERRY_HOME={})",
-        home.display()
-    );
-
-    let result = hello_gang(&client, &home).await;
-
-    let _ = stop_tx.send(());
-    let _ = server.await;
-    if args.keep {
-        println!("kept {}", home.display());
-    } else {
-        let _ = std::fs::remove_dir_all(&home);
-    }
-    result
-}
-
-fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
-    let dir = std::env::temp_dir().join(format!("ferry-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    Ok(dir)
-}
-
-async fn wait_until_up(client: &Client) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if client.get::<Value>("/healthz").await.is_ok() {
-            return Ok(());
+    while client.get::<Value>("/healthz").await.is_err() {
+        if task.is_finished() {
+            bail!("the demo's control plane stopped while starting; see the log above");
         }
         if Instant::now() > deadline {
             bail!("the demo's control plane did not come up within 20 s");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    println!(
+        "started a private control plane at http://{listen} (FERRY_HOME={})",
+        home.display()
+    );
+    Ok((client, Private { home, stop, task }))
 }
 
-/// Polls a job until it reaches a terminal phase; returns the job.
-pub async fn wait_job(client: &Client, name: &str, timeout: Duration) -> anyhow::Result<Value> {
-    let deadline = Instant::now() + timeout;
-    let path = format!("/api/v1/namespaces/default/jobs/{name}");
+/// Train → register → deploy → chat.
+async fn chain(client: &Client, home: &Path, suffix: &str, exit: bool) -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    let job = format!("demo-train{suffix}");
+    let model = format!("ferry-demo{suffix}");
+    let deployment = format!("ferry-demo{suffix}");
+
+    println!(
+        "\n[1/4] train a {} Llama from scratch on the bundled corpus (CPU, built-in engine)",
+        ferry_engine::DEMO_PRESET
+    );
+    let corpus = ferry_engine::write_demo_corpus(&home.join("corpus"))?;
+    println!(
+        "      corpus: {} (synthetic stories and chats written for Ferry, CC0-1.0)",
+        corpus.display()
+    );
+    let train_yaml = format!(
+        r#"apiVersion: ferry.dev/v1alpha1
+kind: TrainJob
+metadata: {{name: {job}}}
+spec:
+  engine: builtin
+  task: pretrain
+  method: full
+  model: {{source: scratch, preset: {preset}}}
+  data: {{path: {corpus}, format: text}}
+  train: {{seqLen: 128, globalBatch: 8, lr: 0.003, steps: {STEPS}, warmupSteps: 15}}
+  checkpoint: {{every: 50, keep: 1}}
+  export: {{format: hf, register: {model}}}
+"#,
+        preset = ferry_engine::DEMO_PRESET,
+        corpus = corpus.display(),
+    );
+    apply(client, &train_yaml, "demo/train.yaml").await?;
+    let finished = follow_training(client, &job).await?;
+    let base = format!("/api/v1/namespaces/default/jobs/{job}");
+    if finished["status"]["phase"] != "Succeeded" {
+        let log = client
+            .send(reqwest::Method::GET, &format!("{base}/logs?rank=0"), None)
+            .await?
+            .text()
+            .await?;
+        let tail: Vec<&str> = log.lines().rev().take(5).collect();
+        bail!(
+            "training ended {}: {}\nlast log lines:\n{}",
+            finished["status"]["phase"],
+            finished["status"]["message"].as_str().unwrap_or(""),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    let summary = training_summary(client, &base).await?;
+    let (loss, entropy) = (
+        summary["finalLoss"].as_f64(),
+        summary["unigramEntropy"].as_f64(),
+    );
+    let (Some(loss), Some(entropy)) = (loss, entropy) else {
+        bail!("the training log has no summary line with finalLoss and unigramEntropy");
+    };
+    println!(
+        "      final loss {loss:.3} nats/token vs the corpus's unigram entropy {entropy:.3} nats/token ({} parameters)",
+        summary["parameters"]
+    );
+    if loss >= entropy {
+        bail!("the model did not learn beyond unigram statistics (loss {loss:.3} ≥ {entropy:.3})");
+    }
+
+    println!("\n[2/4] register the model");
+    let models: Vec<Value> = client.get("/api/v1/models").await?;
+    let record = models
+        .iter()
+        .find(|m| m["name"] == model.as_str())
+        .with_context(|| {
+            format!("model {model} was not registered; see `ferry describe job {job}`")
+        })?;
+    println!(
+        "      {} ({}) at {}\n      lineage: job {} checkpoint {}",
+        model,
+        record["format"].as_str().unwrap_or(""),
+        record["path"].as_str().unwrap_or(""),
+        job,
+        record["checkpoint"].as_str().unwrap_or("")
+    );
+
+    println!("\n[3/4] deploy it behind the OpenAI API (built-in engine)");
+    let deploy_yaml = format!(
+        r#"apiVersion: ferry.dev/v1alpha1
+kind: ModelDeployment
+metadata: {{name: {deployment}}}
+spec:
+  model: {{source: artifact, artifact: {model}}}
+  engine: builtin
+  replicas: 1
+"#
+    );
+    apply(client, &deploy_yaml, "demo/deploy.yaml").await?;
+    let endpoint = wait_ready(client, &deployment).await?;
+    println!("      ready at {endpoint}/v1");
+
+    println!("\n[4/4] chat (streamed)");
+    let question = "What is the honey like?";
+    println!("      user: {question}");
+    print!("      {deployment}: ");
+    let usage = stream_chat(&endpoint, &deployment, question).await?;
+    println!(
+        "\n      ({} prompt + {} completion tokens)",
+        usage["prompt_tokens"], usage["completion_tokens"]
+    );
+    println!(
+        "\ndone in {:.0} s. Try it yourself:",
+        t0.elapsed().as_secs_f64()
+    );
+    println!(
+        "  curl -s {endpoint}/v1/chat/completions -H 'content-type: application/json' \\\n    -d '{{\"model\": \"{deployment}\", \"messages\": [{{\"role\": \"user\", \"content\": \"What is the grass like?\"}}], \"max_tokens\": 32}}'"
+    );
+    if !exit {
+        println!("serving until Ctrl-C");
+        crate::commands::shutdown_signal().await;
+    }
+    Ok(())
+}
+
+async fn apply(client: &Client, yaml: &str, source: &str) -> anyhow::Result<()> {
+    let docs = ferry_spec::parse_documents(yaml, source)?;
+    let body = Value::Array(docs.iter().map(|d| d.to_value()).collect());
+    let _: Value = client.post("/api/v1/apply", &body, source).await?;
+    Ok(())
+}
+
+/// Shows a progress bar from the job's metrics until it finishes; returns the job.
+async fn follow_training(client: &Client, job: &str) -> anyhow::Result<Value> {
+    let base = format!("/api/v1/namespaces/default/jobs/{job}");
+    let bar = ProgressBar::new(STEPS);
+    bar.set_style(
+        ProgressStyle::with_template("      {bar:30} {pos}/{len} steps  {msg}  [{elapsed}]")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30 * 60);
+    let mut after = 0;
     loop {
-        let job: Value = client.get(&path).await?;
-        let phase = job["status"]["phase"].as_str().unwrap_or("").to_owned();
-        if matches!(phase.as_str(), "Succeeded" | "Failed" | "Cancelled") {
-            return Ok(job);
+        let record: Value = client.get(&base).await?;
+        let metrics: Vec<Value> = client
+            .get(&format!("{base}/metrics?after={after}"))
+            .await
+            .unwrap_or_default();
+        if let Some(last) = metrics.last() {
+            after = last["id"].as_i64().unwrap_or(after);
+            let v = &last["values"];
+            bar.set_position(v["step"].as_u64().unwrap_or(0));
+            bar.set_message(format!(
+                "loss {:.3}  {:.0} tokens/s",
+                v["loss"].as_f64().unwrap_or(f64::NAN),
+                v["tokens_per_s"].as_f64().unwrap_or(0.0)
+            ));
+        }
+        let phase = record["status"]["phase"].as_str().unwrap_or("");
+        if matches!(phase, "Succeeded" | "Failed" | "Cancelled") {
+            bar.finish();
+            return Ok(record);
         }
         if Instant::now() > deadline {
-            bail!("job {name} still {phase} after {timeout:?}");
+            bar.abandon();
+            bail!("training still {phase} after 30 minutes; see `ferry logs {job}`");
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
-async fn hello_gang(client: &Client, home: &std::path::Path) -> anyhow::Result<()> {
-    println!("\n[1/1] a gang of 2 nodes × 2 ranks that must find each other");
-    let script = home.join("hello_gang.py");
-    std::fs::write(&script, HELLO_GANG_PY)?;
-    let mut docs = ferry_spec::parse_documents(HELLO_GANG_YAML, "examples/hello-gang.yaml")?;
-    let ferry_spec::Resource::TrainJob(job) = &mut docs[0] else {
-        bail!("examples/hello-gang.yaml is not a TrainJob");
-    };
-    job.spec.command = vec!["python3".into(), script.to_string_lossy().into_owned()];
-    let body = Value::Array(vec![docs[0].to_value()]);
-    let _: Value = client.post("/api/v1/apply", &body, "demo").await?;
-    let job = wait_job(client, "hello-gang", Duration::from_secs(120)).await?;
-    let base = "/api/v1/namespaces/default/jobs/hello-gang";
+/// The engine's summary line (`{"steps", "finalLoss", "unigramEntropy", …}`) from rank 0's log.
+async fn training_summary(client: &Client, base: &str) -> anyhow::Result<Value> {
     let log = client
         .send(reqwest::Method::GET, &format!("{base}/logs?rank=0"), None)
         .await?
         .text()
         .await?;
-    let events: Vec<Value> = client.get(&format!("{base}/events")).await?;
-    for e in &events {
-        println!(
-            "  {}  {:>9} -> {:<9}  {}",
-            e["at"].as_str().unwrap_or(""),
-            e["from"].as_str().unwrap_or("-"),
-            e["to"].as_str().unwrap_or(""),
-            e["message"].as_str().unwrap_or("")
-        );
+    log.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v.get("finalLoss").is_some())
+        .context("the training log has no summary line")
+}
+
+async fn wait_ready(client: &Client, name: &str) -> anyhow::Result<String> {
+    let path = format!("/api/v1/namespaces/default/deployments/{name}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let record: Value = client.get(&path).await?;
+        let status = &record["doc"]["status"];
+        if let Some(url) = status["endpoints"][0].as_str() {
+            return Ok(url.to_owned());
+        }
+        if status["phase"] == "Failed" {
+            bail!(
+                "deployment {name} failed: {}",
+                status["message"].as_str().unwrap_or("")
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "deployment {name} not ready after 120 s: {}",
+                status["message"].as_str().unwrap_or("")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let collected = log.lines().find(|l| l.starts_with('[')).unwrap_or("(none)");
-    println!("  rank 0 collected RANKs {collected}");
-    if job["status"]["phase"] != "Succeeded" {
+}
+
+/// Streams one chat completion to stdout; returns its `usage`.
+async fn stream_chat(endpoint: &str, model: &str, question: &str) -> anyhow::Result<Value> {
+    use std::io::Write;
+    let body = json!({
+        "model": model,
+        "messages": [{"role": "user", "content": question}],
+        "max_tokens": 48,
+        "temperature": 0.0,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    let resp = reqwest::Client::new()
+        .post(format!("{endpoint}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await?;
+    if !resp.status().is_success() {
         bail!(
-            "hello-gang ended {}: {}",
-            job["status"]["phase"],
-            job["status"]["message"]
+            "chat completion failed: {} {}",
+            resp.status(),
+            resp.text().await?
         );
     }
-    Ok(())
+    let mut stream = resp.bytes_stream();
+    let mut pending = String::new();
+    let mut usage = Value::Null;
+    while let Some(chunk) = stream.next().await {
+        pending.push_str(&String::from_utf8_lossy(&chunk?));
+        while let Some(end) = pending.find("\n\n") {
+            let event: String = pending.drain(..end + 2).collect();
+            let Some(data) = event.trim().strip_prefix("data: ") else {
+                continue;
+            };
+            if data == "[DONE]" {
+                continue;
+            }
+            let v: Value = serde_json::from_str(data).context("a stream event is not JSON")?;
+            if let Some(text) = v["choices"][0]["delta"]["content"].as_str() {
+                print!("{text}");
+                let _ = std::io::stdout().flush();
+            }
+            if !v["usage"].is_null() {
+                usage = v["usage"].clone();
+            }
+        }
+    }
+    Ok(usage)
 }

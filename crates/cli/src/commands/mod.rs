@@ -3,6 +3,7 @@
 mod apply;
 mod convert;
 mod demo;
+mod engine;
 mod logs;
 mod plan;
 mod resources;
@@ -18,6 +19,7 @@ use crate::client::Client;
 
 pub use convert::ConvertArgs;
 pub use demo::DemoArgs;
+pub use engine::{EngineCommand, ServeArgs};
 pub use plan::PlanArgs;
 pub use sim::SimArgs;
 
@@ -26,10 +28,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let client = Client::new(&cli.url);
     match cli.command {
         Command::Up(args) => up::run(args).await?,
-        Command::Demo(args) => demo::run(args).await?,
+        Command::Demo(args) => demo::run(&cli.url, args).await?,
         Command::Plan(args) => plan::run(args)?,
         Command::Convert(args) => convert::run(args)?,
         Command::Sim(args) => sim::run(args)?,
+        Command::Serve(args) => engine::serve(args).await?,
+        Command::Engine(cmd) => return engine::run(cmd),
         Command::Apply(args) => apply::run(&client, args).await?,
         Command::Get(args) => resources::get(&client, args).await?,
         Command::Describe(args) => resources::describe(&client, args).await?,
@@ -44,6 +48,32 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Logs to stderr, filtered by `FERRY_LOG` (default `info`).
+pub(crate) fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FERRY_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Resolves at Ctrl-C or SIGTERM: how long-running commands learn to stop.
+pub(crate) async fn shutdown_signal() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
 
 fn schema(args: crate::args::SchemaArgs) -> anyhow::Result<()> {

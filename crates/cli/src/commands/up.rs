@@ -18,25 +18,14 @@ pub fn ferry_home(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FERRY_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    crate::commands::init_logging();
     let mut config = ServerConfig::new(ferry_home(args.home)?, args.listen);
     config.store_url = args.store;
     if let Some(n) = args.gpus {
         config.gpus = GpuSetting::Virtual(n);
     }
     let shutdown = async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
+        crate::commands::shutdown_signal().await;
         tracing::info!(
             "shutting down; running jobs keep running and are re-adopted at the next start"
         );

@@ -128,7 +128,7 @@ fn check_against_cluster(
         return Ok(());
     };
     let mut problems: Vec<FieldError> = Vec::new();
-    match adapter_for(job.spec.engine) {
+    match adapter_for(job) {
         Ok(adapter) => problems.extend(adapter.validate(job)),
         Err(e) => problems.push(e),
     }

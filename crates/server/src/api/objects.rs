@@ -7,6 +7,7 @@ use ferry_store::{ModelRecord, ObjectRecord};
 
 use super::NamespaceQuery;
 use crate::error::ApiError;
+use crate::serving;
 use crate::state::ControlPlane;
 
 fn object_kind(kind: &str) -> Result<&'static str, ApiError> {
@@ -24,11 +25,15 @@ pub(crate) async fn list(
     Query(q): Query<NamespaceQuery>,
 ) -> Result<Json<Vec<ObjectRecord>>, ApiError> {
     let kind = object_kind(&kind)?;
+    let records = plane
+        .store()
+        .list_objects(kind, q.namespace.as_deref())
+        .await?;
     Ok(Json(
-        plane
-            .store()
-            .list_objects(kind, q.namespace.as_deref())
-            .await?,
+        records
+            .into_iter()
+            .map(|r| serving::with_status(&plane, r))
+            .collect(),
     ))
 }
 
@@ -41,7 +46,7 @@ pub(crate) async fn get(
         .store()
         .get_object(kind, &ns, &name)
         .await?
-        .map(Json)
+        .map(|r| Json(serving::with_status(&plane, r)))
         .ok_or_else(|| ApiError::not_found(format!("{kind} {ns}/{name} not found")))
 }
 

@@ -1,9 +1,12 @@
 //! Engine adapters: how a `TrainJob` becomes the command line and environment of
-//! each rank. The `command` engine runs the user's command as it is; the built-in,
-//! Megatron, ms-swift, torchrun and DeepSpeed adapters slot in behind the same trait.
+//! each rank. The `command` engine runs the user's command as it is; `builtin` runs
+//! Ferry's own candle trainer; Megatron, ms-swift, torchrun and DeepSpeed adapters slot
+//! in behind the same trait.
+
+mod builtin;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use ferry_runtime::LaunchRequest;
 use ferry_spec::{EngineKind, FieldError, TrainJob};
@@ -24,6 +27,11 @@ pub struct LaunchContext<'a> {
     pub resume_from: Option<PathBuf>,
     /// GPU ids per rank.
     pub gpus_per_rank: Vec<Vec<String>>,
+    /// The weights `spec.model` names, resolved to a directory (registered artifacts
+    /// looked up in the store, relative paths joined to the working directory).
+    pub model_dir: Option<PathBuf>,
+    /// The `ferry` binary, for engines that run inside it (`ferry engine train`).
+    pub self_exe: &'a Path,
 }
 
 /// Turns a job into rank processes for one engine.
@@ -40,10 +48,21 @@ pub trait EngineAdapter: Send + Sync {
     fn launch(&self, ctx: &LaunchContext<'_>) -> Result<LaunchRequest, FieldError>;
 }
 
-/// The adapter for `kind`, or an error naming `spec.engine` when this build has none.
-pub fn adapter_for(kind: EngineKind) -> Result<&'static dyn EngineAdapter, FieldError> {
-    match kind {
+/// The engine `engine: auto` stands for: the user's command when one is given, else the
+/// built-in engine.
+pub fn resolve_engine(job: &TrainJob) -> EngineKind {
+    match job.spec.engine {
+        EngineKind::Auto if !job.spec.command.is_empty() => EngineKind::Command,
+        EngineKind::Auto => EngineKind::Builtin,
+        other => other,
+    }
+}
+
+/// The adapter for a job's engine, or an error naming `spec.engine` when this build has none.
+pub fn adapter_for(job: &TrainJob) -> Result<&'static dyn EngineAdapter, FieldError> {
+    match resolve_engine(job) {
         EngineKind::Command => Ok(&CommandEngine),
+        EngineKind::Builtin => Ok(&builtin::BuiltinEngine),
         other => Err(FieldError::new(
             "spec.engine",
             format!(
@@ -51,6 +70,15 @@ pub fn adapter_for(kind: EngineKind) -> Result<&'static dyn EngineAdapter, Field
                 other.as_str()
             ),
         )),
+    }
+}
+
+/// Joins a relative path from the spec to the job's working directory.
+pub(crate) fn in_working_dir(job: &TrainJob, path: &str) -> PathBuf {
+    let p = PathBuf::from(path);
+    match (&job.spec.working_dir, p.is_relative()) {
+        (Some(wd), true) => PathBuf::from(wd).join(p),
+        _ => p,
     }
 }
 

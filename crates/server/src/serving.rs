@@ -1,0 +1,380 @@
+//! The serving controller: keeps each `ModelDeployment`'s replicas running as
+//! `ferry serve` processes, health-checks them, and reports their endpoints.
+//!
+//! Replicas are ordinary local-runtime gangs of one rank, each in
+//! `$FERRY_HOME/deployments/<ns>/<name>/<uid>/replica-<i>` with a `replica.json`
+//! naming its URL and the spec generation it serves, so a restarted control plane
+//! re-adopts replicas that still serve the current spec instead of starting new ones.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ferry_runtime::{GangRecord, GangStatus, LaunchRequest, LocalRuntime};
+use ferry_spec::{ModelDeployment, ModelDeploymentStatus, ModelSource, ServeEngine};
+use ferry_store::ObjectRecord;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+use crate::state::ControlPlane;
+
+/// Kind name deployments are stored under.
+pub(crate) const KIND: &str = "ModelDeployment";
+
+/// Seconds a replica gets to finish in-flight requests when it is stopped.
+const REPLICA_GRACE: Duration = Duration::from_secs(10);
+
+/// What a replica directory records about its process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReplicaFile {
+    url: String,
+    generation: i64,
+    attempt: u32,
+}
+
+/// One replica the controller is watching.
+#[derive(Debug, Clone)]
+pub(crate) struct Replica {
+    gang: GangRecord,
+    url: String,
+    generation: i64,
+    ready: bool,
+}
+
+/// The live state of one deployment.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct DeploymentState {
+    replicas: Vec<Option<Replica>>,
+    restarts: u32,
+    /// Why the deployment cannot run, when it cannot (bad model, unsupported engine).
+    error: Option<String>,
+}
+
+impl DeploymentState {
+    /// The status reported through the API.
+    pub(crate) fn status(&self, desired: u32) -> ModelDeploymentStatus {
+        let endpoints: Vec<String> = self
+            .replicas
+            .iter()
+            .flatten()
+            .filter(|r| r.ready)
+            .map(|r| r.url.clone())
+            .collect();
+        let ready = endpoints.len() as u32;
+        let (phase, message) = match (&self.error, ready) {
+            (Some(e), _) => ("Failed", Some(e.clone())),
+            (None, r) if r >= desired => ("Ready", None),
+            (None, 0) => ("Pending", Some("starting replicas".to_owned())),
+            (None, r) => ("Degraded", Some(format!("{r} of {desired} replicas ready"))),
+        };
+        ModelDeploymentStatus {
+            phase: phase.to_owned(),
+            ready_replicas: ready,
+            message,
+            endpoints,
+            restarts: self.restarts,
+        }
+    }
+}
+
+/// A stored deployment with its live status filled in (for the API).
+pub(crate) fn with_status(plane: &ControlPlane, mut record: ObjectRecord) -> ObjectRecord {
+    if record.kind != KIND {
+        return record;
+    }
+    let desired = record.doc["spec"]["replicas"].as_u64().unwrap_or(1) as u32;
+    let status = plane
+        .deployments()
+        .get(&record.uid)
+        .map(|d| d.status(desired))
+        .unwrap_or_else(|| DeploymentState::default().status(desired));
+    if let Ok(v) = serde_json::to_value(status) {
+        record.doc["status"] = v;
+    }
+    record
+}
+
+fn deployment_dir(plane: &ControlPlane, record: &ObjectRecord) -> PathBuf {
+    plane
+        .config()
+        .home
+        .join("deployments")
+        .join(&record.namespace)
+        .join(&record.name)
+        .join(&record.uid)
+}
+
+/// Runs forever: a controller pass every second.
+pub(crate) async fn run(plane: ControlPlane) {
+    let http = reqwest::Client::new();
+    loop {
+        if let Err(e) = pass(&plane, &http).await {
+            tracing::warn!(error = %e, "serving pass failed; retrying");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// One controller pass over every deployment.
+pub(crate) async fn pass(plane: &ControlPlane, http: &reqwest::Client) -> Result<(), ApiError> {
+    let records = plane.store().list_objects(KIND, None).await?;
+    // Replicas of deleted deployments stop.
+    let gone: Vec<String> = plane
+        .deployments()
+        .keys()
+        .filter(|uid| !records.iter().any(|r| &r.uid == *uid))
+        .cloned()
+        .collect();
+    for uid in gone {
+        if let Some(state) = plane.deployments().remove(&uid) {
+            stop_all(plane, state);
+        }
+    }
+    for record in records {
+        reconcile_one(plane, http, &record).await;
+    }
+    Ok(())
+}
+
+/// Stops every replica of every deployment (the demo's control plane does this at exit).
+pub(crate) async fn stop_everything(plane: &ControlPlane) {
+    let states: Vec<DeploymentState> = plane.deployments().drain().map(|(_, s)| s).collect();
+    for state in states {
+        for r in state.replicas.into_iter().flatten() {
+            let _ = plane.runtime().terminate(&r.gang, REPLICA_GRACE).await;
+        }
+    }
+}
+
+fn stop_all(plane: &ControlPlane, state: DeploymentState) {
+    for r in state.replicas.into_iter().flatten() {
+        stop_replica(plane, r);
+    }
+}
+
+fn stop_replica(plane: &ControlPlane, replica: Replica) {
+    let runtime = plane.runtime().clone();
+    tokio::spawn(async move {
+        if let Err(e) = runtime.terminate(&replica.gang, REPLICA_GRACE).await {
+            tracing::warn!(url = %replica.url, error = %e, "stopping a serving replica failed");
+        }
+    });
+}
+
+async fn reconcile_one(plane: &ControlPlane, http: &reqwest::Client, record: &ObjectRecord) {
+    let dir = deployment_dir(plane, record);
+    let mut state = plane.deployments().remove(&record.uid).unwrap_or_default();
+    let deployment: ModelDeployment = match serde_json::from_value(record.doc.clone()) {
+        Ok(d) => d,
+        Err(e) => {
+            state.error = Some(format!("stored document is not a ModelDeployment: {e}"));
+            plane.deployments().insert(record.uid.clone(), state);
+            return;
+        }
+    };
+    let desired = deployment.spec.replicas.max(0) as usize;
+    let launch = match replica_command(plane, record, &deployment).await {
+        Ok(argv) => {
+            state.error = None;
+            Some(argv)
+        }
+        Err(e) => {
+            state.error = Some(e);
+            None
+        }
+    };
+    // Replicas beyond the desired count, or serving an older spec, stop.
+    state
+        .replicas
+        .resize_with(desired.max(state.replicas.len()), || None);
+    for (i, slot) in state.replicas.iter_mut().enumerate() {
+        let stale = slot
+            .as_ref()
+            .is_some_and(|r| r.generation != record.generation || i >= desired || launch.is_none());
+        if stale && let Some(r) = slot.take() {
+            stop_replica(plane, r);
+        }
+    }
+    state.replicas.truncate(desired);
+    for i in 0..desired {
+        let replica_dir = dir.join(format!("replica-{i}"));
+        if state.replicas[i].is_none() {
+            state.replicas[i] = adopt(plane, &replica_dir, record.generation).await;
+        }
+        // A replica whose process ended is replaced.
+        if let Some(r) = &state.replicas[i] {
+            match plane.runtime().observe(&r.gang).await {
+                Ok(GangStatus::Running) => {}
+                Ok(_) | Err(_) => {
+                    tracing::warn!(url = %r.url, "serving replica exited; starting another");
+                    state.replicas[i] = None;
+                    state.restarts += 1;
+                }
+            }
+        }
+        if state.replicas[i].is_none()
+            && let Some(argv) = &launch
+        {
+            match start(plane, &replica_dir, argv, record.generation).await {
+                Ok(r) => state.replicas[i] = Some(r),
+                Err(e) => state.error = Some(e),
+            }
+        }
+        if let Some(r) = &mut state.replicas[i] {
+            r.ready = healthy(http, &r.url).await;
+        }
+    }
+    plane.deployments().insert(record.uid.clone(), state);
+}
+
+/// Re-adopts the replica a previous control plane left in `dir`, if it still serves
+/// this generation and is alive.
+async fn adopt(plane: &ControlPlane, dir: &Path, generation: i64) -> Option<Replica> {
+    let file: ReplicaFile =
+        serde_json::from_slice(&std::fs::read(dir.join("replica.json")).ok()?).ok()?;
+    let gang = LocalRuntime::recover(&dir.join(format!("attempt-{}", file.attempt))).ok()?;
+    let running = matches!(plane.runtime().adopt(&gang).await, Ok(GangStatus::Running));
+    if running && file.generation == generation {
+        return Some(Replica {
+            gang,
+            url: file.url,
+            generation,
+            ready: false,
+        });
+    }
+    if running {
+        let _ = plane.runtime().terminate(&gang, REPLICA_GRACE).await;
+    }
+    None
+}
+
+async fn start(
+    plane: &ControlPlane,
+    dir: &Path,
+    argv: &[String],
+    generation: i64,
+) -> Result<Replica, String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("no free port for a replica: {e}"))?
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let previous: Option<ReplicaFile> = std::fs::read(dir.join("replica.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let attempt = previous.map_or(0, |p| p.attempt + 1);
+    let mut argv = argv.to_vec();
+    argv.extend(["--listen".to_owned(), format!("127.0.0.1:{port}")]);
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let gang = plane
+        .runtime()
+        .launch(LaunchRequest {
+            job: dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            attempt,
+            nodes: 1,
+            procs_per_node: 1,
+            argv,
+            env: Default::default(),
+            working_dir: None,
+            gpus_per_rank: vec![vec![]],
+            run_dir: dir.to_path_buf(),
+        })
+        .await
+        .map_err(|e| format!("starting a serving replica failed: {e}"))?;
+    let file = ReplicaFile {
+        url: url.clone(),
+        generation,
+        attempt,
+    };
+    let bytes = serde_json::to_vec(&file).unwrap_or_default();
+    std::fs::write(dir.join("replica.json"), bytes)
+        .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+    Ok(Replica {
+        gang,
+        url,
+        generation,
+        ready: false,
+    })
+}
+
+async fn healthy(http: &reqwest::Client, url: &str) -> bool {
+    http.get(format!("{url}/health"))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+}
+
+/// The `ferry serve` command line of a replica (without `--listen`), or why there is none.
+async fn replica_command(
+    plane: &ControlPlane,
+    record: &ObjectRecord,
+    deployment: &ModelDeployment,
+) -> Result<Vec<String>, String> {
+    let spec = &deployment.spec;
+    match spec.engine {
+        ServeEngine::Builtin => {}
+        ServeEngine::Auto if spec.gpus_per_replica == 0 => {}
+        other => {
+            return Err(format!(
+                "spec.engine: {} serving runs on Kubernetes (`ferry render --target k8s`); on this machine use engine: builtin with gpusPerReplica: 0",
+                serde_json::to_value(other)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    let model = match spec.model.source {
+        ModelSource::Path => spec
+            .model
+            .path
+            .clone()
+            .map(PathBuf::from)
+            .ok_or("spec.model.path is required for source: path")?,
+        ModelSource::Artifact => {
+            let name = spec.model.artifact.as_deref().unwrap_or("");
+            registered_dir(plane, name, "spec.model.artifact").await?
+        }
+        ModelSource::Hf | ModelSource::Scratch => {
+            return Err(
+                "spec.model.source: the built-in engine serves a local directory or a registered model (source: path or artifact)"
+                    .to_owned(),
+            );
+        }
+    };
+    let served = spec
+        .served_name
+        .clone()
+        .unwrap_or_else(|| record.name.clone());
+    let mut argv = vec![
+        plane.config().self_exe.to_string_lossy().into_owned(),
+        "serve".into(),
+        "--model".into(),
+        model.to_string_lossy().into_owned(),
+        "--served-model-name".into(),
+        served,
+    ];
+    for adapter in &spec.adapters {
+        let dir = registered_dir(plane, adapter, "spec.adapters").await?;
+        argv.extend(["--adapter".into(), format!("{adapter}={}", dir.display())]);
+    }
+    Ok(argv)
+}
+
+async fn registered_dir(plane: &ControlPlane, name: &str, field: &str) -> Result<PathBuf, String> {
+    match plane.store().get_model(name).await {
+        Ok(Some(m)) => Ok(PathBuf::from(m.path)),
+        Ok(None) => Err(format!(
+            "{field}: no registered model named {name:?}; `ferry get models` lists them"
+        )),
+        Err(e) => Err(format!("{field}: looking up model {name:?} failed: {e}")),
+    }
+}
+
+/// Deployment states by deployment uid.
+pub(crate) type Deployments = HashMap<String, DeploymentState>;
