@@ -1416,28 +1416,8 @@ impl Scheduler {
                     _ => (true, false),
                 }
             };
-            // Nominal quota is guaranteed: another queue's reservation does not bar it.
-            let lifted: Vec<u32> = match (&resv[f], self.holder[f]) {
-                (Some(rv), Some(h))
-                    if fit == Fit::Nominal
-                        && !rv.drain
-                        && h != j
-                        && self.jobs[h as usize]
-                            .as_ref()
-                            .is_some_and(|hj| hj.queue != q) =>
-                {
-                    rv.nodes.clone()
-                }
-                _ => Vec::new(),
-            };
-            for &n in &lifted {
-                self.pools[f].index_insert(n);
-            }
             let outcome =
                 self.place_or_preempt(j, f, fit, quota_ok, loan, now, resv, preempt_budget, out);
-            for &n in &lifted {
-                self.pools[f].index_remove(n);
-            }
             if let Some(o) = outcome {
                 return o;
             }
