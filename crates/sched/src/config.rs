@@ -2,6 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Quota flavor that covers every flavor a queue does not name (the spec's `flavor: any`).
+pub const ANY_FLAVOR: &str = "any";
+
 /// Seconds on the caller's clock (wall clock for the runtime, virtual time for the simulator).
 pub type Time = u64;
 
@@ -47,6 +50,19 @@ impl Cluster {
         }
     }
 
+    /// One machine with `gpus` local GPU slots (what `ferry up --gpus N` schedules onto).
+    pub fn local(gpus: u32, flavor: &str) -> Cluster {
+        Cluster {
+            nodes: vec![Node {
+                name: "local".into(),
+                gpus,
+                flavor: flavor.to_string(),
+                rack: None,
+                nvlink_domain: None,
+            }],
+        }
+    }
+
     /// Total GPUs of all flavors.
     pub fn total_gpus(&self) -> u64 {
         self.nodes.iter().map(|n| u64::from(n.gpus)).sum()
@@ -57,7 +73,7 @@ impl Cluster {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FlavorQuota {
-    /// Flavor name; must match some node's flavor.
+    /// Flavor name; must match some node's flavor, or be `any` (every flavor not named otherwise).
     pub flavor: String,
     /// GPUs guaranteed to the queue.
     pub nominal: u32,
@@ -99,6 +115,20 @@ pub struct PriorityClass {
     pub value: i32,
 }
 
+impl PriorityClass {
+    /// The spec's named priorities: `low` (-100), `normal` (0, also a workload without one) and
+    /// `high` (100).
+    pub fn standard() -> Vec<PriorityClass> {
+        [("low", -100), ("normal", 0), ("high", 100)]
+            .into_iter()
+            .map(|(name, value)| PriorityClass {
+                name: name.into(),
+                value,
+            })
+            .collect()
+    }
+}
+
 /// A gang to admit: `pods` processes, each needing `gpus_per_pod` GPUs on one node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -125,6 +155,26 @@ pub struct Workload {
 }
 
 impl Workload {
+    /// A single-process job on one machine: one pod of `gpus` GPUs, duration unknown.
+    pub fn single(
+        id: &str,
+        queue: &str,
+        priority: Option<&str>,
+        gpus: u32,
+        created_at: Time,
+    ) -> Workload {
+        Workload {
+            id: id.into(),
+            queue: queue.into(),
+            priority: priority.map(Into::into),
+            pods: 1,
+            gpus_per_pod: gpus,
+            flavor: None,
+            expected_duration_s: None,
+            created_at,
+        }
+    }
+
     /// Total GPUs the gang needs.
     pub fn gpus(&self) -> u64 {
         u64::from(self.pods) * u64::from(self.gpus_per_pod)

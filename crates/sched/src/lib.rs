@@ -1,6 +1,45 @@
 //! Ferry's scheduler: team queues with GPU quotas per flavor, cohorts with borrowing and
 //! lending limits, named priorities, gang admission, preemption that never loops, and
 //! topology-aware placement — pure logic driven by the control plane — plus a trace simulator.
+//!
+//! How the local runtime drives it (`ferry up --gpus 4`): a low-priority 4-GPU job runs, a
+//! high-priority 2-GPU job arrives, the low one is preempted gracefully, the high one runs, then
+//! the low one resumes.
+//!
+//! ```
+//! use ferry_sched::{ANY_FLAVOR, Cluster, Decision, FlavorQuota, PriorityClass, QueueSpec,
+//!     Scheduler, Workload};
+//!
+//! let queue = QueueSpec {
+//!     name: "default".into(),
+//!     cohort: None,
+//!     quotas: vec![FlavorQuota { flavor: ANY_FLAVOR.into(), nominal: 4,
+//!         borrowing_limit: None, lending_limit: None }],
+//!     fair_share_weight: 1.0,
+//! };
+//! let mut s = Scheduler::new(Cluster::local(4, "local"), vec![queue], PriorityClass::standard())?;
+//! s.submit(Workload::single("low", "default", Some("low"), 4, 0))?;
+//! assert!(matches!(&s.cycle(0)[..], [Decision::Admit { id, .. }] if id == "low"));
+//! s.checkpointed("low", 40)?;
+//!
+//! s.submit(Workload::single("high", "default", Some("high"), 2, 60))?;
+//! // SIGTERM the low job; its GPUs stay its own until it has exited.
+//! assert!(matches!(&s.cycle(60)[..], [Decision::Preempt { id, .. }] if id == "low"));
+//! assert!(s.cycle(61).is_empty(), "one Preempt per victim, nothing admitted yet");
+//! s.evicted("low")?; // it wrote its checkpoint and exited: requeued, keeping its age
+//!
+//! let d = s.cycle(90);
+//! let [Decision::Admit { id, placement, .. }] = &d[..] else { panic!("{d:?}") };
+//! assert_eq!((id.as_str(), placement[0].gpus.len()), ("high", 2));
+//! assert!(s.cycle(91).is_empty(), "low needs all 4 GPUs: it waits, and is not preempted again");
+//!
+//! s.finished("high")?;
+//! // The low job resumes from its checkpoint on all four GPUs.
+//! let d = s.cycle(300);
+//! assert!(matches!(&d[..], [Decision::Admit { id, placement, .. }]
+//!     if id == "low" && placement[0].gpus == [0, 1, 2, 3]));
+//! # Ok::<(), ferry_sched::SchedError>(())
+//! ```
 #![forbid(unsafe_code)]
 
 pub mod config;
@@ -10,8 +49,8 @@ pub mod scheduler;
 pub mod sim;
 
 pub use config::{
-    Cluster, Decision, FlavorQuota, Node, Options, PodPlacement, PreemptReason, PriorityClass,
-    QueueSpec, Time, Workload,
+    ANY_FLAVOR, Cluster, Decision, FlavorQuota, Node, Options, PodPlacement, PreemptReason,
+    PriorityClass, QueueSpec, Time, Workload,
 };
 pub use error::{Result, SchedError};
 pub use scheduler::{QueueUsage, Scheduler};

@@ -8,8 +8,8 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::ops::Bound;
 
 use crate::config::{
-    Cluster, Decision, Options, PodPlacement, PreemptReason, PriorityClass, QueueSpec, Time,
-    Workload,
+    ANY_FLAVOR, Cluster, Decision, Options, PodPlacement, PreemptReason, PriorityClass, QueueSpec,
+    Time, Workload,
 };
 use crate::error::{Result, SchedError};
 use crate::pool::{NodeDesc, Pool, bits};
@@ -263,26 +263,49 @@ impl Scheduler {
                 ));
             }
             let mut quota = vec![None; nf];
-            for (j, fq) in q.quotas.iter().enumerate() {
+            // Named flavors first; an `any` entry then covers every flavor not named.
+            let order: Vec<usize> = (0..q.quotas.len())
+                .filter(|&j| q.quotas[j].flavor != ANY_FLAVOR)
+                .chain((0..q.quotas.len()).filter(|&j| q.quotas[j].flavor == ANY_FLAVOR))
+                .collect();
+            let mut seen_any = false;
+            for j in order {
+                let fq = &q.quotas[j];
                 let field = format!("queues[{i}].quotas[{j}]");
-                let Some(&f) = pool_idx.get(&fq.flavor) else {
-                    let known: Vec<_> = pools.iter().map(|p| p.name.as_str()).collect();
+                if fq.flavor == ANY_FLAVOR && seen_any {
                     return Err(cfg_err(
                         format!("{field}.flavor"),
-                        format!(
-                            "flavor `{}` of queue `{}` matches no node",
-                            fq.flavor, q.name
-                        ),
-                        format!("use one of the cluster's flavors: {}", known.join(", ")),
-                    ));
-                };
-                if quota[f as usize].is_some() {
-                    return Err(cfg_err(
-                        format!("{field}.flavor"),
-                        format!("flavor `{}` appears twice in queue `{}`", fq.flavor, q.name),
+                        format!("flavor `{ANY_FLAVOR}` appears twice in queue `{}`", q.name),
                         "merge the two quota entries",
                     ));
                 }
+                seen_any |= fq.flavor == ANY_FLAVOR;
+                let targets: Vec<usize> = if fq.flavor == ANY_FLAVOR {
+                    (0..nf).filter(|&f| quota[f].is_none()).collect()
+                } else {
+                    let Some(&f) = pool_idx.get(&fq.flavor) else {
+                        let known: Vec<_> = pools.iter().map(|p| p.name.as_str()).collect();
+                        return Err(cfg_err(
+                            format!("{field}.flavor"),
+                            format!(
+                                "flavor `{}` of queue `{}` matches no node",
+                                fq.flavor, q.name
+                            ),
+                            format!(
+                                "use one of the cluster's flavors ({}) or `{ANY_FLAVOR}`",
+                                known.join(", ")
+                            ),
+                        ));
+                    };
+                    if quota[usize::from(f)].is_some() {
+                        return Err(cfg_err(
+                            format!("{field}.flavor"),
+                            format!("flavor `{}` appears twice in queue `{}`", fq.flavor, q.name),
+                            "merge the two quota entries",
+                        ));
+                    }
+                    vec![usize::from(f)]
+                };
                 let lend = u64::from(fq.lending_limit.unwrap_or(fq.nominal));
                 if lend > u64::from(fq.nominal) {
                     return Err(cfg_err(
@@ -304,11 +327,13 @@ impl Scheduler {
                         format!("set queues[{i}].cohort or remove borrowingLimit"),
                     ));
                 }
-                quota[f as usize] = Some(Quota {
-                    nominal: u64::from(fq.nominal),
-                    borrow: fq.borrowing_limit.map(u64::from),
-                    lend,
-                });
+                for t in targets {
+                    quota[t] = Some(Quota {
+                        nominal: u64::from(fq.nominal),
+                        borrow: fq.borrowing_limit.map(u64::from),
+                        lend,
+                    });
+                }
             }
             let cohort = q.cohort.as_ref().map(|c| {
                 let next = cohorts.len() as u32;
@@ -476,6 +501,7 @@ impl Scheduler {
         }
         let flavor_req = match &w.flavor {
             None => None,
+            Some(f) if f == ANY_FLAVOR => None,
             Some(f) => match self.pool_idx.get(f) {
                 Some(i) => Some(*i),
                 None => {
@@ -1632,7 +1658,7 @@ enum Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{FlavorQuota, Options};
+    use crate::config::{ANY_FLAVOR, FlavorQuota, Options};
 
     fn queue(name: &str, cohort: Option<&str>, nominal: u32) -> QueueSpec {
         QueueSpec {
@@ -1775,6 +1801,72 @@ mod tests {
         assert!(
             s.evicted("low").is_err(),
             "evicted only applies after a Preempt"
+        );
+    }
+
+    #[test]
+    fn preempt_is_emitted_once_per_victim_and_the_evicted_job_keeps_its_age() {
+        let mut s = Scheduler::new(
+            Cluster::local(4, "gpu"),
+            vec![queue("a", None, 4)],
+            PriorityClass::standard(),
+        )
+        .unwrap();
+        s.submit(Workload::single("low", "a", Some("low"), 4, 0))
+            .unwrap();
+        assert_eq!(admitted(&s.cycle(0)), vec!["low"]);
+        s.submit(Workload::single("high", "a", Some("high"), 2, 10))
+            .unwrap();
+        assert_eq!(preempted(&s.cycle(10)).len(), 1);
+        // More urgent work arriving while the victim checkpoints adds no second Preempt for it.
+        s.submit(Workload::single("high2", "a", Some("high"), 2, 11))
+            .unwrap();
+        for t in 11..20 {
+            let d = s.cycle(t);
+            assert!(
+                preempted(&d).iter().all(|(id, _)| id != "low"),
+                "second Preempt for low at {t}: {d:?}"
+            );
+            assert!(admitted(&d).is_empty(), "GPUs still held by low: {d:?}");
+        }
+        s.evicted("low").unwrap();
+        let mut d = admitted(&s.cycle(20));
+        d.sort();
+        assert_eq!(d, vec!["high", "high2"]);
+        // A younger low-priority job of the same size queues behind the evicted one.
+        s.submit(Workload::single("low-young", "a", Some("low"), 4, 30))
+            .unwrap();
+        s.finished("high").unwrap();
+        s.finished("high2").unwrap();
+        assert_eq!(admitted(&s.cycle(40)), vec!["low"]);
+    }
+
+    #[test]
+    fn an_any_flavor_quota_covers_flavors_not_named() {
+        let mut cluster = Cluster::uniform(1, 8, "h100");
+        cluster.nodes.extend(Cluster::local(4, "a100").nodes);
+        let mut q = queue("a", None, 6);
+        q.quotas[0].flavor = ANY_FLAVOR.into();
+        q.quotas.insert(
+            0,
+            FlavorQuota {
+                flavor: "h100".into(),
+                nominal: 8,
+                borrowing_limit: None,
+                lending_limit: None,
+            },
+        );
+        let s = Scheduler::new(cluster.clone(), vec![q.clone()], vec![]).unwrap();
+        assert_eq!(s.quota_limits("a", "h100"), Some((8, 8)));
+        assert_eq!(s.quota_limits("a", "a100"), Some((6, 6)));
+        let mut twice = q.clone();
+        twice.quotas.push(twice.quotas[1].clone());
+        let msg = Scheduler::new(cluster, vec![twice], vec![])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("queues[0].quotas[2].flavor") && msg.contains("merge"),
+            "{msg}"
         );
     }
 
