@@ -2,11 +2,15 @@
 """Checks an OpenAI-compatible Ferry server with the official `openai` client.
 
 Usage: test_client.py BASE_URL MODEL [--concurrency 16] [--long-prompt-words N]
+                      [--api-key KEY] [--rate-limited-key KEY]
 
 BASE_URL is the server root with the /v1 prefix, e.g. http://127.0.0.1:8000/v1.
 Works against the mock (crates/openai/examples/mock_server.rs) and `ferry serve`.
 Greedy decoding (temperature 0, fixed seed) is used wherever streamed and
 non-streamed answers are compared, so a deterministic engine must agree with itself.
+Against a gateway with keys: --api-key is the key used for every call (a wrong key
+must then raise AuthenticationError), and --rate-limited-key a key with a small RPM
+that must end in RateLimitError carrying a Retry-After header.
 Exits non-zero on the first failed check.
 """
 
@@ -136,7 +140,7 @@ def test_concurrent(base_url, client, model, n):
     max_tokens = 12
 
     async def run():
-        async with AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120) as aclient:
+        async with AsyncOpenAI(base_url=base_url, api_key=client.api_key, max_retries=0, timeout=120) as aclient:
             return await asyncio.gather(*(one_stream(aclient, model, i, max_tokens) for i in range(n)))
 
     results = asyncio.run(run())
@@ -225,6 +229,33 @@ def test_errors(client, model, long_words):
     still_serving(client, model, "prompts too long")
 
 
+def test_gateway_keys(base_url, model, api_key, limited_key):
+    if api_key:
+        bad = OpenAI(base_url=base_url, api_key=api_key + "-wrong", max_retries=0, timeout=30)
+        expect_error(
+            openai.AuthenticationError,
+            "wrong API key",
+            lambda: bad.chat.completions.create(model=model, messages=chat_messages("hi"), max_tokens=2),
+            code="invalid_api_key",
+        )
+    if limited_key:
+        lim = OpenAI(base_url=base_url, api_key=limited_key, max_retries=0, timeout=30)
+        for i in range(1000):
+            try:
+                lim.chat.completions.create(model=model, messages=chat_messages(f"hi {i}"), max_tokens=2)
+            except openai.RateLimitError as e:
+                retry = e.response.headers.get("retry-after")
+                check(retry is not None and int(retry) >= 1, f"rate limit: Retry-After {retry!r} after {i} calls")
+                err = e.body.get("error", e.body) if isinstance(e.body, dict) else {}
+                check(err.get("code") == "rate_limit_exceeded", "rate limit: code rate_limit_exceeded")
+                break
+        else:
+            raise AssertionError("the rate-limited key was never limited")
+        if api_key:
+            ok = OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=30)
+            still_serving(ok, model, "another key hit its rate limit")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("base_url")
@@ -236,8 +267,10 @@ def main():
         default=0,
         help="words in the too-long prompt (default: 2 x max_model_len from /v1/models, else 100000)",
     )
+    ap.add_argument("--api-key", default="", help="key for every call (gateway with keys)")
+    ap.add_argument("--rate-limited-key", default="", help="a key with a small RPM, to check 429")
     args = ap.parse_args()
-    client = OpenAI(base_url=args.base_url, api_key="unused", max_retries=0, timeout=120)
+    client = OpenAI(base_url=args.base_url, api_key=args.api_key or "unused", max_retries=0, timeout=120)
     long_words = args.long_prompt_words
     if long_words <= 0:
         info = next((m for m in client.models.list().data if m.id == args.model), None)
@@ -249,6 +282,7 @@ def main():
         test_completions(client, args.model)
         test_concurrent(args.base_url, client, args.model, args.concurrency)
         test_errors(client, args.model, long_words)
+        test_gateway_keys(args.base_url, args.model, args.api_key, args.rate_limited_key)
     except AssertionError as e:
         print(f"FAIL {e}", file=sys.stderr)
         return 1

@@ -108,6 +108,7 @@ pub(crate) struct Observer {
     pub first_text: Option<Instant>,
     pub last_text: Option<Instant>,
     pub gaps: Vec<f32>,
+    /// SSE events carrying text (the token count when no `usage` comes).
     pub events: u64,
     pub keep: Vec<u8>,
     pub overflow: bool,
@@ -173,7 +174,13 @@ impl Observer {
     }
 
     fn scan_events(&mut self, events: &[u8]) {
-        self.events += memmem::find_iter(events, b"data:").count() as u64;
+        let starts: Vec<usize> = memmem::find_iter(events, b"data:").collect();
+        for (i, &at) in starts.iter().enumerate() {
+            let end = starts.get(i + 1).copied().unwrap_or(events.len());
+            if has_text(&events[at..end]) {
+                self.events += 1;
+            }
+        }
         let Some(at) = memmem::rfind(events, b"\"usage\":{") else {
             return;
         };
@@ -244,12 +251,8 @@ impl Drop for Observer {
             Some(u) => u,
             None => (
                 self.estimated_prompt,
-                // One SSE event per token after the role chunk; minus `[DONE]`.
-                if self.sse {
-                    self.events.saturating_sub(2)
-                } else {
-                    0
-                },
+                // No `usage` in the stream: one token per event carrying text.
+                if self.sse { self.events } else { 0 },
             ),
         };
         let tl = TokenLabels {
@@ -286,7 +289,6 @@ pub struct ProxyBody {
     idle: Duration,
     sleep: Pin<Box<tokio::time::Sleep>>,
     obs: Observer,
-    trailer: Option<Bytes>,
     done: bool,
 }
 
@@ -297,7 +299,6 @@ impl ProxyBody {
             idle,
             sleep: Box::pin(tokio::time::sleep(idle)),
             obs,
-            trailer: None,
             done: false,
         }
     }
@@ -330,15 +331,24 @@ impl ProxyBody {
         Poll::Ready(Some(Err(message.into())))
     }
 
+    /// The replica's body ended normally.
+    fn complete(&mut self) {
+        self.inner = None;
+        self.done = true;
+        self.obs.finish_body();
+        self.obs.outcome = Some("completed");
+        if self.obs.status < 500 {
+            self.obs.replica.record_success();
+        }
+    }
+
     fn poll_inner(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        if let Some(t) = this.trailer.take() {
-            return Poll::Ready(Some(Ok(Frame::data(t))));
-        }
         let Some(inner) = this.inner.as_mut() else {
+            this.done = true;
             return Poll::Ready(None);
         };
         match Pin::new(inner).poll_frame(cx) {
@@ -346,21 +356,21 @@ impl ProxyBody {
                 if let Some(d) = frame.data_ref() {
                     this.obs.on_data(d);
                 }
-                let deadline = tokio::time::Instant::now() + this.idle;
-                this.sleep.as_mut().reset(deadline);
+                if this.inner.as_ref().is_some_and(Body::is_end_stream) {
+                    // Content-length bodies: hyper stops polling once every byte is
+                    // out, so settle now rather than wait for a `None` never asked for.
+                    this.complete();
+                } else {
+                    let deadline = tokio::time::Instant::now() + this.idle;
+                    this.sleep.as_mut().reset(deadline);
+                }
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
                 this.fail("body", format!("the replica's response broke off: {e}"))
             }
             Poll::Ready(None) => {
-                this.inner = None;
-                this.done = true;
-                this.obs.finish_body();
-                this.obs.outcome = Some("completed");
-                if this.obs.status < 500 {
-                    this.obs.replica.record_success();
-                }
+                this.complete();
                 Poll::Ready(None)
             }
             Poll::Pending => {
