@@ -141,9 +141,15 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let mut t = match kind {
-        ResourceKind::ModelDeployment => {
-            Table::new(&["NAME", "MODEL", "ENGINE", "REPLICAS", "AGE"])
-        }
+        ResourceKind::ModelDeployment => Table::new(&[
+            "NAME",
+            "MODEL",
+            "ENGINE",
+            "READY",
+            "PHASE",
+            "ENDPOINTS",
+            "AGE",
+        ]),
         _ => Table::new(&["NAME", "COHORT", "QUOTAS", "WEIGHT", "AGE"]),
     };
     for o in &objects {
@@ -158,11 +164,25 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     .find(|v| v.is_string())
                     .map(cell)
                     .unwrap_or_default();
+                let status = &o["doc"]["status"];
+                let endpoints = status["endpoints"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(cell)
+                    .collect::<Vec<_>>()
+                    .join(",");
                 t.row(vec![
                     name,
                     model,
                     cell(&spec["engine"]),
-                    cell(&spec["replicas"]),
+                    format!(
+                        "{}/{}",
+                        cell(&status["readyReplicas"]),
+                        cell(&spec["replicas"])
+                    ),
+                    cell(&status["phase"]),
+                    endpoints,
                     created,
                 ]);
             }

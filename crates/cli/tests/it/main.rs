@@ -5,3 +5,4 @@
 mod control_plane;
 mod convert;
 mod harness;
+mod serve;
