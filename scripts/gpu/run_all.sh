@@ -17,7 +17,7 @@ OUT=${OUT:-/tmp/gpu-out}
 R=${GPU_RESULTS:-/tmp/gpu-results}
 export GPU_RESULTS=$R
 FERRY=${FERRY:-$ROOT/.carry/ferry}
-STAGES=${STAGES:-"convert mem ferry"}
+STAGES=${STAGES:-"convert ferry mem"}
 MEM_RUNS=${MEM_RUNS:-"Meta-Llama-3-8B:2:1:1:2048:1 Meta-Llama-3-8B:2:2:1:2048:4 Llama-3.2-3B:2:2:1:4096:4 Llama-3.2-1B:2:1:2:2048:1"}
 mkdir -p "$OUT" "$R/logs"
 T0=$(date +%s)
@@ -70,7 +70,7 @@ mem)
   for run in $MEM_RUNS; do
     IFS=: read -r model tp pp mb seq m <<< "$run"
     log "stage mem: $model tp=$tp pp=$pp mb=$mb seq=$seq micro-batches=$m"
-    timeout 150 bash -c "$(declare -f torchrun4); torchrun4 scripts/gpu/megatron_step.py --model $model --tp $tp --pp $pp \
+    timeout 120 bash -c "$(declare -f torchrun4); torchrun4 scripts/gpu/megatron_step.py --model $model --tp $tp --pp $pp \
       --micro-batch $mb --seq $seq --micro-batches $m --probe --out '$R'" > "$R/logs/mem-$model-tp$tp-pp$pp.log" 2>&1
     summary "megatron mem $model tp=$tp pp=$pp rc=$? $(grep '^megatron ' "$R/logs/mem-$model-tp$tp-pp$pp.log" | cut -c1-300)"
     pack
@@ -93,7 +93,7 @@ ferry)
   fi
   "$FERRY" apply -f scripts/gpu/jobs/llama-dp.yaml
   "$FERRY" apply -f scripts/gpu/jobs/gang-2x2.yaml
-  end=$(( $(date +%s) + ${FERRY_JOBS_TIMEOUT:-300} ))
+  end=$(( $(date +%s) + ${FERRY_JOBS_TIMEOUT:-240} ))
   while :; do
     phases=$("$FERRY" get jobs -o json 2>/dev/null | python3 -c '
 import json, sys
