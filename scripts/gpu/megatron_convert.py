@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Trains a small Llama-style Megatron-Core GPT (RMSNorm, SwiGLU, rotary, GQA) for a few steps at
-TP=2 / PP=2 over NCCL (4 processes, one GPU each), then writes what `ferry convert` reads:
+--tp / --pp (default TP=2 / PP=2) over NCCL (TP×PP processes, one GPU each), then writes what
+`ferry convert` reads:
 
   WORK/legacy/iter_NNNNNNN/mp_rank_TT_PPP/model_optim_rng.pt  (torch.save of args, checkpoint_version
       3.0, iteration and model = GPTModel.state_dict_for_save_checkpoint(), as Megatron-LM saves)
@@ -10,7 +11,7 @@ TP=2 / PP=2 over NCCL (4 processes, one GPU each), then writes what `ferry conve
       after training (eval mode, pipeline stages chained with send/recv, TP-gathered, padded
       vocabulary columns removed)
 
-    torchrun --nproc-per-node 4 scripts/gpu/megatron_convert.py --work /tmp/mconv
+    torchrun --nproc-per-node 4 scripts/gpu/megatron_convert.py --work /tmp/mconv --tp 2 --pp 2
 """
 import argparse
 import json
@@ -25,7 +26,8 @@ SHAPE = {  # Llama-style, GQA 8 heads / 4 groups; vocabulary not a multiple of 1
     "num_query_groups": 4, "kv_channels": 32, "vocab_size": 1000, "rotary_base": 500000.0,
     "norm_epsilon": 1e-5, "tied": False, "qkv_bias": False,
 }
-TP, PP, SEQ, ITERATION = 2, 2, 64, 20
+SEQ, ITERATION = 64, 20
+TP, PP = 2, 2  # set from --tp / --pp
 
 
 def megatron_args(padded, params_dtype):
@@ -49,7 +51,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", required=True)
     ap.add_argument("--steps", type=int, default=ITERATION)
+    ap.add_argument("--tp", type=int, default=2)
+    ap.add_argument("--pp", type=int, default=2)
     args = ap.parse_args()
+    global TP, PP
+    TP, PP = args.tp, args.pp
 
     import torch
     import torch.distributed as dist
@@ -110,7 +116,8 @@ def main():
     margs = megatron_args(padded, torch.float32)
     it_dir = f"iter_{ITERATION:07d}"
     # Legacy: one torch.save per (TP, PP) rank.
-    legacy = os.path.join(args.work, "legacy", it_dir, f"mp_rank_{tp_rank:02d}_{pp_rank:03d}")
+    rank_dir = f"mp_rank_{tp_rank:02d}_{pp_rank:03d}" if PP > 1 else f"mp_rank_{tp_rank:02d}"
+    legacy = os.path.join(args.work, "legacy", it_dir, rank_dir)
     os.makedirs(legacy, exist_ok=True)
     torch.save({"args": margs, "checkpoint_version": 3.0, "iteration": ITERATION,
                 "model": gpt.state_dict_for_save_checkpoint()},
@@ -133,20 +140,21 @@ def main():
     ids_gpu = ids.cuda()
     p16 = torch.arange(16, device="cuda").unsqueeze(0).expand(2, -1)
     with torch.no_grad():
-        if pp_rank == 0:
-            hidden = gpt(ids_gpu, p16, None)  # [s, b, h]
-            dist.send(hidden.contiguous(), dst=rank + TP)
-        else:
+        if pp_rank > 0:
             hidden = torch.empty(16, 2, SHAPE["hidden_size"], device="cuda", dtype=torch.float32)
             dist.recv(hidden, src=rank - TP)
             gpt.set_input_tensor(hidden)
+        if pp_rank < PP - 1:
+            hidden = gpt(ids_gpu, p16, None)  # [s, b, h]
+            dist.send(hidden.contiguous(), dst=rank + TP)
+        else:
             logits = gpt(ids_gpu, p16, None, runtime_gather_output=True)  # [b, s, padded]
             if tp_rank == 0:
                 save_file({"input_ids": ids.to(torch.int64).contiguous(),
                            "logits": logits[..., :SHAPE["vocab_size"]].float().cpu().contiguous()},
                           os.path.join(args.work, "reference.safetensors"),
                           metadata={"true_vocab": str(SHAPE["vocab_size"]), "padded_vocab": str(padded),
-                                    "source": "megatron-core GPTModel, TP=2 PP=2, NCCL, after training"})
+                                    "source": f"megatron-core GPTModel, TP={TP} PP={PP}, NCCL, after training"})
                 with open(os.path.join(args.work, "train.json"), "w") as f:
                     json.dump({"losses": losses, "shape": SHAPE, "tp": TP, "pp": PP,
                                "iteration": ITERATION, "padded_vocab": padded,

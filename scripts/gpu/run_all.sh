@@ -18,15 +18,24 @@ R=${GPU_RESULTS:-/tmp/gpu-results}
 export GPU_RESULTS=$R
 FERRY=${FERRY:-$ROOT/.carry/ferry}
 STAGES=${STAGES:-"convert ferry mem"}
-MEM_RUNS=${MEM_RUNS:-"Meta-Llama-3-8B:2:1:1:2048:1 Meta-Llama-3-8B:2:2:1:2048:4 Llama-3.2-3B:2:2:1:4096:4 Llama-3.2-1B:2:1:2:2048:1"}
+NGPU=${NGPU:-$(nvidia-smi -L | grep -c '^GPU')}
+if [ "$NGPU" -ge 4 ]; then
+  NGPU=4
+  CONVERT_LAYOUTS=${CONVERT_LAYOUTS:-"2:2"}
+  MEM_RUNS=${MEM_RUNS:-"Meta-Llama-3-8B:2:1:1:2048:1 Meta-Llama-3-8B:2:2:1:2048:4 Llama-3.2-3B:2:2:1:4096:4 Llama-3.2-1B:2:1:2:2048:1"}
+else
+  NGPU=2
+  CONVERT_LAYOUTS=${CONVERT_LAYOUTS:-"2:1 1:2"}
+  MEM_RUNS=${MEM_RUNS:-"Meta-Llama-3-8B:2:1:1:2048:1 Meta-Llama-3-8B:1:2:1:2048:4 Llama-3.2-3B:2:1:1:4096:1 Llama-3.2-1B:1:2:2:2048:4"}
+fi
 mkdir -p "$OUT" "$R/logs"
 T0=$(date +%s)
 log() { echo "[$(date -u +%T) +$(( $(date +%s) - T0 ))s] $*"; }
-pack() { tar czf "$OUT/results.tgz" -C "$R" --exclude='mconv/legacy' --exclude='mconv/torch_dist' \
-  --exclude='mconv/hf-*' --exclude='ferry-home' . 2>/dev/null; cp "$R/summary.txt" "$OUT/" 2>/dev/null; true; }
+pack() { tar czf "$OUT/results.tgz" -C "$R" --exclude='./mconv-*' --exclude='./ferry-home' . 2>/dev/null
+  cp "$R/summary.txt" "$OUT/" 2>/dev/null; true; }
 trap pack EXIT
 summary() { echo "$*" | tee -a "$R/summary.txt"; }
-torchrun4() { python3 -m torch.distributed.run --standalone --nproc-per-node 4 "$@"; }
+torchrunN() { n=$1; shift; python3 -m torch.distributed.run --standalone --nproc-per-node "$n" "$@"; }
 
 log "host: $(nproc) cores; $(nvidia-smi -L | wc -l) GPUs"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader | tee "$R/gpus.csv"
@@ -49,28 +58,32 @@ EOF
 
 for stage in $STAGES; do case $stage in
 convert)
-  log "stage convert: Megatron-Core TP=2/PP=2 training + checkpoints"
-  W=$R/mconv; rm -rf "$W"; mkdir -p "$W"
-  timeout 180 bash -c "$(declare -f torchrun4); torchrun4 scripts/gpu/megatron_convert.py --work '$W'" > "$R/logs/megatron_convert.log" 2>&1
-  rc=$?; tail -5 "$R/logs/megatron_convert.log"
-  summary "megatron_convert rc=$rc $(cat "$W/train.json" 2>/dev/null | head -c 300)"
+  for layout in $CONVERT_LAYOUTS; do
+  IFS=: read -r tp pp <<< "$layout"
+  log "stage convert: Megatron-Core TP=$tp/PP=$pp training + checkpoints"
+  W=$R/mconv-tp$tp-pp$pp; rm -rf "$W"; mkdir -p "$W"
+  timeout 180 bash -c "$(declare -f torchrunN); torchrunN $((tp * pp)) scripts/gpu/megatron_convert.py --tp $tp --pp $pp --work '$W'" > "$R/logs/megatron_convert-tp$tp-pp$pp.log" 2>&1
+  rc=$?; tail -5 "$R/logs/megatron_convert-tp$tp-pp$pp.log"
+  summary "megatron_convert tp=$tp pp=$pp rc=$rc $(cat "$W/train.json" 2>/dev/null | head -c 300)"
   for fmt in legacy torch_dist; do
-    timeout 60 "$FERRY" convert "$W/$fmt" "$W/hf-$fmt" > "$R/logs/convert-$fmt.log" 2>&1
-    summary "ferry convert $fmt rc=$? $(tail -2 "$R/logs/convert-$fmt.log" | tr '\n' ' ')"
-    timeout 30 "$FERRY" convert --inspect "$W/$fmt" > "$R/logs/inspect-$fmt.txt" 2>&1
+    timeout 60 "$FERRY" convert "$W/$fmt" "$W/hf-$fmt" > "$R/logs/convert-tp$tp-pp$pp-$fmt.log" 2>&1
+    summary "ferry convert tp=$tp pp=$pp $fmt rc=$? $(tail -3 "$R/logs/convert-tp$tp-pp$pp-$fmt.log" | tr '\n' ' ')"
+    timeout 30 "$FERRY" convert --inspect "$W/$fmt" > "$R/logs/inspect-tp$tp-pp$pp-$fmt.txt" 2>&1
   done
-  cp "$W/hf-legacy/config.json" "$R/converted_config.json" 2>/dev/null
-  cp "$W/reference.safetensors" "$W/train.json" "$R/" 2>/dev/null
+  mkdir -p "$R/convert-tp$tp-pp$pp"
+  cp "$W/hf-legacy/config.json" "$R/convert-tp$tp-pp$pp/converted_config.json" 2>/dev/null
+  cp "$W/reference.safetensors" "$W/train.json" "$R/convert-tp$tp-pp$pp/" 2>/dev/null
   timeout 120 python3 scripts/gpu/hf_parity.py --reference "$W/reference.safetensors" \
-    --json "$R/parity.json" "$W/hf-legacy" "$W/hf-torch_dist" > "$R/logs/parity.log" 2>&1
-  summary "hf parity rc=$? $(grep '^parity' "$R/logs/parity.log" | cut -c1-400)"
-  du -sh "$W"/* > "$R/mconv_sizes.txt" 2>&1
+    --json "$R/convert-tp$tp-pp$pp/parity.json" "$W/hf-legacy" "$W/hf-torch_dist" > "$R/logs/parity-tp$tp-pp$pp.log" 2>&1
+  summary "hf parity tp=$tp pp=$pp rc=$? $(grep '^parity' "$R/logs/parity-tp$tp-pp$pp.log" | cut -c1-330)"
+  du -sh "$W"/* > "$R/convert-tp$tp-pp$pp/sizes.txt" 2>&1
+  done
   pack ;;
 mem)
   for run in $MEM_RUNS; do
     IFS=: read -r model tp pp mb seq m <<< "$run"
     log "stage mem: $model tp=$tp pp=$pp mb=$mb seq=$seq micro-batches=$m"
-    timeout 120 bash -c "$(declare -f torchrun4); torchrun4 scripts/gpu/megatron_step.py --model $model --tp $tp --pp $pp \
+    timeout 120 bash -c "$(declare -f torchrunN); torchrunN $NGPU scripts/gpu/megatron_step.py --model $model --tp $tp --pp $pp \
       --micro-batch $mb --seq $seq --micro-batches $m --probe --out '$R'" > "$R/logs/mem-$model-tp$tp-pp$pp.log" 2>&1
     summary "megatron mem $model tp=$tp pp=$pp rc=$? $(grep '^megatron ' "$R/logs/mem-$model-tp$tp-pp$pp.log" | cut -c1-300)"
     pack
@@ -84,15 +97,19 @@ ferry)
   for _ in $(seq 100); do "$FERRY" get gpus -o json > "$R/ferry_gpus.json" 2>/dev/null && break; sleep 0.2; done
   ngpu=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); g=d.get("gpus", d) if isinstance(d, dict) else d; print(len(g))' "$R/ferry_gpus.json" 2>/dev/null || echo 0)
   summary "ferry gpus ($ngpu): $(tr -d '\n ' < "$R/ferry_gpus.json" | cut -c1-700)"
-  if [ "$ngpu" -lt 4 ]; then
-    summary "NVML discovery found $ngpu GPUs; restarting ferry up with --gpus 4 (virtual slots 0-3)"
+  if [ "$ngpu" -lt "$NGPU" ]; then
+    summary "NVML discovery found $ngpu GPUs; restarting ferry up with --gpus $NGPU (virtual slots)"
     kill "$UP"; wait "$UP" 2>/dev/null
-    "$FERRY" up --gpus 4 --home "$R/ferry-home" --listen 127.0.0.1:7070 >> "$R/logs/ferry-up.log" 2>&1 &
+    "$FERRY" up --gpus "$NGPU" --home "$R/ferry-home" --listen 127.0.0.1:7070 >> "$R/logs/ferry-up.log" 2>&1 &
     UP=$!
     for _ in $(seq 100); do "$FERRY" get gpus -o json > "$R/ferry_gpus.json" 2>/dev/null && break; sleep 0.2; done
   fi
-  "$FERRY" apply -f scripts/gpu/jobs/llama-dp.yaml
-  "$FERRY" apply -f scripts/gpu/jobs/gang-2x2.yaml
+  # Jobs sized to this host: all GPUs for llama-dp, 2 "nodes" x NGPU/2 for the gang.
+  mkdir -p "$R/jobs"
+  sed "s/gpusPerNode: 4/gpusPerNode: $NGPU/" scripts/gpu/jobs/llama-dp.yaml > "$R/jobs/llama-dp.yaml"
+  sed "s/gpusPerNode: 2/gpusPerNode: $((NGPU / 2))/" scripts/gpu/jobs/gang-2x2.yaml > "$R/jobs/gang-2x2.yaml"
+  "$FERRY" apply -f "$R/jobs/llama-dp.yaml"
+  "$FERRY" apply -f "$R/jobs/gang-2x2.yaml"
   end=$(( $(date +%s) + ${FERRY_JOBS_TIMEOUT:-240} ))
   while :; do
     phases=$("$FERRY" get jobs -o json 2>/dev/null | python3 -c '
