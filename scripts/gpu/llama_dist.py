@@ -91,13 +91,13 @@ def one_row(row, rank, world, steps, probe_dir=None, device="cuda"):
     dtype = torch.float32 if mixed else torch.bfloat16
     cuda = device == "cuda"
     before = torch.cuda.memory_allocated() if cuda else 0
-    with torch.device(device):
+    with torch.device(torch.device("cuda", torch.cuda.current_device()) if cuda else device):
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="sdpa")
     params_total = sum(p.numel() for p in model.parameters())
     model.train()
     autocast = False
     if row["kind"] == "ddp":
-        model = DDP(model, device_ids=[0] if cuda else None)
+        model = DDP(model, device_ids=[torch.cuda.current_device()] if cuda else None)
         autocast = mixed
     else:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -108,7 +108,7 @@ def one_row(row, rank, world, steps, probe_dir=None, device="cuda"):
         fully_shard(model, mp_policy=policy)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
     g = torch.Generator().manual_seed(1 + rank)
-    x = torch.randint(0, cfg.vocab_size, (row["micro_batch"], row["seq_len"]), generator=g).to(device)
+    x = torch.randint(0, cfg.vocab_size, (row["micro_batch"], row["seq_len"]), generator=g).to(torch.cuda.current_device() if cuda else device)
     meter = Meter(torch, cuda)
     meter.mark(None)
     meter.peak = 0
@@ -199,11 +199,11 @@ def main():
         dist.init_process_group("gloo")
         uuid = f"cpu-{rank}"
     else:
-        if torch.cuda.device_count() != 1:
-            raise SystemExit(f"expected exactly one visible GPU per rank, got {torch.cuda.device_count()}")
-        torch.cuda.set_device(0)
-        dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
-        uuid = str(torch.cuda.get_device_properties(0).uuid)
+        # Ferry leaves each rank exactly one GPU; plain torchrun leaves them all (use LOCAL_RANK).
+        gpu = 0 if torch.cuda.device_count() == 1 else int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(gpu)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", gpu))
+        uuid = str(torch.cuda.get_device_properties(gpu).uuid)
     gpus = [None] * world
     dist.all_gather_object(gpus, uuid)
     if rank == 0:
