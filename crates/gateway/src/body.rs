@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use memchr::memmem;
@@ -89,6 +89,9 @@ struct UsageNums {
 
 /// Largest non-streamed body kept for reading `usage`, and largest partial SSE event.
 const KEEP_LIMIT: usize = 4 * 1024 * 1024;
+
+/// Most bytes merged from frames already received into one write to the client.
+const COALESCE_LIMIT: usize = 64 * 1024;
 
 /// Everything known about one proxied request, settled once when it ends.
 #[derive(Debug)]
@@ -289,6 +292,7 @@ pub struct ProxyBody {
     idle: Duration,
     sleep: Pin<Box<tokio::time::Sleep>>,
     obs: Observer,
+    stash: Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
     done: bool,
 }
 
@@ -299,6 +303,7 @@ impl ProxyBody {
             idle,
             sleep: Box::pin(tokio::time::sleep(idle)),
             obs,
+            stash: None,
             done: false,
         }
     }
@@ -347,16 +352,26 @@ impl ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        let Some(inner) = this.inner.as_mut() else {
-            this.done = true;
-            return Poll::Ready(None);
-        };
-        match Pin::new(inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(d) = frame.data_ref() {
-                    this.obs.on_data(d);
+        let polled = match this.stash.take() {
+            Some(s) => Poll::Ready(s),
+            None => match this.inner.as_mut() {
+                Some(inner) => Pin::new(inner).poll_frame(cx),
+                None => {
+                    this.done = true;
+                    return Poll::Ready(None);
                 }
-                if this.inner.as_ref().is_some_and(Body::is_end_stream) {
+            },
+        };
+        match polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                let frame = match frame.into_data() {
+                    Ok(data) => {
+                        this.obs.on_data(&data);
+                        Frame::data(this.coalesce(data, cx))
+                    }
+                    Err(frame) => frame,
+                };
+                if this.stash.is_none() && this.inner.as_ref().is_some_and(Body::is_end_stream) {
                     // Content-length bodies: hyper stops polling once every byte is
                     // out, so settle now rather than wait for a `None` never asked for.
                     this.complete();
@@ -384,5 +399,38 @@ impl ProxyBody {
                 Poll::Pending
             }
         }
+    }
+
+    /// Appends the data frames the replica has already delivered (never waits), so
+    /// a burst of small SSE events goes out in one write instead of one each.
+    fn coalesce(&mut self, first: Bytes, cx: &mut Context<'_>) -> Bytes {
+        let mut buf: Option<BytesMut> = None;
+        while buf.as_ref().map_or(first.len(), BytesMut::len) < COALESCE_LIMIT {
+            let Some(inner) = self.inner.as_mut() else {
+                break;
+            };
+            if inner.is_end_stream() {
+                break;
+            }
+            match Pin::new(inner).poll_frame(cx) {
+                Poll::Pending => break,
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        self.obs.on_data(&data);
+                        buf.get_or_insert_with(|| BytesMut::from(&first[..]))
+                            .extend_from_slice(&data);
+                    }
+                    Err(other) => {
+                        self.stash = Some(Some(Ok(other)));
+                        break;
+                    }
+                },
+                Poll::Ready(other) => {
+                    self.stash = Some(other);
+                    break;
+                }
+            }
+        }
+        buf.map_or(first, BytesMut::freeze)
     }
 }
