@@ -189,6 +189,9 @@ pub struct RowCheck {
     pub error: Option<f64>,
     /// Predicted step time (single GPU, eager HF), seconds.
     pub predicted_step_s: f64,
+    /// Part of `predicted_peak` that a rank may or may not hold at its peak (DDP's second
+    /// bucket copy during the iteration-2 rebuild); 0 for other recipes.
+    pub timing_dependent: u64,
 }
 
 /// Recipe of a fixture mode.
@@ -274,6 +277,7 @@ pub fn check_rows(
                     .peak_allocated_bytes
                     .map(|m| (memory.peak_bytes as f64 - m as f64) / m as f64),
                 predicted_step_s: step.step_s,
+                timing_dependent: 0,
             })
         })
         .collect()
@@ -308,6 +312,7 @@ fn check_parallel_row(row: &MeasuredRow, shape: ModelShape, gpu: GpuKind) -> Res
             .peak_allocated_bytes
             .map(|m| (chosen.memory.peak_bytes as f64 - m as f64) / m as f64),
         predicted_step_s: chosen.throughput.step_s,
+        timing_dependent: chosen.memory.ddp_rebuild,
     })
 }
 

@@ -118,6 +118,12 @@ pub struct MemoryBreakdown {
     /// model is wrapped and kept for the whole run, one gradient-sized copy
     /// (`gradient_as_bucket_view=False`, the default).
     pub ddp_buckets: u64,
+    /// DDP's second bucket copy while buckets are rebuilt at the second iteration (forward and
+    /// backward phases only; whether a rank still holds it at its peak depends on NCCL timing).
+    pub ddp_rebuild: u64,
+    /// FSDP full shard: the root module's gathered bf16 parameters (forward and backward), and
+    /// at the end of backward its bf16 gradients and their fp32 reduce-scatter input.
+    pub fsdp_root: u64,
     /// Adam first and second moments.
     pub optimizer: u64,
     /// fp32 master copy of bf16 weights (DeepSpeed/Megatron).
@@ -516,8 +522,18 @@ fn stage_memory(s: &TrainSetup<'_>, stage: u64) -> MemoryBreakdown {
     } else {
         0
     };
-    let logits_fwd = vt.saturating_mul(10);
-    let logits_bwd = vt.saturating_mul(12);
+    // HF: bf16 logits, their fp32 copy and the fp32 log-softmax (10 B); in backward the
+    // log-softmax output, NLL gradient and log-softmax gradient (12 B). Megatron's vocab-parallel
+    // cross entropy keeps the bf16 logits and one fp32 buffer that becomes the softmax in place
+    // (6 B), and its backward turns that buffer into the gradient in place before the bf16 cast
+    // (8 B).
+    let (fwd_bytes, bwd_bytes) = if recipe == Recipe::MegatronBf16 {
+        (6, 8)
+    } else {
+        (10, 12)
+    };
+    let logits_fwd = vt.saturating_mul(fwd_bytes);
+    let logits_bwd = vt.saturating_mul(bwd_bytes);
     let head_trains = recipe.method() == MethodKind::Full && last;
     // The head's weight gradient comes out of the matmul in bf16 and is then either cast to the
     // grad dtype (fp32) or copied to the parameter's layout (bf16): two V×h buffers at once.
@@ -555,6 +571,23 @@ fn stage_memory(s: &TrainSetup<'_>, stage: u64) -> MemoryBreakdown {
     } else {
         0
     };
+    // DDP rebuilds its buckets in gradient-ready order at the second iteration's forward; the
+    // old buckets are released only once their last all-reduce is done with, so a rank can hold
+    // two copies through forward and the start of backward (measured: 3 of 4 DDP runs had both
+    // at the peak on some rank). The optimizer step sees one.
+    let ddp_rebuild = ddp_buckets;
+    // FSDP2 full shard: the root module (embedding, final norm, untied head) is not resharded
+    // after forward, so its bf16 parameters stay gathered through forward and backward; its
+    // gradients are reduce-scattered last, from a bf16 gradient cast to the fp32 reduce dtype,
+    // while every other sharded gradient and the optimizer states are resident.
+    let fsdp = recipe == Recipe::FsdpAmp && zero >= 3 && dp > 1;
+    let root_params = embed_here + head_here;
+    let (fsdp_root_live, fsdp_root_reduce) = if fsdp {
+        (2 * root_params, 8 * root_params)
+    } else {
+        (0, 0)
+    };
+    let transient = ddp_rebuild + fsdp_root_live;
     // Sums saturate: absurd shapes give u64::MAX ("does not fit"), never an overflow panic.
     let states = sum(&[
         weights,
@@ -564,8 +597,22 @@ fn stage_memory(s: &TrainSetup<'_>, stage: u64) -> MemoryBreakdown {
         workspace,
         ddp_buckets,
     ]);
-    let fwd_end = sum(&[states, grads_early, cache_fwd, activations, logits_fwd]);
-    let bwd_start = sum(&[states, grads_early, cache_bwd, activations, logits_bwd]);
+    let fwd_end = sum(&[
+        states,
+        grads_early,
+        cache_fwd,
+        activations,
+        logits_fwd,
+        transient,
+    ]);
+    let bwd_start = sum(&[
+        states,
+        grads_early,
+        cache_bwd,
+        activations,
+        logits_bwd,
+        transient,
+    ]);
     let head_bwd = sum(&[
         states,
         grads_early,
@@ -573,6 +620,7 @@ fn stage_memory(s: &TrainSetup<'_>, stage: u64) -> MemoryBreakdown {
         activations,
         vt.saturating_mul(2),
         head_grad_transient,
+        transient,
     ]);
     let head_grad = if head_trains {
         divu(vh, tp) * gb as u64
@@ -585,8 +633,15 @@ fn stage_memory(s: &TrainSetup<'_>, stage: u64) -> MemoryBreakdown {
         activations,
         recompute,
         cache_bwd,
+        transient,
     ]);
-    let opt_step = sum(&[states, grads, tied_embedding_grad, gathered]);
+    let opt_step = sum(&[
+        states,
+        grads,
+        tied_embedding_grad,
+        gathered,
+        fsdp_root_reduce,
+    ]);
     let mut phases = vec![
         (Phase::ForwardEnd, fwd_end),
         (Phase::BackwardStart, bwd_start),
@@ -609,6 +664,8 @@ fn stage_memory(s: &TrainSetup<'_>, stage: u64) -> MemoryBreakdown {
         weights,
         grads,
         ddp_buckets,
+        ddp_rebuild,
+        fsdp_root: fsdp_root_reduce.max(fsdp_root_live),
         optimizer,
         master,
         adapters,
@@ -781,6 +838,47 @@ mod tests {
         // Only the last stage computes logits.
         assert_eq!(many.logits, 0);
         assert!(last.logits > 0);
+    }
+
+    #[test]
+    fn data_parallel_terms_belong_to_their_launcher() {
+        let m = shape_of("meta-llama/Meta-Llama-3-8B").unwrap();
+        let at = |recipe, engine, zero, dp| {
+            training_memory(&TrainSetup {
+                recipe,
+                engine,
+                dp,
+                layout: Layout { zero, ..ONE },
+                ..setup(&m, ONE, dp, 1)
+            })
+        };
+        // DDP: one persistent bucket copy, and the rebuild copy outside the optimizer step.
+        let ddp = at(Recipe::HfAmp, Engine::Torchrun, 0, 2);
+        assert_eq!(ddp.ddp_buckets, ddp.grads);
+        assert_eq!(ddp.ddp_rebuild, ddp.grads);
+        let single = at(Recipe::HfAmp, Engine::Torchrun, 0, 1);
+        assert_eq!(single.ddp_buckets + single.ddp_rebuild, 0);
+        assert_eq!(
+            at(Recipe::DeepspeedBf16, Engine::Deepspeed, 0, 2).ddp_buckets,
+            0
+        );
+        let opt = |b: &MemoryBreakdown| {
+            b.phases
+                .iter()
+                .find(|(p, _)| *p == Phase::OptimizerStep)
+                .unwrap()
+                .1
+        };
+        assert_eq!(opt(&ddp) - opt(&single), ddp.ddp_buckets);
+        // FSDP full shard: the root (embedding + untied head) gathered in bf16, reduced in fp32.
+        let fsdp = at(Recipe::FsdpAmp, Engine::Torchrun, 3, 2);
+        let p = m.params();
+        assert_eq!(fsdp.fsdp_root, 8 * (p.embedding + p.lm_head));
+        assert_eq!(at(Recipe::FsdpAmp, Engine::Torchrun, 0, 2).fsdp_root, 0);
+        // Megatron's vocab-parallel cross entropy works in place: 8 B per logit, not HF's 12.
+        let mega = at(Recipe::MegatronBf16, Engine::Megatron, 1, 1);
+        let hf = at(Recipe::PureBf16, Engine::Torchrun, 0, 1);
+        assert_eq!(mega.logits * 12, hf.logits * 8);
     }
 
     #[test]

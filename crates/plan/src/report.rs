@@ -23,10 +23,12 @@ impl fmt::Display for PlanReport {
         writeln!(f, "chosen: {}", c.label())?;
         writeln!(f)?;
         writeln!(f, "  {:<34} {:>12}", "per-GPU memory", "GiB")?;
-        let rows: [(&str, u64); 13] = [
+        let rows: [(&str, u64); 15] = [
             ("weights", m.weights),
             ("gradients", m.grads),
             ("DDP gradient buckets", m.ddp_buckets),
+            ("DDP bucket rebuild (iteration 2)", m.ddp_rebuild),
+            ("FSDP root gather + reduce", m.fsdp_root),
             ("optimizer states", m.optimizer),
             ("fp32 master weights", m.master),
             ("weight copies (autocast/gathered)", m.weight_copies),

@@ -84,3 +84,54 @@ fn throughput_model_is_within_2x_of_fixture_step_times() {
         assert!((0.5..=2.0).contains(&r), "{m} {mode}: ratio {r}");
     }
 }
+
+/// Multi-GPU rows (issue 9): DDP and FSDP2 full shard through torchrun, Megatron-Core at TP/PP,
+/// measured on 2 H200s with `scripts/gpu/` and predicted by `plan()` for the same fixed layout.
+/// DDP rows are predicted with the second bucket copy of its iteration-2 rebuild; a rank holds it
+/// at its peak or not depending on when NCCL releases the old buckets, so a DDP row passes when
+/// either the prediction or the prediction without that copy is within 10%.
+#[test]
+fn multi_gpu_measurements_meet_the_bars() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/measured/multi-gpu");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "csv"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no CSV in {}", dir.display());
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let rows = parse_csv(&text, &file.display().to_string()).unwrap();
+        assert!(rows.iter().all(|r| r.gpus() > 1), "{}", file.display());
+        let checks = check_rows(&rows, GpuKind::H200, shape).unwrap();
+        let summary = summarize(&checks, GpuKind::H200.spec().memory_bytes);
+        println!("{}\n{}", file.display(), render_table(&checks, &summary));
+        assert!(summary.measured >= 10);
+        assert!(
+            summary.median_abs_error <= 0.05,
+            "bar 1: median {summary:?}"
+        );
+        assert_eq!(summary.fits_but_oom, 0, "bar 2: fits for a measured OOM");
+        assert_eq!(summary.rejected_with_headroom, 0, "bar 2: rejected");
+        for c in &checks {
+            let measured = c.row.peak_allocated_bytes.unwrap() as f64;
+            let err = |predicted: u64| (predicted as f64 - measured).abs() / measured;
+            let best = err(c.predicted_peak).min(err(c.predicted_peak - c.timing_dependent));
+            assert!(
+                best <= 0.10,
+                "{} {} {}: measured {measured}, predicted {} (timing-dependent {})",
+                c.row.model,
+                c.row.layout_text(),
+                c.row.mode,
+                c.predicted_peak,
+                c.timing_dependent
+            );
+            // Only DDP carries a timing-dependent term; every other row meets 10% outright.
+            if c.timing_dependent == 0 {
+                assert!(err(c.predicted_peak) <= 0.10, "{}", c.row.model);
+            }
+        }
+    }
+}
