@@ -112,10 +112,9 @@ ferry)
   "$FERRY" apply -f "$R/jobs/gang-2x2.yaml"
   end=$(( $(date +%s) + ${FERRY_JOBS_TIMEOUT:-240} ))
   while :; do
-    phases=$("$FERRY" get jobs -o json 2>/dev/null | python3 -c '
-import json, sys
-d = json.load(sys.stdin); items = d if isinstance(d, list) else d.get("items", d.get("jobs", []))
-print(" ".join(f"{j[\"metadata\"][\"name\"]}={(j.get(\"status\") or {}).get(\"phase\")}" for j in items))')
+    phases=$("$FERRY" get jobs -o json 2>/dev/null | python3 -c 'import json, sys
+d = json.load(sys.stdin); items = d if isinstance(d, list) else d.get("items", [])
+print(" ".join(j["metadata"]["name"] + "=" + str((j.get("status") or {}).get("phase")) for j in items))')
     case "$phases" in *Pending*|*Queued*|*Running*|*Admitted*|*Restarting*|*Preempted*|"") ;; *) break ;; esac
     [ "$(date +%s)" -ge "$end" ] && { log "jobs still not done: $phases; cancelling"; "$FERRY" cancel llama-dp; "$FERRY" cancel gang-2x2; sleep 5; break; }
     sleep 2
