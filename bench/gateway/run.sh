@@ -9,11 +9,18 @@
 # Reports p50/p99 added over direct at a moderate concurrency (non-streamed and
 # streamed chat), and requests/s at saturation; prints Ferry/nginx ratios.
 #
-# Usage: bench/gateway/run.sh   (env: SECONDS_PER_RUN=10, LAT_CONC=8, SAT_CONC=64,
-#                               LITELLM=1 to try LiteLLM, CARGO_TARGET_DIR honoured)
+# Targets are measured in ROUNDS interleaved rounds (direct, nginx, ferry, direct,
+# ...) and each figure is the median over rounds, so a burst of load from other
+# processes hits every target alike. The load average is printed before and after.
+#
+# Usage: bench/gateway/run.sh   (env: SECONDS_PER_RUN=5, ROUNDS=3, LAT_CONC=8,
+#                               SAT_CONC=64, LITELLM=1 to try LiteLLM; 0 skips it;
+#                               CARGO_TARGET_DIR honoured)
 set -euo pipefail
+trap 'echo "bench/gateway/run.sh failed at line $LINENO" >&2' ERR
 cd "$(dirname "$0")/../.."
-SECS=${SECONDS_PER_RUN:-10}
+SECS=${SECONDS_PER_RUN:-5}
+ROUNDS=${ROUNDS:-3}
 LAT_CONC=${LAT_CONC:-8}
 SAT_CONC=${SAT_CONC:-64}
 TARGET=${CARGO_TARGET_DIR:-target}
@@ -101,25 +108,35 @@ run() { # name port concurrency stream
 
 RESULTS="$WORK/results.txt"
 : >"$RESULTS"
-for t in $TARGETS; do
-  name=${t%%:*}; port=${t##*:}
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+for round in $(seq 1 "$ROUNDS"); do
   for mode in "lat:$LAT_CONC:0" "stream:$LAT_CONC:1" "sat:$SAT_CONC:0"; do
     IFS=: read -r kind conc stream <<<"$mode"
-    echo "== $name $kind (concurrency $conc)"
-    line=$(run "$name" "$port" "$conc" "$stream")
-    echo "   $line"
-    echo "$name $kind $line" >>"$RESULTS"
+    for t in $TARGETS; do
+      name=${t%%:*}; port=${t##*:}
+      line=$(run "$name" "$port" "$conc" "$stream")
+      echo "== round $round $name $kind (concurrency $conc): $line"
+      echo "$name $kind $line" >>"$RESULTS"
+    done
   done
 done
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
-python3 - "$RESULTS" "$(nproc)" <<'PY'
-import json, sys
-rows = {}
+python3 - "$RESULTS" "$(nproc)" "$ROUNDS" "$SECS" "$LOAD_BEFORE" "$LOAD_AFTER" <<'PY'
+import json, statistics, sys
+runs = {}
 for line in open(sys.argv[1]):
     name, kind, js = line.split(" ", 2)
-    rows[(name, kind)] = json.loads(js)
+    runs.setdefault((name, kind), []).append(json.loads(js))
+rows = {
+    k: {f: statistics.median(r[f] for r in v) for f in ("rps", "p50_ms", "p99_ms", "errors")}
+    for k, v in runs.items()
+}
+for v in rows.values():
+    v["errors"] = int(v["errors"])
 names = [n for n in ["direct", "nginx", "ferry", "litellm"] if (n, "lat") in rows]
-print(f"\nGateway overhead on {sys.argv[2]} cores (mock upstream, same load generator)")
+print(f"\nGateway overhead on {sys.argv[2]} cores (mock upstream, same load generator); "
+      f"median of {sys.argv[3]} interleaved rounds of {sys.argv[4]} s; load average {sys.argv[5]} before, {sys.argv[6]} after")
 print(f"{'target':8} {'p50 ms':>8} {'p99 ms':>8} {'+p50':>7} {'+p99':>7} | {'stream p50':>10} {'p99':>7} {'+p50':>7} {'+p99':>7} | {'sat rps':>8} {'errors':>6}")
 d, ds = rows[("direct", "lat")], rows[("direct", "stream")]
 added = {}
@@ -132,11 +149,11 @@ for n in names:
 f, g = added["ferry"], added["nginx"]
 rf, rn = rows[("ferry", "sat")]["rps"], rows[("nginx", "sat")]["rps"]
 def ratio(a, b):
-    return a / b if b > 0 else float("inf")
-print(f"\nferry/nginx: added p50 {ratio(f[0], g[0]):.2f}x, added p99 {ratio(f[1], g[1]):.2f}x (non-streamed); "
-      f"streamed added p50 {ratio(f[2], g[2]):.2f}x, p99 {ratio(f[3], g[3]):.2f}x; saturation rps {ratio(rf, rn):.2f}x")
+    return f"{a / b:.2f}x" if b > 0.01 else f"n/a (nginx adds {b:+.3f} ms)"
+print(f"\nferry/nginx: added p50 {ratio(f[0], g[0])}, added p99 {ratio(f[1], g[1])} (non-streamed); "
+      f"streamed added p50 {ratio(f[2], g[2])}, p99 {ratio(f[3], g[3])}; saturation rps {ratio(rf, rn)}")
 if "litellm" in added:
     rl = rows[("litellm", "sat")]["rps"]
-    print(f"ferry/litellm: added p50 {ratio(f[0], added['litellm'][0]):.3f}x, saturation rps {ratio(rf, rl):.2f}x")
+    print(f"ferry/litellm: added p50 {ratio(f[0], added['litellm'][0])}, saturation rps {ratio(rf, rl)}")
 print(f"goal (issue 8): ferry added p99 <= nginx's: {'met' if f[1] <= g[1] else 'NOT met'}; ferry rps >= nginx's: {'met' if rf >= rn else 'NOT met'}")
 PY
