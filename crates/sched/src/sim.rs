@@ -321,7 +321,9 @@ pub fn describe_setup(trace: &[TraceJob], cluster: &Cluster, queues: &[QueueSpec
         "trace: {} jobs, offered load {:.1} GPUs; cluster: {} GPUs on {} nodes; nominal quotas: {}; \
          expected durations given to the schedulers are exact; preemption is graceful \
          (SIGTERM, {GRACE_S} s grace to checkpoint, {RESUME_OVERHEAD_S} s to resume); \
-         team shares are measured while every team has work waiting",
+         a team is saturated while it has work waiting and asks for at least its entitled GPUs; \
+         shares are judged (ok / OUT of 10%) over the time all teams are saturated together, \
+         when that is at least {MIN_SATURATED_S} s (else n/a)",
         trace.len(),
         offered_load(trace),
         cluster.total_gpus(),
@@ -415,16 +417,31 @@ pub struct BucketStats {
     pub mean_wait_s: f64,
 }
 
-/// A team's share of used GPU time while every team had work waiting, against its entitlement.
+/// Largest relative gap between a team's share and its entitlement that counts as fair (10%).
+pub const FAIRNESS_TOLERANCE: f64 = 0.10;
+/// Shortest all-saturated time (seconds) over which shares are judged; a shorter window is
+/// reported as not measurable rather than as pass or fail.
+pub const MIN_SATURATED_S: u64 = 3600;
+
+/// A team's share of used GPU time while every team was saturated, against its entitlement.
+///
+/// A team is *saturated* while it has work waiting and its running plus waiting GPUs are at
+/// least its entitlement times the cluster's GPUs. Over the time every team is saturated, its
+/// *share* is its busy GPU-seconds over all teams' busy GPU-seconds; its *entitlement* is
+/// `entitlements()` (nominal quota, plus a weighted part of any GPUs no quota covers, over the
+/// cluster).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub struct TeamShare {
-    /// Fraction of used GPU-seconds the team got while all teams were saturated.
+    /// Fraction of busy GPU-seconds the team got while all teams were saturated.
     pub share: f64,
-    /// Its nominal quota over the sum of nominal quotas.
+    /// Fraction of the cluster the team is owed when all teams are saturated.
     pub entitlement: f64,
     /// `share / entitlement` (1.0 is exact).
     pub ratio: f64,
+    /// Whether `ratio` is within `FAIRNESS_TOLERANCE` of 1; `None` when all teams were saturated
+    /// together for less than `MIN_SATURATED_S`.
+    pub within_tolerance: Option<bool>,
 }
 
 /// The outcome of one simulated policy.
@@ -807,6 +824,8 @@ pub fn simulate(
                     share,
                     entitlement,
                     ratio,
+                    within_tolerance: (saturated_s >= MIN_SATURATED_S)
+                        .then_some((ratio - 1.0).abs() <= FAIRNESS_TOLERANCE),
                 },
             )
         })
@@ -889,7 +908,12 @@ pub fn render_table(reports: &[SimReport]) -> String {
         for team in first.team_share.keys() {
             row(&mut s, &format!("share/entitled {team}"), &|r| {
                 r.team_share.get(team).map_or("-".into(), |t| {
-                    format!("{:.3}/{:.3}", t.share, t.entitlement)
+                    let verdict = match t.within_tolerance {
+                        Some(true) => "ok",
+                        Some(false) => "OUT",
+                        None => "n/a",
+                    };
+                    format!("{:.3}/{:.3} {verdict}", t.share, t.entitlement)
                 })
             });
         }

@@ -106,7 +106,7 @@ fn saturated_teams_get_their_entitlement_within_ten_percent_on_generated_traces(
             "the trace must saturate every team\n{table}"
         );
         for (team, s) in &f.team_share {
-            if !(0.9..=1.1).contains(&s.ratio) {
+            if s.within_tolerance != Some(true) {
                 failures.push(format!(
                     "{spec:?} team {team}: share {:.3} vs entitlement {:.3}\n{table}",
                     s.share, s.entitlement

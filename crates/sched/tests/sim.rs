@@ -40,6 +40,16 @@ fn ferry_beats_fifo_and_easy_backfill_on_the_helios_trace() {
         assert!(r.utilization > 0.5 && r.utilization <= 1.0, "{table}");
         assert!(r.p99_jct_s >= r.p50_jct_s);
     }
+    // Fairness as `ferry sim` prints it: FIFO starves the small team while both are saturated;
+    // under Ferry the small team gets its quota when it asks, so both teams are rarely saturated
+    // together and the check is either passed or not measurable (too short a window).
+    let small = &fifo.team_share["vcvlY"];
+    assert!(fifo.saturated_s >= 3600, "{table}");
+    assert_eq!(small.within_tolerance, Some(false), "{table}");
+    assert!(small.share < 0.5 * small.entitlement, "{table}");
+    for s in ferry.team_share.values() {
+        assert_ne!(s.within_tolerance, Some(false), "{table}");
+    }
     let svg = render_svg(&reports, cluster.total_gpus());
     assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 4);
 }
@@ -100,7 +110,7 @@ fn saturated_teams_get_their_entitlement_within_ten_percent() {
     );
     for (team, s) in &ferry.team_share {
         assert!(
-            (0.9..=1.1).contains(&s.ratio),
+            s.within_tolerance == Some(true) && (0.9..=1.1).contains(&s.ratio),
             "team {team}: share {:.3} vs entitlement {:.3}\n{table}",
             s.share,
             s.entitlement
