@@ -1,7 +1,10 @@
-//! `ferry sim TRACE.csv`: replays a cluster trace under Ferry's scheduler and its
-//! peers (FIFO, EASY backfill, Kueue StrictFIFO) and prints the comparison.
+//! `ferry sim --trace TRACE.csv [--cluster CLUSTER.yaml] [--queues QUEUES.yaml]`: replays a
+//! cluster trace under Ferry's scheduler and its peers (FIFO, EASY backfill, Kueue StrictFIFO)
+//! and prints the comparison, with each team's share against its entitlement.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
 
 use crate::args::Output;
 use crate::output;
@@ -9,11 +12,22 @@ use crate::output;
 /// Options of `ferry sim`.
 #[derive(Debug, clap::Args)]
 pub struct SimArgs {
+    /// Trace CSV: job_id,submit_s,duration_s,gpus,nodes,team,status (or give it with --trace).
+    #[arg(value_name = "TRACE")]
+    pub trace_file: Option<PathBuf>,
     /// Trace CSV: job_id,submit_s,duration_s,gpus,nodes,team,status.
-    pub trace: PathBuf,
-    /// Cluster size in GPUs; sized from the trace when omitted.
+    #[arg(long, conflicts_with = "trace_file")]
+    pub trace: Option<PathBuf>,
+    /// Cluster YAML: `nodes: [{name, gpus, flavor, rack?, nvlinkDomain?}]`.
+    #[arg(long, conflicts_with = "gpus")]
+    pub cluster: Option<PathBuf>,
+    /// Cluster size in GPUs (8-GPU nodes); sized from the trace when neither this nor --cluster.
     #[arg(long)]
     pub gpus: Option<u32>,
+    /// Queues YAML: a list of `{name, cohort?, quotas: [{flavor, nominal, borrowingLimit?,
+    /// lendingLimit?}], fairShareWeight?}`, one per trace team; quotas from GPU-hours when omitted.
+    #[arg(long)]
+    pub queues: Option<PathBuf>,
     /// Also write the utilization timeline as an SVG chart here.
     #[arg(long)]
     pub svg: Option<PathBuf>,
@@ -22,19 +36,40 @@ pub struct SimArgs {
     pub output: Option<Output>,
 }
 
+fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> anyhow::Result<T> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {what} file {}", path.display()))?;
+    serde_saphyr::from_str(&text).with_context(|| {
+        format!(
+            "{what} file {} is not valid: see `ferry sim --help` for its fields",
+            path.display()
+        )
+    })
+}
+
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
-    let trace = ferry_sched::read_trace(&args.trace)?;
-    let cluster = match args.gpus {
-        Some(n) => ferry_sched::cluster_with_gpus(n),
-        None => ferry_sched::default_cluster(&trace),
+    let Some(trace_path) = args.trace.as_ref().or(args.trace_file.as_ref()) else {
+        anyhow::bail!(
+            "no trace given: pass --trace FILE.csv (columns job_id,submit_s,duration_s,gpus,nodes,team,status)"
+        );
     };
-    let queues = ferry_sched::default_queues(&trace, &cluster);
+    let trace = ferry_sched::read_trace(trace_path)?;
+    let cluster = match (&args.cluster, args.gpus) {
+        (Some(path), _) => read_yaml::<ferry_sched::Cluster>(path, "cluster")?,
+        (None, Some(n)) => ferry_sched::cluster_with_gpus(n),
+        (None, None) => ferry_sched::default_cluster(&trace),
+    };
+    let queues = match &args.queues {
+        Some(path) => read_yaml::<Vec<ferry_sched::QueueSpec>>(path, "queues")?,
+        None => ferry_sched::default_queues(&trace, &cluster),
+    };
     let mut reports = Vec::new();
     for policy in ferry_sched::Policy::ALL {
         reports.push(ferry_sched::simulate(&trace, &cluster, &queues, policy)?);
     }
     if let Some(svg) = &args.svg {
-        std::fs::write(svg, ferry_sched::render_svg(&reports, cluster.total_gpus()))?;
+        std::fs::write(svg, ferry_sched::render_svg(&reports, cluster.total_gpus()))
+            .with_context(|| format!("cannot write {}", svg.display()))?;
     }
     for r in &mut reports {
         r.timeline.clear();
