@@ -1,0 +1,34 @@
+//! Ferry's Kubernetes backend.
+//!
+//! Two layers, as in kube-rs: a pure layer that turns Ferry specs (and the planner's
+//! launch commands) into Kubernetes objects — no I/O, snapshot- and schema-tested — and an
+//! operator layer on kube 5 that applies them, admits, preempts, restarts from checkpoints
+//! and mirrors status. CRDs are generated from the spec crate's schemas.
+#![forbid(unsafe_code)]
+
+mod error;
+
+/// Reading the cluster: optional APIs, claims and queues (`--check`).
+pub mod cluster;
+/// Ferry's CRDs, generated from the spec types, and the cluster-side resource types.
+pub mod crd;
+/// Lease-based leader election.
+pub mod leader;
+/// The reconcile loop (`ferry operator`).
+pub mod operator;
+/// What rendering needs besides the specs (cluster capabilities, images, claims).
+pub mod options;
+/// Every object a file of resources becomes, checked before rendering.
+pub mod render;
+/// `ModelDeployment` → vLLM Deployment, Service, HPA or KEDA ScaledObject.
+pub mod serve;
+/// `Queue`s → Namespaces, ResourceQuotas, LimitRanges, PriorityClasses, Kueue objects.
+pub mod tenancy;
+/// `TrainJob` → JobSet, or Indexed Job + headless Service, with correct rank wiring.
+pub mod train;
+
+pub use crd::{TrainJobClusterStatus, TrainJobResource, crd_files, crds};
+pub use error::{K8sError, Result};
+pub use operator::{Admission, Admit, AdmitAll, Context, FIELD_MANAGER, FINALIZER, reconcile};
+pub use options::{Attempt, Claims, Cluster, ClusterState, Images, RenderOptions};
+pub use render::{check, render, to_yaml};

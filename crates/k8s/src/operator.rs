@@ -1,0 +1,680 @@
+//! The `TrainJob` reconcile loop: render → server-side apply (field manager `ferry`) →
+//! observe the gang → admit, preempt, restart from the latest checkpoint, or finish — with
+//! a finalizer for cleanup, the status subresource as the record, and an event for every
+//! transition.
+//!
+//! Idempotence: the gang object of attempt `a` is named `<job>-<a>`, and a restart writes
+//! the new restart count and attempt to the status *before* deleting the failed gang, so an
+//! operator that dies between the two steps neither loses nor double-counts a restart.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use ferry_spec::JobPhase;
+
+use crate::crd::{Condition, ModelDeploymentResource, TrainJobClusterStatus, TrainJobResource};
+use crate::error::{K8sError, Result};
+use crate::options::{Attempt, RenderOptions};
+use crate::train;
+
+/// Finalizer Ferry puts on every `TrainJob` it manages.
+pub const FINALIZER: &str = "ferry.dev/cleanup";
+/// Field manager of every server-side apply.
+pub const FIELD_MANAGER: &str = "ferry";
+/// Name the operator reports events under.
+pub const CONTROLLER_NAME: &str = "ferry-operator";
+
+/// What the scheduler says about a job right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admit {
+    /// It may run: unsuspend it.
+    Run,
+    /// Not yet: keep it suspended, with the reason.
+    Wait(String),
+    /// Make room for other work: suspend it, with the reason.
+    Preempt(String),
+}
+
+/// Ferry's admission seam: the operator asks it before unsuspending a gang (Kueue's
+/// protocol without Kueue). Not consulted when Kueue is installed.
+pub trait Admission: Send + Sync + 'static {
+    /// Decides for one job.
+    fn decide(&self, job: &TrainJobResource) -> Admit;
+}
+
+/// Admits every job (a single team, or quotas enforced by `ResourceQuota` alone).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AdmitAll;
+
+impl Admission for AdmitAll {
+    fn decide(&self, _job: &TrainJobResource) -> Admit {
+        Admit::Run
+    }
+}
+
+/// Shared state of the reconcile loop.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Rendering options, with `cluster` filled by discovery.
+    pub opts: RenderOptions,
+    /// The admission seam.
+    pub admission: Arc<dyn Admission>,
+    /// Event publisher.
+    pub recorder: Recorder,
+}
+
+impl Context {
+    /// A context with the `ferry-operator` event reporter.
+    pub fn new(client: Client, opts: RenderOptions, admission: Arc<dyn Admission>) -> Self {
+        let reporter = Reporter {
+            controller: CONTROLLER_NAME.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            opts,
+            admission,
+        }
+    }
+
+    fn gang_api(&self, ns: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            ns,
+            &gang_resource(self.opts.cluster.jobset),
+        )
+    }
+}
+
+/// The API resource of the gang object (JobSet or Job).
+pub fn gang_resource(jobset: bool) -> ApiResource {
+    if jobset {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+            "jobsets",
+        )
+    } else {
+        ApiResource::erase::<Job>(&())
+    }
+}
+
+/// What the gang object says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GangState {
+    /// `spec.suspend` is true.
+    pub suspended: bool,
+    /// A `Failed` condition is true.
+    pub failed: bool,
+    /// A `Complete` (Job) or `Completed` (JobSet) condition is true.
+    pub succeeded: bool,
+}
+
+/// Reads a gang's state from its JSON (Job or JobSet).
+pub fn gang_state(obj: &Value) -> GangState {
+    let cond = |types: &[&str]| {
+        obj["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c["status"] == "True" && c["type"].as_str().is_some_and(|t| types.contains(&t))
+            })
+        })
+    };
+    GangState {
+        suspended: obj["spec"]["suspend"].as_bool().unwrap_or(false),
+        failed: cond(&["Failed"]),
+        succeeded: cond(&["Complete", "Completed"]),
+    }
+}
+
+fn now() -> String {
+    Timestamp::now().to_string()
+}
+
+fn set_condition(
+    status: &mut TrainJobClusterStatus,
+    type_: &str,
+    on: bool,
+    reason: &str,
+    message: &str,
+) {
+    let value = if on { "True" } else { "False" };
+    if let Some(c) = status.conditions.iter_mut().find(|c| c.type_ == type_) {
+        if c.status != value || c.reason != reason {
+            c.last_transition_time = now();
+        }
+        c.status = value.into();
+        c.reason = reason.into();
+        c.message = message.into();
+    } else {
+        status.conditions.push(Condition {
+            type_: type_.into(),
+            status: value.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: now(),
+        });
+    }
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn publish(
+    ctx: &Context,
+    job: &TrainJobResource,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    // Events explain; failing to publish one must not stop the reconcile.
+    if let Err(e) = ctx.recorder.publish(&ev, &job.object_ref(&())).await {
+        tracing::warn!(error = %e, reason, "could not publish event");
+    }
+}
+
+fn owner_reference<K: Resource<DynamicType = ()>>(obj: &K) -> Value {
+    json!([{
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "name": obj.meta().name.clone().unwrap_or_default(),
+        "uid": obj.meta().uid.clone().unwrap_or_default(),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    }])
+}
+
+/// The API of a rendered object, from its `apiVersion` and `kind` (plural: lowercase + `s`,
+/// which holds for every kind Ferry renders).
+fn api_of(client: &Client, ns: &str, obj: &Value) -> Api<DynamicObject> {
+    let api_version = obj["apiVersion"].as_str().unwrap_or("v1");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let kind = obj["kind"].as_str().unwrap_or_default();
+    let plural = format!("{}s", kind.to_ascii_lowercase());
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), &plural);
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// Server-side applies `obj` (field manager `ferry`, forced) with `owner` as its controller.
+async fn apply(client: &Client, ns: &str, mut obj: Value, owner: &Value) -> Result<()> {
+    obj["metadata"]["ownerReferences"] = owner.clone();
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    api_of(client, ns, &obj)
+        .patch(&name, &pp, &Patch::Apply(&obj))
+        .await?;
+    Ok(())
+}
+
+async fn set_suspend(ctx: &Context, ns: &str, gang: &str, suspend: bool) -> Result<()> {
+    let patch = json!({"spec": {"suspend": suspend}});
+    ctx.gang_api(ns)
+        .patch(gang, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Deletes the current gang and the headless Service (owner references take the rest).
+async fn cleanup(ctx: &Context, job: &TrainJobResource) -> Result<()> {
+    let ns = job.namespace().unwrap_or_default();
+    let attempt = job.status.as_ref().map_or(0, |s| s.attempt);
+    let spec = job.to_spec();
+    let gangs = ctx.gang_api(&ns);
+    delete_ignoring_missing(&gangs, &train::child_name(&spec, attempt)).await?;
+    if !ctx.opts.cluster.jobset {
+        let svc = Api::<Service>::namespaced(ctx.client.clone(), &ns);
+        delete_ignoring_missing(&svc, &job.name_any()).await?;
+    }
+    Ok(())
+}
+
+/// One reconcile of one `TrainJob`.
+pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = job.namespace().ok_or_else(|| {
+        K8sError::invalid(
+            "TrainJob/?",
+            "metadata.namespace",
+            "TrainJobs are namespaced; set it",
+        )
+    })?;
+    let name = job.name_any();
+    let jobs: Api<TrainJobResource> = Api::namespaced(ctx.client.clone(), &ns);
+    let has_finalizer = job.finalizers().iter().any(|f| f == FINALIZER);
+
+    if job.metadata.deletion_timestamp.is_some() {
+        if has_finalizer {
+            cleanup(&ctx, &job).await?;
+            let rest: Vec<&String> = job
+                .finalizers()
+                .iter()
+                .filter(|f| *f != FINALIZER)
+                .collect();
+            let patch = json!({"metadata": {"finalizers": rest, "resourceVersion": job.resource_version()}});
+            jobs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            publish(
+                &ctx,
+                &job,
+                EventType::Normal,
+                "CleanedUp",
+                "deleted the gang and its service".into(),
+            )
+            .await;
+        }
+        return Ok(Action::await_change());
+    }
+    if !has_finalizer {
+        let mut all: Vec<String> = job.finalizers().to_vec();
+        all.push(FINALIZER.into());
+        let patch =
+            json!({"metadata": {"finalizers": all, "resourceVersion": job.resource_version()}});
+        jobs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+
+    let old = job.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    if status.phase.is_some_and(JobPhase::is_terminal) {
+        return Ok(Action::await_change());
+    }
+    status.observed_generation = job.metadata.generation;
+    let spec = job.to_spec();
+    let kueue = ctx.opts.cluster.kueue;
+    let gangs = ctx.gang_api(&ns);
+    let gang_name = train::child_name(&spec, status.attempt);
+    let mut action = Action::requeue(Duration::from_secs(60));
+
+    match gangs.get_opt(&gang_name).await? {
+        None => {
+            if status.attempt > 0 {
+                // The failed attempt may survive an operator crash between the status
+                // update and its deletion: delete it now (a no-op when already gone).
+                delete_ignoring_missing(&gangs, &train::child_name(&spec, status.attempt - 1))
+                    .await?;
+            }
+            let decision = if kueue {
+                Admit::Wait("waiting for Kueue to admit the workload".into())
+            } else {
+                ctx.admission.decide(&job)
+            };
+            let run = decision == Admit::Run;
+            let objs = train::render(
+                &spec,
+                Attempt {
+                    number: status.attempt,
+                    suspend: !run,
+                },
+                &ctx.opts,
+            )?;
+            let owner = owner_reference(job.as_ref());
+            for obj in objs.all() {
+                apply(&ctx.client, &ns, obj, &owner).await?;
+            }
+            status.gang = Some(objs.child_name.clone());
+            status.master_addr = Some(objs.master_addr.clone());
+            status.start_time.get_or_insert_with(now);
+            let resume = if status.attempt > 0 {
+                " (resuming from the latest checkpoint)"
+            } else {
+                ""
+            };
+            if run {
+                status.phase = Some(JobPhase::Running);
+                status.message = Some(format!("attempt {} started{resume}", status.attempt));
+                set_condition(
+                    &mut status,
+                    "Admitted",
+                    true,
+                    "Admitted",
+                    "admitted by Ferry's scheduler",
+                );
+                publish(
+                    &ctx,
+                    &job,
+                    EventType::Normal,
+                    "Started",
+                    format!("created {} {}{resume}", gang_kind(&ctx), objs.child_name),
+                )
+                .await;
+            } else {
+                let why = match decision {
+                    Admit::Wait(w) | Admit::Preempt(w) => w,
+                    Admit::Run => String::new(),
+                };
+                status.phase = Some(JobPhase::Queued);
+                status.message = Some(why.clone());
+                set_condition(&mut status, "Admitted", false, "Queued", &why);
+                publish(
+                    &ctx,
+                    &job,
+                    EventType::Normal,
+                    "Queued",
+                    format!(
+                        "created {} {} suspended: {why}",
+                        gang_kind(&ctx),
+                        objs.child_name
+                    ),
+                )
+                .await;
+            }
+        }
+        Some(obj) => {
+            let value = serde_json::to_value(&obj).map_err(|source| K8sError::Json {
+                what: format!("{} {gang_name}", gang_kind(&ctx)),
+                source,
+            })?;
+            let state = gang_state(&value);
+            if state.succeeded {
+                status.phase = Some(JobPhase::Succeeded);
+                status.message = Some(format!("attempt {} finished", status.attempt));
+                status.completion_time = Some(now());
+                set_condition(
+                    &mut status,
+                    "Succeeded",
+                    true,
+                    "Completed",
+                    "every rank exited 0",
+                );
+                publish(
+                    &ctx,
+                    &job,
+                    EventType::Normal,
+                    "Succeeded",
+                    format!("{gang_name} completed"),
+                )
+                .await;
+                action = Action::await_change();
+            } else if state.failed {
+                let max = spec.spec.on_failure.max_restarts.max(0) as u32;
+                if status.restarts < max {
+                    status.restarts += 1;
+                    status.attempt += 1;
+                    status.phase = Some(JobPhase::Restarting);
+                    let msg = format!(
+                        "{gang_name} failed; restart {}/{max} from the latest checkpoint as attempt {}",
+                        status.restarts, status.attempt
+                    );
+                    status.message = Some(msg.clone());
+                    set_condition(&mut status, "Running", false, "Restarting", &msg);
+                    // Record first, then delete: see the module docs.
+                    write_status(&jobs, &name, &status).await?;
+                    publish(&ctx, &job, EventType::Warning, "Restarting", msg).await;
+                    delete_ignoring_missing(&gangs, &gang_name).await?;
+                    return Ok(Action::requeue(
+                        spec.spec.on_failure.backoff(status.restarts),
+                    ));
+                }
+                status.phase = Some(JobPhase::Failed);
+                let msg = format!("{gang_name} failed and no restarts are left ({max} allowed)");
+                status.message = Some(msg.clone());
+                status.completion_time = Some(now());
+                set_condition(&mut status, "Failed", true, "RestartsExhausted", &msg);
+                publish(&ctx, &job, EventType::Warning, "Failed", msg).await;
+                action = Action::await_change();
+            } else if kueue {
+                status.phase = Some(if state.suspended {
+                    JobPhase::Queued
+                } else {
+                    JobPhase::Running
+                });
+            } else {
+                match (state.suspended, ctx.admission.decide(&job)) {
+                    (true, Admit::Run) => {
+                        set_suspend(&ctx, &ns, &gang_name, false).await?;
+                        status.phase = Some(JobPhase::Running);
+                        status.message = Some(format!("attempt {} admitted", status.attempt));
+                        set_condition(
+                            &mut status,
+                            "Admitted",
+                            true,
+                            "Admitted",
+                            "admitted by Ferry's scheduler",
+                        );
+                        publish(
+                            &ctx,
+                            &job,
+                            EventType::Normal,
+                            "Admitted",
+                            format!("unsuspended {gang_name}"),
+                        )
+                        .await;
+                    }
+                    (false, Admit::Preempt(why)) => {
+                        set_suspend(&ctx, &ns, &gang_name, true).await?;
+                        status.phase = Some(JobPhase::Preempted);
+                        status.message = Some(why.clone());
+                        set_condition(&mut status, "Admitted", false, "Preempted", &why);
+                        publish(&ctx, &job, EventType::Warning, "Preempted", format!("suspended {gang_name}: {why}; it resumes from its latest checkpoint when readmitted")).await;
+                    }
+                    (true, Admit::Wait(_) | Admit::Preempt(_)) => {}
+                    (false, _) => status.phase = Some(JobPhase::Running),
+                }
+            }
+        }
+    }
+    if status != old {
+        write_status(&jobs, &name, &status).await?;
+    }
+    Ok(action)
+}
+
+fn gang_kind(ctx: &Context) -> &'static str {
+    if ctx.opts.cluster.jobset {
+        "JobSet"
+    } else {
+        "Job"
+    }
+}
+
+async fn write_status(
+    jobs: &Api<TrainJobResource>,
+    name: &str,
+    status: &TrainJobClusterStatus,
+) -> Result<()> {
+    let patch = json!({"status": status});
+    jobs.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// One reconcile of one `ModelDeployment`: apply the Deployment, Service and autoscaler,
+/// then mirror the ready replicas into the status.
+pub async fn reconcile_deployment(
+    md: Arc<ModelDeploymentResource>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
+    let ns = md.namespace().ok_or_else(|| {
+        K8sError::invalid(
+            "ModelDeployment/?",
+            "metadata.namespace",
+            "ModelDeployments are namespaced; set it",
+        )
+    })?;
+    let name = md.name_any();
+    let api: Api<ModelDeploymentResource> = Api::namespaced(ctx.client.clone(), &ns);
+    let old = md.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    let reference = md.object_ref(&());
+    match crate::serve::render(&md.to_spec(), &ctx.opts) {
+        Err(e) => {
+            status.phase = "Failed".into();
+            status.message = Some(e.to_string());
+        }
+        Ok(objs) => {
+            let owner = owner_reference(md.as_ref());
+            for obj in objs {
+                apply(&ctx.client, &ns, obj, &owner).await?;
+            }
+            let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
+            let ready = deployments
+                .get_opt(&name)
+                .await?
+                .and_then(|d| d.status)
+                .and_then(|s| s.ready_replicas)
+                .unwrap_or(0)
+                .max(0) as u32;
+            let wanted = md.spec.replicas.max(0) as u32;
+            status.ready_replicas = ready;
+            status.phase = if ready == 0 && wanted > 0 {
+                "Pending"
+            } else if ready < wanted {
+                "Degraded"
+            } else {
+                "Ready"
+            }
+            .into();
+            status.message = Some(format!("{ready}/{wanted} replicas pass /health"));
+        }
+    }
+    if status != old {
+        let patch = json!({"status": status});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        if status.phase != old.phase {
+            let type_ = if status.phase == "Failed" {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            };
+            let ev = Event {
+                type_,
+                reason: status.phase.clone(),
+                note: status.message.clone(),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+                tracing::warn!(error = %e, "could not publish event");
+            }
+        }
+    }
+    Ok(if status.phase == "Failed" {
+        Action::await_change()
+    } else {
+        Action::requeue(Duration::from_secs(30))
+    })
+}
+
+/// Requeue with a delay after a deployment reconcile error; the error is logged.
+pub fn deployment_error_policy(
+    _md: Arc<ModelDeploymentResource>,
+    err: &K8sError,
+    _ctx: Arc<Context>,
+) -> Action {
+    tracing::warn!(error = %err, "deployment reconcile failed");
+    Action::requeue(Duration::from_secs(15))
+}
+
+/// Requeue with a delay after an error; the error is logged.
+pub fn error_policy(_job: Arc<TrainJobResource>, err: &K8sError, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(error = %err, "reconcile failed");
+    Action::requeue(Duration::from_secs(15))
+}
+
+/// Renews the lease every 5 s; returns an error once another operator holds it.
+async fn keep_leading(elector: &crate::leader::LeaderElector) -> Result<()> {
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        if !elector.try_acquire_or_renew().await? {
+            return Err(K8sError::invalid(
+                "Lease/ferry-operator",
+                "spec.holderIdentity",
+                "another operator took the lease; exiting so only one leader reconciles",
+            ));
+        }
+    }
+}
+
+/// Runs the operator until the lease is lost or the process is signalled: waits to lead,
+/// discovers the cluster, then reconciles every `TrainJob` while renewing the lease.
+pub async fn run(
+    client: Client,
+    mut opts: RenderOptions,
+    lease_namespace: &str,
+    identity: String,
+) -> Result<()> {
+    let elector = crate::leader::LeaderElector::new(
+        client.clone(),
+        lease_namespace,
+        CONTROLLER_NAME,
+        identity,
+        Duration::from_secs(15),
+    );
+    while !elector.try_acquire_or_renew().await? {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    tracing::info!("leading; starting the TrainJob controller");
+    crate::cluster::discover(&client, &mut opts.cluster).await?;
+    let jobset = opts.cluster.jobset;
+    let ctx = Arc::new(Context::new(client.clone(), opts, Arc::new(AdmitAll)));
+    let ctx_deploy = ctx.clone();
+    let jobs = Api::<TrainJobResource>::all(client.clone());
+    let gangs = Api::<DynamicObject>::all_with(client.clone(), &gang_resource(jobset));
+    let controller = Controller::new(jobs, watcher::Config::default())
+        .owns_with(gangs, gang_resource(jobset), watcher::Config::default())
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "reconcile error");
+            }
+        });
+    let deployments = Controller::new(
+        Api::<ModelDeploymentResource>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(
+        Api::<Deployment>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .shutdown_on_signal()
+    .run(reconcile_deployment, deployment_error_policy, ctx_deploy)
+    .for_each(|r| async move {
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "deployment reconcile error");
+        }
+    });
+    let renew = keep_leading(&elector);
+    tokio::select! {
+        () = controller => Ok(()),
+        () = deployments => Ok(()),
+        r = renew => r,
+    }
+}

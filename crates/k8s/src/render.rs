@@ -1,0 +1,169 @@
+//! The whole of `ferry render --target k8s`: every object a set of Ferry resources becomes,
+//! checked first so that bad input fails before anything would be created.
+
+use std::collections::BTreeSet;
+
+use ferry_spec::{Resource, TrainJob};
+use serde_json::Value;
+
+use crate::error::{K8sError, Result};
+use crate::options::{Attempt, ClusterState, RenderOptions, object_id};
+use crate::{serve, tenancy, train};
+
+/// The queue a job goes to.
+pub fn job_queue(job: &TrainJob) -> String {
+    job.spec.queue.clone().unwrap_or_else(|| "default".into())
+}
+
+/// Checks every resource against the others (and the cluster, when `state` is given):
+/// each job's namespace has its queue, claims exist, gangs fit the nodes. Returns every
+/// problem at once.
+pub fn check(
+    resources: &[Resource],
+    opts: &RenderOptions,
+    state: Option<&ClusterState>,
+) -> Result<()> {
+    let mut errs = Vec::new();
+    let mut queues: BTreeSet<(String, String)> = resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::Queue(q) => Some((q.metadata.namespace.clone(), q.metadata.name.clone())),
+            _ => None,
+        })
+        .collect();
+    if let Some(state) = state {
+        for (ns, names) in &state.queues {
+            queues.extend(names.iter().map(|n| (ns.clone(), n.clone())));
+        }
+    }
+    let has_claim = |ns: &str, claim: &str| {
+        state.is_none_or(|s| s.claims.get(ns).is_some_and(|c| c.contains(claim)))
+    };
+    let missing_queue = |kind: &str, ns: &str, name: &str, queue: &str| {
+        let in_ns: Vec<&str> = queues
+            .iter()
+            .filter(|(n, _)| n == ns)
+            .map(|(_, q)| q.as_str())
+            .collect();
+        let hint = if in_ns.is_empty() {
+            format!(
+                "namespace {ns} has no queue; add a Queue {{metadata: {{name: {queue}, namespace: {ns}}}}} to the file (or apply one to the cluster)"
+            )
+        } else {
+            format!(
+                "no queue {queue:?} in namespace {ns}; its queues are {}",
+                in_ns.join(", ")
+            )
+        };
+        K8sError::invalid(object_id(kind, ns, name), "spec.queue", hint)
+    };
+    for r in resources {
+        match r {
+            Resource::TrainJob(job) => {
+                let (ns, name) = (&job.metadata.namespace, &job.metadata.name);
+                let queue = job_queue(job);
+                if !queues.contains(&(ns.clone(), queue.clone())) {
+                    errs.push(missing_queue("TrainJob", ns, name, &queue));
+                }
+                errs.extend(train::check(job, opts));
+                for (field, claim) in [
+                    ("data", &opts.claims.data),
+                    ("models", &opts.claims.models),
+                    ("checkpoints", &opts.claims.checkpoints),
+                ] {
+                    if !has_claim(ns, claim) {
+                        errs.push(K8sError::invalid(
+                            object_id("TrainJob", ns, name),
+                            format!("claims.{field}"),
+                            format!(
+                                "PersistentVolumeClaim {claim:?} does not exist in namespace {ns}; create it or pass --{field}-claim NAME"
+                            ),
+                        ));
+                    }
+                }
+            }
+            Resource::ModelDeployment(d) => {
+                let (ns, name) = (&d.metadata.namespace, &d.metadata.name);
+                if let Some(q) = &d.spec.queue
+                    && !queues.contains(&(ns.clone(), q.clone()))
+                {
+                    errs.push(missing_queue("ModelDeployment", ns, name, q));
+                }
+                if !has_claim(ns, &opts.claims.models) {
+                    errs.push(K8sError::invalid(
+                        object_id("ModelDeployment", ns, name),
+                        "claims.models",
+                        format!(
+                            "PersistentVolumeClaim {:?} does not exist in namespace {ns}; create it or pass --models-claim NAME",
+                            opts.claims.models
+                        ),
+                    ));
+                }
+            }
+            Resource::Queue(_) => {}
+        }
+    }
+    K8sError::collect(errs)
+}
+
+/// Renders every object `resources` become: tenancy first, then jobs (created suspended
+/// unless Kueue is absent and `admit` is set), then deployments.
+pub fn render(
+    resources: &[Resource],
+    opts: &RenderOptions,
+    state: Option<&ClusterState>,
+) -> Result<Vec<Value>> {
+    check(resources, opts, state)?;
+    let queues: Vec<_> = resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::Queue(q) => Some(q),
+            _ => None,
+        })
+        .collect();
+    let mut out = if queues.is_empty() {
+        Vec::new()
+    } else {
+        tenancy::render(&queues, opts)
+    };
+    let mut errs = Vec::new();
+    for r in resources {
+        match r {
+            Resource::TrainJob(job) => {
+                // Kueue's protocol: jobs are created suspended and unsuspended on admission.
+                let attempt = Attempt {
+                    number: 0,
+                    suspend: true,
+                };
+                match train::render(job, attempt, opts) {
+                    Ok(objs) => out.extend(objs.all()),
+                    Err(e) => errs.push(e),
+                }
+            }
+            Resource::ModelDeployment(d) => match serve::render(d, opts) {
+                Ok(objs) => out.extend(objs),
+                Err(e) => errs.push(e),
+            },
+            Resource::Queue(_) => {}
+        }
+    }
+    K8sError::collect(errs)?;
+    Ok(out)
+}
+
+/// Objects as a multi-document YAML stream (`---` separated), for GitOps.
+pub fn to_yaml(objects: &[Value]) -> Result<String> {
+    let mut out = String::new();
+    for o in objects {
+        out.push_str("---\n");
+        let text = serde_saphyr::to_string(o).map_err(|e| K8sError::Json {
+            what: "YAML output".into(),
+            source: serde::ser::Error::custom(e.to_string()),
+        })?;
+        out.push_str(&text);
+        if !text.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,575 @@
+//! `TrainJob` → one gang of pods: a JobSet when the JobSet CRD is installed, else an
+//! Indexed Job plus a headless Service. Pure: values in, manifests out.
+//!
+//! Rank wiring is correct by construction: every pod gets `NODE_RANK` from its completion
+//! index (downward API, never parsed from a pod name), and `MASTER_ADDR` is the stable DNS
+//! name `<index-0 pod hostname>.<headless service>.<namespace>.svc`.
+
+use std::collections::BTreeMap;
+
+use ferry_plan::{GpuKind, Launcher, Layout, PlanRequest, Recompute};
+use ferry_spec::{EngineKind, ModelSource, ResumePolicy, TrainJob};
+use serde_json::{Value, json};
+
+use crate::error::{K8sError, Result};
+use crate::options::{
+    Attempt, COMPLETION_INDEX_ANNOTATION, KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, LABEL_ATTEMPT,
+    LABEL_TRAIN_JOB, MANAGED_BY, RenderOptions, object_id, priority_class,
+};
+
+/// Where the checkpoints claim is mounted in every training pod.
+pub const CHECKPOINT_MOUNT: &str = "/checkpoints";
+/// Where the data claim is mounted.
+pub const DATA_MOUNT: &str = "/data";
+/// Where the models claim is mounted.
+pub const MODELS_MOUNT: &str = "/models";
+/// Name of the replicated job inside a JobSet.
+pub const JOBSET_REPLICA: &str = "node";
+
+/// The objects one attempt of a `TrainJob` becomes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainObjects {
+    /// Name of the gang object (JobSet or Job): `<job>-<attempt>`.
+    pub child_name: String,
+    /// The JobSet or Indexed Job.
+    pub gang: Value,
+    /// The headless Service (absent with JobSet, which creates its own).
+    pub service: Option<Value>,
+    /// Launch files (DeepSpeed config), mounted at `/etc/ferry`.
+    pub config_map: Option<Value>,
+    /// `MASTER_ADDR` every rank gets.
+    pub master_addr: String,
+}
+
+impl TrainObjects {
+    /// Every object, in creation order.
+    pub fn all(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        out.extend(self.config_map.clone());
+        out.extend(self.service.clone());
+        out.push(self.gang.clone());
+        out
+    }
+}
+
+/// How every rank of the gang starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Launch {
+    /// The container's command.
+    pub command: Vec<String>,
+    /// Files for `/etc/ferry` (e.g. `ds_config.json`).
+    pub files: BTreeMap<String, String>,
+    /// Which launcher rendered it (`megatron`, `torchrun`, `deepspeed`, `swift`, `command`).
+    pub launcher: &'static str,
+}
+
+/// The checkpoint directory of a job inside its pods.
+pub fn checkpoint_dir(job: &TrainJob) -> String {
+    match job.spec.checkpoint.dir.as_deref() {
+        Some(d) if d.starts_with(CHECKPOINT_MOUNT) => d.trim_end_matches('/').to_owned(),
+        _ => format!(
+            "{CHECKPOINT_MOUNT}/{}/{}",
+            job.metadata.namespace, job.metadata.name
+        ),
+    }
+}
+
+fn id(job: &TrainJob) -> String {
+    object_id("TrainJob", &job.metadata.namespace, &job.metadata.name)
+}
+
+/// Maps a `TrainJob` onto the planner's request (hub models from the planner's catalogue).
+pub fn plan_request(job: &TrainJob) -> Result<PlanRequest> {
+    let bad = |field: &str, msg: String| K8sError::invalid(id(job), field, msg);
+    let model = job
+        .spec
+        .model
+        .as_ref()
+        .ok_or_else(|| bad("spec.model", "is required to plan the launch".into()))?;
+    if model.source != ModelSource::Hf {
+        return Err(bad(
+            "spec.model.source",
+            "on Kubernetes the planner needs a Hugging Face id it knows (source: hf); \
+             use engine: command for other models"
+                .into(),
+        ));
+    }
+    let model_id = model.id.clone().unwrap_or_default();
+    let shape = ferry_plan::shape_of(&model_id).map_err(|source| K8sError::Plan {
+        object: id(job),
+        source,
+    })?;
+    let res = &job.spec.resources;
+    let gpu_name = res.gpu.as_deref().unwrap_or("H100-80GB");
+    let gpu = GpuKind::parse(gpu_name).ok_or_else(|| {
+        bad(
+            "spec.resources.gpu",
+            format!("unknown GPU {gpu_name:?}; use A100, H100, H200, H800, L40S or RTX4090"),
+        )
+    })?;
+    let total = u64::from(res.total_gpus());
+    if total == 0 {
+        return Err(bad(
+            "spec.resources.gpusPerNode",
+            format!(
+                "engine {} needs GPUs (got 0); set gpusPerNode or use engine: command",
+                job.spec.engine.as_str()
+            ),
+        ));
+    }
+    let seq_len = job.spec.train.seq_len.unwrap_or(4096).max(1) as u64;
+    let mut req = PlanRequest::new(shape, &model_id, gpu, total, seq_len);
+    req.nodes = res.nodes.max(1) as u64;
+    req.gpus_per_node = res.gpus_per_node.max(1) as u64;
+    let rank = job.spec.lora.as_ref().map_or(16, |l| l.rank.max(1) as u64);
+    let mode = match job.spec.method {
+        ferry_spec::Method::Auto => "auto",
+        ferry_spec::Method::Full => "full-mixed",
+        ferry_spec::Method::Lora => "lora",
+        ferry_spec::Method::Qlora => "qlora",
+    };
+    req.method = ferry_plan::Method::from_mode(mode, rank).map_err(|source| K8sError::Plan {
+        object: id(job),
+        source,
+    })?;
+    req.engine = match job.spec.engine {
+        EngineKind::Megatron => ferry_plan::Engine::Megatron,
+        EngineKind::Torchrun => ferry_plan::Engine::Torchrun,
+        EngineKind::Deepspeed => ferry_plan::Engine::Deepspeed,
+        EngineKind::Swift => ferry_plan::Engine::Swift,
+        _ => ferry_plan::Engine::Auto,
+    };
+    if let Some(gb) = job.spec.train.global_batch {
+        req.global_batch = gb.max(1) as u64;
+    }
+    let p = &job.spec.parallelism;
+    if !p.is_auto() {
+        let recompute = match p.recompute.as_deref() {
+            Some("selective") => Recompute::Selective,
+            Some("full") => Recompute::Full,
+            _ => Recompute::None,
+        };
+        let pos = |v: Option<i32>| v.unwrap_or(1).max(1) as u64;
+        req.parallelism = ferry_plan::Parallelism::Fixed(Layout {
+            tp: pos(p.tp),
+            pp: pos(p.pp),
+            cp: pos(p.cp),
+            ep: pos(p.ep),
+            zero: p.zero.unwrap_or(0).clamp(0, 3) as u8,
+            recompute,
+            micro_batch: pos(p.micro_batch),
+        });
+    }
+    Ok(req)
+}
+
+/// The launch of every rank: the planner's command wrapped in a shell prelude that resumes
+/// from the newest checkpoint in the job's checkpoint directory when one exists.
+pub fn launch(job: &TrainJob) -> Result<Launch> {
+    let spec = &job.spec;
+    match spec.engine {
+        EngineKind::Command => {
+            return Ok(Launch {
+                command: spec.command.clone(),
+                files: BTreeMap::new(),
+                launcher: "command",
+            });
+        }
+        EngineKind::Builtin => {
+            return Err(K8sError::invalid(
+                id(job),
+                "spec.engine",
+                "builtin runs on the local runtime only; on Kubernetes use torchrun, megatron, \
+                 deepspeed, swift, auto, or command with your own image",
+            ));
+        }
+        _ => {}
+    }
+    if let Some(procs) = spec.resources.procs_per_node
+        && procs != spec.resources.gpus_per_node
+    {
+        return Err(K8sError::invalid(
+            id(job),
+            "spec.resources.procsPerNode",
+            format!(
+                "launchers start one rank per GPU; remove it or set it to gpusPerNode ({})",
+                spec.resources.gpus_per_node
+            ),
+        ));
+    }
+    let report = ferry_plan::plan(&plan_request(job)?).map_err(|source| K8sError::Plan {
+        object: id(job),
+        source,
+    })?;
+    let launcher = match spec.engine {
+        EngineKind::Megatron => Launcher::Megatron,
+        EngineKind::Torchrun => Launcher::Torchrun,
+        EngineKind::Deepspeed => Launcher::Deepspeed,
+        EngineKind::Swift => Launcher::Swift,
+        _ => ferry_plan::default_launcher(&report),
+    };
+    let dir = checkpoint_dir(job);
+    let data = spec
+        .data
+        .as_ref()
+        .map(|d| {
+            if d.path.starts_with('/') {
+                d.path.clone()
+            } else {
+                format!("{DATA_MOUNT}/{}", d.path)
+            }
+        })
+        .unwrap_or_else(|| format!("{DATA_MOUNT}/train.jsonl"));
+    let render_opts = ferry_plan::RenderOptions {
+        data,
+        output_dir: dir.clone(),
+        lr: spec.train.lr.unwrap_or(1e-5),
+        train_iters: spec.train.steps.unwrap_or(1000).max(1) as u64,
+        epochs: spec.train.epochs.unwrap_or(1.0).ceil().max(1.0) as u64,
+        deepspeed_config_path: "/etc/ferry/ds_config.json".into(),
+    };
+    let mut files = BTreeMap::new();
+    // DeepSpeed's own launcher needs ssh between pods; under torchrun the HF Trainer runs
+    // the same ZeRO config, so pods need nothing but the config file.
+    let (text, name) = match launcher {
+        Launcher::Deepspeed => {
+            let mut text = ferry_plan::render_train(&report, Launcher::Torchrun, &render_opts)
+                .map_err(|source| K8sError::Plan {
+                    object: id(job),
+                    source,
+                })?;
+            let ds = ferry_plan::deepspeed_config(&report).map_err(|source| K8sError::Plan {
+                object: id(job),
+                source,
+            })?;
+            files.insert("ds_config.json".to_owned(), ds);
+            text = text.trim_end().to_owned()
+                + &format!(" \\\n  --deepspeed {}\n", render_opts.deepspeed_config_path);
+            (text, "deepspeed")
+        }
+        other => {
+            let text =
+                ferry_plan::render_train(&report, other, &render_opts).map_err(|source| {
+                    K8sError::Plan {
+                        object: id(job),
+                        source,
+                    }
+                })?;
+            let name = match other {
+                Launcher::Megatron => "megatron",
+                Launcher::Torchrun => "torchrun",
+                Launcher::Swift => "swift",
+                Launcher::Deepspeed => "deepspeed",
+            };
+            (text, name)
+        }
+    };
+    let script = with_resume(&text, name, &dir, spec.on_failure.resume);
+    Ok(Launch {
+        command: vec!["/bin/sh".into(), "-c".into(), script],
+        files,
+        launcher: name,
+    })
+}
+
+/// Wraps a launch command so that every start (first run, restart, or un-suspension after a
+/// preemption) resumes from the newest checkpoint when the policy says so.
+fn with_resume(text: &str, launcher: &str, dir: &str, policy: ResumePolicy) -> String {
+    // The planner writes the default rendezvous port; pods use the one they are given.
+    let body = text
+        .trim_end()
+        .replace("--master-port 29500", "--master-port $MASTER_PORT")
+        .replace("MASTER_PORT=29500", "MASTER_PORT=$MASTER_PORT");
+    let body = body.as_str();
+    let mut script = String::from("set -eu\n");
+    if policy == ResumePolicy::None {
+        return script + "exec " + body + "\n";
+    }
+    if launcher == "megatron" {
+        script.push_str(&format!(
+            "if [ -f {dir}/latest_checkpointed_iteration.txt ]; then FERRY_LOAD=\"--load {dir}\"; \
+             else FERRY_LOAD=\"--load {dir}/base --finetune\"; fi\n"
+        ));
+        let lines: Vec<String> = body
+            .split(" \\\n")
+            .filter(|l| l.trim() != "--finetune")
+            .map(|l| {
+                if l.trim_start().starts_with("--load ") {
+                    "  $FERRY_LOAD".to_owned()
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect();
+        script.push_str("exec ");
+        script.push_str(&lines.join(" \\\n"));
+        script.push('\n');
+    } else {
+        script.push_str(&format!(
+            "FERRY_RESUME_FROM=$(ls -1d {dir}/checkpoint-* 2>/dev/null | sort -V | tail -n 1 || true)\n\
+             export FERRY_RESUME_FROM\n"
+        ));
+        script.push_str("exec ");
+        script.push_str(body);
+        script.push_str(
+            " \\\n  ${FERRY_RESUME_FROM:+--resume_from_checkpoint \"$FERRY_RESUME_FROM\"}\n",
+        );
+    }
+    script
+}
+
+/// Name of the gang object of `attempt`.
+pub fn child_name(job: &TrainJob, attempt: u32) -> String {
+    format!("{}-{attempt}", job.metadata.name)
+}
+
+/// Hostname of the pod with completion index `index`, and the headless Service name.
+pub fn pod_hostname(job: &TrainJob, attempt: u32, jobset: bool, index: u32) -> (String, String) {
+    let child = child_name(job, attempt);
+    if jobset {
+        (format!("{child}-{JOBSET_REPLICA}-0-{index}"), child)
+    } else {
+        (format!("{child}-{index}"), job.metadata.name.clone())
+    }
+}
+
+/// Checks the job against the cluster's shape before anything is rendered.
+pub fn check(job: &TrainJob, opts: &RenderOptions) -> Vec<K8sError> {
+    let mut errs = Vec::new();
+    let r = &job.spec.resources;
+    let node = opts.cluster.gpus_per_node as i32;
+    if r.gpus_per_node > 0 && node > 0 {
+        if r.gpus_per_node > node {
+            errs.push(K8sError::invalid(
+                id(job),
+                "spec.resources.gpusPerNode",
+                format!(
+                    "{} GPUs do not fit on one node of {node}; use at most {node} per node and more nodes",
+                    r.gpus_per_node
+                ),
+            ));
+        } else if r.nodes > 1 && r.gpus_per_node != node {
+            let total = r.nodes * r.gpus_per_node;
+            errs.push(K8sError::invalid(
+                id(job),
+                "spec.resources.gpusPerNode",
+                format!(
+                    "a {}-node gang must use whole nodes: {total} GPUs is not a multiple of the node size {node}; \
+                     set gpusPerNode: {node} (with nodes: {}) or use one node",
+                    r.nodes,
+                    (total + node - 1) / node
+                ),
+            ));
+        }
+    }
+    let max_index = r.nodes.max(1) - 1;
+    let attempt_digits = 3; // room for up to 999 restarts
+    let (host, _) = pod_hostname(job, 0, opts.cluster.jobset, max_index as u32);
+    let longest = host.len() + attempt_digits - 1;
+    if longest > 63 {
+        let over = longest - 63;
+        errs.push(K8sError::invalid(
+            id(job),
+            "metadata.name",
+            format!(
+                "pod hostnames would be {longest} characters (Kubernetes allows 63); shorten the name by {over}"
+            ),
+        ));
+    }
+    errs
+}
+
+fn labels(job: &TrainJob, attempt: u32) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    m.insert(MANAGED_BY.0.into(), MANAGED_BY.1.into());
+    m.insert(LABEL_TRAIN_JOB.into(), job.metadata.name.clone().into());
+    m.insert(LABEL_ATTEMPT.into(), attempt.to_string().into());
+    m
+}
+
+/// Renders one attempt of `job`.
+pub fn render(job: &TrainJob, attempt: Attempt, opts: &RenderOptions) -> Result<TrainObjects> {
+    K8sError::collect(check(job, opts))?;
+    let launch = launch(job)?;
+    let ns = &job.metadata.namespace;
+    let name = &job.metadata.name;
+    let jobset = opts.cluster.jobset;
+    let child = child_name(job, attempt.number);
+    let (host0, service) = pod_hostname(job, attempt.number, jobset, 0);
+    let master_addr = format!("{host0}.{service}.{ns}.svc");
+    let r = &job.spec.resources;
+    let nodes = r.nodes.max(1);
+    let procs = r.effective_procs_per_node();
+    let world = r.world_size();
+    let gpus = r.gpus_per_node.max(0);
+    let cfg_name = format!("{child}-launch");
+
+    let mut env = vec![
+        json!({"name": "MASTER_ADDR", "value": master_addr}),
+        json!({"name": "MASTER_PORT", "value": opts.master_port.to_string()}),
+        json!({"name": "NNODES", "value": nodes.to_string()}),
+        json!({"name": "NODE_RANK", "valueFrom": {"fieldRef": {
+            "fieldPath": format!("metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']")}}}),
+        json!({"name": "NPROC_PER_NODE", "value": procs.to_string()}),
+        json!({"name": "WORLD_SIZE", "value": world.to_string()}),
+        json!({"name": "FERRY_JOB", "value": format!("{ns}.{name}")}),
+        json!({"name": "FERRY_ATTEMPT", "value": attempt.number.to_string()}),
+        json!({"name": "FERRY_CHECKPOINT_DIR", "value": checkpoint_dir(job)}),
+    ];
+    for (k, v) in &job.spec.env {
+        env.push(json!({"name": k, "value": v}));
+    }
+
+    let mut mounts = vec![
+        json!({"name": "dshm", "mountPath": "/dev/shm"}),
+        json!({"name": "data", "mountPath": DATA_MOUNT, "readOnly": true}),
+        json!({"name": "models", "mountPath": MODELS_MOUNT}),
+        json!({"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT}),
+    ];
+    let mut volumes = vec![
+        json!({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": opts.shm_size}}),
+        json!({"name": "data", "persistentVolumeClaim": {"claimName": opts.claims.data, "readOnly": true}}),
+        json!({"name": "models", "persistentVolumeClaim": {"claimName": opts.claims.models}}),
+        json!({"name": "checkpoints", "persistentVolumeClaim": {"claimName": opts.claims.checkpoints}}),
+    ];
+    if !launch.files.is_empty() {
+        mounts.push(json!({"name": "launch", "mountPath": "/etc/ferry", "readOnly": true}));
+        volumes.push(json!({"name": "launch", "configMap": {"name": cfg_name}}));
+    }
+
+    let mut container = json!({
+        "name": "trainer",
+        "image": opts.images.trainer,
+        "command": launch.command,
+        "env": env,
+        "ports": [{"name": "rendezvous", "containerPort": opts.master_port, "protocol": "TCP"}],
+        "volumeMounts": mounts,
+    });
+    if gpus > 0 {
+        let q = gpus.to_string();
+        container["resources"] = json!({
+            "limits": {"nvidia.com/gpu": q},
+            "requests": {"nvidia.com/gpu": q},
+        });
+    }
+    if let Some(dir) = &job.spec.working_dir {
+        container["workingDir"] = dir.clone().into();
+    }
+
+    let pod_labels = labels(job, attempt.number);
+    let mut pod_spec = json!({
+        "restartPolicy": "Never",
+        "containers": [container],
+        "volumes": volumes,
+        "priorityClassName": priority_class(job.spec.priority.as_deref()),
+        "terminationGracePeriodSeconds": job.spec.on_failure.grace_seconds.ceil() as i64,
+    });
+    if !jobset {
+        pod_spec["subdomain"] = service.clone().into();
+    }
+    let mut affinity = serde_json::Map::new();
+    if let Some(flavor) = &r.gpu {
+        affinity.insert(
+            "nodeAffinity".into(),
+            json!({"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": opts.cluster.flavor_label, "operator": "In", "values": [flavor]}]}
+            ]}}),
+        );
+    }
+    if let Some(rack) = &opts.cluster.rack_label
+        && nodes > 1
+    {
+        affinity.insert(
+            "podAffinity".into(),
+            json!({"requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {LABEL_TRAIN_JOB: name, LABEL_ATTEMPT: attempt.number.to_string()}},
+                "topologyKey": rack,
+            }]}),
+        );
+    }
+    if !affinity.is_empty() {
+        pod_spec["affinity"] = Value::Object(affinity);
+    }
+    if gpus > 0 {
+        pod_spec["tolerations"] =
+            json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]);
+    }
+    let template = json!({"metadata": {"labels": pod_labels}, "spec": pod_spec});
+    let job_spec = json!({
+        "completionMode": "Indexed",
+        "completions": nodes,
+        "parallelism": nodes,
+        // Ferry restarts the whole gang from a checkpoint and counts restarts in the
+        // TrainJob's status, so a single pod failure fails this attempt.
+        "backoffLimit": 0,
+        "template": template,
+    });
+
+    let mut meta_labels = labels(job, attempt.number);
+    if opts.cluster.kueue {
+        meta_labels.insert(
+            KUEUE_QUEUE_LABEL.into(),
+            job.spec
+                .queue
+                .clone()
+                .unwrap_or_else(|| "default".into())
+                .into(),
+        );
+        meta_labels.insert(
+            KUEUE_PRIORITY_LABEL.into(),
+            priority_class(job.spec.priority.as_deref()).into(),
+        );
+    }
+    let metadata = json!({"name": child, "namespace": ns, "labels": meta_labels});
+    let (gang, svc) = if jobset {
+        let gang = json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": metadata,
+            "spec": {
+                "suspend": attempt.suspend,
+                "network": {"enableDNSHostnames": true, "publishNotReadyAddresses": true},
+                "failurePolicy": {"maxRestarts": 0},
+                "successPolicy": {"operator": "All"},
+                "replicatedJobs": [{"name": JOBSET_REPLICA, "replicas": 1, "template": {"spec": job_spec}}],
+            }
+        });
+        (gang, None)
+    } else {
+        let mut spec = job_spec;
+        spec["suspend"] = attempt.suspend.into();
+        let gang =
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec});
+        let mut svc_labels = serde_json::Map::new();
+        svc_labels.insert(MANAGED_BY.0.into(), MANAGED_BY.1.into());
+        svc_labels.insert(LABEL_TRAIN_JOB.into(), name.clone().into());
+        let svc = json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": service, "namespace": ns, "labels": svc_labels},
+            "spec": {
+                "clusterIP": "None",
+                // Ranks rendezvous before any of them is ready.
+                "publishNotReadyAddresses": true,
+                "selector": {LABEL_TRAIN_JOB: name},
+                "ports": [{"name": "rendezvous", "port": opts.master_port, "targetPort": opts.master_port, "protocol": "TCP"}],
+            }
+        });
+        (gang, Some(svc))
+    };
+    let config_map = (!launch.files.is_empty()).then(|| {
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": cfg_name, "namespace": ns, "labels": labels(job, attempt.number)},
+            "data": launch.files,
+        })
+    });
+    Ok(TrainObjects {
+        child_name: child,
+        gang,
+        service: svc,
+        config_map,
+        master_addr,
+    })
+}

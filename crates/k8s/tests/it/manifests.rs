@@ -1,0 +1,241 @@
+//! Bar 1: every rendered manifest validates strictly against the official schemas, and
+//! snapshots pin its content.
+
+use ferry_k8s::{Cluster, RenderOptions, render, to_yaml};
+use serde_json::Value;
+
+use crate::schema::assert_valid;
+use crate::specs::*;
+
+fn opts(cluster: Cluster) -> RenderOptions {
+    RenderOptions {
+        cluster,
+        ..RenderOptions::default()
+    }
+}
+
+fn rendered(texts: &[&str], cluster: Cluster) -> Vec<Value> {
+    render(&parse_all(texts), &opts(cluster), None).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn kinds(objs: &[Value]) -> Vec<String> {
+    objs.iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn plain_cluster_jobs_are_indexed_jobs_with_headless_services() {
+    let objs = rendered(
+        &[
+            QUEUES,
+            SINGLE_NODE_LORA,
+            TWO_NODE_FULL,
+            SIXTEEN_NODE_MEGATRON,
+            QLORA_SWIFT,
+        ],
+        Cluster::default(),
+    );
+    assert_valid(&objs);
+    let k = kinds(&objs);
+    for want in [
+        "Job/qwen-lora-0",
+        "Service/qwen-lora",
+        "Job/llama-sft-0",
+        "Service/llama-sft",
+        "Job/llama70b-pt-0",
+        "Job/qwen-qlora-0",
+        "Namespace/team-a",
+        "ResourceQuota/ferry-gpus",
+        "LimitRange/ferry-limits",
+        "PriorityClass/ferry-high",
+    ] {
+        assert!(k.contains(&want.to_string()), "{want} missing from {k:?}");
+    }
+    assert!(
+        !k.iter()
+            .any(|k| k.starts_with("JobSet/") || k.starts_with("ClusterQueue/")),
+        "{k:?}"
+    );
+    insta::assert_snapshot!("plain_cluster_jobs", to_yaml(&objs).unwrap());
+}
+
+#[test]
+fn jobset_cluster_with_racks_renders_jobsets() {
+    let cluster = Cluster {
+        jobset: true,
+        rack_label: Some("topology.kubernetes.io/rack".into()),
+        ..Cluster::default()
+    };
+    let objs = rendered(
+        &[
+            QUEUES,
+            SINGLE_NODE_LORA,
+            TWO_NODE_FULL,
+            SIXTEEN_NODE_MEGATRON,
+        ],
+        cluster,
+    );
+    assert_valid(&objs);
+    let k = kinds(&objs);
+    assert!(k.contains(&"JobSet/llama70b-pt-0".to_string()), "{k:?}");
+    assert!(
+        !k.iter()
+            .any(|k| k.starts_with("Job/") || k.starts_with("Service/")),
+        "{k:?}"
+    );
+    let js = objs
+        .iter()
+        .find(|o| o["metadata"]["name"] == "llama70b-pt-0")
+        .unwrap();
+    let pod = &js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"],
+        "topology.kubernetes.io/rack"
+    );
+    assert_eq!(
+        js["spec"]["replicatedJobs"][0]["template"]["spec"]["completions"],
+        16
+    );
+    insta::assert_snapshot!("jobset_cluster_jobs", to_yaml(&objs).unwrap());
+}
+
+#[test]
+fn kueue_cluster_renders_kueue_queues_and_labels() {
+    let cluster = Cluster {
+        jobset: true,
+        kueue: true,
+        ..Cluster::default()
+    };
+    let objs = rendered(&[QUEUES, TWO_NODE_FULL, DEPLOY_AUTOSCALED], cluster);
+    assert_valid(&objs);
+    let k = kinds(&objs);
+    for want in [
+        "ClusterQueue/team-a",
+        "LocalQueue/team-a",
+        "ResourceFlavor/h100-80gb",
+        "ResourceFlavor/any",
+        "WorkloadPriorityClass/ferry-high",
+        "JobSet/llama-sft-0",
+    ] {
+        assert!(k.contains(&want.to_string()), "{want} missing from {k:?}");
+    }
+    let js = objs.iter().find(|o| o["kind"] == "JobSet").unwrap();
+    assert_eq!(
+        js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"],
+        "team-a"
+    );
+    assert_eq!(js["spec"]["suspend"], true, "Kueue admits by unsuspending");
+    insta::assert_snapshot!("kueue_cluster", to_yaml(&objs).unwrap());
+}
+
+#[test]
+fn deployments_with_and_without_autoscaling() {
+    let objs = rendered(
+        &[QUEUES, DEPLOY_FIXED, DEPLOY_AUTOSCALED],
+        Cluster::default(),
+    );
+    assert_valid(&objs);
+    let fixed = objs
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "qwen-chat")
+        .unwrap();
+    assert_eq!(fixed["spec"]["replicas"], 2);
+    let hpas: Vec<&Value> = objs
+        .iter()
+        .filter(|o| o["kind"] == "HorizontalPodAutoscaler")
+        .collect();
+    assert_eq!(hpas.len(), 1, "only the annotated deployment scales");
+    assert_eq!(
+        hpas[0]["spec"]["metrics"][0]["pods"]["metric"]["name"],
+        "vllm:num_requests_waiting"
+    );
+    assert_eq!(hpas[0]["spec"]["maxReplicas"], 6);
+    let auto = objs
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "llama70b-chat")
+        .unwrap();
+    let args: Vec<&str> = auto["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let after = |flag: &str| {
+        args[args
+            .iter()
+            .position(|a| *a == flag)
+            .unwrap_or_else(|| panic!("{flag} in {args:?}"))
+            + 1]
+    };
+    assert_eq!(after("--tensor-parallel-size"), "4");
+    assert_eq!(after("--max-model-len"), "8192");
+    assert_eq!(after("--served-model-name"), "llama-70b");
+    assert_eq!(after("--lora-modules"), "llama-sft-v1=/models/llama-sft-v1");
+    assert!(
+        args.contains(&"--enable-lora") && args.contains(&"--gpu-memory-utilization"),
+        "{args:?}"
+    );
+    let probe =
+        &auto["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"];
+    assert_eq!(probe, "/health");
+    insta::assert_snapshot!("deployments", to_yaml(&objs).unwrap());
+}
+
+#[test]
+fn keda_replaces_the_hpa_when_present() {
+    let cluster = Cluster {
+        keda: true,
+        ..Cluster::default()
+    };
+    let objs = rendered(&[QUEUES, DEPLOY_AUTOSCALED], cluster);
+    let scaled: Vec<&Value> = objs
+        .iter()
+        .filter(|o| o["kind"] == "ScaledObject")
+        .collect();
+    assert_eq!(scaled.len(), 1);
+    assert!(!objs.iter().any(|o| o["kind"] == "HorizontalPodAutoscaler"));
+    assert_eq!(scaled[0]["spec"]["maxReplicaCount"], 6);
+    // The fixtures hold no KEDA CRD: validate everything else, and say so.
+    let others: Vec<Value> = objs
+        .iter()
+        .filter(|o| o["kind"] != "ScaledObject")
+        .cloned()
+        .collect();
+    assert_valid(&others);
+    assert!(crate::schema::validate(scaled[0]).unwrap_err()[0].contains("no schema"));
+}
+
+#[test]
+fn strict_validation_rejects_an_unknown_field() {
+    let mut objs = rendered(&[QUEUES, SINGLE_NODE_LORA], Cluster::default());
+    let job = objs.iter_mut().find(|o| o["kind"] == "Job").unwrap();
+    job["spec"]["template"]["spec"]["containers"][0]["gpuCount"] = 1.into();
+    let errs = crate::schema::validate(job).unwrap_err();
+    assert!(errs.iter().any(|e| e.contains("gpuCount")), "{errs:?}");
+    // Strict in the CRD-based schemas too (JobSet, Kueue), metadata included.
+    let cluster = Cluster {
+        jobset: true,
+        kueue: true,
+        ..Cluster::default()
+    };
+    let mut objs = rendered(&[QUEUES, TWO_NODE_FULL], cluster);
+    for o in objs
+        .iter_mut()
+        .filter(|o| o["kind"] == "JobSet" || o["kind"] == "ClusterQueue")
+    {
+        crate::schema::validate(o).unwrap();
+        o["spec"]["surprise"] = true.into();
+        let errs = crate::schema::validate(o).unwrap_err();
+        assert!(errs.iter().any(|e| e.contains("surprise")), "{errs:?}");
+        o["spec"].as_object_mut().unwrap().remove("surprise");
+        o["metadata"]["labelz"] = serde_json::json!({});
+        assert!(crate::schema::validate(o).is_err());
+    }
+}

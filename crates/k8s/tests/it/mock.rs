@@ -1,0 +1,90 @@
+//! kube's `ApiServerVerifier` pattern: a `tower_test` mock stands in for the API server and
+//! plays a scripted scenario — each step checks the method and path of the next request,
+//! records its body, and answers. A scenario that is not played to the end fails the test.
+
+use std::time::Duration;
+
+use http::{Request, Response};
+use kube::Client;
+use kube::client::Body;
+use serde_json::{Value, json};
+
+type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+/// One expected request and its answer.
+pub struct Step {
+    /// HTTP method.
+    pub method: &'static str,
+    /// Path (without the query string) the request must have.
+    pub path: String,
+    /// Status code of the answer.
+    pub code: u16,
+    /// Body of the answer.
+    pub answer: Value,
+}
+
+/// Shorthand for a step.
+pub fn step(method: &'static str, path: impl Into<String>, code: u16, answer: Value) -> Step {
+    Step {
+        method,
+        path: path.into(),
+        code,
+        answer,
+    }
+}
+
+/// A Kubernetes `Status` body for `code`.
+pub fn status(code: u16, reason: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": reason, "reason": reason, "code": code})
+}
+
+/// What the server saw: method, path with query, JSON body.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// Path and query.
+    pub uri: String,
+    /// Parsed body (`Null` when empty).
+    pub body: Value,
+}
+
+/// Starts a mock API server; returns the client and the task playing `steps`.
+pub fn server(steps: Vec<Step>) -> (Client, tokio::task::JoinHandle<Vec<Seen>>) {
+    let (svc, mut handle): (_, Handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let task = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        for (i, s) in steps.into_iter().enumerate() {
+            let (req, send) = handle.next_request().await.unwrap_or_else(|| {
+                panic!("step {i}: client hung up before {} {}", s.method, s.path)
+            });
+            let uri = req.uri().to_string();
+            let path = req.uri().path().to_owned();
+            assert_eq!(
+                (req.method().as_str(), path.as_str()),
+                (s.method, s.path.as_str()),
+                "step {i}: unexpected request {uri}"
+            );
+            let bytes = req.into_body().collect_bytes().await.unwrap();
+            let body = if bytes.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice(&bytes).unwrap()
+            };
+            seen.push(Seen { uri, body });
+            let resp = Response::builder()
+                .status(s.code)
+                .body(Body::from(serde_json::to_vec(&s.answer).unwrap()))
+                .unwrap();
+            send.send_response(resp);
+        }
+        seen
+    });
+    (Client::new(svc, "default"), task)
+}
+
+/// Waits for the scenario to be played to the end (a missing request times out).
+pub async fn finish(task: tokio::task::JoinHandle<Vec<Seen>>) -> Vec<Seen> {
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the scenario was not played to the end (a request is missing)")
+        .expect("the mock server panicked (an unexpected request)")
+}

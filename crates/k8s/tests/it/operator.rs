@@ -1,0 +1,508 @@
+//! Bar 2: the reconcile loop against a mocked API server — create, status update, a failed
+//! gang restarted with resume, preemption by suspension, deletion through the finalizer,
+//! and an operator that died mid-restart.
+
+use std::sync::Arc;
+
+use ferry_k8s::crd::{TrainJobClusterStatus, TrainJobResource};
+use ferry_k8s::{Admission, Admit, Context, RenderOptions, reconcile};
+use ferry_spec::JobPhase;
+use serde_json::{Value, json};
+
+use crate::mock::{Seen, finish, server, status, step};
+use crate::specs::*;
+
+const NS: &str = "team-a";
+const JOB: &str = "qwen-lora";
+const TJ: &str = "/apis/ferry.dev/v1alpha1/namespaces/team-a/trainjobs/qwen-lora";
+const JOBS: &str = "/apis/batch/v1/namespaces/team-a/jobs";
+const SVC: &str = "/api/v1/namespaces/team-a/services/qwen-lora";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/team-a/events";
+
+struct Fixed(Admit);
+impl Admission for Fixed {
+    fn decide(&self, _job: &TrainJobResource) -> Admit {
+        self.0.clone()
+    }
+}
+
+fn resource(finalized: bool, status: Option<TrainJobClusterStatus>) -> TrainJobResource {
+    let job = job(SINGLE_NODE_LORA);
+    let mut v = json!({
+        "metadata": {"name": JOB, "namespace": NS, "uid": "uid-1", "generation": 1, "resourceVersion": "7"},
+        "spec": serde_json::to_value(&job.spec).unwrap(),
+    });
+    if finalized {
+        v["metadata"]["finalizers"] = json!(["ferry.dev/cleanup"]);
+    }
+    let mut r: TrainJobResource = serde_json::from_value(v).unwrap();
+    r.status = status;
+    r
+}
+
+fn running(attempt: u32, restarts: u32) -> TrainJobClusterStatus {
+    TrainJobClusterStatus {
+        phase: Some(JobPhase::Running),
+        attempt,
+        restarts,
+        gang: Some(format!("{JOB}-{attempt}")),
+        ..TrainJobClusterStatus::default()
+    }
+}
+
+fn gang(name: &str, suspend: bool, condition: Option<&str>) -> Value {
+    let mut g = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": NS}, "spec": {"suspend": suspend, "template": {}}});
+    if let Some(c) = condition {
+        g["status"] = json!({"conditions": [{"type": c, "status": "True"}]});
+    }
+    g
+}
+
+fn ctx(client: kube::Client, admit: Admit) -> Arc<Context> {
+    Arc::new(Context::new(
+        client,
+        RenderOptions::default(),
+        Arc::new(Fixed(admit)),
+    ))
+}
+
+fn status_patch(seen: &[Seen]) -> TrainJobClusterStatus {
+    let s = seen
+        .iter()
+        .rev()
+        .find(|s| s.uri.starts_with(&format!("{TJ}/status")))
+        .expect("a status patch");
+    serde_json::from_value(s.body["status"].clone()).unwrap()
+}
+
+fn event_reasons(seen: &[Seen]) -> Vec<String> {
+    seen.iter()
+        .filter(|s| s.uri.starts_with(EVENTS))
+        .map(|s| s.body["reason"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn ok_job(r: &TrainJobResource) -> Value {
+    serde_json::to_value(r).unwrap()
+}
+
+#[tokio::test]
+async fn create_adds_the_finalizer_applies_the_gang_and_records_status() {
+    let job = resource(false, None);
+    let (client, task) = server(vec![
+        step("PATCH", TJ, 200, ok_job(&job)),
+        step(
+            "GET",
+            format!("{JOBS}/{JOB}-0"),
+            404,
+            status(404, "NotFound"),
+        ),
+        step(
+            "PATCH",
+            SVC,
+            200,
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": JOB}}),
+        ),
+        step(
+            "PATCH",
+            format!("{JOBS}/{JOB}-0"),
+            200,
+            gang("qwen-lora-0", false, None),
+        ),
+        step("POST", EVENTS, 201, json!({})),
+        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
+    ]);
+    reconcile(Arc::new(job), ctx(client, Admit::Run))
+        .await
+        .unwrap();
+    let seen = finish(task).await;
+    assert_eq!(
+        seen[0].body["metadata"]["finalizers"],
+        json!(["ferry.dev/cleanup"])
+    );
+    let apply = &seen[3];
+    assert!(
+        apply.uri.contains("fieldManager=ferry") && apply.uri.contains("force=true"),
+        "{}",
+        apply.uri
+    );
+    assert_eq!(
+        apply.body["spec"]["suspend"], false,
+        "admitted: created running"
+    );
+    assert_eq!(apply.body["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+    let st = status_patch(&seen);
+    assert_eq!(st.phase, Some(JobPhase::Running));
+    assert_eq!((st.attempt, st.restarts), (0, 0));
+    assert_eq!(
+        st.master_addr.as_deref(),
+        Some("qwen-lora-0-0.qwen-lora.team-a.svc")
+    );
+    assert!(
+        st.conditions
+            .iter()
+            .any(|c| c.type_ == "Admitted" && c.status == "True")
+    );
+    assert_eq!(event_reasons(&seen), ["Started"]);
+}
+
+#[tokio::test]
+async fn not_admitted_is_created_suspended_then_unsuspended_on_admission() {
+    let job = resource(true, None);
+    let (client, task) = server(vec![
+        step(
+            "GET",
+            format!("{JOBS}/{JOB}-0"),
+            404,
+            status(404, "NotFound"),
+        ),
+        step("PATCH", SVC, 200, json!({})),
+        step(
+            "PATCH",
+            format!("{JOBS}/{JOB}-0"),
+            200,
+            gang("qwen-lora-0", true, None),
+        ),
+        step("POST", EVENTS, 201, json!({})),
+        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
+    ]);
+    reconcile(
+        Arc::new(job),
+        ctx(client, Admit::Wait("team-a is over quota".into())),
+    )
+    .await
+    .unwrap();
+    let seen = finish(task).await;
+    assert_eq!(
+        seen[2].body["spec"]["suspend"], true,
+        "Kueue protocol: created suspended"
+    );
+    let st = status_patch(&seen);
+    assert_eq!(st.phase, Some(JobPhase::Queued));
+    assert_eq!(st.message.as_deref(), Some("team-a is over quota"));
+
+    // Status update: the scheduler admits it now.
+    let job = resource(true, Some(st));
+    let (client, task) = server(vec![
+        step(
+            "GET",
+            format!("{JOBS}/{JOB}-0"),
+            200,
+            gang("qwen-lora-0", true, None),
+        ),
+        step(
+            "PATCH",
+            format!("{JOBS}/{JOB}-0"),
+            200,
+            gang("qwen-lora-0", false, None),
+        ),
+        step("POST", EVENTS, 201, json!({})),
+        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
+    ]);
+    reconcile(Arc::new(job), ctx(client, Admit::Run))
+        .await
+        .unwrap();
+    let seen = finish(task).await;
+    assert_eq!(seen[1].body, json!({"spec": {"suspend": false}}));
+    assert_eq!(status_patch(&seen).phase, Some(JobPhase::Running));
+    assert_eq!(event_reasons(&seen), ["Admitted"]);
+}
+
+#[tokio::test]
+async fn failed_gang_restarts_from_the_latest_checkpoint_and_counts_across_recreation() {
+    let job = resource(true, Some(running(0, 0)));
+    let (client, task) = server(vec![
+        step(
+            "GET",
+            format!("{JOBS}/{JOB}-0"),
+            200,
+            gang("qwen-lora-0", false, Some("Failed")),
+        ),
+        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
+        step("POST", EVENTS, 201, json!({})),
+        step(
+            "DELETE",
+            format!("{JOBS}/{JOB}-0"),
+            200,
+            gang("qwen-lora-0", false, Some("Failed")),
+        ),
+    ]);
+    reconcile(Arc::new(job), ctx(client, Admit::Run))
+        .await
+        .unwrap();
+    let seen = finish(task).await;
+    let st = status_patch(&seen);
+    assert_eq!(
+        (st.phase, st.restarts, st.attempt),
+        (Some(JobPhase::Restarting), 1, 1)
+    );
+    assert!(
+        seen[1].uri.starts_with(&format!("{TJ}/status")),
+        "status is written before the delete"
+    );
+    assert_eq!(seen[3].body["propagationPolicy"], "Background");
+
+    // The next reconcile recreates the gang as attempt 1, resuming.
+    let job = resource(true, Some(st));
+    let (client, task) = server(vec![
+        step(
+            "GET",
+            format!("{JOBS}/{JOB}-1"),
+            404,
+            status(404, "NotFound"),
+        ),
+        step(
+            "DELETE",
+            format!("{JOBS}/{JOB}-0"),
+            404,
+            status(404, "NotFound"),
+        ),
+        step("PATCH", SVC, 200, json!({})),
+        step(
+            "PATCH",
+            format!("{JOBS}/{JOB}-1"),
+            200,
+            gang("qwen-lora-1", false, None),
+        ),
+        step("POST", EVENTS, 201, json!({})),
+        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
+    ]);
+    reconcile(Arc::new(job), ctx(client, Admit::Run))
+        .await
+        .unwrap();
+    let seen = finish(task).await;
+    let pod = &seen[3].body["spec"]["template"]["spec"];
+    let env = pod["containers"][0]["env"].as_array().unwrap();
+    assert!(
+        env.contains(&json!({"name": "FERRY_ATTEMPT", "value": "1"})),
+        "{env:?}"
+    );
+    let script = pod["containers"][0]["command"][2].as_str().unwrap();
+    assert!(
+        script.contains("--resume_from_checkpoint \"$FERRY_RESUME_FROM\""),
+        "{script}"
+    );
+    assert!(
+        script.contains("/checkpoints/team-a/qwen-lora/checkpoint-*"),
+        "{script}"
+    );
+    let st = status_patch(&seen);
+    assert_eq!(
+        (st.phase, st.restarts, st.attempt),
+        (Some(JobPhase::Running), 1, 1)
+    );
+    assert!(
+        st.message
+            .unwrap()
+            .contains("resuming from the latest checkpoint")
+    );
+}
+
+#[tokio::test]
+async fn exhausted_restarts_fail_the_job() {
+    let job = resource(true, Some(running(2, 2)));
+    let (client, task) = server(vec![
+        step(
+            "GET",
+            format!("{JOBS}/{JOB}-2"),
+            200,
+            gang("qwen-lora-2", false, Some("Failed")),
+        ),
+        step("POST", EVENTS, 201, json!({})),
+        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
+    ]);
+    reconcile(Arc::new(job), ctx(client, Admit::Run))
+        .await
+        .unwrap();
+    let seen = finish(task).await;
+    let st = status_patch(&seen);
+    assert_eq!((st.phase, st.restarts), (Some(JobPhase::Failed), 2));
+    assert!(
+        st.conditions
+            .iter()
+            .any(|c| c.type_ == "Failed" && c.reason == "RestartsExhausted")
+    );
+}
+
+#[tokio::test]
+async fn preemption_suspends_the_gang() {
+    let job = resource(true, Some(running(0, 0)));
+    let (client, task) = server(vec![
+        step(
+            "GET",
+            format!("{JOBS}/{JOB}-0"),
+            200,
+            gang("qwen-lora-0", false, None),
+        ),
+        step(
+            "PATCH",
+            format!("{JOBS}/{JOB}-0"),
+            200,
+            gang("qwen-lora-0", true, None),
+        ),
+        step("POST", EVENTS, 201, json!({})),
+        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
+    ]);
+    reconcile(
+        Arc::new(job),
+        ctx(client, Admit::Preempt("team-b reclaims its quota".into())),
+    )
+    .await
+    .unwrap();
+    let seen = finish(task).await;
+    assert_eq!(seen[1].body, json!({"spec": {"suspend": true}}));
+    let st = status_patch(&seen);
+    assert_eq!(st.phase, Some(JobPhase::Preempted));
+    assert_eq!(st.restarts, 0, "a preemption is not a failure");
+    assert_eq!(event_reasons(&seen), ["Preempted"]);
+}
+
+#[tokio::test]
+async fn deletion_cleans_up_then_drops_the_finalizer() {
+    let mut job = resource(true, Some(running(1, 1)));
+    job.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        "2026-01-01T00:00:00Z".parse().unwrap(),
+    ));
+    let (client, task) = server(vec![
+        step(
+            "DELETE",
+            format!("{JOBS}/{JOB}-1"),
+            200,
+            gang("qwen-lora-1", false, None),
+        ),
+        step("DELETE", SVC, 404, status(404, "NotFound")),
+        step("PATCH", TJ, 200, ok_job(&job)),
+        step("POST", EVENTS, 201, json!({})),
+    ]);
+    reconcile(Arc::new(job), ctx(client, Admit::Run))
+        .await
+        .unwrap();
+    let seen = finish(task).await;
+    assert_eq!(seen[2].body["metadata"]["finalizers"], json!([]));
+    assert_eq!(
+        seen[2].body["metadata"]["resourceVersion"], "7",
+        "optimistic concurrency"
+    );
+}
+
+#[tokio::test]
+async fn operator_restart_mid_restart_neither_loses_nor_double_counts() {
+    // The previous operator wrote restarts=1/attempt=1 and died before deleting attempt 0.
+    let job = resource(
+        true,
+        Some(TrainJobClusterStatus {
+            phase: Some(JobPhase::Restarting),
+            ..running(1, 1)
+        }),
+    );
+    let (client, task) = server(vec![
+        step(
+            "GET",
+            format!("{JOBS}/{JOB}-1"),
+            404,
+            status(404, "NotFound"),
+        ),
+        step(
+            "DELETE",
+            format!("{JOBS}/{JOB}-0"),
+            200,
+            gang("qwen-lora-0", false, Some("Failed")),
+        ),
+        step("PATCH", SVC, 200, json!({})),
+        step(
+            "PATCH",
+            format!("{JOBS}/{JOB}-1"),
+            200,
+            gang("qwen-lora-1", false, None),
+        ),
+        step("POST", EVENTS, 201, json!({})),
+        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
+    ]);
+    reconcile(Arc::new(job), ctx(client, Admit::Run))
+        .await
+        .unwrap();
+    let seen = finish(task).await;
+    let st = status_patch(&seen);
+    assert_eq!((st.restarts, st.attempt), (1, 1), "counted once");
+
+    // And a reconcile that re-runs after everything was applied changes nothing.
+    let job = resource(true, Some(st.clone()));
+    let (client, task) = server(vec![step(
+        "GET",
+        format!("{JOBS}/{JOB}-1"),
+        200,
+        gang("qwen-lora-1", false, None),
+    )]);
+    reconcile(Arc::new(job), ctx(client, Admit::Run))
+        .await
+        .unwrap();
+    let seen = finish(task).await;
+    assert_eq!(seen.len(), 1, "no writes when nothing changed");
+}
+
+#[tokio::test]
+async fn terminal_jobs_are_left_alone() {
+    let job = resource(
+        true,
+        Some(TrainJobClusterStatus {
+            phase: Some(JobPhase::Succeeded),
+            ..running(0, 0)
+        }),
+    );
+    let (client, task) = server(vec![]);
+    reconcile(Arc::new(job), ctx(client, Admit::Run))
+        .await
+        .unwrap();
+    assert!(finish(task).await.is_empty());
+}
+
+#[tokio::test]
+async fn deployment_is_applied_and_ready_replicas_mirrored() {
+    let d = match parse(DEPLOY_FIXED).remove(0) {
+        ferry_spec::Resource::ModelDeployment(d) => d,
+        _ => unreachable!(),
+    };
+    let md: ferry_k8s::crd::ModelDeploymentResource = serde_json::from_value(json!({
+        "metadata": {"name": "qwen-chat", "namespace": NS, "uid": "uid-2"},
+        "spec": serde_json::to_value(&d.spec).unwrap(),
+    }))
+    .unwrap();
+    let md_path = "/apis/ferry.dev/v1alpha1/namespaces/team-a/modeldeployments/qwen-chat";
+    let deploy = "/apis/apps/v1/namespaces/team-a/deployments/qwen-chat";
+    let (client, task) = server(vec![
+        step("PATCH", deploy, 200, json!({})),
+        step(
+            "PATCH",
+            "/api/v1/namespaces/team-a/services/qwen-chat",
+            200,
+            json!({}),
+        ),
+        step(
+            "GET",
+            deploy,
+            200,
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "qwen-chat"}, "status": {"readyReplicas": 1, "replicas": 2}}),
+        ),
+        step(
+            "PATCH",
+            format!("{md_path}/status"),
+            200,
+            serde_json::to_value(&md).unwrap(),
+        ),
+        step("POST", EVENTS, 201, json!({})),
+    ]);
+    ferry_k8s::operator::reconcile_deployment(Arc::new(md), ctx(client, Admit::Run))
+        .await
+        .unwrap();
+    let seen = finish(task).await;
+    assert!(seen[0].uri.contains("fieldManager=ferry"));
+    assert_eq!(
+        seen[0].body["metadata"]["ownerReferences"][0]["kind"],
+        "ModelDeployment"
+    );
+    assert_eq!(seen[3].body["status"]["phase"], "Degraded");
+    assert_eq!(seen[3].body["status"]["readyReplicas"], 1);
+    assert_eq!(seen[4].body["reason"], "Degraded");
+}

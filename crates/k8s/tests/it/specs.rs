@@ -1,0 +1,140 @@
+//! The resources the tests render: teams, jobs of every size and method, deployments.
+
+use ferry_spec::Resource;
+
+/// Two teams sharing a cohort, with H100 quotas.
+pub const QUEUES: &str = r#"
+apiVersion: ferry.dev/v1alpha1
+kind: Queue
+metadata: {name: team-a, namespace: team-a}
+spec:
+  cohort: research
+  quotas: [{flavor: H100-80GB, nominal: 128, borrowingLimit: 64}]
+---
+apiVersion: ferry.dev/v1alpha1
+kind: Queue
+metadata: {name: team-b, namespace: team-b}
+spec:
+  cohort: research
+  weight: 2
+  quotas: [{flavor: H100-80GB, nominal: 16}, {flavor: any, nominal: 4, lendingLimit: 2}]
+"#;
+
+/// One node, one GPU, LoRA through torchrun + PEFT.
+pub const SINGLE_NODE_LORA: &str = r#"
+apiVersion: ferry.dev/v1alpha1
+kind: TrainJob
+metadata: {name: qwen-lora, namespace: team-a}
+spec:
+  model: {source: hf, id: Qwen/Qwen2.5-7B}
+  engine: torchrun
+  method: lora
+  lora: {rank: 16}
+  data: {path: sft/chat.jsonl, format: chat}
+  resources: {nodes: 1, gpusPerNode: 1, gpu: H100-80GB}
+  train: {seqLen: 2048, globalBatch: 32, lr: 2.0e-4, epochs: 1}
+  queue: team-a
+  priority: low
+  onFailure: {maxRestarts: 2}
+"#;
+
+/// Two nodes of 8 GPUs, full fine-tune; the planner picks the launcher.
+pub const TWO_NODE_FULL: &str = r#"
+apiVersion: ferry.dev/v1alpha1
+kind: TrainJob
+metadata: {name: llama-sft, namespace: team-a}
+spec:
+  model: {source: hf, id: meta-llama/Meta-Llama-3-8B}
+  method: full
+  data: {path: /data/sft.jsonl, format: chat}
+  resources: {nodes: 2, gpusPerNode: 8, gpu: H100-80GB}
+  train: {seqLen: 4096, globalBatch: 128, lr: 2.0e-5, epochs: 2}
+  queue: team-a
+  priority: high
+  env: {NCCL_DEBUG: WARN}
+  onFailure: {maxRestarts: 3, resume: latest}
+"#;
+
+/// Sixteen nodes, Megatron full fine-tune of a 70B model.
+pub const SIXTEEN_NODE_MEGATRON: &str = r#"
+apiVersion: ferry.dev/v1alpha1
+kind: TrainJob
+metadata: {name: llama70b-pt, namespace: team-a}
+spec:
+  model: {source: hf, id: meta-llama/Meta-Llama-3-70B}
+  engine: megatron
+  task: pretrain
+  method: full
+  data: {path: /data/pile_text_document}
+  resources: {nodes: 16, gpusPerNode: 8, gpu: H100-80GB}
+  train: {seqLen: 4096, globalBatch: 512, lr: 1.5e-4, steps: 20000}
+  queue: team-a
+  priority: high
+  onFailure: {maxRestarts: 5}
+"#;
+
+/// A single-GPU QLoRA through ms-swift, in team-b.
+pub const QLORA_SWIFT: &str = r#"
+apiVersion: ferry.dev/v1alpha1
+kind: TrainJob
+metadata: {name: qwen-qlora, namespace: team-b}
+spec:
+  model: {source: hf, id: Qwen/Qwen2.5-14B}
+  engine: swift
+  method: qlora
+  data: {path: chat.jsonl, format: chat}
+  resources: {nodes: 1, gpusPerNode: 1, gpu: H100-80GB}
+  queue: team-b
+"#;
+
+/// A vLLM deployment without autoscaling.
+pub const DEPLOY_FIXED: &str = r#"
+apiVersion: ferry.dev/v1alpha1
+kind: ModelDeployment
+metadata: {name: qwen-chat, namespace: team-a}
+spec:
+  model: {source: hf, id: Qwen/Qwen2.5-7B}
+  engine: vllm
+  replicas: 2
+  gpusPerReplica: 1
+  gpu: H100-80GB
+  maxModelLen: 8192
+"#;
+
+/// A vLLM deployment with LoRA adapters and autoscaling on waiting requests.
+pub const DEPLOY_AUTOSCALED: &str = r#"
+apiVersion: ferry.dev/v1alpha1
+kind: ModelDeployment
+metadata:
+  name: llama70b-chat
+  namespace: team-a
+  annotations: {ferry.dev/autoscale-max-replicas: "6", ferry.dev/autoscale-target-waiting: "4"}
+spec:
+  model: {source: hf, id: meta-llama/Meta-Llama-3-70B}
+  servedName: llama-70b
+  engine: vllm
+  replicas: 1
+  gpusPerReplica: 4
+  gpu: H100-80GB
+  maxModelLen: 8192
+  adapters: [llama-sft-v1]
+  queue: team-a
+"#;
+
+/// Parses documents, panicking with the spec crate's message on error.
+pub fn parse(text: &str) -> Vec<Resource> {
+    ferry_spec::parse_documents(text, "test.yaml").unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Parses and concatenates several texts.
+pub fn parse_all(texts: &[&str]) -> Vec<Resource> {
+    texts.iter().flat_map(|t| parse(t)).collect()
+}
+
+/// The one TrainJob in `text`.
+pub fn job(text: &str) -> ferry_spec::TrainJob {
+    match parse(text).remove(0) {
+        Resource::TrainJob(j) => j,
+        other => panic!("expected a TrainJob, got {:?}", other.kind()),
+    }
+}
