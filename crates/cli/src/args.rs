@@ -41,6 +41,10 @@ pub enum Command {
     Convert(crate::commands::ConvertArgs),
     /// Replay a cluster trace under Ferry's scheduler and its peers.
     Sim(crate::commands::SimArgs),
+    /// OpenAI-compatible gateway in front of engine replicas (`--backend MODEL=URL`).
+    Gateway(crate::commands::GatewayArgs),
+    /// OpenAI-compatible engine simulator for tests and benchmarks (no model, no GPU).
+    MockEngine(crate::commands::MockEngineArgs),
     /// Serve a model directory with the built-in engine behind the OpenAI API.
     Serve(crate::commands::ServeArgs),
     /// Built-in engine entry points the control plane launches as rank processes.
@@ -81,6 +85,9 @@ pub struct UpArgs {
     /// Database URL (postgres://…) or SQLite path; `$FERRY_HOME/ferry.db` by default.
     #[arg(long, env = "FERRY_STORE")]
     pub store: Option<String>,
+    /// Address of the OpenAI-compatible gateway in front of the deployments (`off`: none).
+    #[arg(long, env = "FERRY_GATEWAY", default_value = "127.0.0.1:8080")]
+    pub gateway: String,
 }
 
 /// `ferry apply`.

@@ -20,6 +20,9 @@ pub struct ServerConfig {
     pub home: PathBuf,
     /// Address of the REST API.
     pub listen: SocketAddr,
+    /// Address of the in-process OpenAI gateway in front of the deployments' replicas
+    /// (port 0: any free port, reported by `/version`); `None`: no gateway.
+    pub gateway: Option<SocketAddr>,
     /// Database URL or path; `$FERRY_HOME/ferry.db` when `None`.
     pub store_url: Option<String>,
     /// GPU inventory.
@@ -40,6 +43,7 @@ impl ServerConfig {
         Self {
             home,
             listen,
+            gateway: None,
             store_url: None,
             gpus: GpuSetting::Discover,
             tick: Duration::from_millis(500),

@@ -40,7 +40,32 @@ pub async fn run(
                 config.listen
             ))
         })?;
+    let gateway_listener = match config.gateway {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            ApiError::internal(format!(
+                "cannot listen on {addr} for the gateway: {e}; pick another address with --gateway"
+            ))
+        })?),
+        None => None,
+    };
     let plane = ControlPlane::start(config).await?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut gateway_task = None;
+    if let Some(listener) = gateway_listener {
+        let (gateway, registry) = ferry_gateway::Gateway::new(Default::default())
+            .map_err(|e| ApiError::internal(format!("cannot start the gateway: {e}")))?;
+        let url = format!(
+            "http://{}",
+            listener
+                .local_addr()
+                .map_err(|e| ApiError::internal(e.to_string()))?
+        );
+        tracing::info!(%url, "OpenAI gateway up in front of the deployments");
+        plane.set_gateway(state::GatewayLink { url, registry });
+        gateway_task = Some(tokio::spawn(
+            gateway.serve(listener, stop.clone().cancelled_owned()),
+        ));
+    }
     tracing::info!(
         addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         store = plane.store().location(),
@@ -50,11 +75,19 @@ pub async fn run(
     let reconciler = tokio::spawn(reconcile::run(plane.clone()));
     let server = tokio::spawn(serving::run(plane.clone()));
     let app = router(plane.clone());
+    let stopper = stop.clone();
     let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            stopper.cancel();
+        })
         .await;
+    stop.cancel();
     reconciler.abort();
     server.abort();
+    if let Some(task) = gateway_task {
+        let _ = task.await;
+    }
     if plane.config().stop_replicas_on_exit {
         serving::stop_everything(&plane).await;
     }

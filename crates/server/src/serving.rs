@@ -49,6 +49,8 @@ pub(crate) struct DeploymentState {
     restarts: u32,
     /// Why the deployment cannot run, when it cannot (bad model, unsupported engine).
     error: Option<String>,
+    /// The model name its replicas are registered under in the gateway.
+    served: Option<String>,
 }
 
 impl DeploymentState {
@@ -128,6 +130,9 @@ pub(crate) async fn pass(plane: &ControlPlane, http: &reqwest::Client) -> Result
         .collect();
     for uid in gone {
         if let Some(state) = plane.deployments().remove(&uid) {
+            if let (Some(link), Some(name)) = (plane.gateway(), &state.served) {
+                let _ = link.registry.set_replicas(name, &[]);
+            }
             stop_all(plane, state);
         }
     }
@@ -225,7 +230,39 @@ async fn reconcile_one(plane: &ControlPlane, http: &reqwest::Client, record: &Ob
             r.ready = healthy(http, &r.url).await;
         }
     }
+    publish(plane, record, &deployment, &mut state);
     plane.deployments().insert(record.uid.clone(), state);
+}
+
+/// Makes the gateway route the deployment's served name to exactly its ready replicas.
+fn publish(
+    plane: &ControlPlane,
+    record: &ObjectRecord,
+    deployment: &ModelDeployment,
+    state: &mut DeploymentState,
+) {
+    let Some(link) = plane.gateway() else {
+        return;
+    };
+    let name = deployment
+        .spec
+        .served_name
+        .clone()
+        .unwrap_or_else(|| record.name.clone());
+    if let Some(old) = state.served.as_ref().filter(|old| **old != name) {
+        let _ = link.registry.set_replicas(old, &[]);
+    }
+    let ready: Vec<(String, String)> = state
+        .replicas
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.as_ref().filter(|r| r.ready).map(|r| (i, r)))
+        .map(|(i, r)| (format!("{}-r{i}", record.uid), r.url.clone()))
+        .collect();
+    if let Err(e) = link.registry.set_replicas(&name, &ready) {
+        tracing::warn!(deployment = %record.name, error = %e, "cannot register replicas in the gateway");
+    }
+    state.served = Some(name);
 }
 
 /// Re-adopts the replica a previous control plane left in `dir`, if it still serves

@@ -39,6 +39,16 @@ struct Inner {
     live: Mutex<HashMap<String, LiveGang>>,
     waiting: Mutex<HashMap<String, String>>,
     deployments: Mutex<Deployments>,
+    gateway: std::sync::OnceLock<GatewayLink>,
+}
+
+/// The in-process gateway the serving controller keeps up to date.
+#[derive(Clone)]
+pub(crate) struct GatewayLink {
+    /// Where clients reach it, e.g. `http://127.0.0.1:8080`.
+    pub(crate) url: String,
+    /// Its replica registry.
+    pub(crate) registry: ferry_gateway::Registry,
 }
 
 impl ControlPlane {
@@ -81,6 +91,7 @@ impl ControlPlane {
                 live: Mutex::new(HashMap::new()),
                 waiting: Mutex::new(HashMap::new()),
                 deployments: Mutex::new(HashMap::new()),
+                gateway: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -141,6 +152,16 @@ impl ControlPlane {
 
     pub(crate) fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveGang>> {
         self.inner.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Connects the gateway; the serving controller registers ready replicas in it.
+    pub(crate) fn set_gateway(&self, link: GatewayLink) {
+        let _ = self.inner.gateway.set(link);
+    }
+
+    /// The in-process gateway, when `ferry up` runs one.
+    pub(crate) fn gateway(&self) -> Option<&GatewayLink> {
+        self.inner.gateway.get()
     }
 
     /// Serving replicas by deployment uid.

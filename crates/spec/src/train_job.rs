@@ -539,27 +539,27 @@ impl TrainJobSpec {
                     );
                 }
             }
-            _ => {
-                if !self.command.is_empty() {
-                    p.push(
-                        "spec.command",
-                        format!(
-                            "is only used with engine: command (got engine: {}); remove it or set engine: command",
-                            self.engine.as_str()
-                        ),
-                    );
-                }
-                match &self.model {
-                    None => p.push(
-                        "spec.model",
-                        format!(
-                            "is required for engine: {}; e.g. model: {{source: hf, id: Qwen/Qwen2.5-7B-Instruct}}",
-                            self.engine.as_str()
-                        ),
+            EngineKind::Builtin if !self.command.is_empty() => p.push(
+                "spec.command",
+                "is not used by engine: builtin (Ferry runs its own trainer); remove it, or set engine: command to run your program",
+            ),
+            // `auto` with a command is the command engine; launcher engines may run the
+            // user's own launch script.
+            EngineKind::Auto | EngineKind::Megatron | EngineKind::Torchrun | EngineKind::Deepspeed
+                if !self.command.is_empty() => {}
+            _ => match &self.model {
+                None => p.push(
+                    "spec.model",
+                    format!(
+                        "is required for engine: {}; e.g. model: {{source: hf, id: Qwen/Qwen2.5-7B-Instruct}}",
+                        self.engine.as_str()
                     ),
-                    Some(m) => m.validate("spec.model", p),
-                }
-            }
+                ),
+                Some(_) => {}
+            },
+        }
+        if let Some(m) = &self.model {
+            m.validate("spec.model", p);
         }
         for (i, arg) in self.command.iter().enumerate() {
             if arg.contains('\0') {

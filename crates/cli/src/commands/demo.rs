@@ -74,6 +74,7 @@ async fn start_private() -> anyhow::Result<(Client, Private)> {
     let listen = format!("127.0.0.1:{port}").parse()?;
     let mut config = ServerConfig::new(home.clone(), listen);
     config.gpus = GpuSetting::Virtual(0);
+    config.gateway = Some("127.0.0.1:0".parse()?);
     config.stop_replicas_on_exit = true;
     config.tick = Duration::from_millis(200);
     let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -193,8 +194,18 @@ spec:
 "#
     );
     apply(client, &deploy_yaml, "demo/deploy.yaml").await?;
-    let endpoint = wait_ready(client, &deployment).await?;
-    println!("      ready at {endpoint}/v1");
+    let replica = wait_ready(client, &deployment).await?;
+    println!("      replica ready at {replica}/v1");
+    // Clients use the gateway when the control plane runs one; it routes by model name.
+    let version: Value = client.get("/version").await?;
+    let endpoint = match version["gateway"].as_str() {
+        Some(gateway) => {
+            wait_routed(gateway, &deployment).await?;
+            println!("      routed by the gateway at {gateway}/v1");
+            gateway.to_owned()
+        }
+        None => replica,
+    };
 
     println!("\n[4/4] chat (streamed)");
     let question = "What is the honey like?";
@@ -299,6 +310,26 @@ async fn wait_ready(client: &Client, name: &str) -> anyhow::Result<String> {
                 "deployment {name} not ready after 120 s: {}",
                 status["message"].as_str().unwrap_or("")
             );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until the gateway lists `model` (it learns replicas from the serving controller).
+async fn wait_routed(gateway: &str, model: &str) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(resp) = http.get(format!("{gateway}/v1/models")).send().await
+            && let Ok(v) = resp.json::<Value>().await
+            && v["data"]
+                .as_array()
+                .is_some_and(|ms| ms.iter().any(|m| m["id"] == model))
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the gateway at {gateway} did not list model {model} within 30 s");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -21,6 +21,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     crate::commands::init_logging();
     let mut config = ServerConfig::new(ferry_home(args.home)?, args.listen);
     config.store_url = args.store;
+    config.gateway = match args.gateway.as_str() {
+        "off" | "none" | "" => None,
+        addr => Some(addr.parse().with_context(|| {
+            format!("--gateway {addr:?}: expected ADDR:PORT (e.g. 127.0.0.1:8080) or off")
+        })?),
+    };
     if let Some(n) = args.gpus {
         config.gpus = GpuSetting::Virtual(n);
     }

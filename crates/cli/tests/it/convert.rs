@@ -42,3 +42,72 @@ fn convert_turns_a_megatron_fixture_into_hf_files() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("--to: unknown format"), "{err}");
 }
+
+#[test]
+fn a_megatron_job_with_export_ends_with_a_registered_hf_model_and_its_lineage() {
+    use std::time::Duration;
+
+    use crate::harness::Plane;
+
+    let plane = Plane::start(None);
+    // A CPU machine cannot run Megatron-LM: the job's "training" writes a real
+    // Megatron-Core TP=2/PP=2 checkpoint where Megatron's --save would.
+    let src = repo_root().join("../shared/fixtures/megatron/llama-tp2-pp2/legacy");
+    let job = plane.write(
+        "megatron.yaml",
+        &format!(
+            r#"apiVersion: ferry.dev/v1alpha1
+kind: TrainJob
+metadata: {{name: mega}}
+spec:
+  engine: megatron
+  method: full
+  command: ["sh", "-c", "cp -r '{}'/. \"$FERRY_CHECKPOINT_DIR\""]
+  resources: {{nodes: 1, procsPerNode: 1, gpusPerNode: 0}}
+  export: {{format: hf, register: mega-hf}}
+"#,
+            src.display()
+        ),
+    );
+    plane.ok(&["apply", "-f", &job]);
+    plane.wait_phase("mega", "Succeeded", Duration::from_secs(120));
+
+    let models: Vec<Value> =
+        serde_json::from_str(&plane.ok(&["get", "models", "-o", "json"])).unwrap();
+    let model = models
+        .iter()
+        .find(|m| m["name"] == "mega-hf")
+        .expect("mega-hf registered");
+    assert_eq!(model["format"], "hf-safetensors");
+    let job_uid = model["sourceJobUid"].as_str().expect("lineage: job");
+    let checkpoint = model["checkpoint"].as_str().expect("lineage: checkpoint");
+    assert!(
+        checkpoint.contains(&format!("/mega/{job_uid}/checkpoints")),
+        "{checkpoint}"
+    );
+    let dir = std::path::Path::new(model["path"].as_str().unwrap());
+    let inspect = std::process::Command::new(ferry_bin())
+        .args(["convert", "--inspect", dir.to_str().unwrap(), "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(inspect.status.success(), "{}", inspect.stderr_text());
+    let report: Value = serde_json::from_str(&inspect.stdout_text()).unwrap();
+    let text = report.to_string();
+    assert!(
+        text.contains("model.layers.3.mlp.down_proj.weight"),
+        "{text}"
+    );
+
+    // engine: megatron without a command is refused at apply time, saying how to get one.
+    let bad = plane.write(
+        "bad.yaml",
+        "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: bad}\nspec: {engine: megatron, method: lora, model: {source: hf, id: Qwen/Qwen2.5-7B}}\n",
+    );
+    let out = plane.ferry(&["apply", "-f", &bad]);
+    assert!(!out.status.success());
+    let err = out.stderr_text();
+    assert!(
+        err.contains("--render megatron") && err.contains("spec.method"),
+        "{err}"
+    );
+}

@@ -55,7 +55,7 @@ impl Plane {
 
     fn spawn(&mut self) {
         let mut cmd = Command::new(ferry_bin());
-        cmd.args(["up", "--listen", &self.listen])
+        cmd.args(["up", "--listen", &self.listen, "--gateway", "127.0.0.1:0"])
             .env("FERRY_HOME", self.home.path())
             .env("FERRY_LOG", "warn")
             .stdout(Stdio::null())

@@ -160,19 +160,35 @@ fn builtin_job_exports_a_model_that_a_deployment_serves_to_the_openai_client() {
     let models = http_get(&format!("{endpoint}/v1/models"));
     assert!(models.contains("\"tiny-chat\""), "{models}");
 
+    // The control plane's gateway routes the deployment's name to the replica.
+    let version: Value =
+        serde_json::from_str(&http_get(&format!("{}/version", plane.url))).unwrap();
+    let gateway = version["gateway"]
+        .as_str()
+        .expect("ferry up runs a gateway")
+        .to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !http_get(&format!("{gateway}/v1/models")).contains("\"tiny-chat\"") {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway never listed tiny-chat"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // The official client, straight at `ferry serve` and through the gateway.
     if openai_importable() {
         let script = repo_root().join("tests/openai_client/test_client.py");
-        let status = Command::new("python3")
-            .arg(&script)
-            .arg(format!("{endpoint}/v1"))
-            .arg("tiny-chat")
-            .args(["--concurrency", "16"])
-            .status()
-            .unwrap();
-        assert!(
-            status.success(),
-            "the openai client failed against the deployment"
-        );
+        for base in [&endpoint, &gateway] {
+            let status = Command::new("python3")
+                .arg(&script)
+                .arg(format!("{base}/v1"))
+                .arg("tiny-chat")
+                .args(["--concurrency", "16"])
+                .status()
+                .unwrap();
+            assert!(status.success(), "the openai client failed against {base}");
+        }
     } else {
         assert!(
             std::env::var("FERRY_REQUIRE_OPENAI_CLIENT").as_deref() != Ok("1"),
@@ -279,7 +295,7 @@ fn demo_trains_registers_deploys_and_chats() {
     // The private control plane stopped its replica and removed its home.
     let endpoint = stdout
         .lines()
-        .find_map(|l| l.trim().strip_prefix("ready at "))
+        .find_map(|l| l.trim().strip_prefix("replica ready at "))
         .map(|u| u.trim_end_matches("/v1").to_owned())
         .expect("endpoint line");
     assert!(port_closed(&endpoint), "the demo left {endpoint} serving");

@@ -80,5 +80,6 @@ pub(crate) async fn version(
         "schemaVersion": plane.store().schema_version().await?,
         "store": plane.store().location(),
         "gpus": plane.inventory().len(),
+        "gateway": plane.gateway().map(|g| g.url.clone()),
     })))
 }

@@ -63,6 +63,7 @@ pub fn adapter_for(job: &TrainJob) -> Result<&'static dyn EngineAdapter, FieldEr
     match resolve_engine(job) {
         EngineKind::Command => Ok(&CommandEngine),
         EngineKind::Builtin => Ok(&builtin::BuiltinEngine),
+        EngineKind::Megatron => Ok(&MegatronEngine),
         other => Err(FieldError::new(
             "spec.engine",
             format!(
@@ -141,6 +142,49 @@ impl EngineAdapter for CommandEngine {
             return Err(FieldError::new(
                 "spec.command",
                 "is required for engine: command",
+            ));
+        }
+        Ok(request(ctx, command.clone()))
+    }
+}
+
+/// `engine: megatron`: the user's Megatron-LM launch command once per rank (or per node
+/// with torchrun), checkpoints in `FERRY_CHECKPOINT_DIR` (pass it as `--save`/`--load`);
+/// on success `spec.export` converts the Megatron checkpoint to Hugging Face format.
+struct MegatronEngine;
+
+impl EngineAdapter for MegatronEngine {
+    fn name(&self) -> &'static str {
+        "megatron"
+    }
+
+    fn validate(&self, job: &TrainJob) -> Vec<FieldError> {
+        let spec = &job.spec;
+        let mut problems = Vec::new();
+        if spec.command.is_empty() {
+            problems.push(FieldError::new(
+                "spec.command",
+                "engine: megatron runs your launch command; print one for this job with `ferry plan -f FILE --render megatron` and pass --save/--load \"$FERRY_CHECKPOINT_DIR\"",
+            ));
+        }
+        if matches!(
+            spec.method,
+            ferry_spec::Method::Lora | ferry_spec::Method::Qlora
+        ) {
+            problems.push(FieldError::new(
+                "spec.method",
+                "Megatron-LM trains full weights; use method: full, or engine: torchrun or swift for LoRA",
+            ));
+        }
+        problems
+    }
+
+    fn launch(&self, ctx: &LaunchContext<'_>) -> Result<LaunchRequest, FieldError> {
+        let command = &ctx.job.job.spec.command;
+        if command.is_empty() {
+            return Err(FieldError::new(
+                "spec.command",
+                "is required for engine: megatron",
             ));
         }
         Ok(request(ctx, command.clone()))
