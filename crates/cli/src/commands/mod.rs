@@ -4,6 +4,7 @@ mod apply;
 mod convert;
 mod demo;
 mod engine;
+mod gateway;
 mod logs;
 mod plan;
 mod resources;
@@ -20,6 +21,7 @@ use crate::client::Client;
 pub use convert::ConvertArgs;
 pub use demo::DemoArgs;
 pub use engine::{EngineCommand, ServeArgs};
+pub use gateway::{GatewayArgs, MockEngineArgs};
 pub use plan::PlanArgs;
 pub use sim::SimArgs;
 
@@ -33,6 +35,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Convert(args) => convert::run(args)?,
         Command::Sim(args) => sim::run(args)?,
         Command::Serve(args) => engine::serve(args).await?,
+        Command::Gateway(args) => gateway::gateway(args).await?,
+        Command::MockEngine(args) => gateway::mock_engine(args).await?,
         Command::Engine(cmd) => return engine::run(cmd),
         Command::Apply(args) => apply::run(&client, args).await?,
         Command::Get(args) => resources::get(&client, args).await?,

@@ -4,5 +4,6 @@
 
 mod control_plane;
 mod convert;
+mod gateway;
 mod harness;
 mod serve;
