@@ -531,14 +531,11 @@ impl TrainJobSpec {
             );
         }
         match self.engine {
-            EngineKind::Command => {
-                if self.command.is_empty() {
-                    p.push(
-                        "spec.command",
-                        "is required for engine: command; give the program and its arguments, e.g. [\"python3\", \"train.py\"]",
-                    );
-                }
-            }
+            EngineKind::Command if self.command.is_empty() => p.push(
+                "spec.command",
+                "is required for engine: command; give the program and its arguments, e.g. [\"python3\", \"train.py\"]",
+            ),
+            EngineKind::Command => {}
             EngineKind::Builtin if !self.command.is_empty() => p.push(
                 "spec.command",
                 "is not used by engine: builtin (Ferry runs its own trainer); remove it, or set engine: command to run your program",
@@ -547,16 +544,14 @@ impl TrainJobSpec {
             // user's own launch script.
             EngineKind::Auto | EngineKind::Megatron | EngineKind::Torchrun | EngineKind::Deepspeed
                 if !self.command.is_empty() => {}
-            _ => match &self.model {
-                None => p.push(
-                    "spec.model",
-                    format!(
-                        "is required for engine: {}; e.g. model: {{source: hf, id: Qwen/Qwen2.5-7B-Instruct}}",
-                        self.engine.as_str()
-                    ),
+            _ if self.model.is_none() => p.push(
+                "spec.model",
+                format!(
+                    "is required for engine: {}; e.g. model: {{source: hf, id: Qwen/Qwen2.5-7B-Instruct}}",
+                    self.engine.as_str()
                 ),
-                Some(_) => {}
-            },
+            ),
+            _ => {}
         }
         if let Some(m) = &self.model {
             m.validate("spec.model", p);
