@@ -261,12 +261,12 @@ pub struct Pool {
     pub(crate) replicas: Vec<Arc<Replica>>,
     /// `(point, index into replicas)`, sorted by point.
     pub(crate) ring: Vec<(u64, u32)>,
-    /// Round-robin cursor.
-    pub(crate) cursor: AtomicUsize,
+    /// Round-robin cursor, carried over when the table is republished.
+    pub(crate) cursor: Arc<AtomicUsize>,
 }
 
 impl Pool {
-    fn new(replicas: Vec<Arc<Replica>>) -> Self {
+    fn new(replicas: Vec<Arc<Replica>>, cursor: Arc<AtomicUsize>) -> Self {
         let mut ring = Vec::with_capacity(replicas.len() * VNODES as usize);
         for (i, r) in replicas.iter().enumerate() {
             for v in 0..VNODES {
@@ -280,7 +280,7 @@ impl Pool {
         Self {
             replicas,
             ring,
-            cursor: AtomicUsize::new(0),
+            cursor,
         }
     }
 
@@ -501,10 +501,18 @@ impl Registry {
                 by_model.entry(m).or_default().push(e.replica.clone());
             }
         }
+        let old = self.snapshot();
         let table = Table {
             models: by_model
                 .into_iter()
-                .map(|(m, rs)| (m, Arc::new(Pool::new(rs))))
+                .map(|(m, rs)| {
+                    let cursor = old
+                        .models
+                        .get(&m)
+                        .map(|p| p.cursor.clone())
+                        .unwrap_or_default();
+                    (m, Arc::new(Pool::new(rs, cursor)))
+                })
                 .collect(),
             replicas: entries.values().map(|e| e.replica.clone()).collect(),
         };

@@ -153,6 +153,7 @@ async fn session_header_pins_a_conversation_under_round_robin() {
     }
     assert_eq!(pinned.len(), 1, "{pinned:?}");
     assert_eq!(free.len(), 3, "{free:?}");
+    assert!(free.values().all(|n| *n == 3), "round-robin: {free:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
