@@ -71,6 +71,13 @@ pub fn request(job: &TrainJob) -> anyhow::Result<PlanRequest> {
         ferry_spec::Method::Qlora => "qlora",
     };
     req.method = Method::from_mode(mode, rank)?;
+    req.engine = match job.spec.engine {
+        ferry_spec::EngineKind::Megatron => ferry_plan::Engine::Megatron,
+        ferry_spec::EngineKind::Torchrun => ferry_plan::Engine::Torchrun,
+        ferry_spec::EngineKind::Deepspeed => ferry_plan::Engine::Deepspeed,
+        ferry_spec::EngineKind::Swift => ferry_plan::Engine::Swift,
+        _ => ferry_plan::Engine::Auto,
+    };
     if let Some(gb) = job.spec.train.global_batch {
         req.global_batch = gb.max(1) as u64;
     }
