@@ -10,6 +10,11 @@ use kube::{Client, ResourceExt};
 use crate::error::Result;
 use crate::options::{Cluster, ClusterState};
 
+/// A client from in-cluster config or `KUBECONFIG` (so callers need no kube dependency).
+pub async fn connect() -> Result<Client> {
+    Ok(Client::try_default().await?)
+}
+
 /// Finds which optional APIs (JobSet, Kueue, KEDA) the cluster serves.
 pub async fn discover(client: &Client, cluster: &mut Cluster) -> Result<()> {
     let groups = client.list_api_groups().await?;
