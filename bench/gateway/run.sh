@@ -46,6 +46,7 @@ fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 UP=18601; NGX=18602; FERRY=18603; LLM=18604
+wait_port_long() { for _ in $(seq 1 600); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 wait_port() { for _ in $(seq 1 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; return 1; }
 
 "$BIN/mock_engine" --listen 127.0.0.1:$UP --model mock --tokens 16 >"$WORK/mock.log" 2>&1 & PIDS+=($!)
@@ -85,15 +86,16 @@ wait_port $FERRY
 TARGETS="direct:$UP nginx:$NGX ferry:$FERRY"
 if [[ "${LITELLM:-1}" == "1" ]]; then
   echo "== trying LiteLLM (optional)"
-  if python3 -m venv "$WORK/venv" >/dev/null 2>&1 \
-     && timeout 600 "$WORK/venv/bin/pip" install -q 'litellm[proxy]' >"$WORK/pip.log" 2>&1; then
+  VENV=${LITELLM_VENV:-$WORK/venv}   # LITELLM_VENV: reuse a venv that already has litellm[proxy]
+  if [[ -x "$VENV/bin/litellm" ]] || { python3 -m venv "$VENV" >/dev/null 2>&1 \
+     && timeout 600 "$VENV/bin/pip" install -q 'litellm[proxy]' >"$WORK/pip.log" 2>&1; }; then
     cat >"$WORK/litellm.yaml" <<LLMCFG
 model_list:
   - model_name: mock
     litellm_params: {model: openai/mock, api_base: "http://127.0.0.1:$UP/v1", api_key: none}
 LLMCFG
-    "$WORK/venv/bin/litellm" --config "$WORK/litellm.yaml" --host 127.0.0.1 --port $LLM >"$WORK/litellm.log" 2>&1 & PIDS+=($!)
-    if wait_port $LLM && sleep 3; then TARGETS="$TARGETS litellm:$LLM"; else echo "   LiteLLM did not start; skipped"; fi
+    "$VENV/bin/litellm" --config "$WORK/litellm.yaml" --host 127.0.0.1 --port $LLM >"$WORK/litellm.log" 2>&1 & PIDS+=($!)
+    if wait_port_long $LLM && sleep 2; then TARGETS="$TARGETS litellm:$LLM"; else echo "   LiteLLM did not start; skipped"; fi
   else
     echo "   LiteLLM did not install; skipped"
   fi
