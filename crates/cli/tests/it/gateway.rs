@@ -61,8 +61,24 @@ fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String, Strin
 
 #[test]
 fn gateway_spreads_over_mock_engines_and_drains_on_sigterm() {
-    let a = Proc::start(&["mock-engine", "--listen", "127.0.0.1:0", "--model", "m", "--tokens", "4"]);
-    let b = Proc::start(&["mock-engine", "--listen", "127.0.0.1:0", "--model", "m", "--tokens", "4"]);
+    let a = Proc::start(&[
+        "mock-engine",
+        "--listen",
+        "127.0.0.1:0",
+        "--model",
+        "m",
+        "--tokens",
+        "4",
+    ]);
+    let b = Proc::start(&[
+        "mock-engine",
+        "--listen",
+        "127.0.0.1:0",
+        "--model",
+        "m",
+        "--tokens",
+        "4",
+    ]);
     let mut gw = Proc::start(&[
         "gateway",
         "--listen",
@@ -76,7 +92,9 @@ fn gateway_spreads_over_mock_engines_and_drains_on_sigterm() {
     ]);
     let mut replicas = std::collections::BTreeSet::new();
     for i in 0..4 {
-        let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"hi {i}"}}],"max_tokens":3}}"#);
+        let body = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"hi {i}"}}],"max_tokens":3}}"#
+        );
         let (status, head, text) = http(&gw.addr, "POST", "/v1/chat/completions", &body);
         assert_eq!(status, 200, "{text}");
         assert!(text.contains("\"completion_tokens\":3"), "{text}");
@@ -91,7 +109,12 @@ fn gateway_spreads_over_mock_engines_and_drains_on_sigterm() {
     let (status, _, text) = http(&gw.addr, "GET", "/v1/models", "");
     assert_eq!(status, 200);
     assert!(text.contains("\"id\":\"m\""), "{text}");
-    let (status, _, text) = http(&gw.addr, "POST", "/v1/completions", r#"{"model":"nope","prompt":"x"}"#);
+    let (status, _, text) = http(
+        &gw.addr,
+        "POST",
+        "/v1/completions",
+        r#"{"model":"nope","prompt":"x"}"#,
+    );
     assert_eq!(status, 404);
     assert!(text.contains("model_not_found"), "{text}");
     let (status, _, text) = http(&gw.addr, "GET", "/metrics", "");
