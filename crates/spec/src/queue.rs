@@ -22,7 +22,7 @@ pub struct Queue {
 }
 
 /// Quotas and sharing rules of a [`Queue`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct QueueSpec {
     /// Queues in one cohort lend each other unused quota.
@@ -38,6 +38,17 @@ pub struct QueueSpec {
 
 fn one() -> f64 {
     1.0
+}
+
+/// A queue with no `spec:` has no quota and the default weight 1 (as serde fills it).
+impl Default for QueueSpec {
+    fn default() -> Self {
+        Self {
+            cohort: None,
+            quotas: Vec::new(),
+            weight: one(),
+        }
+    }
 }
 
 /// Quota of one GPU flavor.

@@ -208,3 +208,17 @@ fn split_dotted_inverts_dotted() {
     assert_eq!(segs, ["spec", "quotas", "0", "nominal"]);
     assert_eq!(crate::schema::dotted(&segs), "spec.quotas[0].nominal");
 }
+
+#[test]
+fn a_queue_without_spec_gets_weight_one_and_passes() {
+    let docs = parse_documents(
+        "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: team-a}\n",
+        "queue.yaml",
+    )
+    .unwrap();
+    let Resource::Queue(q) = &docs[0] else {
+        panic!("not a Queue")
+    };
+    assert_eq!(q.spec.weight, 1.0);
+    assert!(q.spec.quotas.is_empty());
+}
