@@ -613,13 +613,9 @@ async fn resolve_model_dir(
             .map(|p| crate::engines::in_working_dir(&job.job, p))),
         ModelSource::Artifact => {
             let name = model.artifact.as_deref().unwrap_or("");
-            match plane.store().get_model(name).await {
-                Ok(Some(m)) => Ok(Some(m.path.into())),
-                Ok(None) => Err(format!(
-                    "spec.model.artifact: no registered model named {name:?}; `ferry get models` lists them"
-                )),
-                Err(e) => Err(format!("looking up model {name:?} failed: {e}")),
-            }
+            crate::serving::registered_dir(plane, name, "spec.model.artifact")
+                .await
+                .map(Some)
         }
         ModelSource::Hf | ModelSource::Scratch => Ok(None),
     }

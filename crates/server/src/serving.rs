@@ -403,7 +403,12 @@ async fn replica_command(
     Ok(argv)
 }
 
-async fn registered_dir(plane: &ControlPlane, name: &str, field: &str) -> Result<PathBuf, String> {
+/// The directory of registered model `name`; the error names `field`.
+pub(crate) async fn registered_dir(
+    plane: &ControlPlane,
+    name: &str,
+    field: &str,
+) -> Result<PathBuf, String> {
     match plane.store().get_model(name).await {
         Ok(Some(m)) => Ok(PathBuf::from(m.path)),
         Ok(None) => Err(format!(
