@@ -45,6 +45,12 @@ pub enum Command {
     Gateway(crate::commands::GatewayArgs),
     /// OpenAI-compatible engine simulator for tests and benchmarks (no model, no GPU).
     MockEngine(crate::commands::MockEngineArgs),
+    /// Print the Kubernetes objects a file becomes; --check validates against the cluster.
+    Render(crate::commands::RenderArgs),
+    /// Run the Kubernetes operator (in-cluster config or KUBECONFIG).
+    Operator(crate::commands::OperatorArgs),
+    /// Write Ferry's CRDs to deploy/crds and charts/ferry/crds.
+    Crds(crate::commands::CrdsArgs),
     /// Serve a model directory with the built-in engine behind the OpenAI API.
     Serve(crate::commands::ServeArgs),
     /// Built-in engine entry points the control plane launches as rank processes.

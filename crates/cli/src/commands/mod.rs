@@ -5,6 +5,7 @@ mod convert;
 mod demo;
 mod engine;
 mod gateway;
+mod k8s;
 mod logs;
 mod plan;
 mod resources;
@@ -22,6 +23,7 @@ pub use convert::ConvertArgs;
 pub use demo::DemoArgs;
 pub use engine::{EngineCommand, ServeArgs};
 pub use gateway::{GatewayArgs, MockEngineArgs};
+pub use k8s::{CrdsArgs, OperatorArgs, RenderArgs};
 pub use plan::PlanArgs;
 pub use sim::SimArgs;
 
@@ -35,6 +37,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Convert(args) => convert::run(args)?,
         Command::Sim(args) => sim::run(args)?,
         Command::Serve(args) => engine::serve(args).await?,
+        Command::Render(args) => k8s::render(args).await?,
+        Command::Operator(args) => k8s::operator(args).await?,
+        Command::Crds(args) => k8s::crds(args)?,
         Command::Gateway(args) => gateway::gateway(args).await?,
         Command::MockEngine(args) => gateway::mock_engine(args).await?,
         Command::Engine(cmd) => return engine::run(cmd),
