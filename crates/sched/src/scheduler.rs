@@ -600,6 +600,108 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Re-registers a workload that is already running on exactly `placement` (one entry per
+    /// pod), as a restarted control plane finds it: no decision is emitted and nothing is
+    /// preempted; its GPUs and quota are charged as if it had been admitted at `admitted_at`.
+    pub fn restore(
+        &mut self,
+        w: Workload,
+        placement: &[PodPlacement],
+        admitted_at: Time,
+    ) -> Result<()> {
+        let id = w.id.clone();
+        let bad = |problem: String| SchedError::InvalidWorkload {
+            id: id.clone(),
+            field: "placement".into(),
+            problem,
+            fix: "restore a workload only where it really runs, on GPUs nobody else holds".into(),
+        };
+        if placement.len() != w.pods as usize {
+            return Err(bad(format!(
+                "{} pods placed for a gang of {}",
+                placement.len(),
+                w.pods
+            )));
+        }
+        // Resolve every pod to (flavor, node, mask) before changing anything.
+        let mut flavor: Option<usize> = None;
+        let mut pods: Vec<(u32, u64)> = Vec::with_capacity(placement.len());
+        for p in placement {
+            let found = self.pools.iter().enumerate().find_map(|(f, pool)| {
+                pool.nodes
+                    .iter()
+                    .position(|n| n.name == p.node)
+                    .map(|n| (f, n as u32))
+            });
+            let Some((f, n)) = found else {
+                return Err(bad(format!("node `{}` is not in the cluster", p.node)));
+            };
+            if flavor.is_some_and(|x| x != f) {
+                return Err(bad("a gang's pods span two flavors".into()));
+            }
+            flavor = Some(f);
+            let node = &self.pools[f].nodes[n as usize];
+            if p.gpus.len() != w.gpus_per_pod as usize {
+                return Err(bad(format!(
+                    "pod on `{}` lists {} GPUs, the gang asks {} per pod",
+                    p.node,
+                    p.gpus.len(),
+                    w.gpus_per_pod
+                )));
+            }
+            let mut mask = 0u64;
+            for &g in &p.gpus {
+                if g >= node.cap {
+                    return Err(bad(format!("node `{}` has no GPU {g}", p.node)));
+                }
+                mask |= 1u64 << g;
+            }
+            let claimed: u64 = pods
+                .iter()
+                .filter(|(node_ix, _)| *node_ix == n)
+                .fold(0, |acc, (_, bits)| acc | bits);
+            if node.free & mask != mask || claimed & mask != 0 {
+                return Err(bad(format!(
+                    "GPUs {:?} of node `{}` are already held",
+                    p.gpus, p.node
+                )));
+            }
+            pods.push((n, mask));
+        }
+        let f = flavor.ok_or_else(|| bad("an empty placement".into()))?;
+        self.submit(w)?;
+        let j = self.ids[&id];
+        let job = self.jobs[j as usize].as_ref().expect("just submitted");
+        if !job.flavors.contains(&(f as u16)) {
+            let name = self.pools[f].name.clone();
+            self.finished(&id)?;
+            return Err(bad(format!(
+                "its queue has no quota for flavor `{name}` where it runs"
+            )));
+        }
+        let (q, key, gpus, prio) = (job.queue, job.key(j), job.gpus(), job.prio);
+        for &(n, m) in &pods {
+            let free = self.pools[f].nodes[n as usize].free & !m;
+            self.pools[f].set_free(n, free);
+        }
+        self.queues[q as usize].pending.remove(&key);
+        self.charge(q, f, gpus as i64);
+        let qs = &self.queues[q as usize];
+        let borrowed = qs.quota[f].is_some_and(|x| qs.usage[f] > x.nominal);
+        let job = self.jobs[j as usize].as_mut().expect("just submitted");
+        job.state = St::Running;
+        job.flavor = f as u16;
+        job.pods_at = pods;
+        job.admitted_at = admitted_at;
+        job.borrowed = borrowed;
+        if let Some(e) = job.end() {
+            self.ends[f].insert((e, j));
+        }
+        self.queues[q as usize].running.insert((prio, j));
+        self.mark_all_dirty();
+        Ok(())
+    }
+
     /// Where a pending job sorts within its priority level: its creation time, pushed back by
     /// `Options::duration_weight` times its expected duration (unknown: by age alone).
     fn order_of(&self, job: &Job) -> u64 {
@@ -1694,6 +1796,105 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    fn local(gpus: u32) -> Scheduler {
+        let q = QueueSpec {
+            name: "default".into(),
+            cohort: None,
+            quotas: vec![FlavorQuota {
+                flavor: ANY_FLAVOR.into(),
+                nominal: gpus,
+                borrowing_limit: None,
+                lending_limit: None,
+            }],
+            fair_share_weight: 1.0,
+        };
+        Scheduler::new(
+            Cluster::local(gpus, "local"),
+            vec![q],
+            PriorityClass::standard(),
+        )
+        .unwrap()
+    }
+
+    fn on(gpus: &[u32]) -> Vec<PodPlacement> {
+        vec![PodPlacement {
+            node: "local".into(),
+            gpus: gpus.to_vec(),
+        }]
+    }
+
+    #[test]
+    fn restored_work_holds_its_gpus_and_can_still_be_preempted() {
+        let mut s = local(4);
+        let low = Workload::single("low", "default", Some("low"), 2, 0);
+        s.restore(low, &on(&[1, 2]), 5).unwrap();
+        assert!(s.cycle(10).is_empty(), "restoring emits no decision");
+        assert_eq!(s.queue_usage()[0].usage, vec![("local".to_string(), 2)]);
+        // The two GPUs left go to a normal job; the ones the restored job holds are not reused.
+        s.submit(Workload::single("mid", "default", None, 2, 11))
+            .unwrap();
+        let d = s.cycle(12);
+        let [Decision::Admit { placement, .. }] = &d[..] else {
+            panic!("{d:?}")
+        };
+        assert_eq!(placement[0].gpus, [0, 3]);
+        // A high-priority job still preempts the restored low one (the lowest priority).
+        s.submit(Workload::single("high", "default", Some("high"), 2, 20))
+            .unwrap();
+        let d = s.cycle(21);
+        assert!(
+            matches!(&d[..], [Decision::Preempt { id, .. }] if id == "low"),
+            "{d:?}"
+        );
+        s.evicted("low").unwrap();
+        let d = s.cycle(22);
+        assert!(
+            matches!(&d[..], [Decision::Admit { id, placement, .. }] if id == "high" && placement[0].gpus == [1, 2]),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn restore_refuses_gpus_that_are_held_or_do_not_exist() {
+        let mut s = local(4);
+        s.restore(
+            Workload::single("a", "default", None, 2, 0),
+            &on(&[0, 1]),
+            0,
+        )
+        .unwrap();
+        let taken = s.restore(
+            Workload::single("b", "default", None, 2, 0),
+            &on(&[1, 2]),
+            0,
+        );
+        assert!(
+            matches!(&taken, Err(SchedError::InvalidWorkload { field, problem, .. })
+                if field == "placement" && problem.contains("already held")),
+            "{taken:?}"
+        );
+        let missing = s.restore(Workload::single("c", "default", None, 1, 0), &on(&[7]), 0);
+        assert!(
+            matches!(&missing, Err(SchedError::InvalidWorkload { problem, .. }) if problem.contains("no GPU 7")),
+            "{missing:?}"
+        );
+        let wrong_node = s.restore(
+            Workload::single("d", "default", None, 1, 0),
+            &[PodPlacement {
+                node: "elsewhere".into(),
+                gpus: vec![3],
+            }],
+            0,
+        );
+        assert!(wrong_node.is_err());
+        // Failed restores left nothing behind: the two free GPUs are still free.
+        s.submit(Workload::single("e", "default", None, 2, 1))
+            .unwrap();
+        assert!(
+            matches!(&s.cycle(2)[..], [Decision::Admit { placement, .. }] if placement[0].gpus == [2, 3])
+        );
     }
 
     #[test]
