@@ -3,11 +3,11 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Client, ResourceExt};
 
-use crate::error::Result;
+use crate::error::{K8sError, Result};
 use crate::options::{Cluster, ClusterState};
 
 /// A client from in-cluster config or `KUBECONFIG` (so callers need no kube dependency).
@@ -60,4 +60,40 @@ pub async fn state(client: &Client, namespaces: &[String]) -> Result<ClusterStat
         state.queues.insert(ns.clone(), queues);
     }
     Ok(state)
+}
+
+/// What Ferry's scheduler needs from the cluster: GPU nodes (see
+/// [`crate::admission::cluster_from_nodes`]) and every Ferry `Queue`, as scheduler queues
+/// named `<namespace>/<queue>`.
+pub async fn scheduler_inputs(
+    client: &Client,
+    rack_label: Option<&str>,
+) -> Result<(ferry_sched::Cluster, Vec<ferry_sched::QueueSpec>)> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let nodes = nodes.list(&ListParams::default()).await?.items;
+    let cluster = crate::admission::cluster_from_nodes(&nodes, rack_label);
+    let ferry_queue = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(crate::crd::GROUP, crate::crd::VERSION, "Queue"),
+        "queues",
+    );
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ferry_queue);
+    let mut queues = Vec::new();
+    let list = match api.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    for q in list {
+        let ns = q.namespace().unwrap_or_default();
+        let name = q.name_any();
+        let spec: ferry_spec::QueueSpec = match q.data.get("spec") {
+            Some(v) => serde_json::from_value(v.clone()).map_err(|source| K8sError::Json {
+                what: format!("Queue/{ns}/{name} spec"),
+                source,
+            })?,
+            None => ferry_spec::QueueSpec::default(),
+        };
+        queues.push(crate::admission::queue_spec(&ns, &name, &spec));
+    }
+    Ok((cluster, queues))
 }

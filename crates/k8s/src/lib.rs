@@ -8,6 +8,8 @@
 
 mod error;
 
+/// Admission with Kueue's protocol, decided by Ferry's scheduler.
+pub mod admission;
 /// Reading the cluster: optional APIs, claims and queues (`--check`).
 pub mod cluster;
 /// Ferry's CRDs, generated from the spec types, and the cluster-side resource types.
@@ -27,8 +29,9 @@ pub mod tenancy;
 /// `TrainJob` → JobSet, or Indexed Job + headless Service, with correct rank wiring.
 pub mod train;
 
+pub use admission::{Admission, Admit, AdmitAll, Gang, SchedAdmission};
 pub use crd::{TrainJobClusterStatus, TrainJobResource, crd_files, crds};
 pub use error::{K8sError, Result};
-pub use operator::{Admission, Admit, AdmitAll, Context, FIELD_MANAGER, FINALIZER, reconcile};
+pub use operator::{Context, FIELD_MANAGER, FINALIZER, reconcile};
 pub use options::{Attempt, Claims, Cluster, ClusterState, Images, RenderOptions};
 pub use render::{check, render, to_yaml};

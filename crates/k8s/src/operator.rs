@@ -13,10 +13,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -26,9 +26,10 @@ use serde_json::{Value, json};
 
 use ferry_spec::JobPhase;
 
+use crate::admission::{Admission, Admit, AdmitAll, Gang, wall_clock};
 use crate::crd::{Condition, ModelDeploymentResource, TrainJobClusterStatus, TrainJobResource};
 use crate::error::{K8sError, Result};
-use crate::options::{Attempt, RenderOptions};
+use crate::options::{Attempt, LABEL_ATTEMPT, LABEL_TRAIN_JOB, RenderOptions};
 use crate::train;
 
 /// Finalizer Ferry puts on every `TrainJob` it manages.
@@ -37,34 +38,6 @@ pub const FINALIZER: &str = "ferry.dev/cleanup";
 pub const FIELD_MANAGER: &str = "ferry";
 /// Name the operator reports events under.
 pub const CONTROLLER_NAME: &str = "ferry-operator";
-
-/// What the scheduler says about a job right now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Admit {
-    /// It may run: unsuspend it.
-    Run,
-    /// Not yet: keep it suspended, with the reason.
-    Wait(String),
-    /// Make room for other work: suspend it, with the reason.
-    Preempt(String),
-}
-
-/// Ferry's admission seam: the operator asks it before unsuspending a gang (Kueue's
-/// protocol without Kueue). Not consulted when Kueue is installed.
-pub trait Admission: Send + Sync + 'static {
-    /// Decides for one job.
-    fn decide(&self, job: &TrainJobResource) -> Admit;
-}
-
-/// Admits every job (a single team, or quotas enforced by `ResourceQuota` alone).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AdmitAll;
-
-impl Admission for AdmitAll {
-    fn decide(&self, _job: &TrainJobResource) -> Admit {
-        Admit::Run
-    }
-}
 
 /// Shared state of the reconcile loop.
 pub struct Context {
@@ -279,6 +252,7 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
     let has_finalizer = job.finalizers().iter().any(|f| f == FINALIZER);
 
     if job.metadata.deletion_timestamp.is_some() {
+        ctx.admission.finished(&job);
         if has_finalizer {
             cleanup(&ctx, &job).await?;
             let rest: Vec<&String> = job
@@ -332,10 +306,19 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
             let decision = if kueue {
                 Admit::Wait("waiting for Kueue to admit the workload".into())
             } else {
-                ctx.admission.decide(&job)
+                ctx.admission.decide(&job, &Gang::Absent)
             };
-            let run = decision == Admit::Run;
-            let objs = train::render(
+            if let Admit::Never(why) = &decision {
+                status.phase = Some(JobPhase::Failed);
+                status.message = Some(why.clone());
+                status.completion_time = Some(now());
+                set_condition(&mut status, "Failed", true, "Inadmissible", why);
+                publish(&ctx, &job, EventType::Warning, "Inadmissible", why.clone()).await;
+                write_status(&jobs, &name, &status).await?;
+                return Ok(Action::await_change());
+            }
+            let run = matches!(decision, Admit::Run(_));
+            let mut objs = train::render(
                 &spec,
                 Attempt {
                     number: status.attempt,
@@ -343,6 +326,9 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                 },
                 &ctx.opts,
             )?;
+            if let Admit::Run(placement) = &decision {
+                train::pin(&mut objs.gang, placement, wall_clock());
+            }
             let owner = owner_reference(job.as_ref());
             for obj in objs.all() {
                 apply(&ctx.client, &ns, obj, &owner).await?;
@@ -375,8 +361,8 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                 .await;
             } else {
                 let why = match decision {
-                    Admit::Wait(w) | Admit::Preempt(w) => w,
-                    Admit::Run => String::new(),
+                    Admit::Wait(w) | Admit::Preempt(w) | Admit::Never(w) => w,
+                    Admit::Run(_) => String::new(),
                 };
                 status.phase = Some(JobPhase::Queued);
                 status.message = Some(why.clone());
@@ -420,6 +406,7 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                     format!("{gang_name} completed"),
                 )
                 .await;
+                ctx.admission.finished(&job);
                 action = Action::await_change();
             } else if state.failed {
                 let max = spec.spec.on_failure.max_restarts.max(0) as u32;
@@ -437,6 +424,8 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                     write_status(&jobs, &name, &status).await?;
                     publish(&ctx, &job, EventType::Warning, "Restarting", msg).await;
                     delete_ignoring_missing(&gangs, &gang_name).await?;
+                    // The next attempt queues again (its pods are being deleted).
+                    ctx.admission.finished(&job);
                     return Ok(Action::requeue(
                         spec.spec.on_failure.backoff(status.restarts),
                     ));
@@ -447,6 +436,7 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                 status.completion_time = Some(now());
                 set_condition(&mut status, "Failed", true, "RestartsExhausted", &msg);
                 publish(&ctx, &job, EventType::Warning, "Failed", msg).await;
+                ctx.admission.finished(&job);
                 action = Action::await_change();
             } else if kueue {
                 status.phase = Some(if state.suspended {
@@ -455,9 +445,27 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                     JobPhase::Running
                 });
             } else {
-                match (state.suspended, ctx.admission.decide(&job)) {
-                    (true, Admit::Run) => {
-                        set_suspend(&ctx, &ns, &gang_name, false).await?;
+                match (
+                    state.suspended,
+                    ctx.admission.decide(&job, &Gang::observe(&value)),
+                ) {
+                    (true, Admit::Run(placement)) => {
+                        if placement.is_empty() {
+                            set_suspend(&ctx, &ns, &gang_name, false).await?;
+                        } else {
+                            // Pin and unsuspend in one apply, as Kueue does.
+                            let mut objs = train::render(
+                                &spec,
+                                Attempt {
+                                    number: status.attempt,
+                                    suspend: false,
+                                },
+                                &ctx.opts,
+                            )?;
+                            train::pin(&mut objs.gang, &placement, wall_clock());
+                            apply(&ctx.client, &ns, objs.gang, &owner_reference(job.as_ref()))
+                                .await?;
+                        }
                         status.phase = Some(JobPhase::Running);
                         status.message = Some(format!("attempt {} admitted", status.attempt));
                         set_condition(
@@ -483,7 +491,38 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                         set_condition(&mut status, "Admitted", false, "Preempted", &why);
                         publish(&ctx, &job, EventType::Warning, "Preempted", format!("suspended {gang_name}: {why}; it resumes from its latest checkpoint when readmitted")).await;
                     }
-                    (true, Admit::Wait(_) | Admit::Preempt(_)) => {}
+                    (true, Admit::Preempt(why)) => {
+                        // Suspended to preempt: the scheduler frees its GPUs once no pod
+                        // of the gang is left.
+                        let left = live_pods(&ctx, &ns, &job.name_any(), status.attempt).await?;
+                        if left == 0 {
+                            ctx.admission.evicted(&job);
+                            status.phase = Some(JobPhase::Queued);
+                            status.message = Some(format!("{why}; requeued"));
+                            set_condition(&mut status, "Admitted", false, "Evicted", &why);
+                            publish(
+                                &ctx,
+                                &job,
+                                EventType::Normal,
+                                "Evicted",
+                                format!("every pod of {gang_name} is gone; requeued"),
+                            )
+                            .await;
+                        } else {
+                            action = Action::requeue(Duration::from_secs(5));
+                        }
+                    }
+                    (_, Admit::Never(why)) => {
+                        set_suspend(&ctx, &ns, &gang_name, true).await?;
+                        ctx.admission.finished(&job);
+                        status.phase = Some(JobPhase::Failed);
+                        status.message = Some(why.clone());
+                        status.completion_time = Some(now());
+                        set_condition(&mut status, "Failed", true, "Inadmissible", &why);
+                        publish(&ctx, &job, EventType::Warning, "Inadmissible", why).await;
+                        action = Action::await_change();
+                    }
+                    (true, Admit::Wait(_)) => {}
                     (false, _) => status.phase = Some(JobPhase::Running),
                 }
             }
@@ -493,6 +532,23 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
         write_status(&jobs, &name, &status).await?;
     }
     Ok(action)
+}
+
+/// Pods of one attempt that still run or are being stopped (they hold their GPUs).
+async fn live_pods(ctx: &Context, ns: &str, job: &str, attempt: u32) -> Result<usize> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let lp = ListParams::default().labels(&format!(
+        "{LABEL_TRAIN_JOB}={job},{LABEL_ATTEMPT}={attempt}"
+    ));
+    let list = pods.list(&lp).await?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|p| {
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            !matches!(phase, Some("Succeeded" | "Failed"))
+        })
+        .count())
 }
 
 fn gang_kind(ctx: &Context) -> &'static str {
@@ -608,6 +664,53 @@ pub fn error_policy(_job: Arc<TrainJobResource>, err: &K8sError, _ctx: Arc<Conte
     Action::requeue(Duration::from_secs(15))
 }
 
+/// Re-registers every running gang with the scheduler before anything else is admitted, so
+/// an operator restart preempts nothing (gangs pinned by an earlier operator carry their
+/// placement in annotations).
+pub async fn restore_running(
+    client: &Client,
+    jobset: bool,
+    admission: &dyn Admission,
+) -> Result<usize> {
+    let jobs = Api::<TrainJobResource>::all(client.clone());
+    let mut restored = 0;
+    for job in jobs.list(&ListParams::default()).await?.items {
+        let status = job.status.clone().unwrap_or_default();
+        if status.phase.is_some_and(JobPhase::is_terminal)
+            || job.metadata.deletion_timestamp.is_some()
+        {
+            continue;
+        }
+        let Some(ns) = job.namespace() else { continue };
+        let name = train::child_name(&job.to_spec(), status.attempt);
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &ns, &gang_resource(jobset));
+        let Some(obj) = api.get_opt(&name).await? else {
+            continue;
+        };
+        let value = serde_json::to_value(&obj).map_err(|source| K8sError::Json {
+            what: format!("gang {ns}/{name}"),
+            source,
+        })?;
+        let gang = Gang::observe(&value);
+        if matches!(
+            gang,
+            Gang::Running {
+                placement: Some(_),
+                ..
+            }
+        ) {
+            match admission.decide(&job, &gang) {
+                Admit::Run(_) => restored += 1,
+                other => {
+                    tracing::warn!(job = %name, decision = ?other, "running gang not restored")
+                }
+            }
+        }
+    }
+    Ok(restored)
+}
+
 /// Renews the lease every 5 s; returns an error once another operator holds it.
 async fn keep_leading(elector: &crate::leader::LeaderElector) -> Result<()> {
     loop {
@@ -643,12 +746,40 @@ pub async fn run(
     tracing::info!("leading; starting the TrainJob controller");
     crate::cluster::discover(&client, &mut opts.cluster).await?;
     let jobset = opts.cluster.jobset;
-    let ctx = Arc::new(Context::new(client.clone(), opts, Arc::new(AdmitAll)));
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    let admission: Arc<dyn Admission> = if opts.cluster.kueue {
+        Arc::new(AdmitAll)
+    } else {
+        let (cluster, queues) =
+            crate::cluster::scheduler_inputs(&client, opts.cluster.rack_label.as_deref()).await?;
+        if queues.is_empty() {
+            tracing::warn!(
+                "no Ferry Queue exists: admitting every TrainJob (create Queues to turn on Ferry's scheduler)"
+            );
+            Arc::new(AdmitAll)
+        } else {
+            tracing::info!(
+                nodes = cluster.nodes.len(),
+                gpus = cluster.total_gpus(),
+                queues = queues.len(),
+                "admission through Ferry's scheduler"
+            );
+            let admission = Arc::new(crate::admission::SchedAdmission::new(
+                cluster,
+                queues,
+                Some(wake),
+            )?);
+            restore_running(&client, jobset, admission.as_ref()).await?;
+            admission
+        }
+    };
+    let ctx = Arc::new(Context::new(client.clone(), opts, admission));
     let ctx_deploy = ctx.clone();
     let jobs = Api::<TrainJobResource>::all(client.clone());
     let gangs = Api::<DynamicObject>::all_with(client.clone(), &gang_resource(jobset));
     let controller = Controller::new(jobs, watcher::Config::default())
         .owns_with(gangs, gang_resource(jobset), watcher::Config::default())
+        .reconcile_all_on(woken)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {

@@ -573,3 +573,43 @@ pub fn render(job: &TrainJob, attempt: Attempt, opts: &RenderOptions) -> Result<
         master_addr,
     })
 }
+
+/// Pins a rendered gang (Job or JobSet JSON) to the nodes the scheduler chose: a required
+/// node affinity on `kubernetes.io/hostname` added to every node-selector term, and the
+/// placement and admission time recorded as annotations (read back after an operator
+/// restart). Kubernetes allows changing these scheduling directives while a gang is
+/// suspended, which is when Ferry applies them.
+pub fn pin(gang: &mut Value, placement: &[ferry_sched::PodPlacement], admitted_at: u64) {
+    if placement.is_empty() {
+        return;
+    }
+    let mut nodes: Vec<&str> = placement.iter().map(|p| p.node.as_str()).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let hostname = json!({"key": "kubernetes.io/hostname", "operator": "In", "values": nodes});
+    let annotations = &mut gang["metadata"]["annotations"];
+    if !annotations.is_object() {
+        *annotations = json!({});
+    }
+    annotations[crate::admission::ANNOTATION_PLACEMENT] =
+        serde_json::to_string(placement).unwrap_or_default().into();
+    annotations[crate::admission::ANNOTATION_ADMITTED_AT] = admitted_at.to_string().into();
+    let pod = if gang["kind"] == "JobSet" {
+        &mut gang["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    } else {
+        &mut gang["spec"]["template"]["spec"]
+    };
+    let required =
+        &mut pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+    match required["nodeSelectorTerms"].as_array_mut() {
+        Some(terms) if !terms.is_empty() => {
+            for t in terms {
+                match t["matchExpressions"].as_array_mut() {
+                    Some(exprs) => exprs.push(hostname.clone()),
+                    None => t["matchExpressions"] = json!([hostname.clone()]),
+                }
+            }
+        }
+        _ => *required = json!({"nodeSelectorTerms": [{"matchExpressions": [hostname]}]}),
+    }
+}

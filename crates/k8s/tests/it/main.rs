@@ -1,5 +1,6 @@
 //! ferry-k8s integration tests, one binary (see STYLE.md).
 
+mod admission;
 mod bad_input;
 mod chart;
 mod crds;

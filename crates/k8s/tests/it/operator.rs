@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use ferry_k8s::crd::{TrainJobClusterStatus, TrainJobResource};
-use ferry_k8s::{Admission, Admit, Context, RenderOptions, reconcile};
+use ferry_k8s::{Admission, Admit, Context, Gang, RenderOptions, reconcile};
 use ferry_spec::JobPhase;
 use serde_json::{Value, json};
 
@@ -21,7 +21,7 @@ const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/team-a/events";
 
 struct Fixed(Admit);
 impl Admission for Fixed {
-    fn decide(&self, _job: &TrainJobResource) -> Admit {
+    fn decide(&self, _job: &TrainJobResource, _gang: &Gang) -> Admit {
         self.0.clone()
     }
 }
@@ -113,7 +113,7 @@ async fn create_adds_the_finalizer_applies_the_gang_and_records_status() {
         step("POST", EVENTS, 201, json!({})),
         step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
     ]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run))
+    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
         .await
         .unwrap();
     let seen = finish(task).await;
@@ -200,7 +200,7 @@ async fn not_admitted_is_created_suspended_then_unsuspended_on_admission() {
         step("POST", EVENTS, 201, json!({})),
         step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
     ]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run))
+    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
         .await
         .unwrap();
     let seen = finish(task).await;
@@ -228,7 +228,7 @@ async fn failed_gang_restarts_from_the_latest_checkpoint_and_counts_across_recre
             gang("qwen-lora-0", false, Some("Failed")),
         ),
     ]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run))
+    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
         .await
         .unwrap();
     let seen = finish(task).await;
@@ -268,7 +268,7 @@ async fn failed_gang_restarts_from_the_latest_checkpoint_and_counts_across_recre
         step("POST", EVENTS, 201, json!({})),
         step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
     ]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run))
+    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
         .await
         .unwrap();
     let seen = finish(task).await;
@@ -312,7 +312,7 @@ async fn exhausted_restarts_fail_the_job() {
         step("POST", EVENTS, 201, json!({})),
         step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
     ]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run))
+    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
         .await
         .unwrap();
     let seen = finish(task).await;
@@ -375,7 +375,7 @@ async fn deletion_cleans_up_then_drops_the_finalizer() {
         step("PATCH", TJ, 200, ok_job(&job)),
         step("POST", EVENTS, 201, json!({})),
     ]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run))
+    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
         .await
         .unwrap();
     let seen = finish(task).await;
@@ -419,7 +419,7 @@ async fn operator_restart_mid_restart_neither_loses_nor_double_counts() {
         step("POST", EVENTS, 201, json!({})),
         step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
     ]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run))
+    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
         .await
         .unwrap();
     let seen = finish(task).await;
@@ -434,7 +434,7 @@ async fn operator_restart_mid_restart_neither_loses_nor_double_counts() {
         200,
         gang("qwen-lora-1", false, None),
     )]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run))
+    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
         .await
         .unwrap();
     let seen = finish(task).await;
@@ -451,7 +451,7 @@ async fn terminal_jobs_are_left_alone() {
         }),
     );
     let (client, task) = server(vec![]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run))
+    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
         .await
         .unwrap();
     assert!(finish(task).await.is_empty());
@@ -493,7 +493,7 @@ async fn deployment_is_applied_and_ready_replicas_mirrored() {
         ),
         step("POST", EVENTS, 201, json!({})),
     ]);
-    ferry_k8s::operator::reconcile_deployment(Arc::new(md), ctx(client, Admit::Run))
+    ferry_k8s::operator::reconcile_deployment(Arc::new(md), ctx(client, Admit::Run(vec![])))
         .await
         .unwrap();
     let seen = finish(task).await;

@@ -1,0 +1,410 @@
+//! Admission with Kueue's protocol, decided by Ferry's own scheduler (`ferry-sched`): gangs
+//! are created suspended, unsuspended (pinned to the nodes the scheduler chose) when
+//! admitted, suspended again to preempt, and reported `evicted` once their pods are gone and
+//! `finished` when they end.
+//!
+//! The scheduler's cluster comes from `Node` objects (allocatable `nvidia.com/gpu`, flavor,
+//! rack and NVLink labels), its queues from Ferry `Queue` objects; a queue named `q` in
+//! namespace `ns` is the scheduler queue `ns/q`, and a `TrainJob` `ns/name` is the workload
+//! `ns/name`. An operator that restarts re-registers running gangs from the placement
+//! recorded on them, so nothing is preempted by the restart.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use ferry_sched::{
+    ANY_FLAVOR, Decision, FlavorQuota, PodPlacement, PreemptReason, PriorityClass, QueueSpec,
+    Scheduler, Time, Workload,
+};
+use futures::channel::mpsc::UnboundedSender;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use serde_json::Value;
+
+use crate::crd::TrainJobResource;
+use crate::error::{K8sError, Result};
+
+/// Annotation on a gang object: the scheduler's placement (JSON list of `{node, gpus}`).
+pub const ANNOTATION_PLACEMENT: &str = "ferry.dev/placement";
+/// Annotation on a gang object: when it was admitted (seconds since the Unix epoch).
+pub const ANNOTATION_ADMITTED_AT: &str = "ferry.dev/admitted-at";
+/// Node label Ferry reads the GPU flavor from first (same as `Cluster::flavor_label`'s default).
+pub const LABEL_FERRY_FLAVOR: &str = "ferry.dev/gpu-flavor";
+/// GPU feature discovery's product label, the fallback flavor (`NVIDIA-H100-80GB-HBM3`).
+pub const LABEL_GPU_PRODUCT: &str = "nvidia.com/gpu.product";
+/// GPU feature discovery's NVLink clique label (one NVL72 enclosure, …).
+pub const LABEL_NVLINK_CLIQUE: &str = "nvidia.com/gpu.clique";
+/// Rack label read when the operator is given none.
+pub const LABEL_RACK: &str = "topology.kubernetes.io/rack";
+/// The extended resource of NVIDIA's device plugin.
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+
+/// What the scheduler says about a job right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admit {
+    /// It may run on these pods' nodes (rank order); empty: anywhere the cluster puts it.
+    Run(Vec<PodPlacement>),
+    /// Not yet: keep it suspended, with the reason.
+    Wait(String),
+    /// Make room for other work: suspend it, with the reason.
+    Preempt(String),
+    /// It can never be admitted (no such queue, larger than any quota): fail it, with why.
+    Never(String),
+}
+
+/// What the operator observed of a job's gang when it asks for a decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gang {
+    /// No gang object exists for the current attempt.
+    Absent,
+    /// The gang exists and is suspended.
+    Suspended,
+    /// The gang exists and runs; the placement and admission time recorded on it, if any.
+    Running {
+        /// Placement from the gang's `ferry.dev/placement` annotation.
+        placement: Option<Vec<PodPlacement>>,
+        /// Admission time from `ferry.dev/admitted-at`.
+        admitted_at: Option<Time>,
+    },
+}
+
+impl Gang {
+    /// Reads a gang object's JSON (Job or JobSet).
+    pub fn observe(obj: &Value) -> Gang {
+        if obj["spec"]["suspend"].as_bool().unwrap_or(false) {
+            return Gang::Suspended;
+        }
+        let ann = &obj["metadata"]["annotations"];
+        Gang::Running {
+            placement: ann[ANNOTATION_PLACEMENT]
+                .as_str()
+                .and_then(|s| serde_json::from_str(s).ok()),
+            admitted_at: ann[ANNOTATION_ADMITTED_AT]
+                .as_str()
+                .and_then(|s| s.parse().ok()),
+        }
+    }
+}
+
+/// Ferry's admission seam: the operator asks it before unsuspending a gang (Kueue's
+/// protocol without Kueue) and tells it when gangs stop. Not consulted when Kueue is
+/// installed.
+pub trait Admission: Send + Sync + 'static {
+    /// Decides for one job, given what its gang looks like.
+    fn decide(&self, job: &TrainJobResource, gang: &Gang) -> Admit;
+    /// A job told to `Preempt` has no pods left: its GPUs are free.
+    fn evicted(&self, _job: &TrainJobResource) {}
+    /// The job ended (succeeded, failed, restarts as a new attempt, or was deleted).
+    fn finished(&self, _job: &TrainJobResource) {}
+}
+
+/// Admits every job (a single team, or quotas enforced by `ResourceQuota` alone).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AdmitAll;
+
+impl Admission for AdmitAll {
+    fn decide(&self, _job: &TrainJobResource, _gang: &Gang) -> Admit {
+        Admit::Run(Vec::new())
+    }
+}
+
+/// Where the scheduler stands on one workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Entry {
+    Pending,
+    Running(Vec<PodPlacement>),
+    Preempting(String),
+}
+
+struct State {
+    sched: Scheduler,
+    entries: BTreeMap<String, Entry>,
+}
+
+/// Admission by `ferry-sched`: one scheduler for the whole cluster, driven by reconciles.
+pub struct SchedAdmission {
+    state: Mutex<State>,
+    clock: Box<dyn Fn() -> Time + Send + Sync>,
+    wake: Option<UnboundedSender<()>>,
+}
+
+/// Seconds since the Unix epoch (the scheduler's clock on a cluster).
+pub fn wall_clock() -> Time {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The scheduler's workload id (and queue prefix) of a namespaced name.
+pub fn workload_id(ns: &str, name: &str) -> String {
+    format!("{ns}/{name}")
+}
+
+/// The workload a `TrainJob` asks the scheduler for: one pod per node.
+pub fn workload(job: &TrainJobResource) -> Workload {
+    let ns = job.namespace().unwrap_or_default();
+    let r = &job.spec.resources;
+    let queue = job.spec.queue.as_deref().unwrap_or("default");
+    Workload {
+        id: workload_id(&ns, &job.name_any()),
+        queue: workload_id(&ns, queue),
+        priority: job.spec.priority.clone(),
+        pods: r.nodes.max(1) as u32,
+        gpus_per_pod: r.gpus_per_node.max(0) as u32,
+        flavor: r.gpu.clone(),
+        expected_duration_s: None,
+        created_at: job
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_second().max(0) as Time),
+    }
+}
+
+/// The scheduler's view of the cluster from `Node` objects: schedulable nodes with
+/// allocatable `nvidia.com/gpu`, flavor from `ferry.dev/gpu-flavor` (else
+/// `nvidia.com/gpu.product`), rack from `rack_label` (else `topology.kubernetes.io/rack`),
+/// NVLink domain from `nvidia.com/gpu.clique`.
+pub fn cluster_from_nodes(nodes: &[Node], rack_label: Option<&str>) -> ferry_sched::Cluster {
+    let mut out = Vec::new();
+    for n in nodes {
+        if n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+            continue;
+        }
+        let gpus = n
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .and_then(|a| a.get(GPU_RESOURCE))
+            .and_then(|q| q.0.parse::<u32>().ok())
+            .unwrap_or(0);
+        if gpus == 0 {
+            continue;
+        }
+        let labels = n.labels();
+        let Some(flavor) = labels
+            .get(LABEL_FERRY_FLAVOR)
+            .or_else(|| labels.get(LABEL_GPU_PRODUCT))
+        else {
+            continue;
+        };
+        out.push(ferry_sched::Node {
+            name: n.name_any(),
+            gpus: gpus.min(64),
+            flavor: flavor.clone(),
+            rack: labels.get(rack_label.unwrap_or(LABEL_RACK)).cloned(),
+            nvlink_domain: labels.get(LABEL_NVLINK_CLIQUE).cloned(),
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    ferry_sched::Cluster { nodes: out }
+}
+
+/// One scheduler queue from a Ferry `Queue` named `name` in namespace `ns`.
+pub fn queue_spec(ns: &str, name: &str, spec: &ferry_spec::QueueSpec) -> QueueSpec {
+    QueueSpec {
+        name: workload_id(ns, name),
+        cohort: spec.cohort.clone(),
+        quotas: spec
+            .quotas
+            .iter()
+            .map(|q| FlavorQuota {
+                flavor: if q.flavor.eq_ignore_ascii_case(ANY_FLAVOR) {
+                    ANY_FLAVOR.into()
+                } else {
+                    q.flavor.clone()
+                },
+                nominal: q.nominal.max(0) as u32,
+                borrowing_limit: q.borrowing_limit.map(|v| v.max(0) as u32),
+                lending_limit: q.lending_limit.map(|v| v.max(0) as u32),
+            })
+            .collect(),
+        fair_share_weight: spec.weight,
+    }
+}
+
+fn reason_text(r: &PreemptReason) -> String {
+    match r {
+        PreemptReason::Priority { preemptor } => {
+            format!("preempted by higher-priority {preemptor}")
+        }
+        PreemptReason::Reclaim { preemptor } => {
+            format!("its queue's lender reclaims the quota for {preemptor}")
+        }
+        PreemptReason::LoanEnded { preemptor } => {
+            format!("it ran on reserved nodes and {preemptor}'s turn has come")
+        }
+    }
+}
+
+impl SchedAdmission {
+    /// A scheduler over `cluster` and `queues` with Ferry's standard priorities (`low`,
+    /// `normal`, `high`); `wake` is sent `()` when a decision concerns another job than the
+    /// one being reconciled (the operator then reconciles every job).
+    pub fn new(
+        cluster: ferry_sched::Cluster,
+        queues: Vec<QueueSpec>,
+        wake: Option<UnboundedSender<()>>,
+    ) -> Result<Self> {
+        let sched = Scheduler::new(cluster, queues, PriorityClass::standard()).map_err(|e| {
+            K8sError::invalid(
+                "Queue/*",
+                "spec.quotas",
+                format!("Ferry's scheduler refused the cluster's queues: {e}"),
+            )
+        })?;
+        Ok(SchedAdmission {
+            state: Mutex::new(State {
+                sched,
+                entries: BTreeMap::new(),
+            }),
+            clock: Box::new(wall_clock),
+            wake,
+        })
+    }
+
+    /// Replaces the clock (tests drive time by hand).
+    pub fn with_clock(mut self, clock: impl Fn() -> Time + Send + Sync + 'static) -> Self {
+        self.clock = Box::new(clock);
+        self
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding the lock leaves consistent-enough state: keep going.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs one scheduling cycle and records its decisions; wakes the operator when one
+    /// concerns a job other than `current`.
+    fn cycle(&self, st: &mut State, current: Option<&str>) {
+        let decisions = st.sched.cycle((self.clock)());
+        let mut others = false;
+        for d in decisions {
+            let (id, entry) = match d {
+                Decision::Admit { id, placement, .. } => (id, Entry::Running(placement)),
+                Decision::Preempt { id, reason } => (id, Entry::Preempting(reason_text(&reason))),
+            };
+            others |= current != Some(id.as_str());
+            st.entries.insert(id, entry);
+        }
+        if others && let Some(w) = &self.wake {
+            // The operator may be shutting down; nothing to do then.
+            let _ = w.unbounded_send(());
+        }
+    }
+
+    /// Re-registers a gang that already runs (operator restart), without a cycle.
+    fn restore(st: &mut State, w: Workload, placement: &[PodPlacement], at: Time) -> Result<()> {
+        restore_running(&mut st.sched, w, placement, at)
+    }
+}
+
+/// Registers a workload that is already running on `placement` since `at`.
+///
+/// `ferry-sched` gains `Scheduler::restore` for this; until it does, the workload is
+/// submitted and admitted by a cycle of its own, which places it where it runs as long as
+/// running gangs are restored before any pending job is submitted (what `bootstrap` and
+/// the operator do) and no other job is pending yet.
+fn restore_running(
+    s: &mut Scheduler,
+    w: Workload,
+    placement: &[PodPlacement],
+    at: Time,
+) -> Result<()> {
+    let id = w.id.clone();
+    let refuse = |e: ferry_sched::SchedError| {
+        K8sError::invalid(
+            format!("TrainJob/{id}"),
+            "status",
+            format!("the running gang could not be re-registered with the scheduler: {e}"),
+        )
+    };
+    s.submit(w).map_err(refuse)?;
+    let decisions = s.cycle(at);
+    let admitted = decisions
+        .iter()
+        .any(|d| matches!(d, Decision::Admit { id: a, .. } if *a == id));
+    if !admitted {
+        return Err(K8sError::invalid(
+            format!("TrainJob/{id}"),
+            "status",
+            format!(
+                "the running gang on {} could not be re-registered: the scheduler has no room for it",
+                placement
+                    .iter()
+                    .map(|p| p.node.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Admission for SchedAdmission {
+    fn decide(&self, job: &TrainJobResource, gang: &Gang) -> Admit {
+        let w = workload(job);
+        let id = w.id.clone();
+        let mut st = self.lock();
+        if !st.entries.contains_key(&id) {
+            match gang {
+                Gang::Running {
+                    placement: Some(p),
+                    admitted_at,
+                } => {
+                    let at = admitted_at.unwrap_or_else(|| (self.clock)());
+                    if let Err(e) = Self::restore(&mut st, w, p, at) {
+                        return Admit::Preempt(e.to_string());
+                    }
+                    st.entries.insert(id.clone(), Entry::Running(p.clone()));
+                    return Admit::Run(p.clone());
+                }
+                _ => {
+                    if let Err(e) = st.sched.submit(w) {
+                        return Admit::Never(e.to_string());
+                    }
+                    st.entries.insert(id.clone(), Entry::Pending);
+                }
+            }
+        }
+        self.cycle(&mut st, Some(&id));
+        match st.entries.get(&id) {
+            Some(Entry::Running(p)) => Admit::Run(p.clone()),
+            Some(Entry::Preempting(why)) => Admit::Preempt(why.clone()),
+            _ => {
+                let queue = job.spec.queue.as_deref().unwrap_or("default");
+                Admit::Wait(format!(
+                    "queued in {queue}: waiting for {} GPUs within the queue's quota",
+                    job.spec.resources.total_gpus()
+                ))
+            }
+        }
+    }
+
+    fn evicted(&self, job: &TrainJobResource) {
+        let id = workload_id(&job.namespace().unwrap_or_default(), &job.name_any());
+        let mut st = self.lock();
+        if !matches!(st.entries.get(&id), Some(Entry::Preempting(_))) {
+            return;
+        }
+        if let Err(e) = st.sched.evicted(&id) {
+            tracing::warn!(job = %id, error = %e, "scheduler refused an eviction");
+        }
+        st.entries.insert(id.clone(), Entry::Pending);
+        self.cycle(&mut st, Some(&id));
+    }
+
+    fn finished(&self, job: &TrainJobResource) {
+        let id = workload_id(&job.namespace().unwrap_or_default(), &job.name_any());
+        let mut st = self.lock();
+        if st.entries.remove(&id).is_none() {
+            return;
+        }
+        if let Err(e) = st.sched.finished(&id) {
+            tracing::warn!(job = %id, error = %e, "scheduler did not know a finished job");
+        }
+        self.cycle(&mut st, Some(&id));
+    }
+}

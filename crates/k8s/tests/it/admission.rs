@@ -1,0 +1,572 @@
+//! Admission through Ferry's scheduler with Kueue's protocol, against the mocked API server:
+//! two jobs compete for one 8-GPU node; the high-priority one preempts the low one by
+//! suspension, the low one is reported evicted only once its pods are gone, and it is
+//! unsuspended (pinned to the node) after the high one finishes. Then an operator restart
+//! re-registers a running gang without preempting it.
+
+use std::sync::Arc;
+
+use ferry_k8s::admission::{
+    ANNOTATION_ADMITTED_AT, ANNOTATION_PLACEMENT, cluster_from_nodes, queue_spec,
+};
+use ferry_k8s::crd::{TrainJobClusterStatus, TrainJobResource};
+use ferry_k8s::{Admission, Admit, Context, Gang, RenderOptions, SchedAdmission, reconcile};
+use ferry_sched::PodPlacement;
+use ferry_spec::JobPhase;
+use futures::channel::mpsc::UnboundedReceiver;
+use k8s_openapi::api::core::v1::Node;
+use serde_json::{Value, json};
+
+use crate::mock::{Seen, finish, server, status, step};
+use crate::specs::*;
+
+const NS: &str = "team-a";
+const JOBS: &str = "/apis/batch/v1/namespaces/team-a/jobs";
+const PODS: &str = "/api/v1/namespaces/team-a/pods";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/team-a/events";
+const NODE: &str = "gpu-node-1";
+
+fn tj(name: &str) -> String {
+    format!("/apis/ferry.dev/v1alpha1/namespaces/team-a/trainjobs/{name}")
+}
+
+/// What the API server answers to a patch of `TrainJob` `name`.
+fn echo(name: &str) -> Value {
+    serde_json::to_value(resource(name, "low", None)).unwrap()
+}
+
+fn svc(name: &str) -> String {
+    format!("/api/v1/namespaces/team-a/services/{name}")
+}
+
+/// An 8-GPU single-node LoRA job in queue `team-a` at `priority`.
+fn resource(name: &str, priority: &str, status: Option<TrainJobClusterStatus>) -> TrainJobResource {
+    let mut spec = serde_json::to_value(job(SINGLE_NODE_LORA).spec).unwrap();
+    spec["resources"]["gpusPerNode"] = json!(8);
+    spec["priority"] = json!(priority);
+    let v = json!({
+        "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "generation": 1,
+            "resourceVersion": "7", "finalizers": ["ferry.dev/cleanup"],
+            "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": spec,
+    });
+    let mut r: TrainJobResource = serde_json::from_value(v).unwrap();
+    r.status = status;
+    r
+}
+
+fn node(name: &str, gpus: &str, labels: Value) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "status": {"allocatable": {"nvidia.com/gpu": gpus, "cpu": "96"}},
+    }))
+    .unwrap()
+}
+
+/// One 8-GPU H100 node (flavor from GPU feature discovery's label), one queue of 8 GPUs.
+fn admission() -> (SchedAdmission, UnboundedReceiver<()>) {
+    let nodes = [
+        node(
+            NODE,
+            "8",
+            json!({"nvidia.com/gpu.product": "H100-80GB", "topology.kubernetes.io/rack": "r1"}),
+        ),
+        node("cpu-node", "0", json!({})),
+    ];
+    let cluster = cluster_from_nodes(&nodes, None);
+    let queues = parse(QUEUES)
+        .into_iter()
+        .filter_map(|r| match r {
+            ferry_spec::Resource::Queue(q) if q.metadata.namespace == NS => Some(q),
+            _ => None,
+        })
+        .map(|mut q| {
+            q.spec.cohort = None;
+            q.spec.quotas[0].nominal = 8;
+            q.spec.quotas[0].borrowing_limit = None;
+            queue_spec(&q.metadata.namespace, &q.metadata.name, &q.spec)
+        })
+        .collect();
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let a = SchedAdmission::new(cluster, queues, Some(tx))
+        .unwrap()
+        .with_clock(|| 1_000);
+    (a, rx)
+}
+
+fn ctx(client: kube::Client, admission: &Arc<SchedAdmission>) -> Arc<Context> {
+    Arc::new(Context::new(
+        client,
+        RenderOptions::default(),
+        admission.clone(),
+    ))
+}
+
+fn gang(name: &str, suspend: bool, placement: Option<&str>, condition: Option<&str>) -> Value {
+    let mut g = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": NS}, "spec": {"suspend": suspend, "template": {}}});
+    if let Some(p) = placement {
+        g["metadata"]["annotations"] =
+            json!({ANNOTATION_PLACEMENT: p, ANNOTATION_ADMITTED_AT: "1000"});
+    }
+    if let Some(c) = condition {
+        g["status"] = json!({"conditions": [{"type": c, "status": "True"}]});
+    }
+    g
+}
+
+fn status_of(seen: &[Seen], name: &str) -> TrainJobClusterStatus {
+    let s = seen
+        .iter()
+        .rev()
+        .find(|s| s.uri.starts_with(&format!("{}/status", tj(name))))
+        .expect("a status patch");
+    serde_json::from_value(s.body["status"].clone()).unwrap()
+}
+
+fn pods(phases: &[&str]) -> Value {
+    let items: Vec<Value> = phases
+        .iter()
+        .map(|p| json!({"metadata": {"name": "p"}, "status": {"phase": p}}))
+        .collect();
+    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items})
+}
+
+/// Steps of a first reconcile that creates the gang (finalizer already present).
+fn create_steps(name: &str, suspended: bool) -> Vec<crate::mock::Step> {
+    vec![
+        step(
+            "GET",
+            format!("{JOBS}/{name}-0"),
+            404,
+            status(404, "NotFound"),
+        ),
+        step("PATCH", svc(name), 200, json!({})),
+        step(
+            "PATCH",
+            format!("{JOBS}/{name}-0"),
+            200,
+            gang(&format!("{name}-0"), suspended, None, None),
+        ),
+        step("POST", EVENTS, 201, json!({})),
+        step("PATCH", format!("{}/status", tj(name)), 200, echo(name)),
+    ]
+}
+
+fn hostnames(pod_spec: &Value) -> Value {
+    let terms = &pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"];
+    let exprs = terms[0]["matchExpressions"].as_array().unwrap();
+    let host = exprs
+        .iter()
+        .find(|e| e["key"] == "kubernetes.io/hostname")
+        .expect("a hostname expression");
+    assert!(
+        exprs.iter().any(|e| e["key"] == "ferry.dev/gpu-flavor"),
+        "the flavor expression is kept: {exprs:?}"
+    );
+    host["values"].clone()
+}
+
+fn woke(rx: &mut UnboundedReceiver<()>) -> bool {
+    let mut any = false;
+    while let Ok(()) = rx.try_recv() {
+        any = true;
+    }
+    any
+}
+
+#[tokio::test]
+async fn high_priority_preempts_low_by_suspension_then_low_resumes() {
+    let (admission, mut rx) = admission();
+    let admission = Arc::new(admission);
+
+    // 1. The low job arrives alone: admitted, created running and pinned to the node.
+    let (client, task) = server(create_steps("low", false));
+    reconcile(
+        Arc::new(resource("low", "low", None)),
+        ctx(client, &admission),
+    )
+    .await
+    .unwrap();
+    let seen = finish(task).await;
+    let low_gang = &seen[2].body;
+    assert_eq!(low_gang["spec"]["suspend"], false);
+    assert_eq!(
+        hostnames(&low_gang["spec"]["template"]["spec"]),
+        json!([NODE])
+    );
+    let placement: Vec<PodPlacement> = serde_json::from_str(
+        low_gang["metadata"]["annotations"][ANNOTATION_PLACEMENT]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(placement[0].node, NODE);
+    assert_eq!(placement[0].gpus.len(), 8);
+    let low_status = status_of(&seen, "low");
+    assert_eq!(low_status.phase, Some(JobPhase::Running));
+    let low_annotation = serde_json::to_string(&placement).unwrap();
+
+    // 2. The high job arrives: created suspended; the scheduler preempts the low one and
+    //    wakes the operator to reconcile it.
+    let (client, task) = server(create_steps("high", true));
+    reconcile(
+        Arc::new(resource("high", "high", None)),
+        ctx(client, &admission),
+    )
+    .await
+    .unwrap();
+    let seen = finish(task).await;
+    assert_eq!(seen[2].body["spec"]["suspend"], true, "created suspended");
+    let high_status = status_of(&seen, "high");
+    assert_eq!(high_status.phase, Some(JobPhase::Queued));
+    assert!(
+        woke(&mut rx),
+        "the preemption of another job wakes the operator"
+    );
+
+    // 3. The low job is suspended to preempt it.
+    let (client, task) = server(vec![
+        step(
+            "GET",
+            format!("{JOBS}/low-0"),
+            200,
+            gang("low-0", false, Some(&low_annotation), None),
+        ),
+        step(
+            "PATCH",
+            format!("{JOBS}/low-0"),
+            200,
+            gang("low-0", false, None, None),
+        ),
+        step("POST", EVENTS, 201, json!({})),
+        step("PATCH", format!("{}/status", tj("low")), 200, echo("low")),
+    ]);
+    reconcile(
+        Arc::new(resource("low", "low", Some(low_status))),
+        ctx(client, &admission),
+    )
+    .await
+    .unwrap();
+    let seen = finish(task).await;
+    assert_eq!(seen[1].body, json!({"spec": {"suspend": true}}));
+    let low_status = status_of(&seen, "low");
+    assert_eq!(low_status.phase, Some(JobPhase::Preempted));
+    assert!(
+        low_status
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("team-a/high"),
+        "{:?}",
+        low_status.message
+    );
+
+    // 4. Its pod is still terminating: not evicted yet, so the high job keeps waiting.
+    let (client, task) = server(vec![
+        step(
+            "GET",
+            format!("{JOBS}/low-0"),
+            200,
+            gang("low-0", true, None, None),
+        ),
+        step("GET", PODS, 200, pods(&["Running", "Succeeded"])),
+    ]);
+    reconcile(
+        Arc::new(resource("low", "low", Some(low_status.clone()))),
+        ctx(client, &admission),
+    )
+    .await
+    .unwrap();
+    let seen = finish(task).await;
+    assert!(
+        seen[1]
+            .uri
+            .contains("labelSelector=ferry.dev%2Ftrain-job%3Dlow%2Cferry.dev%2Fattempt%3D0"),
+        "{}",
+        seen[1].uri
+    );
+    assert_eq!(
+        admission.decide(&resource("high", "high", None), &Gang::Suspended),
+        Admit::Wait("queued in team-a: waiting for 8 GPUs within the queue's quota".into()),
+        "GPUs stay the victim's until its pods are gone"
+    );
+
+    // 5. Its pods are gone: evicted and requeued; the scheduler admits the high job.
+    let (client, task) = server(vec![
+        step(
+            "GET",
+            format!("{JOBS}/low-0"),
+            200,
+            gang("low-0", true, None, None),
+        ),
+        step("GET", PODS, 200, pods(&["Failed"])),
+        step("POST", EVENTS, 201, json!({})),
+        step("PATCH", format!("{}/status", tj("low")), 200, echo("low")),
+    ]);
+    reconcile(
+        Arc::new(resource("low", "low", Some(low_status))),
+        ctx(client, &admission),
+    )
+    .await
+    .unwrap();
+    let seen = finish(task).await;
+    let low_status = status_of(&seen, "low");
+    assert_eq!(low_status.phase, Some(JobPhase::Queued));
+    assert!(
+        woke(&mut rx),
+        "the admission of the high job wakes the operator"
+    );
+
+    // 6. The high job is pinned to the node and unsuspended in one apply.
+    let (client, task) = server(vec![
+        step(
+            "GET",
+            format!("{JOBS}/high-0"),
+            200,
+            gang("high-0", true, None, None),
+        ),
+        step(
+            "PATCH",
+            format!("{JOBS}/high-0"),
+            200,
+            gang("high-0", false, None, None),
+        ),
+        step("POST", EVENTS, 201, json!({})),
+        step("PATCH", format!("{}/status", tj("high")), 200, echo("high")),
+    ]);
+    reconcile(
+        Arc::new(resource("high", "high", Some(high_status))),
+        ctx(client, &admission),
+    )
+    .await
+    .unwrap();
+    let seen = finish(task).await;
+    assert!(
+        seen[1].uri.contains("fieldManager=ferry"),
+        "{}",
+        seen[1].uri
+    );
+    assert_eq!(seen[1].body["spec"]["suspend"], false);
+    assert_eq!(
+        hostnames(&seen[1].body["spec"]["template"]["spec"]),
+        json!([NODE])
+    );
+    let high_status = status_of(&seen, "high");
+    assert_eq!(high_status.phase, Some(JobPhase::Running));
+
+    // 7. The high job completes: finished, and the low job is admitted again.
+    let (client, task) = server(vec![
+        step(
+            "GET",
+            format!("{JOBS}/high-0"),
+            200,
+            gang("high-0", false, None, Some("Complete")),
+        ),
+        step("POST", EVENTS, 201, json!({})),
+        step("PATCH", format!("{}/status", tj("high")), 200, echo("high")),
+    ]);
+    reconcile(
+        Arc::new(resource("high", "high", Some(high_status))),
+        ctx(client, &admission),
+    )
+    .await
+    .unwrap();
+    let seen = finish(task).await;
+    assert_eq!(status_of(&seen, "high").phase, Some(JobPhase::Succeeded));
+    assert!(
+        woke(&mut rx),
+        "the low job's readmission wakes the operator"
+    );
+
+    // 8. The low job is unsuspended on the node; its launch resumes from its checkpoint.
+    let (client, task) = server(vec![
+        step(
+            "GET",
+            format!("{JOBS}/low-0"),
+            200,
+            gang("low-0", true, None, None),
+        ),
+        step(
+            "PATCH",
+            format!("{JOBS}/low-0"),
+            200,
+            gang("low-0", false, None, None),
+        ),
+        step("POST", EVENTS, 201, json!({})),
+        step("PATCH", format!("{}/status", tj("low")), 200, echo("low")),
+    ]);
+    reconcile(
+        Arc::new(resource("low", "low", Some(low_status))),
+        ctx(client, &admission),
+    )
+    .await
+    .unwrap();
+    let seen = finish(task).await;
+    let body = &seen[1].body;
+    assert_eq!(body["spec"]["suspend"], false);
+    let pod = &body["spec"]["template"]["spec"];
+    assert_eq!(hostnames(pod), json!([NODE]));
+    assert!(
+        pod["containers"][0]["command"][2]
+            .as_str()
+            .unwrap()
+            .contains("--resume_from_checkpoint"),
+    );
+    assert_eq!(status_of(&seen, "low").phase, Some(JobPhase::Running));
+}
+
+#[tokio::test]
+async fn operator_restart_reregisters_running_gangs_without_preemption() {
+    let (admission, _rx) = admission();
+    let running = TrainJobClusterStatus {
+        phase: Some(JobPhase::Running),
+        gang: Some("low-0".into()),
+        ..TrainJobClusterStatus::default()
+    };
+    let placement = format!(r#"[{{"node":"{NODE}","gpus":[0,1,2,3,4,5,6,7]}}]"#);
+    let listed = json!({
+        "apiVersion": "ferry.dev/v1alpha1", "kind": "TrainJobList", "metadata": {},
+        "items": [serde_json::to_value(resource("low", "low", Some(running.clone()))).unwrap()],
+    });
+    let (client, task) = server(vec![
+        step("GET", "/apis/ferry.dev/v1alpha1/trainjobs", 200, listed),
+        step(
+            "GET",
+            format!("{JOBS}/low-0"),
+            200,
+            gang("low-0", false, Some(&placement), None),
+        ),
+    ]);
+    let restored = ferry_k8s::operator::restore_running(&client, false, &admission)
+        .await
+        .unwrap();
+    finish(task).await;
+    assert_eq!(restored, 1);
+
+    // A same-priority job waits behind it; the running one keeps its node.
+    let other = resource("other", "low", None);
+    assert!(matches!(
+        admission.decide(&other, &Gang::Absent),
+        Admit::Wait(_)
+    ));
+    let gang_view = Gang::Running {
+        placement: serde_json::from_str(&placement).unwrap(),
+        admitted_at: Some(1000),
+    };
+    let low = resource("low", "low", Some(running));
+    assert_eq!(
+        admission.decide(&low, &gang_view),
+        Admit::Run(serde_json::from_str(&placement).unwrap())
+    );
+    // It finishes: the waiting job is admitted on the freed node.
+    admission.finished(&low);
+    assert!(matches!(
+        admission.decide(&other, &Gang::Suspended),
+        Admit::Run(p) if p[0].node == NODE
+    ));
+}
+
+#[test]
+fn bad_queue_references_are_never_admissible_and_name_the_fix() {
+    let (admission, _rx) = admission();
+    let mut job = resource("lost", "low", None);
+    job.spec.queue = Some("nope".into());
+    let Admit::Never(why) = admission.decide(&job, &Gang::Absent) else {
+        panic!("expected Never")
+    };
+    assert!(
+        why.contains("team-a/nope") && why.contains("team-a/team-a"),
+        "{why}"
+    );
+
+    let mut big = resource("big", "low", None);
+    big.spec.resources.nodes = 2;
+    let Admit::Never(why) = admission.decide(&big, &Gang::Absent) else {
+        panic!("expected Never")
+    };
+    assert!(why.contains("2 pods x 8 GPUs"), "{why}");
+}
+
+#[test]
+fn nodes_become_the_schedulers_cluster() {
+    let mut cordoned = node("n3", "8", json!({"ferry.dev/gpu-flavor": "H100-80GB"}));
+    cordoned.spec = Some(serde_json::from_value(json!({"unschedulable": true})).unwrap());
+    let nodes = [
+        node(
+            "n2",
+            "4",
+            json!({"ferry.dev/gpu-flavor": "H200", "nvidia.com/gpu.product": "NVIDIA-H200",
+                   "my/rack": "r7", "nvidia.com/gpu.clique": "nvl-1"}),
+        ),
+        node(
+            "n1",
+            "8",
+            json!({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+        ),
+        cordoned,
+        node("no-flavor", "8", json!({})),
+        node("cpu", "0", json!({"ferry.dev/gpu-flavor": "H100-80GB"})),
+    ];
+    let c = cluster_from_nodes(&nodes, Some("my/rack"));
+    let got: Vec<_> = c
+        .nodes
+        .iter()
+        .map(|n| {
+            (
+                n.name.as_str(),
+                n.gpus,
+                n.flavor.as_str(),
+                n.rack.as_deref(),
+                n.nvlink_domain.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("n1", 8, "NVIDIA-H100-80GB-HBM3", None, None),
+            ("n2", 4, "H200", Some("r7"), Some("nvl-1")),
+        ]
+    );
+}
+
+#[test]
+fn pinned_gangs_stay_schema_valid_and_pin_every_pod() {
+    let placement: Vec<PodPlacement> = serde_json::from_str(
+        r#"[{"node":"n-a","gpus":[0,1,2,3,4,5,6,7]},{"node":"n-b","gpus":[0,1,2,3,4,5,6,7]}]"#,
+    )
+    .unwrap();
+    for jobset in [false, true] {
+        let mut opts = RenderOptions::default();
+        opts.cluster.jobset = jobset;
+        let job = job(TWO_NODE_FULL);
+        let mut objs = ferry_k8s::train::render(
+            &job,
+            ferry_k8s::Attempt {
+                number: 0,
+                suspend: false,
+            },
+            &opts,
+        )
+        .unwrap();
+        ferry_k8s::train::pin(&mut objs.gang, &placement, 1234);
+        crate::schema::assert_valid(&objs.all());
+        let pod = if jobset {
+            &objs.gang["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        } else {
+            &objs.gang["spec"]["template"]["spec"]
+        };
+        assert_eq!(hostnames(pod), json!(["n-a", "n-b"]));
+        let ann = &objs.gang["metadata"]["annotations"];
+        assert_eq!(ann[ANNOTATION_ADMITTED_AT], "1234");
+        assert_eq!(
+            Gang::observe(&objs.gang),
+            Gang::Running {
+                placement: Some(placement.clone()),
+                admitted_at: Some(1234)
+            }
+        );
+    }
+}
