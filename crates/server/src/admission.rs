@@ -1,65 +1,848 @@
-//! GPU accounting for FIFO admission: which GPU ids are free, and how a gang's share
-//! is split among its ranks. No GPU is ever handed to two live gangs.
+//! Admission of GPU jobs through `ferry-sched`: team queues with quotas and cohorts, named
+//! priorities, whole-gang admission and graceful preemption, on this machine's GPUs.
+//!
+//! The reconcile loop owns one [`Admission`]. Each pass it is synchronised with the store
+//! (queued jobs submitted, running ones restored after a restart, finished ones released),
+//! then one scheduling cycle runs and its decisions are persisted *before* they are acted
+//! on: `Queued → Admitted` with the chosen GPUs, or `→ Preempted` followed by SIGTERM and
+//! the job's grace period to checkpoint. A preempted job's GPUs stay its own until every
+//! rank has exited; only then is it requeued, to resume from its latest checkpoint.
+//! Jobs that need no GPU bypass the scheduler.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 
-use ferry_spec::Resources;
+use ferry_runtime::Inventory;
+use ferry_sched::{
+    ANY_FLAVOR, Cluster, Decision, FlavorQuota, PodPlacement, PreemptReason, PriorityClass,
+    QueueSpec, SchedError, Scheduler, Time, Workload,
+};
+use ferry_spec::{FieldError, JobPhase, Queue, Resource, TrainJob};
+use ferry_store::{JobRecord, StatusPatch, StoreError};
 
-/// Picks `resources.total_gpus()` ids from `free` (lowest first, so a node's GPUs stay
-/// together) and splits them per rank, or `None` when too few are free.
-pub(crate) fn assign(
-    resources: &Resources,
-    free: &BTreeSet<usize>,
-    ids: &[String],
-) -> Option<Vec<Vec<String>>> {
-    let need = resources.total_gpus() as usize;
-    if need == 0 {
-        return Some(Vec::new());
-    }
-    if free.len() < need {
-        return None;
-    }
-    let chosen: Vec<String> = free.iter().take(need).map(|&i| ids[i].clone()).collect();
-    let per_rank = resources.gpus_per_proc().max(1) as usize;
-    Some(chosen.chunks(per_rank).map(<[String]>::to_vec).collect())
+use crate::checkpoint::latest_checkpoint;
+use crate::error::ApiError;
+use crate::state::ControlPlane;
+
+/// The queue jobs use when `spec.queue` is omitted; it gets every GPU unless a stored
+/// `Queue` of that name says otherwise.
+pub(crate) const DEFAULT_QUEUE: &str = "default";
+
+/// The node name the local machine has in the scheduler's cluster.
+const LOCAL_NODE: &str = "local";
+
+/// Where the scheduler stands on one job it knows.
+#[derive(Debug, Clone, PartialEq)]
+enum Tracked {
+    /// Waiting in its queue.
+    Pending,
+    /// Holding GPUs (admitted, running or restarting); `ckpt` is the newest checkpoint
+    /// time already reported.
+    Running { ckpt: Option<Time> },
+    /// Told to stop by a `Preempt` decision; requeued once its ranks have exited.
+    Evicting,
+    /// Restored as running after a rebuild while it was being preempted; released (and
+    /// submitted afresh once requeued) when its ranks have exited.
+    Draining,
 }
 
-/// Indices of `ids` not in `taken`.
-pub(crate) fn free_indices(ids: &[String], taken: &BTreeSet<String>) -> BTreeSet<usize> {
-    ids.iter()
+/// The scheduler and what it knows, owned by the reconcile loop.
+pub(crate) struct Admission {
+    sched: Scheduler,
+    /// The queue set it was built from; a change rebuilds it.
+    queues: Vec<QueueSpec>,
+    tracked: HashMap<String, Tracked>,
+}
+
+/// The local machine as the scheduler's cluster: one node holding every GPU.
+fn cluster(inventory: &Inventory) -> Option<Cluster> {
+    let n = u32::try_from(inventory.len()).ok().filter(|&n| n > 0)?;
+    Some(Cluster::local(n, &local_flavor(inventory)))
+}
+
+/// The flavor name of this machine's GPUs (`virtual` for `ferry up --gpus N`).
+fn local_flavor(inventory: &Inventory) -> String {
+    inventory
+        .gpus
+        .first()
+        .map_or_else(|| "none".to_owned(), |g| g.name.clone())
+}
+
+/// Whether a quota's flavor applies to this machine: `any`, the GPUs' own name, or every
+/// flavor on virtual slots (which stand in for whatever GPU a spec names).
+fn flavor_applies(flavor: &str, inventory: &Inventory) -> bool {
+    flavor.eq_ignore_ascii_case(ANY_FLAVOR)
+        || flavor.eq_ignore_ascii_case(&local_flavor(inventory))
+        || matches!(inventory.source, ferry_runtime::GpuSource::Virtual)
+}
+
+/// The scheduler's view of the stored queues (sorted by name), plus `default` when no
+/// stored queue has that name. `origins[i]` maps a sched quota index back to the spec's.
+fn queue_specs(queues: &[Queue], inventory: &Inventory) -> (Vec<QueueSpec>, Vec<Vec<usize>>) {
+    let total = u32::try_from(inventory.len()).unwrap_or(u32::MAX);
+    let mut by_name: BTreeMap<&str, &Queue> = BTreeMap::new();
+    for q in queues {
+        by_name.entry(q.metadata.name.as_str()).or_insert(q);
+    }
+    let mut specs = Vec::with_capacity(by_name.len() + 1);
+    let mut origins = Vec::with_capacity(by_name.len() + 1);
+    for (name, q) in by_name {
+        // Every quota that applies here is one pool on this machine: summed.
+        let mut quota: Option<FlavorQuota> = None;
+        let mut origin = Vec::new();
+        let count = |v: i32| u32::try_from(v.max(0)).unwrap_or(0);
+        for (j, fq) in q.spec.quotas.iter().enumerate() {
+            if !flavor_applies(&fq.flavor, inventory) {
+                continue;
+            }
+            let sum = |a: Option<u32>, b: Option<i32>| Some(a? + count(b?));
+            quota = Some(match quota {
+                None => FlavorQuota {
+                    flavor: ANY_FLAVOR.to_owned(),
+                    nominal: count(fq.nominal),
+                    borrowing_limit: fq.borrowing_limit.map(count),
+                    lending_limit: fq.lending_limit.map(count),
+                },
+                Some(acc) => FlavorQuota {
+                    nominal: acc.nominal + count(fq.nominal),
+                    borrowing_limit: sum(acc.borrowing_limit, fq.borrowing_limit),
+                    lending_limit: sum(acc.lending_limit, fq.lending_limit),
+                    ..acc
+                },
+            });
+            origin.push(j);
+        }
+        let quotas: Vec<FlavorQuota> = quota.into_iter().collect();
+        specs.push(QueueSpec {
+            name: name.to_owned(),
+            cohort: q.spec.cohort.clone(),
+            quotas,
+            fair_share_weight: q.spec.weight,
+        });
+        origins.push(origin);
+    }
+    if !specs.iter().any(|q| q.name == DEFAULT_QUEUE) {
+        specs.push(QueueSpec {
+            name: DEFAULT_QUEUE.to_owned(),
+            cohort: None,
+            quotas: vec![FlavorQuota {
+                flavor: ANY_FLAVOR.to_owned(),
+                nominal: total,
+                borrowing_limit: None,
+                lending_limit: None,
+            }],
+            fair_share_weight: 1.0,
+        });
+        origins.push(vec![0]);
+    }
+    (specs, origins)
+}
+
+/// Turns a scheduler config error (`queues[i].quotas[j].x`) into one naming the Queue
+/// document and its own field path.
+fn queue_error(e: &SchedError, specs: &[QueueSpec], origins: &[Vec<usize>]) -> FieldError {
+    let SchedError::InvalidConfig {
+        field,
+        problem,
+        fix,
+    } = e
+    else {
+        return FieldError::new("spec", e.to_string());
+    };
+    let parsed = field.strip_prefix("queues[").and_then(|rest| {
+        let (i, tail) = rest.split_once(']')?;
+        Some((i.parse::<usize>().ok()?, tail.trim_start_matches('.')))
+    });
+    let Some((i, tail)) = parsed.filter(|(i, _)| *i < specs.len()) else {
+        return FieldError::new(field.clone(), format!("{problem}; {fix}"));
+    };
+    let tail = tail.replace("fairShareWeight", "weight");
+    let path = match tail.strip_prefix("quotas[").and_then(|r| r.split_once(']')) {
+        Some((j, rest)) => {
+            let j = j
+                .parse::<usize>()
+                .ok()
+                .and_then(|j| origins[i].get(j).copied());
+            format!(
+                "spec.quotas[{}]{rest}",
+                j.map_or_else(|| "?".into(), |j| j.to_string())
+            )
+        }
+        None if tail.is_empty() || tail == "name" => "metadata.name".to_owned(),
+        None => format!("spec.{tail}"),
+    };
+    FieldError::new(
+        path,
+        format!("queue `{}`: {problem}; fix: {fix}", specs[i].name),
+    )
+}
+
+/// A job as the scheduler sees it: one pod per node, `gpusPerNode` GPUs each.
+fn workload(job: &JobRecord) -> Workload {
+    workload_of(&job.uid, &job.job, job.created_at.timestamp())
+}
+
+fn workload_of(id: &str, job: &TrainJob, created_at: i64) -> Workload {
+    let r = &job.spec.resources;
+    Workload {
+        id: id.to_owned(),
+        queue: job
+            .spec
+            .queue
+            .clone()
+            .unwrap_or_else(|| DEFAULT_QUEUE.to_owned()),
+        priority: job.spec.priority.clone(),
+        pods: u32::try_from(r.nodes.max(1)).unwrap_or(1),
+        gpus_per_pod: u32::try_from(r.gpus_per_node.max(0)).unwrap_or(0),
+        flavor: None,
+        expected_duration_s: None,
+        created_at: u64::try_from(created_at).unwrap_or(0),
+    }
+}
+
+/// Where a job admitted earlier holds its GPUs, from the ids stored on it.
+fn placement_of(job: &JobRecord, ids: &[String]) -> Option<Vec<PodPlacement>> {
+    let per_pod = usize::try_from(job.job.spec.resources.gpus_per_node).ok()?;
+    let idx: Vec<u32> = job
+        .gpus
+        .iter()
+        .flatten()
+        .map(|id| ids.iter().position(|x| x == id).map(|i| i as u32))
+        .collect::<Option<_>>()?;
+    if per_pod == 0 || idx.is_empty() || !idx.len().is_multiple_of(per_pod) {
+        return None;
+    }
+    Some(
+        idx.chunks(per_pod)
+            .map(|c| PodPlacement {
+                node: LOCAL_NODE.to_owned(),
+                gpus: c.to_vec(),
+            })
+            .collect(),
+    )
+}
+
+/// The GPU ids of a placement, split per rank (pods in order, ranks in order within a pod).
+fn gpus_per_rank(job: &TrainJob, placement: &[PodPlacement], ids: &[String]) -> Vec<Vec<String>> {
+    let chosen: Vec<String> = placement
+        .iter()
+        .flat_map(|p| p.gpus.iter().map(|&g| ids[g as usize].clone()))
+        .collect();
+    let per_rank = job.spec.resources.gpus_per_proc().max(1) as usize;
+    chosen.chunks(per_rank).map(<[String]>::to_vec).collect()
+}
+
+fn now() -> Time {
+    u64::try_from(chrono::Utc::now().timestamp()).unwrap_or(0)
+}
+
+/// When the newest checkpoint in `dir` was written.
+fn checkpoint_time(dir: &Path) -> Option<Time> {
+    let latest = latest_checkpoint(dir)?;
+    let modified = std::fs::metadata(latest).ok()?.modified().ok()?;
+    let secs = modified
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs();
+    Some(secs)
+}
+
+/// Reads the stored queues.
+async fn stored_queues(plane: &ControlPlane) -> Result<Vec<Queue>, ApiError> {
+    let mut out = Vec::new();
+    for rec in plane.store().list_objects("Queue", None).await? {
+        match serde_json::from_value::<Queue>(rec.doc) {
+            Ok(q) => out.push(q),
+            Err(e) => tracing::warn!(queue = %rec.name, error = %e, "stored queue unreadable"),
+        }
+    }
+    Ok(out)
+}
+
+/// Apply-time checks for a batch: every queue (stored plus the batch's) builds a valid
+/// scheduler, and every GPU job names a known queue and priority and could ever be admitted
+/// there — so no job waits forever for something that cannot happen.
+pub(crate) async fn check_batch(
+    plane: &ControlPlane,
+    resources: &[Resource],
+) -> Result<Vec<(usize, FieldError)>, ApiError> {
+    let mut problems = Vec::new();
+    let batch_queues: Vec<(usize, &Queue)> = resources
+        .iter()
         .enumerate()
-        .filter(|(_, id)| !taken.contains(*id))
-        .map(|(i, _)| i)
-        .collect()
+        .filter_map(|(i, r)| match r {
+            Resource::Queue(q) => Some((i, q)),
+            _ => None,
+        })
+        .collect();
+    let jobs: Vec<(usize, &TrainJob)> = resources
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| match r {
+            Resource::TrainJob(j) if j.spec.resources.total_gpus() > 0 => Some((i, j)),
+            _ => None,
+        })
+        .collect();
+    let priorities = PriorityClass::standard();
+    for &(i, job) in &jobs {
+        if let Some(p) = &job.spec.priority
+            && !priorities.iter().any(|c| &c.name == p)
+        {
+            let known: Vec<&str> = priorities.iter().map(|c| c.name.as_str()).collect();
+            problems.push((
+                i,
+                FieldError::new(
+                    "spec.priority",
+                    format!(
+                        "priority class `{p}` does not exist; use one of: {}",
+                        known.join(", ")
+                    ),
+                ),
+            ));
+        }
+    }
+    if batch_queues.is_empty() && jobs.is_empty() {
+        return Ok(problems);
+    }
+    let Some(cluster) = cluster(plane.inventory()) else {
+        // No GPUs: GPU jobs are refused by the inventory check; queues are kept for later.
+        return Ok(problems);
+    };
+    let mut queues: Vec<Queue> = stored_queues(plane)
+        .await?
+        .into_iter()
+        .filter(|q| {
+            !batch_queues
+                .iter()
+                .any(|(_, b)| b.metadata.name == q.metadata.name)
+        })
+        .collect();
+    queues.extend(batch_queues.iter().map(|(_, q)| (*q).clone()));
+    let (specs, origins) = queue_specs(&queues, plane.inventory());
+    let mut sched = match Scheduler::new(cluster, specs.clone(), priorities) {
+        Ok(s) => s,
+        Err(e) => {
+            let err = queue_error(&e, &specs, &origins);
+            let name = err.message.split('`').nth(1).unwrap_or_default().to_owned();
+            let doc = batch_queues
+                .iter()
+                .find(|(_, q)| q.metadata.name == name)
+                .map_or(0, |(i, _)| *i);
+            problems.push((doc, err));
+            return Ok(problems);
+        }
+    };
+    for (i, job) in jobs {
+        if problems.iter().any(|(d, _)| *d == i) {
+            continue;
+        }
+        let w = workload_of(&format!("apply-check-{i}"), job, 0);
+        if let Err(e) = sched.submit(w) {
+            let SchedError::InvalidWorkload {
+                field,
+                problem,
+                fix,
+                ..
+            } = &e
+            else {
+                problems.push((i, FieldError::new("spec", e.to_string())));
+                continue;
+            };
+            let path = match field.as_str() {
+                "workload.queue" => "spec.queue",
+                "workload.priority" => "spec.priority",
+                _ => "spec.resources",
+            };
+            problems.push((i, FieldError::new(path, format!("{problem}; {fix}"))));
+        }
+    }
+    Ok(problems)
+}
+
+impl Admission {
+    /// Builds the scheduler for `queues`, re-registering what `active` jobs hold.
+    fn build(inventory: &Inventory, stored: &[Queue]) -> Result<Self, String> {
+        let cluster = cluster(inventory).ok_or("no GPUs")?;
+        let (queues, origins) = queue_specs(stored, inventory);
+        let sched = Scheduler::new(cluster, queues.clone(), PriorityClass::standard())
+            .map_err(|e| queue_error(&e, &queues, &origins).to_string())?;
+        Ok(Self {
+            sched,
+            queues,
+            tracked: HashMap::new(),
+        })
+    }
+}
+
+/// One admission step of a reconcile pass; `active` are the unfinished jobs, with
+/// `Pending` ones already moved to `Queued`.
+pub(crate) async fn schedule(
+    plane: &ControlPlane,
+    slot: &mut Option<Admission>,
+    active: &[JobRecord],
+) -> Result<(), ApiError> {
+    let inventory = plane.inventory();
+    if inventory.is_empty() {
+        return Ok(());
+    }
+    let stored = stored_queues(plane).await?;
+    let wanted = queue_specs(&stored, inventory).0;
+    if slot.as_ref().is_none_or(|a| a.queues != wanted) {
+        match Admission::build(inventory, &stored) {
+            Ok(a) => {
+                if slot.is_some() {
+                    tracing::info!("queues changed; scheduler rebuilt from the stored jobs");
+                }
+                *slot = Some(a);
+            }
+            Err(message) => {
+                // Stored queues no longer build (apply checks make this rare): keep the last
+                // good scheduler, or admit nothing until they are fixed.
+                tracing::error!(%message, "stored queues are invalid");
+                if slot.is_none() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    let adm = slot.as_mut().expect("built above");
+    sync(plane, adm, active).await?;
+    let decisions = adm.sched.cycle(now());
+    let names: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.uid.as_str(), j)).collect();
+    let ids = inventory.ids();
+    for d in decisions {
+        match d {
+            Decision::Admit { id, placement, .. } => {
+                let Some(job) = names.get(id.as_str()) else {
+                    continue;
+                };
+                adm.tracked
+                    .insert(id.clone(), Tracked::Running { ckpt: None });
+                plane.clear_waiting(&id);
+                let gpus = gpus_per_rank(&job.job, &placement, &ids);
+                let message = format!(
+                    "admitted by queue {} on GPU(s) {}",
+                    workload(job).queue,
+                    gpus.iter().flatten().cloned().collect::<Vec<_>>().join(",")
+                );
+                let res = plane
+                    .store()
+                    .transition(
+                        &id,
+                        JobPhase::Queued,
+                        JobPhase::Admitted,
+                        "Admitted",
+                        &message,
+                        StatusPatch {
+                            gpus: Some(gpus),
+                            ..Default::default()
+                        },
+                    )
+                    .await;
+                ignore_conflict(res)?;
+            }
+            Decision::Preempt { id, reason } => {
+                let Some(job) = names.get(id.as_str()) else {
+                    continue;
+                };
+                adm.tracked.insert(id.clone(), Tracked::Evicting);
+                preempt(plane, job, &reason, &names).await?;
+            }
+        }
+    }
+    note_waiting(plane, adm, active).await?;
+    plane.set_queue_usage(adm.sched.queue_usage());
+    plane.wake();
+    Ok(())
+}
+
+/// Brings the scheduler in line with the store: new queued jobs in, finished ones out,
+/// preempted ones requeued once their ranks are gone, checkpoints reported.
+async fn sync(
+    plane: &ControlPlane,
+    adm: &mut Admission,
+    active: &[JobRecord],
+) -> Result<(), ApiError> {
+    let ids = plane.inventory().ids();
+    let by_uid: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.uid.as_str(), j)).collect();
+    // Jobs that ended or were deleted: release once no rank of theirs runs.
+    let gone: Vec<String> = adm
+        .tracked
+        .keys()
+        .filter(|uid| {
+            by_uid
+                .get(uid.as_str())
+                .is_none_or(|j| j.job.spec.resources.total_gpus() == 0)
+        })
+        .filter(|uid| plane.live_gang(uid).is_none())
+        .cloned()
+        .collect();
+    for uid in gone {
+        adm.tracked.remove(&uid);
+        if let Err(e) = adm.sched.finished(&uid) {
+            tracing::warn!(job = %uid, error = %e, "scheduler did not know a finished job");
+        }
+    }
+    for job in active {
+        if job.job.spec.resources.total_gpus() == 0 {
+            continue;
+        }
+        let uid = job.uid.as_str();
+        let draining = plane.live_gang(uid).is_some_and(|g| g.draining);
+        match (adm.tracked.get(uid).cloned(), job.phase) {
+            (None, JobPhase::Queued) => submit(plane, adm, job).await?,
+            (None, phase) if phase.holds_resources() => {
+                restore(plane, adm, job, &ids, Tracked::Running { ckpt: None }).await?;
+            }
+            (None, JobPhase::Preempted) if plane.live_gang(uid).is_some() => {
+                restore(plane, adm, job, &ids, Tracked::Draining).await?;
+            }
+            (None | Some(Tracked::Draining), JobPhase::Preempted) if !draining => {
+                if adm.tracked.remove(uid).is_some() {
+                    adm.sched.finished(uid).ok();
+                }
+                requeue(plane, job).await?;
+            }
+            (Some(Tracked::Evicting), JobPhase::Preempted) if plane.live_gang(uid).is_none() => {
+                if let Err(e) = adm.sched.evicted(uid) {
+                    tracing::warn!(job = %uid, error = %e, "evicting a job the scheduler lost");
+                    adm.sched.finished(uid).ok();
+                    adm.tracked.remove(uid);
+                } else {
+                    adm.tracked.insert(uid.to_owned(), Tracked::Pending);
+                }
+                requeue(plane, job).await?;
+            }
+            (Some(Tracked::Running { ckpt }), phase) if phase.holds_resources() => {
+                let latest = checkpoint_time(&plane.checkpoint_dir(job));
+                if let Some(at) = latest.filter(|_| latest != ckpt) {
+                    adm.sched.checkpointed(uid, at).ok();
+                    adm.tracked
+                        .insert(uid.to_owned(), Tracked::Running { ckpt: latest });
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A queued job enters its queue, or fails now if it could never be admitted.
+async fn submit(
+    plane: &ControlPlane,
+    adm: &mut Admission,
+    job: &JobRecord,
+) -> Result<(), ApiError> {
+    match adm.sched.submit(workload(job)) {
+        Ok(()) => {
+            adm.tracked.insert(job.uid.clone(), Tracked::Pending);
+            Ok(())
+        }
+        Err(e) => {
+            let res = plane
+                .store()
+                .transition(
+                    &job.uid,
+                    JobPhase::Queued,
+                    JobPhase::Failed,
+                    "Unschedulable",
+                    &e.to_string(),
+                    StatusPatch::default(),
+                )
+                .await;
+            ignore_conflict(res)
+        }
+    }
+}
+
+/// A job that holds GPUs from before a restart (or a rebuild) is registered where it runs;
+/// if it no longer fits the queues, it is preempted gracefully rather than left uncounted.
+async fn restore(
+    plane: &ControlPlane,
+    adm: &mut Admission,
+    job: &JobRecord,
+    ids: &[String],
+    as_: Tracked,
+) -> Result<(), ApiError> {
+    let admitted_at = u64::try_from(job.updated_at.timestamp()).unwrap_or(0);
+    let result = match placement_of(job, ids) {
+        Some(p) => adm.sched.restore(workload(job), &p, admitted_at),
+        None => Err(SchedError::InvalidWorkload {
+            id: job.uid.clone(),
+            field: "placement".into(),
+            problem: format!("its GPUs {:?} are not this machine's", job.gpus),
+            fix: "requeue it".into(),
+        }),
+    };
+    match result {
+        Ok(()) => {
+            adm.tracked.insert(job.uid.clone(), as_);
+            Ok(())
+        }
+        Err(e) => {
+            tracing::warn!(job = %job.uid, error = %e, "cannot restore a running job");
+            if job.phase == JobPhase::Preempted {
+                return Ok(());
+            }
+            let res = plane
+                .store()
+                .transition(
+                    &job.uid,
+                    job.phase,
+                    JobPhase::Preempted,
+                    "Preempted",
+                    &format!(
+                        "its queue no longer admits it where it runs ({e}); stopping it to requeue"
+                    ),
+                    StatusPatch::default(),
+                )
+                .await;
+            ignore_conflict(res)?;
+            crate::reconcile::stop(plane, &job.uid, crate::reconcile::grace_of(job));
+            Ok(())
+        }
+    }
+}
+
+/// Persists `Preempted` with the reason, then stops the ranks gracefully (SIGTERM, the
+/// job's grace period to checkpoint, SIGKILL).
+async fn preempt(
+    plane: &ControlPlane,
+    job: &JobRecord,
+    reason: &PreemptReason,
+    names: &HashMap<&str, &JobRecord>,
+) -> Result<(), ApiError> {
+    let name_of = |uid: &str| {
+        names
+            .get(uid)
+            .map_or_else(|| uid.to_owned(), |j| format!("{}/{}", j.namespace, j.name))
+    };
+    let why = match reason {
+        PreemptReason::Priority { preemptor } => {
+            let p = names.get(preemptor.as_str());
+            format!(
+                "preempted for {} (priority {} over {})",
+                name_of(preemptor),
+                p.and_then(|p| p.job.spec.priority.as_deref())
+                    .unwrap_or("normal"),
+                job.job.spec.priority.as_deref().unwrap_or("normal")
+            )
+        }
+        other => format!(
+            "preempted: {}",
+            serde_json::to_string(other).unwrap_or_default()
+        ),
+    };
+    let grace = crate::reconcile::grace_of(job);
+    let message = format!(
+        "{why}; SIGTERM, then up to {:.0}s to checkpoint before it is requeued",
+        grace.as_secs_f64()
+    );
+    let res = plane
+        .store()
+        .transition(
+            &job.uid,
+            job.phase,
+            JobPhase::Preempted,
+            "Preempted",
+            &message,
+            StatusPatch::default(),
+        )
+        .await;
+    ignore_conflict(res)?;
+    crate::reconcile::stop(plane, &job.uid, grace);
+    Ok(())
+}
+
+/// A preempted job whose ranks have all exited goes back to its queue.
+async fn requeue(plane: &ControlPlane, job: &JobRecord) -> Result<(), ApiError> {
+    let message = match latest_checkpoint(&plane.checkpoint_dir(job)) {
+        Some(c) => format!(
+            "stopped after preemption; back in the queue, will resume from {}",
+            c.display()
+        ),
+        None => "stopped after preemption; back in the queue (no checkpoint: it will start over)"
+            .to_owned(),
+    };
+    let res = plane
+        .store()
+        .transition(
+            &job.uid,
+            JobPhase::Preempted,
+            JobPhase::Queued,
+            "Requeued",
+            &message,
+            StatusPatch::default(),
+        )
+        .await;
+    ignore_conflict(res)
+}
+
+/// One `Waiting` event per change of reason for each job still pending.
+async fn note_waiting(
+    plane: &ControlPlane,
+    adm: &Admission,
+    active: &[JobRecord],
+) -> Result<(), ApiError> {
+    let total = plane.inventory().len();
+    let held: usize = active
+        .iter()
+        .filter(|j| j.phase.holds_resources() || j.phase == JobPhase::Preempted)
+        .map(|j| j.gpus.iter().flatten().count())
+        .sum();
+    let free = total.saturating_sub(held);
+    let usage = adm.sched.queue_usage();
+    for job in active {
+        if adm.tracked.get(&job.uid) != Some(&Tracked::Pending) || job.phase != JobPhase::Queued {
+            continue;
+        }
+        let w = workload(job);
+        let need = w.gpus();
+        let used: u64 = usage
+            .iter()
+            .find(|u| u.name == w.queue)
+            .map_or(0, |u| u.usage.iter().map(|(_, n)| n).sum());
+        let limit = adm
+            .sched
+            .quota_limits(&w.queue, &local_flavor(plane.inventory()))
+            .map_or(0, |(_, max)| max);
+        let reason = if (free as u64) < need {
+            format!("needs {need} GPU(s); {free} of {total} free")
+        } else if used + need > limit {
+            format!(
+                "needs {need} GPU(s); queue {} uses {used} of the {limit} it may use",
+                w.queue
+            )
+        } else {
+            format!("needs {need} GPU(s); held back for work ahead of it in the queue order")
+        };
+        if plane.set_waiting(&job.uid, &reason) {
+            plane.store().note(&job.uid, "Waiting", &reason).await?;
+        }
+    }
+    Ok(())
+}
+
+/// A stored queue with what it holds now under `status` (GPUs in use, jobs running and
+/// waiting), as of the last scheduling cycle.
+pub(crate) fn with_status(
+    plane: &ControlPlane,
+    mut record: ferry_store::ObjectRecord,
+) -> ferry_store::ObjectRecord {
+    if record.kind != "Queue" {
+        return record;
+    }
+    let usage = plane.queue_usage();
+    let (used, running, pending) =
+        usage
+            .iter()
+            .find(|u| u.name == record.name)
+            .map_or((0, 0, 0), |u| {
+                (
+                    u.usage.iter().map(|(_, n)| n).sum::<u64>(),
+                    u.running,
+                    u.pending,
+                )
+            });
+    record.doc["status"] = serde_json::json!({
+        "usedGpus": used,
+        "running": running,
+        "pending": pending,
+    });
+    record
+}
+
+fn ignore_conflict<T>(res: Result<T, StoreError>) -> Result<(), ApiError> {
+    match res {
+        Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn res(nodes: i32, gpus: i32, procs: Option<i32>) -> Resources {
-        Resources {
-            nodes,
-            procs_per_node: procs,
-            gpus_per_node: gpus,
-            gpu: None,
+    fn queue(yaml: &str) -> Queue {
+        match ferry_spec::parse_documents(yaml, "q.yaml")
+            .unwrap()
+            .remove(0)
+        {
+            Resource::Queue(q) => q,
+            other => panic!("{other:?}"),
         }
     }
 
     #[test]
-    fn gangs_get_whole_shares_or_nothing() {
-        let ids: Vec<String> = (0..4).map(|i| i.to_string()).collect();
-        let taken: BTreeSet<String> = ["1".to_owned()].into();
-        let free = free_indices(&ids, &taken);
-        assert_eq!(
-            assign(&res(1, 2, None), &free, &ids),
-            Some(vec![vec!["0".into()], vec!["2".into()]])
+    fn without_queues_default_gets_every_gpu() {
+        let (specs, _) = queue_specs(&[], &Inventory::virtual_slots(4));
+        assert_eq!(specs.len(), 1);
+        assert_eq!(specs[0].name, DEFAULT_QUEUE);
+        assert_eq!(specs[0].quotas[0].nominal, 4);
+    }
+
+    #[test]
+    fn a_bad_borrowing_limit_names_the_queue_and_its_field() {
+        let a = queue(
+            "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: a}\nspec: {cohort: c, quotas: [{flavor: any, nominal: 2, borrowingLimit: 9}]}\n",
         );
-        assert_eq!(assign(&res(2, 2, None), &free, &ids), None);
-        assert_eq!(
-            assign(&res(1, 2, Some(1)), &free, &ids),
-            Some(vec![vec!["0".into(), "2".into()]])
+        let b = queue(
+            "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: b}\nspec: {cohort: c, quotas: [{flavor: H100-80GB, nominal: 0}, {flavor: any, nominal: 2}]}\n",
         );
-        assert_eq!(assign(&res(2, 0, Some(2)), &free, &ids), Some(vec![]));
+        let inv = Inventory::virtual_slots(4);
+        let (specs, origins) = queue_specs(&[a, b], &inv);
+        let e = Scheduler::new(
+            cluster(&inv).unwrap(),
+            specs.clone(),
+            PriorityClass::standard(),
+        )
+        .unwrap_err();
+        let fe = queue_error(&e, &specs, &origins);
+        assert_eq!(fe.path, "spec.quotas[0].borrowingLimit");
+        assert!(fe.message.starts_with("queue `a`:"), "{}", fe.message);
+    }
+
+    #[test]
+    fn placements_round_trip_through_stored_gpu_ids() {
+        let ids: Vec<String> = ["GPU-a", "GPU-b", "GPU-c", "GPU-d"]
+            .map(String::from)
+            .to_vec();
+        let spec = "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: j}\nspec:\n  engine: command\n  command: [sh]\n  resources: {nodes: 2, gpusPerNode: 2, procsPerNode: 2}\n";
+        let Resource::TrainJob(job) = ferry_spec::parse_documents(spec, "j.yaml")
+            .unwrap()
+            .remove(0)
+        else {
+            panic!()
+        };
+        let placement = vec![
+            PodPlacement {
+                node: LOCAL_NODE.into(),
+                gpus: vec![3, 1],
+            },
+            PodPlacement {
+                node: LOCAL_NODE.into(),
+                gpus: vec![0, 2],
+            },
+        ];
+        let per_rank = gpus_per_rank(&job, &placement, &ids);
+        assert_eq!(per_rank, [["GPU-d"], ["GPU-b"], ["GPU-a"], ["GPU-c"]]);
+        let now = chrono::Utc::now();
+        let record = JobRecord {
+            uid: "u".into(),
+            namespace: "default".into(),
+            name: "j".into(),
+            job,
+            phase: JobPhase::Running,
+            attempt: 1,
+            restarts: 0,
+            message: None,
+            gpus: per_rank,
+            resumed_from: None,
+            created_at: now,
+            updated_at: now,
+            started_at: None,
+            finished_at: None,
+        };
+        assert_eq!(placement_of(&record, &ids), Some(placement));
     }
 }

@@ -13,7 +13,7 @@ use ferry_runtime::{GangRecord, GangStatus, LocalRuntime, RankState};
 use ferry_spec::{JobPhase, ModelSource, ResumePolicy};
 use ferry_store::{JobFilter, JobRecord, StatusPatch, StoreError};
 
-use crate::admission;
+use crate::admission::{self, Admission};
 use crate::checkpoint::latest_checkpoint;
 use crate::engines::{LaunchContext, adapter_for};
 use crate::error::ApiError;
@@ -26,8 +26,10 @@ pub(crate) async fn run(plane: ControlPlane) {
     if let Err(e) = recover(&plane).await {
         tracing::error!(error = %e, "recovering jobs from the previous run failed");
     }
+    // Built at the first pass from the stored queues and jobs (what a restart re-adopted).
+    let mut admission: Option<Admission> = None;
     loop {
-        if let Err(e) = pass(&plane).await {
+        if let Err(e) = pass(&plane, &mut admission).await {
             tracing::warn!(error = %e, "reconcile pass failed; retrying next tick");
         }
         tokio::select! {
@@ -122,7 +124,7 @@ pub(crate) async fn recover(plane: &ControlPlane) -> Result<(), ApiError> {
                     },
                 );
             }
-            JobPhase::Admitted | JobPhase::Restarting => {
+            JobPhase::Admitted | JobPhase::Restarting | JobPhase::Preempted => {
                 store
                     .note(
                         &job.uid,
@@ -206,9 +208,12 @@ pub(crate) fn stop(plane: &ControlPlane, uid: &str, grace: Duration) {
 }
 
 /// One reconcile pass over every job that is not finished.
-pub(crate) async fn pass(plane: &ControlPlane) -> Result<(), ApiError> {
+pub(crate) async fn pass(
+    plane: &ControlPlane,
+    admission: &mut Option<Admission>,
+) -> Result<(), ApiError> {
     let store = plane.store();
-    let active = store
+    let mut active = store
         .list_jobs(&JobFilter {
             namespace: None,
             phases: JobPhase::ALL
@@ -235,44 +240,43 @@ pub(crate) async fn pass(plane: &ControlPlane) -> Result<(), ApiError> {
         stop(plane, &uid, grace);
     }
 
-    let ids = plane.inventory().ids();
-    let mut taken: BTreeSet<String> = active
-        .iter()
-        .filter(|j| j.phase.holds_resources())
-        .flat_map(|j| j.gpus.iter().flatten().cloned())
-        .collect();
-    taken.extend(
-        plane
-            .live()
-            .values()
-            .filter(|lg| lg.draining)
-            .flat_map(|lg| lg.gang.ranks.iter().flat_map(|r| r.gpus.iter().cloned())),
-    );
-    let mut head_blocked = false;
+    // New jobs enter their queue before the scheduler looks.
+    for job in &mut active {
+        if job.phase != JobPhase::Pending {
+            continue;
+        }
+        let res = store
+            .transition(
+                &job.uid,
+                JobPhase::Pending,
+                JobPhase::Queued,
+                "Queued",
+                &format!(
+                    "waiting in queue {} for {} GPU(s)",
+                    job.job
+                        .spec
+                        .queue
+                        .as_deref()
+                        .unwrap_or(admission::DEFAULT_QUEUE),
+                    job.job.spec.resources.total_gpus()
+                ),
+                StatusPatch::default(),
+            )
+            .await;
+        match res {
+            Ok(record) => *job = record,
+            Err(StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    admission::schedule(plane, admission, &active).await?;
 
     for job in &active {
         let outcome = match job.phase {
-            JobPhase::Pending => store
-                .transition(
-                    &job.uid,
-                    JobPhase::Pending,
-                    JobPhase::Queued,
-                    "Queued",
-                    &format!(
-                        "waiting in queue {} for {} GPU(s)",
-                        job.job.spec.queue.as_deref().unwrap_or("default"),
-                        job.job.spec.resources.total_gpus()
-                    ),
-                    StatusPatch::default(),
-                )
-                .await
-                .map(drop),
-            JobPhase::Queued if head_blocked => Ok(()),
-            JobPhase::Queued => {
-                let admitted = admit(plane, job, &ids, &mut taken).await?;
-                head_blocked = !admitted;
-                Ok(())
+            JobPhase::Queued if job.job.spec.resources.total_gpus() == 0 => {
+                admit_without_gpus(plane, job).await
             }
+            JobPhase::Admitted if gpus_still_busy(plane, job) => Ok(()),
             JobPhase::Admitted => launch(plane, job, JobPhase::Admitted).await,
             JobPhase::Running => observe(plane, job).await,
             JobPhase::Restarting => {
@@ -286,17 +290,6 @@ pub(crate) async fn pass(plane: &ControlPlane) -> Result<(), ApiError> {
                     Ok(())
                 }
             }
-            JobPhase::Preempted => store
-                .transition(
-                    &job.uid,
-                    JobPhase::Preempted,
-                    JobPhase::Queued,
-                    "Requeued",
-                    "back in the queue after preemption; will resume from its latest checkpoint",
-                    StatusPatch::default(),
-                )
-                .await
-                .map(drop),
             _ => Ok(()),
         };
         match outcome {
@@ -309,76 +302,44 @@ pub(crate) async fn pass(plane: &ControlPlane) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Whether any of an admitted job's GPUs is still used by another gang's ranks (one being
+/// preempted or stopped): the scheduler's books never hand a GPU out twice, and this keeps
+/// that true on the machine even when the books were rebuilt.
+fn gpus_still_busy(plane: &ControlPlane, job: &JobRecord) -> bool {
+    let mine: BTreeSet<&String> = job.gpus.iter().flatten().collect();
+    plane.live().iter().any(|(uid, lg)| {
+        uid != &job.uid
+            && lg
+                .gang
+                .ranks
+                .iter()
+                .flat_map(|r| r.gpus.iter())
+                .any(|g| mine.contains(g))
+    })
+}
+
 /// SIGTERM-to-SIGKILL grace of a job's ranks.
 pub(crate) fn grace_of(job: &JobRecord) -> Duration {
     Duration::from_secs_f64(job.job.spec.on_failure.grace_seconds.max(0.0))
 }
 
-/// FIFO admission with exact GPU accounting; returns false when the job must wait.
-async fn admit(
-    plane: &ControlPlane,
-    job: &JobRecord,
-    ids: &[String],
-    taken: &mut BTreeSet<String>,
-) -> Result<bool, ApiError> {
-    let resources = &job.job.spec.resources;
-    let need = resources.total_gpus() as usize;
-    if need > ids.len() {
-        plane
-            .store()
-            .transition(
-                &job.uid,
-                JobPhase::Queued,
-                JobPhase::Failed,
-                "Unschedulable",
-                &format!(
-                    "needs {need} GPUs but this control plane has {}; lower spec.resources or start `ferry up --gpus N`",
-                    ids.len()
-                ),
-                StatusPatch::default(),
-            )
-            .await?;
-        return Ok(true);
-    }
-    let free = admission::free_indices(ids, taken);
-    let Some(gpus) = admission::assign(resources, &free, ids) else {
-        let reason = format!("needs {need} GPU(s); {} of {} free", free.len(), ids.len());
-        if plane.set_waiting(&job.uid, &reason) {
-            plane.store().note(&job.uid, "Waiting", &reason).await?;
-        }
-        return Ok(false);
-    };
-    plane.clear_waiting(&job.uid);
-    let message = if need == 0 {
-        "admitted (no GPUs needed)".to_owned()
-    } else {
-        format!(
-            "admitted on GPU(s) {}",
-            gpus.iter().flatten().cloned().collect::<Vec<_>>().join(",")
-        )
-    };
-    match plane
+/// A job that needs no GPU is admitted as soon as it is queued.
+async fn admit_without_gpus(plane: &ControlPlane, job: &JobRecord) -> Result<(), StoreError> {
+    plane
         .store()
         .transition(
             &job.uid,
             JobPhase::Queued,
             JobPhase::Admitted,
             "Admitted",
-            &message,
+            "admitted (no GPUs needed)",
             StatusPatch {
-                gpus: Some(gpus.clone()),
+                gpus: Some(Vec::new()),
                 ..Default::default()
             },
         )
         .await
-    {
-        Ok(_) => {
-            taken.extend(gpus.into_iter().flatten());
-            Ok(true)
-        }
-        Err(StoreError::Conflict { .. }) => Ok(true),
-        Err(e) => Err(e.into()),
-    }
+        .map(drop)
 }
 
 /// Persists `Running` for the next attempt, then starts its processes.

@@ -40,6 +40,7 @@ struct Inner {
     waiting: Mutex<HashMap<String, String>>,
     deployments: Mutex<Deployments>,
     gateway: std::sync::OnceLock<GatewayLink>,
+    queue_usage: Mutex<Vec<ferry_sched::QueueUsage>>,
 }
 
 /// The in-process gateway the serving controller keeps up to date.
@@ -92,6 +93,7 @@ impl ControlPlane {
                 waiting: Mutex::new(HashMap::new()),
                 deployments: Mutex::new(HashMap::new()),
                 gateway: std::sync::OnceLock::new(),
+                queue_usage: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -182,6 +184,23 @@ impl ControlPlane {
     pub(crate) fn set_waiting(&self, uid: &str, reason: &str) -> bool {
         let mut waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
         waiting.insert(uid.to_owned(), reason.to_owned()).as_deref() != Some(reason)
+    }
+
+    /// What each queue holds, as of the last scheduling cycle (for `ferry get queues`).
+    pub(crate) fn queue_usage(&self) -> Vec<ferry_sched::QueueUsage> {
+        self.inner
+            .queue_usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn set_queue_usage(&self, usage: Vec<ferry_sched::QueueUsage>) {
+        *self
+            .inner
+            .queue_usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = usage;
     }
 
     pub(crate) fn clear_waiting(&self, uid: &str) {

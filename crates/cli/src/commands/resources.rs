@@ -150,7 +150,9 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
             "ENDPOINTS",
             "AGE",
         ]),
-        _ => Table::new(&["NAME", "COHORT", "QUOTAS", "WEIGHT", "AGE"]),
+        _ => Table::new(&[
+            "NAME", "COHORT", "QUOTAS", "WEIGHT", "USED", "RUNNING", "PENDING", "AGE",
+        ]),
     };
     for o in &objects {
         let spec = &o["doc"]["spec"];
@@ -199,6 +201,9 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     cell(&spec["cohort"]),
                     quotas,
                     cell(&spec["weight"]),
+                    cell(&o["doc"]["status"]["usedGpus"]),
+                    cell(&o["doc"]["status"]["running"]),
+                    cell(&o["doc"]["status"]["pending"]),
                     created,
                 ]);
             }

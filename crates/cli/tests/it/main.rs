@@ -6,4 +6,5 @@ mod control_plane;
 mod convert;
 mod gateway;
 mod harness;
+mod preemption;
 mod serve;

@@ -55,6 +55,24 @@ pub(crate) async fn apply(
         check_against_cluster(&plane, &resource, &source)?;
         resources.push(resource);
     }
+    // Queues, priorities and gang sizes are checked together: a job may name a queue
+    // applied in the same batch.
+    let problems = crate::admission::check_batch(&plane, &resources).await?;
+    if !problems.is_empty() {
+        let many = resources.len() > 1;
+        let problems = problems
+            .into_iter()
+            .map(|(i, mut p)| {
+                if many {
+                    let m = resources[i].metadata();
+                    p.message =
+                        format!("{} {}: {}", resources[i].kind().as_str(), m.name, p.message);
+                }
+                p
+            })
+            .collect();
+        return Err(ApiError::invalid(&source, problems));
+    }
     // Duplicate names are refused before anything is stored.
     for r in &resources {
         if let Resource::TrainJob(job) = r {

@@ -19,6 +19,11 @@ fn object_kind(kind: &str) -> Result<&'static str, ApiError> {
     }
 }
 
+/// The stored object with its live status (deployments' replicas, queues' usage).
+fn with_status(plane: &ControlPlane, record: ObjectRecord) -> ObjectRecord {
+    crate::admission::with_status(plane, serving::with_status(plane, record))
+}
+
 pub(crate) async fn list(
     State(plane): State<ControlPlane>,
     Path(kind): Path<String>,
@@ -32,7 +37,7 @@ pub(crate) async fn list(
     Ok(Json(
         records
             .into_iter()
-            .map(|r| serving::with_status(&plane, r))
+            .map(|r| with_status(&plane, r))
             .collect(),
     ))
 }
@@ -46,7 +51,7 @@ pub(crate) async fn get(
         .store()
         .get_object(kind, &ns, &name)
         .await?
-        .map(|r| Json(serving::with_status(&plane, r)))
+        .map(|r| Json(with_status(&plane, r)))
         .ok_or_else(|| ApiError::not_found(format!("{kind} {ns}/{name} not found")))
 }
 

@@ -1,0 +1,220 @@
+//! The scheduler on `ferry up --gpus 4`: graceful preemption by priority across a
+//! control-plane restart, and queue / priority mistakes refused at apply time.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::harness::Plane;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// A job running `examples/sleeper.py STEPS` (one step a second, a checkpoint every five
+/// steps and on SIGTERM, resumes from `FERRY_RESUME_FROM`) on `gpus` GPUs.
+fn sleeper(name: &str, priority: &str, gpus: u32, steps: u32) -> String {
+    format!(
+        "apiVersion: ferry.dev/v1alpha1
+kind: TrainJob
+metadata: {{name: {name}}}
+spec:
+  engine: command
+  command: [python3, examples/sleeper.py, '{steps}']
+  priority: {priority}
+  resources: {{nodes: 1, procsPerNode: 1, gpusPerNode: {gpus}}}
+  onFailure: {{maxRestarts: 0, graceSeconds: 10}}
+"
+    )
+}
+
+/// Position of the first event matching `pred`, with a readable failure.
+fn find(events: &[Value], what: &str, pred: impl Fn(&Value) -> bool) -> usize {
+    events
+        .iter()
+        .position(pred)
+        .unwrap_or_else(|| panic!("no {what} event in {events:#?}"))
+}
+
+fn at(events: &[Value], i: usize) -> chrono::DateTime<chrono::Utc> {
+    events[i]["at"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("event without time: {}", events[i]))
+}
+
+fn message(e: &Value) -> &str {
+    e["message"].as_str().unwrap_or_default()
+}
+
+/// Waits until rank 0 of `name` has printed `step` metrics lines.
+fn wait_for_step(plane: &Plane, name: &str, step: u32) {
+    let deadline = Instant::now() + LIMIT;
+    let needle = format!("\"step\": {step},");
+    while !plane.ok(&["logs", name]).contains(&needle) {
+        assert!(
+            Instant::now() < deadline,
+            "{name} never reached step {step}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_high_priority_job_preempts_a_low_one_which_resumes_from_its_checkpoint() {
+    let mut plane = Plane::start(Some(4));
+    let low = plane.write("low.yaml", &sleeper("low", "low", 4, 12));
+    plane.ok(&["apply", "-f", &low]);
+    plane.wait_phase("low", "Running", LIMIT);
+    wait_for_step(&plane, "low", 2);
+
+    // The scheduler's books survive a crash: the restarted control plane re-registers the
+    // running job where it runs, neither preempting it nor handing its GPUs out.
+    plane.restart();
+    let mid = plane.write("mid.yaml", &sleeper("mid", "low", 1, 1));
+    plane.ok(&["apply", "-f", &mid]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(plane.job("mid")["status"]["phase"], "Queued");
+    assert_eq!(plane.job("low")["status"]["phase"], "Running");
+    plane.ok(&["cancel", "job", "mid"]);
+
+    wait_for_step(&plane, "low", 3);
+    let high = plane.write("high.yaml", &sleeper("high", "high", 2, 2));
+    plane.ok(&["apply", "-f", &high]);
+    let high_done = plane.wait_phase("high", "Succeeded", LIMIT);
+    let low_done = plane.wait_phase("low", "Succeeded", LIMIT);
+
+    let low_ev = plane.events("low");
+    let high_ev = plane.events("high");
+    let preempted = find(&low_ev, "Preempted", |e| e["to"] == "Preempted");
+    assert!(
+        message(&low_ev[preempted]).contains("default/high (priority high over low)"),
+        "{}",
+        low_ev[preempted]
+    );
+    assert_eq!(
+        low_ev.iter().filter(|e| e["to"] == "Preempted").count(),
+        1,
+        "preempted once, never again: {low_ev:#?}"
+    );
+    // Graceful: the rank caught SIGTERM and wrote a checkpoint before exiting.
+    let uid = low_done["metadata"]["uid"].as_str().unwrap();
+    let first = plane
+        .home
+        .path()
+        .join(format!("jobs/default/low/{uid}/attempt-1/rank-0.log"));
+    let log = std::fs::read_to_string(&first).unwrap();
+    let sigterm = log
+        .lines()
+        .find(|l| l.starts_with("SIGTERM at step"))
+        .unwrap_or_else(|| panic!("no graceful stop in {log}"));
+    let step: u32 = sigterm
+        .split_whitespace()
+        .nth(3)
+        .unwrap()
+        .trim_end_matches(':')
+        .parse()
+        .unwrap();
+    assert!(step >= 3, "{sigterm}");
+    let ckpt = format!("checkpoints/step-{step}");
+
+    let requeued = find(&low_ev, "Requeued", |e| e["reason"] == "Requeued");
+    assert!(requeued > preempted);
+    assert!(
+        message(&low_ev[requeued]).ends_with(&ckpt),
+        "{}",
+        low_ev[requeued]
+    );
+    // The high job starts only once the low one's ranks are gone, and finishes before the
+    // low one is admitted again.
+    let high_admitted = find(&high_ev, "Admitted", |e| e["to"] == "Admitted");
+    let high_succeeded = find(&high_ev, "Succeeded", |e| e["to"] == "Succeeded");
+    assert!(at(&high_ev, high_admitted) >= at(&low_ev, requeued));
+    let readmitted = requeued
+        + find(&low_ev[requeued..], "re-admission", |e| {
+            e["to"] == "Admitted"
+        });
+    assert!(at(&low_ev, readmitted) >= at(&high_ev, high_succeeded));
+    assert_eq!(
+        high_done["status"]["gpus"].as_array().unwrap()[0]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // The second attempt resumed from that checkpoint on all four GPUs and finished the
+    // remaining steps.
+    assert_eq!(low_done["status"]["attempt"], 2);
+    assert_eq!(
+        low_done["status"]["restarts"], 0,
+        "a preemption is not a failure"
+    );
+    assert!(
+        low_done["status"]["resumedFrom"]
+            .as_str()
+            .unwrap()
+            .ends_with(&ckpt)
+    );
+    assert_eq!(low_done["status"]["gpus"][0].as_array().unwrap().len(), 4);
+    let second = plane.ok(&["logs", "low"]);
+    assert!(second.contains(&format!("at step {step}")), "{second}");
+    assert!(
+        second.contains("\"step\": 12,") && second.contains("done"),
+        "{second}"
+    );
+    assert!(
+        !second.contains(&format!("\"step\": {step},")),
+        "no step redone: {second}"
+    );
+}
+
+#[test]
+fn queue_and_priority_mistakes_are_refused_at_apply() {
+    let plane = Plane::start(Some(4));
+    let refuse = |file: &str, text: &str, needles: &[&str]| {
+        let path = plane.write(file, text);
+        let out = plane.ferry(&["apply", "-f", &path]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{file} was accepted");
+        for n in needles {
+            assert!(err.contains(n), "{file}: no {n:?} in {err}");
+        }
+    };
+    refuse(
+        "missing-queue.yaml",
+        &sleeper("lost", "normal", 1, 1).replace("  priority:", "  queue: research\n  priority:"),
+        &["spec.queue", "queue `research` does not exist", "default"],
+    );
+    refuse(
+        "bad-priority.yaml",
+        &sleeper("vip", "urgent", 1, 1),
+        &["spec.priority", "`urgent`", "low, normal, high"],
+    );
+    let team = |name: &str, cohort: &str, nominal: u32, borrow: u32| {
+        format!(
+            "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: {name}}}\nspec: {{cohort: {cohort}, quotas: [{{flavor: any, nominal: {nominal}, borrowingLimit: {borrow}}}]}}\n"
+        )
+    };
+    refuse(
+        "lonely.yaml",
+        &team("a", "c1", 2, 1),
+        &["spec.cohort", "cohort `c1`"],
+    );
+    refuse(
+        "greedy.yaml",
+        &format!("{}---\n{}", team("a", "c1", 2, 9), team("b", "c1", 2, 0)),
+        &["spec.quotas[0].borrowingLimit", "queue `a`"],
+    );
+    // A gang larger than its queue may ever use is refused, not left waiting forever.
+    let both = format!(
+        "{}---\n{}---\n{}",
+        team("a", "c1", 1, 1),
+        team("b", "c1", 1, 0),
+        sleeper("big", "normal", 3, 1).replace("  priority:", "  queue: a\n  priority:")
+    );
+    refuse("too-big.yaml", &both, &["spec.resources", "at most 2"]);
+    assert_eq!(plane.ok(&["get", "jobs", "-o", "json"]).trim(), "[]");
+    assert!(
+        !plane.ok(&["get", "queues"]).contains("c1"),
+        "nothing stored"
+    );
+}
