@@ -1,128 +1,365 @@
-//! Ferry vs FIFO and EASY backfill on variants of a trace and on generated traces:
-//! `cargo run --release -p ferry-sched --example variants -- [TRACE.csv]`.
-use ferry_sched::{
-    Cluster, Policy, SimReport, TraceJob, default_cluster, default_queues, simulate,
-};
-use ferry_sched::{GenSpec, SizeMix, generated_trace};
+//! Ferry vs FIFO and EASY backfill on two disjoint sets of traces:
+//! `cargo run --release -p ferry-sched --example variants -- tune|heldout [TRACE.csv]`.
+//!
+//! * `tune`: the set the policy was tuned on — variants of the trace and generated traces with
+//!   seeds 1–12 (job-size mixes Small / Mixed / Gangs, loads 0.8 / 1.0 / 1.3, 128 GPUs).
+//! * `heldout`: never used while tuning — other variants and time windows of the trace, and
+//!   generated traces with seeds 1001–1010 at other loads, cluster sizes and team counts.
+//!
+//! `FERRY_OPTS='{"durationWeight": 0}'` overrides Ferry's options (JSON, merged over the
+//! defaults) for experiments. Prints one line per trace and the pass counts per comparison.
+use std::path::Path;
 
-fn run(name: &str, trace: &[TraceJob], cluster: Option<Cluster>) -> bool {
-    let cluster = cluster.unwrap_or_else(|| default_cluster(trace));
-    let queues = default_queues(trace, &cluster);
-    let t = std::time::Instant::now();
-    let r: Vec<SimReport> = [Policy::Ferry, Policy::Fifo, Policy::EasyBackfill]
+use ferry_sched::{
+    Cluster, GenSpec, Options, Policy, SimReport, SizeMix, TraceJob, cluster_with_gpus,
+    default_cluster, default_queues, generated_trace, simulate, simulate_with,
+};
+
+struct Case {
+    name: String,
+    group: &'static str,
+    trace: Vec<TraceJob>,
+    cluster: Option<Cluster>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Verdict {
+    jct_fifo: bool,
+    jct_easy: bool,
+    util_fifo: bool,
+    util_easy: bool,
+    /// `None`: no all-saturated window long enough to judge.
+    fair: Option<bool>,
+}
+
+fn run(case: &Case, opts: &Options) -> (Verdict, String) {
+    let cluster = case
+        .cluster
+        .clone()
+        .unwrap_or_else(|| default_cluster(&case.trace));
+    let queues = default_queues(&case.trace, &cluster);
+    // FERRY_LAYOUT=single: Ferry's switches on one global queue (isolates the quota effects).
+    let layout = if std::env::var("FERRY_LAYOUT").is_ok_and(|l| l == "single") {
+        Policy::EasyBackfill
+    } else {
+        Policy::Ferry
+    };
+    let mut f =
+        simulate_with(&case.trace, &cluster, &queues, layout, opts.clone()).expect("simulates");
+    f.policy = "ferry".into();
+    let r: Vec<SimReport> = [Policy::Fifo, Policy::EasyBackfill]
         .iter()
-        .map(|p| simulate(trace, &cluster, &queues, *p).expect("simulates"))
+        .map(|p| simulate(&case.trace, &cluster, &queues, *p).expect("simulates"))
         .collect();
-    let (f, fifo, easy) = (&r[0], &r[1], &r[2]);
-    let ok_jct = f.mean_jct_s < fifo.mean_jct_s && f.mean_jct_s < easy.mean_jct_s;
-    let ok_util = f.utilization > fifo.utilization && f.utilization > easy.utilization;
-    let ok_win = f.utilization_in_window > fifo.utilization_in_window
-        && f.utilization_in_window > easy.utilization_in_window;
-    let fair: Vec<String> = f
+    let (fifo, easy) = (&r[0], &r[1]);
+    if std::env::var_os("DETAIL").is_some() {
+        println!(
+            "{}\n{}",
+            case.name,
+            ferry_sched::render_table(&[f.clone(), fifo.clone(), easy.clone()])
+        );
+        // Busy GPUs sampled every 4 hours, per policy.
+        for r in [&f, fifo, easy] {
+            let mut row = format!("{:<14}", r.policy);
+            let end = r.timeline.last().map_or(0, |x| x.0);
+            let mut t = r.timeline.first().map_or(0, |x| x.0);
+            while t <= end {
+                let busy = r
+                    .timeline
+                    .iter()
+                    .rev()
+                    .find(|x| x.0 <= t)
+                    .map_or(0, |x| x.1);
+                row.push_str(&format!(" {busy:>3}"));
+                t += 14_400;
+            }
+            println!("{row}");
+        }
+    }
+    let fair = f
+        .team_share
+        .values()
+        .map(|s| s.within_tolerance)
+        .try_fold(true, |acc, w| w.map(|w| acc && w));
+    let v = Verdict {
+        jct_fifo: f.mean_jct_s < fifo.mean_jct_s,
+        jct_easy: f.mean_jct_s < easy.mean_jct_s,
+        util_fifo: f.utilization > fifo.utilization,
+        util_easy: f.utilization > easy.utilization,
+        fair,
+    };
+    let shares: Vec<String> = f
         .team_share
         .iter()
         .map(|(t, s)| format!("{t}:{:.3}/{:.3}", s.share, s.entitlement))
         .collect();
-    let ok_fair = f
-        .team_share
-        .values()
-        .all(|s| s.within_tolerance != Some(false));
-    println!(
-        "{name:<34} jct {:>8.0} {:>8.0} {:>8.0} util {:.3} {:.3} {:.3} win {:.3} {:.3} {:.3} pre {:>4} sat {:>7} {} {} {} {} [{}] {:?}",
+    let line = format!(
+        "{:<36} jct {:>8.0} {:>8.0} {:>8.0} util {:.3} {:.3} {:.3} pre {:>4} sat {:>7} {}{}{}{} {} [{}]",
+        case.name,
         f.mean_jct_s,
         fifo.mean_jct_s,
         easy.mean_jct_s,
         f.utilization,
         fifo.utilization,
         easy.utilization,
-        f.utilization_in_window,
-        fifo.utilization_in_window,
-        easy.utilization_in_window,
         f.preemptions,
         f.saturated_s,
-        if ok_jct { "JCT-ok" } else { "JCT-LOSE" },
-        if ok_util { "U-ok" } else { "U-LOSE" },
-        if ok_win { "W-ok" } else { "W-LOSE" },
-        if ok_fair { "F-ok/na" } else { "F-OUT" },
-        fair.join(" "),
-        t.elapsed()
+        if v.jct_fifo { "" } else { "JCT<FIFO-LOSE " },
+        if v.jct_easy { "" } else { "JCT<EASY-LOSE " },
+        if v.util_fifo { "" } else { "U>FIFO-LOSE " },
+        if v.util_easy { "" } else { "U>EASY-LOSE " },
+        match v.fair {
+            Some(true) => "fair-ok",
+            Some(false) => "FAIR-OUT",
+            None => "fair-n/a",
+        },
+        shares.join(" ")
     );
-    ok_jct && ok_util && ok_fair
+    (v, line)
+}
+
+fn helios_tune(trace: &[TraceJob], out: &mut Vec<Case>) {
+    let mut add = |name: &str, t: Vec<TraceJob>, c: Option<Cluster>| {
+        out.push(Case {
+            name: format!("helios {name}"),
+            group: "helios",
+            trace: t,
+            cluster: c,
+        })
+    };
+    add("original", trace.to_vec(), None);
+    let half = trace.len() / 2;
+    add("first half", trace[..half].to_vec(), None);
+    add("second half", trace[half..].to_vec(), None);
+    add("submit x0.7", scale_submit(trace, 7, 10), None);
+    add("team split in three", split_team(trace, 3), None);
+    let odd: Vec<TraceJob> = trace.iter().step_by(2).cloned().collect();
+    add("every other row", odd, None);
+    add(
+        "original, 256 GPUs",
+        trace.to_vec(),
+        Some(cluster_with_gpus(256)),
+    );
+    add(
+        "original, 136 GPUs",
+        trace.to_vec(),
+        Some(cluster_with_gpus(136)),
+    );
+}
+
+fn helios_heldout(trace: &[TraceJob], out: &mut Vec<Case>) {
+    let mut add = |name: String, t: Vec<TraceJob>, c: Option<Cluster>| {
+        out.push(Case {
+            name: format!("helios {name}"),
+            group: "helios",
+            trace: t,
+            cluster: c,
+        })
+    };
+    // Time windows: four quarters of the submit span, and two overlapping middle windows.
+    let span = trace.iter().map(|j| j.submit_s).max().unwrap_or(0) + 1;
+    let window = |lo: u64, hi: u64| -> Vec<TraceJob> {
+        trace
+            .iter()
+            .filter(|j| j.submit_s >= lo && j.submit_s < hi)
+            .cloned()
+            .collect()
+    };
+    for k in 0..4 {
+        add(
+            format!("window q{}", k + 1),
+            window(span * k / 4, span * (k + 1) / 4),
+            None,
+        );
+    }
+    add(
+        "window middle half".into(),
+        window(span / 4, span * 3 / 4),
+        None,
+    );
+    add("window 1/3..1".into(), window(span / 3, span), None);
+    // Row subsets other than the tuning set's every-other-row.
+    let thirds: Vec<TraceJob> = trace
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 3 != 1)
+        .map(|(_, j)| j.clone())
+        .collect();
+    add("two rows in three".into(), thirds, None);
+    add("submit x0.85".into(), scale_submit(trace, 85, 100), None);
+    add("submit x1.25".into(), scale_submit(trace, 125, 100), None);
+    add("team split in two".into(), split_team(trace, 2), None);
+    add(
+        "original, 160 GPUs".into(),
+        trace.to_vec(),
+        Some(cluster_with_gpus(160)),
+    );
+    add(
+        "original, 200 GPUs".into(),
+        trace.to_vec(),
+        Some(cluster_with_gpus(200)),
+    );
+}
+
+fn scale_submit(trace: &[TraceJob], num: u64, den: u64) -> Vec<TraceJob> {
+    trace
+        .iter()
+        .map(|j| TraceJob {
+            submit_s: j.submit_s * num / den,
+            ..j.clone()
+        })
+        .collect()
+}
+
+fn split_team(trace: &[TraceJob], parts: usize) -> Vec<TraceJob> {
+    trace
+        .iter()
+        .enumerate()
+        .map(|(i, j)| {
+            let mut j = j.clone();
+            if j.team == trace[0].team {
+                j.team = format!("{}-{}", j.team, i % parts);
+            }
+            j
+        })
+        .collect()
+}
+
+fn generated(set: &str, out: &mut Vec<Case>) {
+    let mixes = [SizeMix::Small, SizeMix::Mixed, SizeMix::Gangs];
+    let group = |m: SizeMix| match m {
+        SizeMix::Small => "gen-small",
+        SizeMix::Mixed => "gen-mixed",
+        SizeMix::Gangs => "gen-gangs",
+    };
+    if set == "tune" {
+        for seed in 1..=12u64 {
+            for mix in mixes {
+                for load in [0.8, 1.0, 1.3] {
+                    let spec = GenSpec {
+                        seed,
+                        jobs: 600,
+                        teams: 2 + (seed as usize % 4),
+                        gpus: 128,
+                        load,
+                        mix,
+                    };
+                    out.push(Case {
+                        name: format!("gen s{seed} {mix:?} load {load}"),
+                        group: group(mix),
+                        trace: generated_trace(&spec),
+                        cluster: Some(cluster_with_gpus(128)),
+                    });
+                }
+            }
+        }
+    } else {
+        for seed in 1001..=1010u64 {
+            let gpus = [64, 128, 256][seed as usize % 3];
+            for mix in mixes {
+                for load in [0.9, 1.15, 1.5] {
+                    let spec = GenSpec {
+                        seed,
+                        jobs: 500,
+                        teams: 2 + (seed as usize % 5),
+                        gpus,
+                        load,
+                        mix,
+                    };
+                    out.push(Case {
+                        name: format!("gen s{seed} {mix:?} load {load} {gpus} GPUs"),
+                        group: group(mix),
+                        trace: generated_trace(&spec),
+                        cluster: Some(cluster_with_gpus(gpus)),
+                    });
+                }
+            }
+        }
+    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let mut all = true;
-    if let Some(path) = args.get(1).filter(|_| std::env::var("ONLY").is_err()) {
-        let trace = ferry_sched::read_trace(std::path::Path::new(path))?;
-        all &= run("original", &trace, None);
-        let half = trace.len() / 2;
-        all &= run("first half", &trace[..half], None);
-        all &= run("second half", &trace[half..], None);
-        let fast: Vec<TraceJob> = trace
-            .iter()
-            .map(|j| TraceJob {
-                submit_s: j.submit_s * 7 / 10,
-                ..j.clone()
-            })
-            .collect();
-        all &= run("submit x0.7", &fast, None);
-        let split: Vec<TraceJob> = trace
-            .iter()
-            .enumerate()
-            .map(|(i, j)| {
-                let mut j = j.clone();
-                if j.team == trace[0].team {
-                    j.team = format!("{}-{}", j.team, i % 3);
-                }
-                j
-            })
-            .collect();
-        all &= run("team split in three", &split, None);
-        let odd: Vec<TraceJob> = trace.iter().step_by(2).cloned().collect();
-        all &= run("every other row", &odd, None);
-        all &= run(
-            "every other row, 128 GPUs",
-            &odd,
-            Some(ferry_sched::cluster_with_gpus(128)),
-        );
-        all &= run(
-            "original, 256 GPUs",
-            &trace,
-            Some(ferry_sched::cluster_with_gpus(256)),
-        );
-        all &= run(
-            "original, 136 GPUs",
-            &trace,
-            Some(ferry_sched::cluster_with_gpus(136)),
-        );
+    let set = args.get(1).map_or("tune", String::as_str);
+    if set != "tune" && set != "heldout" {
+        return Err("usage: variants tune|heldout [TRACE.csv]".into());
     }
-    let only = std::env::var("ONLY").ok();
-    for seed in 1..=12u64 {
-        for mix in [SizeMix::Small, SizeMix::Mixed, SizeMix::Gangs] {
-            for load in [0.8, 1.0, 1.3] {
-                if let Some(o) = &only
-                    && *o != format!("{seed}{mix:?}{load}")
-                {
-                    continue;
-                }
-                let spec = GenSpec {
-                    seed,
-                    jobs: 600,
-                    teams: 2 + (seed as usize % 4),
-                    gpus: 128,
-                    load,
-                    mix,
-                };
-                let trace = generated_trace(&spec);
-                all &= run(
-                    &format!("gen s{seed} {mix:?} load {load}"),
-                    &trace,
-                    Some(ferry_sched::cluster_with_gpus(128)),
-                );
-            }
+    let mut opts = serde_json::to_value(Options::default())?;
+    if let Ok(o) = std::env::var("FERRY_OPTS") {
+        let over: serde_json::Value = serde_json::from_str(&o)?;
+        for (k, v) in over.as_object().ok_or("FERRY_OPTS must be a JSON object")? {
+            opts[k] = v.clone();
         }
     }
-    println!("{}", if all { "ALL OK" } else { "SOME FAILED" });
+    let opts: Options = serde_json::from_value(opts)?;
+    let mut cases = Vec::new();
+    if let Some(path) = args.get(2) {
+        let trace = ferry_sched::read_trace(Path::new(path))?;
+        if set == "tune" {
+            helios_tune(&trace, &mut cases);
+        } else {
+            helios_heldout(&trace, &mut cases);
+        }
+    }
+    generated(set, &mut cases);
+    if let Ok(only) = std::env::var("ONLY") {
+        cases.retain(|c| c.name.contains(&only));
+    }
+    let threads = std::env::var("THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(2usize)
+        .max(1);
+    let mut results: Vec<Option<(Verdict, String)>> = vec![None; cases.len()];
+    std::thread::scope(|s| {
+        let chunks: Vec<_> = results
+            .chunks_mut(cases.len().div_ceil(threads).max(1))
+            .collect();
+        let mut start = 0;
+        for chunk in chunks {
+            let (cases, opts) = (&cases, &opts);
+            let lo = start;
+            start += chunk.len();
+            s.spawn(move || {
+                for (k, slot) in chunk.iter_mut().enumerate() {
+                    *slot = Some(run(&cases[lo + k], opts));
+                }
+            });
+        }
+    });
+    let mut groups: Vec<&str> = Vec::new();
+    for c in &cases {
+        if !groups.contains(&c.group) {
+            groups.push(c.group);
+        }
+    }
+    for (c, r) in cases.iter().zip(&results) {
+        println!("{}", r.as_ref().expect("ran").1);
+        let _ = c;
+    }
+    println!(
+        "{:<10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>14}",
+        "set", "traces", "JCT<FIFO", "JCT<EASY", "U>FIFO", "U>EASY", "fair ok/OUT/na"
+    );
+    for g in groups {
+        let vs: Vec<Verdict> = cases
+            .iter()
+            .zip(&results)
+            .filter(|(c, _)| c.group == g)
+            .map(|(_, r)| r.as_ref().expect("ran").0)
+            .collect();
+        let n = vs.len();
+        let count = |f: &dyn Fn(&Verdict) -> bool| vs.iter().filter(|v| f(v)).count();
+        println!(
+            "{g:<10} {n:>6} {:>10} {:>10} {:>10} {:>10} {:>6}/{}/{}",
+            count(&|v| v.jct_fifo),
+            count(&|v| v.jct_easy),
+            count(&|v| v.util_fifo),
+            count(&|v| v.util_easy),
+            count(&|v| v.fair == Some(true)),
+            count(&|v| v.fair == Some(false)),
+            count(&|v| v.fair.is_none()),
+        );
+    }
     Ok(())
 }

@@ -214,6 +214,12 @@ pub struct Options {
     /// long (seconds) for borrowers to finish; 0 reclaims at once.
     #[serde(default)]
     pub reclaim_patience_s: u64,
+    /// Each cycle first tries the (few, at most 8) pending jobs expected to run longer than
+    /// this many times the time the cluster needs to clear all known work (running and
+    /// pending GPU-seconds over its GPUs): starting them late would stretch the makespan, so
+    /// they pass shorter work that duration weighting would put first (0: off).
+    #[serde(default)]
+    pub critical_path_factor: u32,
 }
 
 impl Default for Options {
@@ -230,6 +236,7 @@ impl Default for Options {
             drain_for_holder: true,
             duration_weight: 6,
             reclaim_patience_s: 0,
+            critical_path_factor: 2,
         }
     }
 }

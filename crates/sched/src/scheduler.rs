@@ -154,6 +154,14 @@ pub struct Scheduler {
     ready: Vec<u32>,
     /// Running jobs on lent reserved nodes, per flavor.
     loans: Vec<BTreeSet<u32>>,
+    /// Pending jobs with a known expected duration, longest first (critical-path pass).
+    long_pending: BTreeSet<(Reverse<u64>, u32)>,
+    /// GPU-seconds of pending work with a known expected duration.
+    pending_work: f64,
+    /// Every pending job by priority, then age (who a critical job must not pass).
+    by_age: BTreeSet<(Reverse<i32>, Time, u32)>,
+    /// GPUs of the whole cluster.
+    total_gpus: f64,
 }
 
 fn cfg_err(
@@ -423,6 +431,13 @@ impl Scheduler {
         Ok(Scheduler {
             opts,
             prio,
+            long_pending: BTreeSet::new(),
+            pending_work: 0.0,
+            by_age: BTreeSet::new(),
+            total_gpus: pools
+                .iter()
+                .flat_map(|p| p.nodes.iter().map(|n| f64::from(n.cap)))
+                .sum(),
             holder: vec![None; nf],
             ends: vec![BTreeSet::new(); nf],
             loans: vec![BTreeSet::new(); nf],
@@ -596,6 +611,7 @@ impl Scheduler {
         qs.pending.insert(job.key(idx));
         qs.dirty = true;
         self.jobs.push(Some(job));
+        self.pend_add(idx);
         self.ids.insert(w.id, idx);
         Ok(())
     }
@@ -685,6 +701,7 @@ impl Scheduler {
             self.pools[f].set_free(n, free);
         }
         self.queues[q as usize].pending.remove(&key);
+        self.pend_remove(j);
         self.charge(q, f, gpus as i64);
         let qs = &self.queues[q as usize];
         let borrowed = qs.quota[f].is_some_and(|x| qs.usage[f] > x.nominal);
@@ -802,6 +819,7 @@ impl Scheduler {
                 let job = self.jobs[j as usize].as_ref().expect("job exists");
                 let key = job.key(j);
                 self.queues[job.queue as usize].pending.remove(&key);
+                self.pend_remove(j);
             }
             St::Nominated => {
                 let job = self.jobs[j as usize].as_mut().expect("job exists");
@@ -867,6 +885,7 @@ impl Scheduler {
         job.order = order;
         let (q, key) = (job.queue, job.key(j));
         self.queues[q as usize].pending.insert(key);
+        self.pend_add(j);
         self.mark_all_dirty();
         Ok(())
     }
@@ -923,6 +942,65 @@ impl Scheduler {
         }
     }
 
+    fn pend_add(&mut self, j: u32) {
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        self.by_age.insert((Reverse(job.prio), job.created, j));
+        if let Some(e) = job.expected {
+            self.pending_work += (e * job.gpus()) as f64;
+            self.long_pending.insert((Reverse(e), j));
+        }
+    }
+
+    fn pend_remove(&mut self, j: u32) {
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        self.by_age.remove(&(Reverse(job.prio), job.created, j));
+        if let Some(e) = job.expected
+            && self.long_pending.remove(&(Reverse(e), j))
+        {
+            self.pending_work = (self.pending_work - (e * job.gpus()) as f64).max(0.0);
+        }
+    }
+
+    /// Pending jobs on the critical path: expected to run longer than `critical_path_factor`
+    /// times the time the cluster needs to clear all known work (running and pending), so
+    /// starting them later stretches the makespan (longest first, at most 8).
+    fn critical_jobs(&self, now: Time) -> Vec<u32> {
+        if self.opts.critical_path_factor == 0 || self.long_pending.is_empty() {
+            return Vec::new();
+        }
+        let mut work = self.pending_work;
+        for ends in &self.ends {
+            for &(e, r) in ends {
+                let g = self.jobs[r as usize].as_ref().map_or(0, Job::gpus);
+                work += (e.saturating_sub(now) * g) as f64;
+            }
+        }
+        let clear = work / self.total_gpus.max(1.0) * f64::from(self.opts.critical_path_factor);
+        // Priorities still come first, and a blocked gang keeps its claim: a critical job only
+        // goes early when it is of the most urgent pending priority, and each flavor it may use
+        // already has its reservation holder (who went before it this cycle) or the oldest
+        // pending job is no larger than it (so no gang is passed before it could reserve).
+        let oldest = self.by_age.first().copied();
+        let top = oldest.map(|(Reverse(p), _, _)| p);
+        let oldest_gpus =
+            oldest.and_then(|(_, _, o)| self.jobs[o as usize].as_ref().map(Job::gpus));
+        self.long_pending
+            .iter()
+            .take_while(|(Reverse(e), _)| *e as f64 > clear)
+            .take(8)
+            .map(|&(_, j)| j)
+            .filter(|&j| {
+                let job = self.jobs[j as usize].as_ref().expect("pending job exists");
+                top.is_none_or(|t| job.prio >= t)
+                    && (oldest_gpus.is_none_or(|g| g <= job.gpus())
+                        || job
+                            .flavors
+                            .iter()
+                            .all(|&f| self.holder[usize::from(f)].is_some()))
+            })
+            .collect()
+    }
+
     fn share(&self, q: u32) -> u64 {
         let qs = &self.queues[q as usize];
         let borrowed: u64 = qs
@@ -947,6 +1025,7 @@ impl Scheduler {
         let (q, g, key, gpus, prio) = (job.queue, job.g, job.key(j), job.gpus(), job.prio);
         let pods = self.pools[f].take(plan, g);
         self.queues[q as usize].pending.remove(&key);
+        self.pend_remove(j);
         self.charge(q, f, gpus as i64);
         let protect = fit == Fit::Borrow && self.drains(j, f);
         self.jobs[j as usize]
@@ -1274,6 +1353,7 @@ impl Scheduler {
         job.protected = drains && fit == Fit::Borrow;
         job.victims_left = keep.len() as u32;
         self.queues[q as usize].pending.remove(&key);
+        self.pend_remove(j);
         self.charge(q, f, r as i64);
         if keep.is_empty() {
             self.ready.push(j);
@@ -1329,6 +1409,14 @@ impl Scheduler {
             let Some(h) = self.holder[f] else { continue };
             // Whatever the outcome, the holder has had its turn (and its reservation, if blocked).
             self.try_one(h, now, &mut resv, &mut preempt_budget, &mut out, Some(f));
+        }
+        // Jobs on the critical path go next: deferring them would stretch the makespan.
+        for j in self.critical_jobs(now) {
+            if budget == 0 {
+                break;
+            }
+            budget -= 1;
+            self.try_one(j, now, &mut resv, &mut preempt_budget, &mut out, None);
         }
         // Merge queue heads: fair share, then priority, then age.
         let mut heap: BinaryHeap<Reverse<(u64, PKey, u32)>> = BinaryHeap::new();

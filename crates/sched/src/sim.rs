@@ -366,7 +366,8 @@ impl Policy {
         }
     }
 
-    fn options(self) -> Options {
+    /// The scheduler switches this policy runs with (`Options::default()` for Ferry).
+    pub fn options(self) -> Options {
         match self {
             Policy::Ferry => Options::default(),
             Policy::Fifo => Options {
@@ -375,6 +376,7 @@ impl Policy {
                 preemption: false,
                 fair_sharing: false,
                 duration_weight: 0,
+                critical_path_factor: 0,
                 ..Options::default()
             },
             Policy::EasyBackfill => Options {
@@ -383,6 +385,7 @@ impl Policy {
                 preemption: false,
                 fair_sharing: false,
                 duration_weight: 0,
+                critical_path_factor: 0,
                 ..Options::default()
             },
             Policy::KueueStrict => Options {
@@ -393,6 +396,7 @@ impl Policy {
                 lend_reserved_nodes: false,
                 duration_weight: 0,
                 reclaim_patience_s: 0,
+                critical_path_factor: 0,
                 ..Options::default()
             },
         }
@@ -521,6 +525,18 @@ pub fn simulate(
     queues: &[QueueSpec],
     policy: Policy,
 ) -> Result<SimReport> {
+    simulate_with(trace, cluster, queues, policy, policy.options())
+}
+
+/// `simulate` with explicit scheduler switches (for policy experiments): `policy` decides the
+/// queue layout (team queues for Ferry and Kueue, one global queue for the others) and the name.
+pub fn simulate_with(
+    trace: &[TraceJob],
+    cluster: &Cluster,
+    queues: &[QueueSpec],
+    policy: Policy,
+    options: Options,
+) -> Result<SimReport> {
     let team_idx: HashMap<&str, usize> = queues
         .iter()
         .enumerate()
@@ -554,8 +570,7 @@ pub fn simulate(
             }]
         }
     };
-    let mut sched =
-        Scheduler::with_options(cluster.clone(), sched_queues, Vec::new(), policy.options())?;
+    let mut sched = Scheduler::with_options(cluster.clone(), sched_queues, Vec::new(), options)?;
     let mut order: Vec<usize> = (0..trace.len()).collect();
     order.sort_by_key(|&i| (trace[i].submit_s, i));
     let mut jobs: Vec<SimJob> = Vec::with_capacity(trace.len());
@@ -768,7 +783,9 @@ pub fn simulate(
             "this is a scheduler bug; report it with the trace",
         ));
     }
-    let makespan = now - t0;
+    // The last completion, not the last event: a preempted job's stale completion event (from
+    // before it was preempted) may come later and must not stretch the makespan.
+    let makespan = jobs.iter().filter_map(|j| j.end).max().unwrap_or(t0) - t0;
     let useful: f64 = jobs.iter().map(|j| j.gpus as f64 * j.duration as f64).sum();
     let mut jct: Vec<f64> = Vec::new();
     let mut wait = 0f64;
