@@ -20,6 +20,8 @@ pub mod leader;
 pub mod operator;
 /// What rendering needs besides the specs (cluster capabilities, images, claims).
 pub mod options;
+/// Training progress from rank 0's metrics lines (`pods/log`).
+pub mod progress;
 /// Every object a file of resources becomes, checked before rendering.
 pub mod render;
 /// `ModelDeployment` → vLLM Deployment, Service, HPA or KEDA ScaledObject.

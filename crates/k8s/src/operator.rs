@@ -439,11 +439,12 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                 ctx.admission.finished(&job);
                 action = Action::await_change();
             } else if kueue {
-                status.phase = Some(if state.suspended {
-                    JobPhase::Queued
+                if state.suspended {
+                    status.phase = Some(JobPhase::Queued);
                 } else {
-                    JobPhase::Running
-                });
+                    status.phase = Some(JobPhase::Running);
+                    observe_progress(&ctx, &ns, &job.name_any(), &mut status).await;
+                }
             } else {
                 match (
                     state.suspended,
@@ -523,7 +524,11 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                         action = Action::await_change();
                     }
                     (true, Admit::Wait(_)) => {}
-                    (false, _) => status.phase = Some(JobPhase::Running),
+                    (false, _) => {
+                        status.phase = Some(JobPhase::Running);
+                        observe_progress(&ctx, &ns, &job.name_any(), &mut status).await;
+                        action = Action::requeue(Duration::from_secs(30));
+                    }
                 }
             }
         }
@@ -532,6 +537,16 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
         write_status(&jobs, &name, &status).await?;
     }
     Ok(action)
+}
+
+/// Copies rank 0's latest metrics line into `status.progress`; an unreadable log is
+/// logged, never fatal (progress is informative).
+async fn observe_progress(ctx: &Context, ns: &str, job: &str, status: &mut TrainJobClusterStatus) {
+    match crate::progress::read(&ctx.client, ns, job, status.attempt).await {
+        Ok(Some(p)) => status.progress = Some(p),
+        Ok(None) => {}
+        Err(e) => tracing::warn!(job, error = %e, "could not read rank 0's metrics"),
+    }
 }
 
 /// Pods of one attempt that still run or are being stopped (they hold their GPUs).

@@ -19,7 +19,7 @@ pub struct Step {
     pub path: String,
     /// Status code of the answer.
     pub code: u16,
-    /// Body of the answer.
+    /// Body of the answer (a JSON string is sent as plain text).
     pub answer: Value,
 }
 
@@ -72,7 +72,11 @@ pub fn server(steps: Vec<Step>) -> (Client, tokio::task::JoinHandle<Vec<Seen>>) 
             seen.push(Seen { uri, body });
             let resp = Response::builder()
                 .status(s.code)
-                .body(Body::from(serde_json::to_vec(&s.answer).unwrap()))
+                .body(Body::from(match &s.answer {
+                    // A string answer is sent as plain text (pod logs).
+                    Value::String(text) => text.clone().into_bytes(),
+                    other => serde_json::to_vec(other).unwrap(),
+                }))
                 .unwrap();
             send.send_response(resp);
         }

@@ -506,3 +506,78 @@ async fn deployment_is_applied_and_ready_replicas_mirrored() {
     assert_eq!(seen[3].body["status"]["readyReplicas"], 1);
     assert_eq!(seen[4].body["reason"], "Degraded");
 }
+
+#[tokio::test]
+async fn running_gang_mirrors_rank_zeros_latest_metrics_line_into_progress() {
+    let job = resource(true, Some(running(0, 0)));
+    let rank0 = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
+        {"metadata": {"name": "qwen-lora-0-0-abcde"}, "status": {"phase": "Running"}}]});
+    let log = "loading model\n{\"step\":10,\"loss\":1.9,\"lr\":0.0002}\nnot json {\n\
+               {\"step\":11,\"loss\":1.85,\"tokens_per_s\":5120.5}\n{\"step\":12,\"lo";
+    let (client, task) = server(vec![
+        step(
+            "GET",
+            format!("{JOBS}/{JOB}-0"),
+            200,
+            gang("qwen-lora-0", false, None),
+        ),
+        step("GET", "/api/v1/namespaces/team-a/pods", 200, rank0),
+        step(
+            "GET",
+            "/api/v1/namespaces/team-a/pods/qwen-lora-0-0-abcde/log",
+            200,
+            Value::String(log.into()),
+        ),
+        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
+    ]);
+    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
+        .await
+        .unwrap();
+    let seen = finish(task).await;
+    assert!(
+        seen[1]
+            .uri
+            .contains("batch.kubernetes.io%2Fjob-completion-index%3D0"),
+        "{}",
+        seen[1].uri
+    );
+    let q = &seen[2].uri;
+    assert!(
+        q.contains("container=trainer") && q.contains("tailLines=200") && q.contains("limitBytes="),
+        "{q}"
+    );
+    let st = status_patch(&seen);
+    assert_eq!(
+        st.progress,
+        Some(json!({"step": 11, "loss": 1.85, "tokens_per_s": 5120.5}))
+    );
+    assert_eq!(st.phase, Some(JobPhase::Running));
+
+    // A container that has not started yet (400) leaves the status untouched.
+    let job = resource(true, Some(st));
+    let (client, task) = server(vec![
+        step(
+            "GET",
+            format!("{JOBS}/{JOB}-0"),
+            200,
+            gang("qwen-lora-0", false, None),
+        ),
+        step(
+            "GET",
+            "/api/v1/namespaces/team-a/pods",
+            200,
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
+                {"metadata": {"name": "qwen-lora-0-0-abcde"}}]}),
+        ),
+        step(
+            "GET",
+            "/api/v1/namespaces/team-a/pods/qwen-lora-0-0-abcde/log",
+            400,
+            status(400, "BadRequest"),
+        ),
+    ]);
+    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
+        .await
+        .unwrap();
+    finish(task).await;
+}
