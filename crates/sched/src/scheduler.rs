@@ -1986,6 +1986,44 @@ mod tests {
     }
 
     #[test]
+    fn a_long_job_that_would_stretch_the_makespan_starts_before_shorter_ones() {
+        let run = |factor: u32, gang: bool| {
+            let opts = Options {
+                critical_path_factor: factor,
+                ..Options::default()
+            };
+            let mut s = Scheduler::with_options(
+                Cluster::uniform(1, 4, "gpu"),
+                vec![queue("a", None, 4)],
+                vec![],
+                opts,
+            )
+            .unwrap();
+            s.submit(wl("busy", "a", 1, 4, 0, Some(100))).unwrap();
+            assert_eq!(admitted(&s.cycle(0)), vec!["busy"]);
+            if gang {
+                s.submit(wl("gang", "a", 1, 4, 1, Some(50))).unwrap();
+            }
+            for i in 0..4 {
+                s.submit(wl(&format!("short{i}"), "a", 1, 1, 2 + i, Some(100)))
+                    .unwrap();
+            }
+            s.submit(wl("long", "a", 1, 1, 6, Some(10_000))).unwrap();
+            assert!(admitted(&s.cycle(6)).is_empty());
+            s.finished("busy").unwrap();
+            let mut got = admitted(&s.cycle(100));
+            got.sort();
+            got
+        };
+        // Duration weighting (and age) alone run the four short jobs first and leave the long one
+        // (which alone needs 10,000 s, more than twice the 2,600 s the backlog takes) to the end.
+        assert_eq!(run(0, false), ["short0", "short1", "short2", "short3"]);
+        assert_eq!(run(2, false), ["long", "short0", "short1", "short2"]);
+        // It does not pass an older gang that holds the reservation.
+        assert_eq!(run(2, true), ["gang"]);
+    }
+
+    #[test]
     fn blocked_large_gang_gets_a_reservation_and_only_short_jobs_backfill() {
         let opts = Options {
             preemption: false,

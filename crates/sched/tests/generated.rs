@@ -23,14 +23,17 @@ fn compare(spec: &GenSpec) -> (SimReport, SimReport, SimReport, String) {
     (f, fifo, easy, table)
 }
 
-/// The bar is "lower mean JCT and higher utilization than FIFO and EASY on every trace".
-/// On these twelve traces (seeds never used while tuning) it holds for every Mixed trace; the
-/// assertions below are exactly what holds, and docs/scheduler.md lists the measured gaps
-/// (Gangs: mean JCT 1-3% above EASY on seed 21; Small: utilization below EASY, once below FIFO).
+/// Bar 2 on traces the policy was not tuned on (seeds 21 and 22 were never used while tuning;
+/// the tuning set is `examples/variants.rs tune`): against FIFO, lower mean JCT and higher
+/// utilization on every trace; against EASY backfill, on at least 10 of the 12 (what was
+/// measured when the policy was last changed: seed 21 Gangs loses on mean JCT by 2% and 9%,
+/// seed 22 Small on utilization by 5%; docs/scheduler.md lists the held-out figures). A change
+/// that loses more of these comparisons fails here.
 #[test]
 fn ferry_against_fifo_and_easy_on_generated_traces() {
     let mut failures = Vec::new();
-    let mut runs = 0;
+    let (mut runs, mut jct_easy, mut util_easy) = (0, 0, 0);
+    let mut easy_losses = Vec::new();
     for seed in [21u64, 22] {
         for mix in [SizeMix::Small, SizeMix::Mixed, SizeMix::Gangs] {
             for load in [0.9, 1.3] {
@@ -61,21 +64,27 @@ fn ferry_against_fifo_and_easy_on_generated_traces() {
                     }
                 };
                 check(f.mean_jct_s < fifo.mean_jct_s, "mean JCT vs FIFO");
-                if mix != SizeMix::Gangs {
-                    check(f.mean_jct_s < easy.mean_jct_s, "mean JCT vs EASY");
+                check(f.utilization > fifo.utilization, "utilization vs FIFO");
+                if f.mean_jct_s < easy.mean_jct_s {
+                    jct_easy += 1;
+                } else {
+                    easy_losses.push(format!("mean JCT vs EASY: {line}"));
                 }
-                if mix == SizeMix::Mixed {
-                    check(f.utilization > fifo.utilization, "utilization vs FIFO");
-                    check(f.utilization > easy.utilization, "utilization vs EASY");
-                }
-                if mix == SizeMix::Gangs {
-                    check(f.utilization > fifo.utilization, "utilization vs FIFO");
+                if f.utilization > easy.utilization {
+                    util_easy += 1;
+                } else {
+                    easy_losses.push(format!("utilization vs EASY: {line}"));
                 }
             }
         }
     }
     assert_eq!(runs, 12);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        jct_easy >= 10 && util_easy >= 10,
+        "beat EASY on mean JCT {jct_easy}/12, on utilization {util_easy}/12 (was 10 and 10):\n{}",
+        easy_losses.join("\n")
+    );
 }
 
 #[test]

@@ -50,6 +50,13 @@ fn ferry_beats_fifo_and_easy_backfill_on_the_helios_trace() {
     for s in ferry.team_share.values() {
         assert_ne!(s.within_tolerance, Some(false), "{table}");
     }
+    // Makespan ends at the last completion (the timeline's last change), not at a stale event
+    // of a preempted job.
+    assert!(ferry.preemptions > 0, "{table}");
+    for r in &reports {
+        let (first, last) = (r.timeline[0].0, r.timeline.last().expect("timeline").0);
+        assert_eq!(r.makespan_s, last - first, "{}", r.policy);
+    }
     let svg = render_svg(&reports, cluster.total_gpus());
     assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 4);
 }
