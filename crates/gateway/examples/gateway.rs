@@ -1,16 +1,18 @@
 //! `ferry gateway` without the rest of the CLI, for the benchmark:
 //! `cargo run --release -p ferry-gateway --example gateway -- --listen 127.0.0.1:8080 --backend m=http://127.0.0.1:8000`.
 //! Access logs go to stderr when `FERRY_LOG` is set (e.g. `FERRY_LOG=info`).
+//! Uses mimalloc as the global allocator (measured: fewer cycles per request than
+//! glibc's malloc); the `ferry` binary should do the same.
 
 use clap::Parser;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
 struct Cli {
     #[command(flatten)]
     args: ferry_gateway::cmd::GatewayArgs,
-    /// Worker threads (default: one per core).
-    #[arg(long)]
-    threads: Option<usize>,
 }
 
 fn main() -> Result<(), String> {
@@ -21,12 +23,12 @@ fn main() -> Result<(), String> {
             .with_writer(std::io::stderr)
             .init();
     }
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    rt.enable_all();
-    if let Some(n) = cli.threads {
-        rt.worker_threads(n);
-    }
-    let rt = rt.build().map_err(|e| e.to_string())?;
+    // The workers (`--workers`) run their own runtimes; this one only waits for the
+    // shutdown signal and runs health checks.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     rt.block_on(ferry_gateway::cmd::run_gateway(cli.args))
         .map_err(|e| e.to_string())
 }

@@ -45,6 +45,9 @@ struct Args {
     /// Runtime threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// API key sent as `Authorization: Bearer KEY`.
+    #[arg(long, default_value = "bench")]
+    key: String,
 }
 
 struct Tally {
@@ -54,6 +57,7 @@ struct Tally {
 
 async fn worker(
     uri: hyper::Uri,
+    auth: http::HeaderValue,
     body: Bytes,
     start: Instant,
     warm: Duration,
@@ -85,7 +89,7 @@ async fn worker(
             let req = Request::post(uri.clone())
                 .header("host", &host)
                 .header("content-type", "application/json")
-                .header("authorization", "Bearer bench")
+                .header("authorization", auth.clone())
                 .body(Full::new(body.clone()))
                 .expect("request");
             let t0 = Instant::now();
@@ -129,13 +133,24 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    let auth = http::HeaderValue::from_str(&format!("Bearer {}", args.key))
+        .expect("--key must be printable ASCII");
     let warm = Duration::from_secs_f64(args.warmup);
     let end = warm + Duration::from_secs_f64(args.seconds);
     let tallies = rt.block_on(async {
         let start = Instant::now();
         let body = Bytes::from(body);
         let handles: Vec<_> = (0..args.concurrency)
-            .map(|_| tokio::spawn(worker(uri.clone(), body.clone(), start, warm, end)))
+            .map(|_| {
+                tokio::spawn(worker(
+                    uri.clone(),
+                    auth.clone(),
+                    body.clone(),
+                    start,
+                    warm,
+                    end,
+                ))
+            })
             .collect();
         let mut out = Vec::new();
         for h in handles {

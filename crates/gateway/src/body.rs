@@ -3,7 +3,7 @@
 //! cut by the idle timeout, and accounted for when it ends or the client leaves.
 
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -11,13 +11,13 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use memchr::memmem;
-use serde::Deserialize;
 
 use crate::error::Error;
-use crate::metrics::{RequestLabels, RouteLabels, TokenLabels};
+use crate::metrics::RequestLabels;
 use crate::proxy::Shared;
 use crate::registry::{InFlightGuard, Replica};
 use crate::tenancy::Tenant;
+use crate::upstream::Sender;
 
 /// Errors a response body can end with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -73,20 +73,6 @@ impl Body for GwBody {
     }
 }
 
-#[derive(Deserialize)]
-struct UsageOnly {
-    #[serde(default)]
-    usage: Option<UsageNums>,
-}
-
-#[derive(Deserialize)]
-struct UsageNums {
-    #[serde(default)]
-    prompt_tokens: Option<u64>,
-    #[serde(default)]
-    completion_tokens: Option<u64>,
-}
-
 /// Largest non-streamed body kept for reading `usage`, and largest partial SSE event.
 const KEEP_LIMIT: usize = 4 * 1024 * 1024;
 
@@ -119,15 +105,73 @@ pub(crate) struct Observer {
     pub outcome: Option<&'static str>,
 }
 
+/// A searcher for `needle`, built once (building one per search costs more than
+/// searching a small frame).
+macro_rules! finder {
+    ($name:ident, $needle:expr) => {
+        static $name: LazyLock<memmem::Finder<'static>> =
+            LazyLock::new(|| memmem::Finder::new($needle));
+    };
+}
+macro_rules! finder_rev {
+    ($name:ident, $needle:expr) => {
+        static $name: LazyLock<memmem::FinderRev<'static>> =
+            LazyLock::new(|| memmem::FinderRev::new($needle));
+    };
+}
+finder!(CONTENT, b"\"content\":\"");
+finder!(TEXT, b"\"text\":\"");
+finder!(DATA, b"data:");
+finder!(EVENT_END, b"\n\n");
+finder!(PROMPT_TOKENS, b"\"prompt_tokens\"");
+finder!(COMPLETION_TOKENS, b"\"completion_tokens\"");
+finder_rev!(USAGE_REV, b"\"usage\"");
+finder_rev!(EVENT_END_REV, b"\n\n");
+
 fn has_text(frame: &[u8]) -> bool {
-    for pat in [&b"\"content\":\""[..], b"\"text\":\""] {
-        for pos in memmem::find_iter(frame, pat) {
-            if frame.get(pos + pat.len()).is_some_and(|b| *b != b'"') {
+    for f in [&*CONTENT, &*TEXT] {
+        let len = f.needle().len();
+        for pos in f.find_iter(frame) {
+            if frame.get(pos + len).is_some_and(|b| *b != b'"') {
                 return true;
             }
         }
     }
     false
+}
+
+/// `(prompt_tokens, completion_tokens)` of the last `"usage": {...}` object in a
+/// JSON body, read without parsing the rest of the body (the choices can be
+/// large). A quoted key can only be matched outside strings: inside one, its
+/// quotes would be escaped. None when there is no usage object or neither count.
+fn usage_in(body: &[u8]) -> Option<(u64, u64)> {
+    let at = USAGE_REV.rfind(body)?;
+    let rest = body[at + 7..].trim_ascii_start().strip_prefix(b":")?;
+    let obj = rest.trim_ascii_start().strip_prefix(b"{")?;
+    // The counts sit near the top of the object; 1 KiB is plenty.
+    let obj = &obj[..obj.len().min(1024)];
+    let prompt = count_after(obj, &PROMPT_TOKENS);
+    let completion = count_after(obj, &COMPLETION_TOKENS);
+    if prompt.is_none() && completion.is_none() {
+        return None;
+    }
+    Some((prompt.unwrap_or(0), completion.unwrap_or(0)))
+}
+
+/// The unsigned integer after `key` and a colon, if any (at most 19 digits).
+fn count_after(obj: &[u8], key: &memmem::Finder<'static>) -> Option<u64> {
+    let at = key.find(obj)?;
+    let rest = obj[at + key.needle().len()..]
+        .trim_ascii_start()
+        .strip_prefix(b":")?
+        .trim_ascii_start();
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 19 {
+        return None;
+    }
+    rest[..digits].iter().try_fold(0u64, |n, d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
 }
 
 impl Observer {
@@ -170,44 +214,35 @@ impl Observer {
             return;
         }
         self.keep.extend_from_slice(data);
-        if let Some(end) = memmem::rfind(&self.keep, b"\n\n") {
+        if let Some(end) = EVENT_END_REV.rfind(&self.keep) {
             let complete: Vec<u8> = self.keep.drain(..end + 2).collect();
             self.scan_events(&complete);
         }
     }
 
     fn scan_events(&mut self, events: &[u8]) {
-        let starts: Vec<usize> = memmem::find_iter(events, b"data:").collect();
+        let starts: Vec<usize> = DATA.find_iter(events).collect();
         for (i, &at) in starts.iter().enumerate() {
             let end = starts.get(i + 1).copied().unwrap_or(events.len());
             if has_text(&events[at..end]) {
                 self.events += 1;
             }
         }
-        let Some(at) = memmem::rfind(events, b"\"usage\":{") else {
+        let Some(at) = USAGE_REV.rfind(events) else {
             return;
         };
-        let start = memmem::rfind(&events[..at], b"data:").map_or(0, |p| p + 5);
-        let end = memmem::find(&events[at..], b"\n\n").map_or(events.len(), |p| at + p);
-        if let Ok(u) = serde_json::from_slice::<UsageOnly>(events[start..end].trim_ascii())
-            && let Some(n) = u.usage
-        {
-            self.usage = Some((
-                n.prompt_tokens.unwrap_or(0),
-                n.completion_tokens.unwrap_or(0),
-            ));
+        let end = EVENT_END
+            .find(&events[at..])
+            .map_or(events.len(), |p| at + p);
+        if let Some(u) = usage_in(&events[at..end]) {
+            self.usage = Some(u);
         }
     }
 
     fn finish_body(&mut self) {
         if !self.sse && !self.overflow && !self.keep.is_empty() {
-            if let Ok(u) = serde_json::from_slice::<UsageOnly>(&self.keep)
-                && let Some(n) = u.usage
-            {
-                self.usage = Some((
-                    n.prompt_tokens.unwrap_or(0),
-                    n.completion_tokens.unwrap_or(0),
-                ));
+            if let Some(u) = usage_in(&self.keep) {
+                self.usage = Some(u);
             }
             self.keep = Vec::new();
         }
@@ -218,37 +253,33 @@ impl Drop for Observer {
     fn drop(&mut self) {
         let outcome = self.outcome.unwrap_or("client_gone");
         let code = if outcome == "client_gone" {
-            "499".to_owned()
+            499
         } else {
-            self.status.to_string()
+            self.status
         };
         let m = &self.sh.metrics;
-        let team = self.tenant.team.clone();
-        m.requests
-            .get_or_create(&RequestLabels {
-                model: self.model.clone(),
-                replica: self.replica.id().to_owned(),
-                team: team.clone(),
-                code: code.clone(),
-            })
-            .inc();
-        let route = RouteLabels {
-            model: self.model.clone(),
-            replica: self.replica.id().to_owned(),
-            team: team.clone(),
-        };
-        let e2e = self.arrival.elapsed();
-        m.e2e.get_or_create(&route).observe(e2e.as_secs_f64());
-        if let Some(t) = self.first_text {
-            m.ttft
-                .get_or_create(&route)
-                .observe((t - self.arrival).as_secs_f64());
+        let h = self
+            .replica
+            .route_handles(m, &self.model, &self.tenant.team);
+        if code == 200 {
+            h.ok.inc();
+        } else {
+            m.requests
+                .get_or_create(&RequestLabels {
+                    model: self.model.clone(),
+                    replica: self.replica.id().to_owned(),
+                    team: self.tenant.team.clone(),
+                    code: code.to_string(),
+                })
+                .inc();
         }
-        if !self.gaps.is_empty() {
-            let h = m.itl.get_or_create(&route).clone();
-            for g in &self.gaps {
-                h.observe(f64::from(*g));
-            }
+        let e2e = self.arrival.elapsed();
+        h.e2e.observe(e2e.as_secs_f64());
+        if let Some(t) = self.first_text {
+            h.ttft.observe((t - self.arrival).as_secs_f64());
+        }
+        for g in &self.gaps {
+            h.itl.observe(f64::from(*g));
         }
         let (prompt, completion) = match self.usage {
             Some(u) => u,
@@ -258,12 +289,8 @@ impl Drop for Observer {
                 if self.sse { self.events } else { 0 },
             ),
         };
-        let tl = TokenLabels {
-            model: self.model.clone(),
-            team,
-        };
-        m.prompt_tokens.get_or_create(&tl).inc_by(prompt);
-        m.completion_tokens.get_or_create(&tl).inc_by(completion);
+        h.prompt_tokens.inc_by(prompt);
+        h.completion_tokens.inc_by(completion);
         self.tenant
             .settle(self.estimated_tokens, prompt + completion);
         tracing::info!(
@@ -272,7 +299,7 @@ impl Drop for Observer {
             model = %self.model,
             team = %self.tenant.team,
             replica = %self.replica.id(),
-            status = %code,
+            status = code,
             outcome,
             attempts = self.attempts,
             ttft_ms = self.first_text.map(|t| (t - self.arrival).as_secs_f64() * 1e3),
@@ -289,19 +316,28 @@ impl Drop for Observer {
 #[derive(Debug)]
 pub struct ProxyBody {
     inner: Option<Incoming>,
+    /// The upstream connection (and its lane), back to the pool once the body ends.
+    conn: Option<(usize, Sender)>,
     idle: Duration,
-    sleep: Pin<Box<tokio::time::Sleep>>,
+    /// Armed the first time the replica makes us wait (most small answers never do).
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     obs: Observer,
     stash: Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
     done: bool,
 }
 
 impl ProxyBody {
-    pub(crate) fn new(inner: Incoming, idle: Duration, obs: Observer) -> Self {
+    pub(crate) fn new(
+        inner: Incoming,
+        conn: Option<(usize, Sender)>,
+        idle: Duration,
+        obs: Observer,
+    ) -> Self {
         Self {
             inner: Some(inner),
+            conn,
             idle,
-            sleep: Box::pin(tokio::time::sleep(idle)),
+            sleep: None,
             obs,
             stash: None,
             done: false,
@@ -316,6 +352,7 @@ impl ProxyBody {
         message: String,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         self.inner = None;
+        self.conn = None;
         self.obs.outcome = Some(kind);
         self.obs.sh.metrics.failure(self.obs.replica.id(), kind);
         self.obs.replica.record_failure(kind);
@@ -339,6 +376,9 @@ impl ProxyBody {
     /// The replica's body ended normally.
     fn complete(&mut self) {
         self.inner = None;
+        if let Some((lane, tx)) = self.conn.take() {
+            self.obs.replica.conns().put(lane, tx);
+        }
         self.done = true;
         self.obs.finish_body();
         self.obs.outcome = Some("completed");
@@ -375,9 +415,10 @@ impl ProxyBody {
                     // Content-length bodies: hyper stops polling once every byte is
                     // out, so settle now rather than wait for a `None` never asked for.
                     this.complete();
-                } else {
-                    let deadline = tokio::time::Instant::now() + this.idle;
-                    this.sleep.as_mut().reset(deadline);
+                } else if let Some(sleep) = this.sleep.as_mut() {
+                    sleep
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + this.idle);
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -389,8 +430,11 @@ impl ProxyBody {
                 Poll::Ready(None)
             }
             Poll::Pending => {
-                if this.sleep.as_mut().poll(cx).is_ready() {
-                    let idle = this.idle;
+                let idle = this.idle;
+                let sleep = this
+                    .sleep
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                if sleep.as_mut().poll(cx).is_ready() {
                     return this.fail(
                         "idle_timeout",
                         format!("the replica sent nothing for {idle:?} (idle timeout)"),
@@ -432,5 +476,33 @@ impl ProxyBody {
             }
         }
         buf.map_or(first, BytesMut::freeze)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::usage_in;
+
+    #[test]
+    fn usage_is_read_from_the_last_usage_object_only() {
+        let body = br#"{"id":"x","choices":[{"message":{"content":"say \"usage\": {\"prompt_tokens\": 9}"}}],"usage": {"prompt_tokens": 12, "prompt_tokens_details": {"cached_tokens": 3}, "completion_tokens":7,"total_tokens":19}}"#;
+        assert_eq!(usage_in(body), Some((12, 7)));
+        assert_eq!(
+            usage_in(br#"{"usage":{"completion_tokens":5}}"#),
+            Some((0, 5))
+        );
+        assert_eq!(usage_in(br#"{"usage":null}"#), None);
+        assert_eq!(usage_in(br#"{"usage":{}}"#), None);
+        assert_eq!(usage_in(br#"{"choices":[]}"#), None);
+        // Absurd counts are refused rather than wrapped.
+        assert_eq!(
+            usage_in(br#"{"usage":{"prompt_tokens":99999999999999999999999}}"#),
+            None
+        );
+        // Truncated input never panics.
+        for cut in 0..40 {
+            let b = br#"{"usage":{"prompt_tokens":12,"completion_tokens":7}}"#;
+            let _ = usage_in(&b[..cut]);
+        }
     }
 }

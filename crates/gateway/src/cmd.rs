@@ -34,6 +34,11 @@ pub struct GatewayArgs {
     /// Print the SHA-256 to put in `keys[].sha256` for this key, and exit.
     #[arg(long, value_name = "KEY")]
     pub hash_key: Option<String>,
+    /// Worker threads, each with its own event loop and upstream pool (like
+    /// nginx's worker processes); default: the CPUs this process may run on.
+    /// 0 serves on the command's own runtime instead.
+    #[arg(long)]
+    pub workers: Option<usize>,
 }
 
 /// Flags of `ferry mock-engine`: an OpenAI-compatible engine simulator.
@@ -127,11 +132,24 @@ pub async fn run_gateway(args: GatewayArgs) -> Result<()> {
         );
     }
     let (gw, _registry) = Gateway::new(cfg)?;
-    let listener = bind(args.listen).await?;
-    let drained = gw
-        .serve(listener, shutdown_signal())
-        .await
-        .map_err(|e| Error::config("--listen", e.to_string()))?;
+    let workers = args.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let served = if workers == 0 {
+        let listener = bind(args.listen).await?;
+        gw.serve(listener, shutdown_signal()).await
+    } else {
+        let listeners = crate::server::bind_workers(args.listen, workers).map_err(|e| {
+            Error::config("--listen", format!("cannot listen on {}: {e}", args.listen))
+        })?;
+        if let Some(local) = listeners.first().and_then(|l| l.local_addr().ok()) {
+            println!("listening on http://{local}");
+            tracing::info!(workers, "gateway serving");
+            let _ = std::io::stdout().flush();
+        }
+        gw.serve_workers(listeners, shutdown_signal()).await
+    };
+    let drained = served.map_err(|e| Error::config("--listen", e.to_string()))?;
     if !drained {
         tracing::warn!("some requests were still in flight at the drain deadline");
     }

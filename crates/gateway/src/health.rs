@@ -120,14 +120,23 @@ async fn poll(sh: Arc<Shared>, replica: Arc<Replica>) {
 pub(crate) async fn run(sh: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut health = tokio::time::interval(sh.cfg.health_interval());
     let mut load = tokio::time::interval(sh.cfg.metrics_interval());
+    // Idle upstream connections past `poolIdleTimeoutMs` are closed by this sweep.
+    let mut sweep =
+        tokio::time::interval((sh.cfg.pool_idle_timeout() / 2).max(Duration::from_millis(50)));
     health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     load.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = stop.changed() => if *stop.borrow() { return },
             _ = health.tick() => {
                 for r in sh.registry.snapshot().replicas.iter() {
                     tokio::spawn(probe(sh.clone(), r.clone()));
+                }
+            }
+            _ = sweep.tick() => {
+                for r in sh.registry.snapshot().replicas.iter() {
+                    r.conns().sweep(sh.cfg.pool_idle_timeout());
                 }
             }
             _ = load.tick() => {

@@ -17,8 +17,9 @@ pub mod registry;
 pub mod route;
 pub mod server;
 pub mod tenancy;
+mod upstream;
 
 pub use config::{BackendConfig, GatewayConfig, KeyConfig, Policy, hash_key};
 pub use error::{Error, Result};
 pub use registry::{LoadSignal, Registry, ReplicaStatus};
-pub use server::Gateway;
+pub use server::{Gateway, bind_workers};

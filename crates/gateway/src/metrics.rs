@@ -77,6 +77,20 @@ fn gaps() -> Histogram {
     ])
 }
 
+/// The series of one (model, replica, team) route, looked up once and reused.
+#[derive(Debug)]
+pub(crate) struct RouteHandles {
+    pub model: String,
+    pub team: String,
+    /// `requests{code="200"}`, the common case; other codes go through the family.
+    pub ok: Counter,
+    pub e2e: Histogram,
+    pub ttft: Histogram,
+    pub itl: Histogram,
+    pub prompt_tokens: Counter,
+    pub completion_tokens: Counter,
+}
+
 /// Every metric of one gateway.
 #[derive(Debug)]
 pub struct Metrics {
@@ -183,6 +197,37 @@ impl Metrics {
             healthy,
             in_flight,
             kv_usage,
+        }
+    }
+
+    /// Looks up (creating them) the series of one route.
+    pub(crate) fn route_handles(&self, model: &str, replica: &str, team: &str) -> RouteHandles {
+        let route = RouteLabels {
+            model: model.to_owned(),
+            replica: replica.to_owned(),
+            team: team.to_owned(),
+        };
+        let tokens = TokenLabels {
+            model: model.to_owned(),
+            team: team.to_owned(),
+        };
+        RouteHandles {
+            model: model.to_owned(),
+            team: team.to_owned(),
+            ok: self
+                .requests
+                .get_or_create(&RequestLabels {
+                    model: model.to_owned(),
+                    replica: replica.to_owned(),
+                    team: team.to_owned(),
+                    code: "200".to_owned(),
+                })
+                .clone(),
+            e2e: self.e2e.get_or_create(&route).clone(),
+            ttft: self.ttft.get_or_create(&route).clone(),
+            itl: self.itl.get_or_create(&route).clone(),
+            prompt_tokens: self.prompt_tokens.get_or_create(&tokens).clone(),
+            completion_tokens: self.completion_tokens.get_or_create(&tokens).clone(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! pick a replica, forward, retry on another replica while nothing has been sent
 //! to the client, then stream the answer back.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,9 +25,32 @@ use crate::metrics::{Metrics, ReplicaLabels, RequestLabels};
 use crate::registry::{Registry, Replica};
 use crate::route::{Affinity, Router, hash_parts};
 use crate::tenancy::{Tenancy, Tenant};
+use crate::upstream::{SendError, Sender};
 
 /// The HTTP client to replicas (pooled keep-alive connections).
 pub(crate) type UpstreamClient = Client<HttpConnector, Full<Bytes>>;
+
+/// Builds a pooled keep-alive client to replicas (health checks and polling;
+/// requests go through [`crate::upstream`]).
+pub(crate) fn upstream_client(cfg: &GatewayConfig) -> UpstreamClient {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(cfg.connect_timeout()));
+    connector.set_nodelay(true);
+    connector.enforce_http(true);
+    Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_idle_timeout(cfg.pool_idle_timeout())
+        .pool_timer(hyper_util::rt::TokioTimer::new())
+        .build(connector)
+}
+
+/// What one accept loop serves with: the gateway's shared state and which
+/// thread's upstream connections it uses.
+#[derive(Debug)]
+pub(crate) struct Lane {
+    pub(crate) sh: Arc<Shared>,
+    /// Which pooled upstream connections are this thread's own.
+    pub(crate) id: usize,
+}
 
 /// State shared by every request of one gateway.
 #[derive(Debug)]
@@ -47,14 +71,7 @@ impl Shared {
         registry: Registry,
         tenancy: Tenancy,
     ) -> Result<Self, Error> {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(cfg.connect_timeout()));
-        connector.set_nodelay(true);
-        connector.enforce_http(true);
-        let client = Client::builder(hyper_util::rt::TokioExecutor::new())
-            .pool_idle_timeout(cfg.pool_idle_timeout())
-            .pool_timer(hyper_util::rt::TokioTimer::new())
-            .build(connector);
+        let client = upstream_client(&cfg);
         let session_header =
             HeaderName::from_bytes(cfg.session_header.to_ascii_lowercase().as_bytes())
                 .map_err(|e| Error::config("sessionHeader", format!("not a header name: {e}")))?;
@@ -102,51 +119,132 @@ impl Shared {
 }
 
 /// The fields of a request body the gateway needs; everything else passes untouched.
+/// Strings are borrowed from the body where they have no escapes.
 #[derive(Deserialize)]
-struct Peek {
-    model: String,
+struct Peek<'a> {
+    #[serde(borrow)]
+    model: Cow<'a, str>,
     #[serde(default)]
     max_tokens: Option<Value>,
     #[serde(default)]
     max_completion_tokens: Option<Value>,
-    #[serde(default)]
-    messages: Option<Vec<PeekMessage>>,
-    #[serde(default)]
-    prompt: Option<Value>,
-    #[serde(default)]
-    input: Option<Value>,
+    #[serde(default, borrow)]
+    messages: Option<Vec<PeekMessage<'a>>>,
+    #[serde(default, borrow)]
+    prompt: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    input: Option<Text<'a>>,
 }
 
 #[derive(Deserialize)]
-struct PeekMessage {
-    #[serde(default)]
-    content: Option<Value>,
+struct PeekMessage<'a> {
+    #[serde(default, borrow)]
+    content: Option<Text<'a>>,
 }
 
-/// Appends the text in a JSON value (a string, or lists/parts holding strings).
-fn collect_text(v: &Value, out: &mut String, limit: usize, total: &mut usize) {
-    match v {
-        Value::String(s) => {
-            *total += s.len();
-            if out.len() < limit {
-                let room = limit - out.len();
-                let cut = s.char_indices().nth(room).map_or(s.len(), |(i, _)| i);
-                out.push_str(&s[..cut]);
+/// The text in a prompt-like JSON value: a string, a list of them (or of token
+/// ids, which carry no text), or content parts (`{"type": "text", "text": …}`).
+enum Text<'a> {
+    None,
+    Str(Cow<'a, str>),
+    List(Vec<Text<'a>>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<Text<'a>>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string, a list or a content part")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Text<'a>, E> {
+                Ok(Text::Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Text<'a>, E> {
+                Ok(Text::Str(Cow::Owned(v)))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Text<'a>, E> {
+                Ok(Text::None)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Text<'a>, E> {
+                Ok(Text::None)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Text<'a>, E> {
+                Ok(Text::None)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Text<'a>, E> {
+                Ok(Text::None)
+            }
+            fn visit_unit<E>(self) -> Result<Text<'a>, E> {
+                Ok(Text::None)
+            }
+            fn visit_none<E>(self) -> Result<Text<'a>, E> {
+                Ok(Text::None)
+            }
+            fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Text<'a>, D::Error> {
+                Text::deserialize(d)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Text<'a>, A::Error> {
+                let mut items = Vec::new();
+                while let Some(t) = a.next_element::<Text<'a>>()? {
+                    if !matches!(t, Text::None) {
+                        items.push(t);
+                    }
+                }
+                Ok(Text::List(items))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Text<'a>, A::Error> {
+                let mut text = Text::None;
+                while let Some(k) = a.next_key::<Cow<'de, str>>()? {
+                    if k == "text" {
+                        text = a.next_value::<Text<'a>>()?;
+                    } else {
+                        a.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(text)
             }
         }
-        Value::Array(items) => items
-            .iter()
-            .for_each(|i| collect_text(i, out, limit, total)),
-        Value::Object(o) => {
-            if let Some(t) = o.get("text") {
-                collect_text(t, out, limit, total);
-            }
-        }
-        _ => {}
+        d.deserialize_any(V(std::marker::PhantomData))
     }
 }
 
-impl Peek {
+/// Appends the text of `t` while `out` is shorter than `limit` (as the prompt
+/// prefix always was: a string adds at most the room left, in characters), and
+/// counts all of its bytes in `total`.
+fn collect_text(t: &Text<'_>, out: &mut String, limit: usize, total: &mut usize) {
+    match t {
+        Text::None => {}
+        Text::Str(s) => {
+            *total += s.len();
+            if out.len() < limit {
+                let room = limit - out.len();
+                // `room` characters; a string of no more bytes than that fits whole.
+                let cut = if s.len() <= room {
+                    s.len()
+                } else {
+                    s.char_indices().nth(room).map_or(s.len(), |(i, _)| i)
+                };
+                out.push_str(&s[..cut]);
+            }
+        }
+        Text::List(items) => items
+            .iter()
+            .for_each(|i| collect_text(i, out, limit, total)),
+    }
+}
+
+impl Peek<'_> {
     /// Leading `limit` characters of the prompt (for hashing) and its total bytes.
     fn prompt_prefix(&self, limit: usize) -> (String, usize) {
         let mut out = String::new();
@@ -181,8 +279,14 @@ const HOP_BY_HOP: [HeaderName; 6] = [
     header::PROXY_AUTHORIZATION,
 ];
 
-/// Headers copied from the client to the replica.
-const FORWARDED: [HeaderName; 3] = [header::ACCEPT, header::USER_AGENT, header::ACCEPT_ENCODING];
+/// Headers copied from the client to the replica (besides the session header).
+const FORWARDED: [HeaderName; 5] = [
+    header::ACCEPT,
+    header::USER_AGENT,
+    header::ACCEPT_ENCODING,
+    HeaderName::from_static("x-request-id"),
+    HeaderName::from_static("traceparent"),
+];
 
 fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<GwBody> {
     let mut r = Response::new(GwBody::from(body.into()));
@@ -196,10 +300,11 @@ fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<GwBody> {
 
 /// Entry point of every request.
 pub(crate) async fn handle(
-    sh: Arc<Shared>,
+    lane: Arc<Lane>,
     req: Request<Incoming>,
 ) -> Result<Response<GwBody>, Infallible> {
     let arrival = Instant::now();
+    let sh = &lane.sh;
     let path: &'static str = match req.uri().path() {
         "/v1/chat/completions" => "/v1/chat/completions",
         "/v1/completions" => "/v1/completions",
@@ -211,9 +316,9 @@ pub(crate) async fn handle(
     };
     let resp = match (req.method(), path) {
         (&Method::POST, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings") => {
-            forward(sh, req, path, arrival).await
+            forward(&lane, req, path, arrival).await
         }
-        (&Method::GET, "/v1/models") => models(&sh, &req),
+        (&Method::GET, "/v1/models") => models(sh, &req),
         (&Method::GET, "/health") => {
             if sh.draining.load(Ordering::Relaxed) {
                 json(StatusCode::SERVICE_UNAVAILABLE, Error::Draining.body())
@@ -283,15 +388,16 @@ fn content_length(h: &HeaderMap) -> Option<u64> {
 
 enum Attempt {
     Failed(Error),
-    Answer(Response<Incoming>),
+    Answer(Response<Incoming>, Sender),
 }
 
 async fn forward(
-    sh: Arc<Shared>,
+    lane: &Lane,
     req: Request<Incoming>,
     path: &'static str,
     arrival: Instant,
 ) -> Response<GwBody> {
+    let sh = &lane.sh;
     let (parts, body) = req.into_parts();
     if sh.draining.load(Ordering::Relaxed) {
         return sh.reject(Error::Draining, "", "", path);
@@ -343,7 +449,7 @@ async fn forward(
     let table = sh.registry.snapshot();
     let Some(pool) = table.pool(&peek.model) else {
         return sh.reject(
-            Error::UnknownModel(peek.model.clone()),
+            Error::UnknownModel(peek.model.to_string()),
             &peek.model,
             &tenant.team,
             path,
@@ -368,25 +474,22 @@ async fn forward(
         }
         None => Affinity::None,
     };
-    let mut headers = HeaderMap::new();
+    let mut headers = HeaderMap::with_capacity(8);
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    for name in FORWARDED.iter().chain([&sh.session_header]) {
-        if let Some(v) = parts.headers.get(name) {
-            headers.insert(name.clone(), v.clone());
-        }
-    }
-    for name in ["x-request-id", "traceparent"] {
-        if let Some(v) = parts.headers.get(name) {
-            headers.insert(HeaderName::from_static(name), v.clone());
+    // One pass over the client's headers (a handful) instead of a lookup per name.
+    for (name, v) in &parts.headers {
+        if FORWARDED.contains(name) || *name == sh.session_header {
+            headers.append(name.clone(), v.clone());
         }
     }
 
     let mut tried: Vec<Arc<Replica>> = Vec::new();
     let mut last: Option<Error> = None;
     let mut held_5xx: Option<(Response<Incoming>, Arc<Replica>)> = None;
+    let mut headers = Some(headers);
     let max = sh.cfg.max_attempts;
     let mut attempts = 0;
     while attempts < max {
@@ -403,26 +506,33 @@ async fn forward(
                 .inc();
         }
         let guard = replica.start();
-        match attempt(&sh, &replica, path, &headers, &bytes, &peek.model).await {
-            Attempt::Answer(resp) if resp.status().is_server_error() && attempts < max => {
+        // The last attempt takes the headers; earlier ones send a copy.
+        let h = if attempts < max {
+            headers.clone().unwrap_or_default()
+        } else {
+            headers.take().unwrap_or_default()
+        };
+        match attempt(lane, &replica, path, h, &bytes, &peek.model).await {
+            Attempt::Answer(resp, _) if resp.status().is_server_error() && attempts < max => {
                 sh.metrics.failure(replica.id(), "status_5xx");
                 replica.record_failure("status_5xx");
                 drop(guard);
                 tried.push(replica.clone());
                 held_5xx = Some((resp, replica));
             }
-            Attempt::Answer(resp) => {
+            Attempt::Answer(resp, conn) => {
                 if resp.status().is_server_error() {
                     sh.metrics.failure(replica.id(), "status_5xx");
                     replica.record_failure("status_5xx");
                 }
                 return respond(
-                    &sh,
+                    sh,
                     resp,
+                    Some((lane.id, conn)),
                     replica,
                     guard,
                     tenant,
-                    peek.model,
+                    peek.model.into_owned(),
                     path,
                     attempts,
                     arrival,
@@ -441,12 +551,13 @@ async fn forward(
         // Nowhere else to go: pass the replica's own error through.
         let guard = replica.start();
         return respond(
-            &sh,
+            sh,
             resp,
+            None,
             replica,
             guard,
             tenant,
-            peek.model,
+            peek.model.into_owned(),
             path,
             attempts,
             arrival,
@@ -457,37 +568,39 @@ async fn forward(
     tenant.settle(estimated_tokens, 0);
     let err = match last {
         Some(e) => e,
-        None => Error::NoReplica(peek.model.clone()),
+        None => Error::NoReplica(peek.model.to_string()),
     };
     sh.reject(err, &peek.model, &tenant.team, path)
 }
 
 async fn attempt(
-    sh: &Shared,
+    lane: &Lane,
     replica: &Replica,
     path: &str,
-    headers: &HeaderMap,
+    headers: HeaderMap,
     body: &Bytes,
     model: &str,
 ) -> Attempt {
-    let mut req = Request::new(Full::new(body.clone()));
-    *req.method_mut() = Method::POST;
-    *req.uri_mut() = replica.upstream().uri(path);
-    *req.headers_mut() = headers.clone();
+    let sh = &lane.sh;
     let timeout = sh.cfg.first_byte_timeout();
-    match tokio::time::timeout(timeout, sh.client.request(req)).await {
-        Ok(Ok(resp)) => Attempt::Answer(resp),
+    let sent = crate::upstream::send(
+        replica,
+        lane.id,
+        replica.path_uri(path),
+        headers,
+        body.clone(),
+        sh.cfg.connect_timeout(),
+        sh.cfg.pool_idle_timeout(),
+    );
+    match tokio::time::timeout(timeout, sent).await {
+        Ok(Ok((resp, conn))) => Attempt::Answer(resp, conn),
         Ok(Err(e)) => {
-            let kind = if e.is_connect() { "connect" } else { "send" };
+            let (kind, msg) = match e {
+                SendError::Connect(m) => ("connect", m),
+                SendError::Send(m) => ("send", m),
+            };
             sh.metrics.failure(replica.id(), kind);
             replica.record_failure(kind);
-            let mut msg = e.to_string();
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                msg.push_str(": ");
-                msg.push_str(&s.to_string());
-                src = s.source();
-            }
             Attempt::Failed(Error::Upstream {
                 model: model.to_owned(),
                 attempts: 1,
@@ -509,6 +622,7 @@ async fn attempt(
 fn respond(
     sh: &Arc<Shared>,
     resp: Response<Incoming>,
+    conn: Option<(usize, Sender)>,
     replica: Arc<Replica>,
     guard: crate::registry::InFlightGuard,
     tenant: Arc<Tenant>,
@@ -524,10 +638,10 @@ fn respond(
         parts.headers.remove(h);
     }
     parts.headers.remove("keep-alive");
-    if let Ok(v) = HeaderValue::from_str(replica.id()) {
+    if let Some(v) = replica.id_header() {
         parts
             .headers
-            .insert(HeaderName::from_static("x-ferry-replica"), v);
+            .insert(HeaderName::from_static("x-ferry-replica"), v.clone());
     }
     let sse = parts
         .headers
@@ -555,6 +669,6 @@ fn respond(
         usage: None,
         outcome: None,
     };
-    let body = ProxyBody::new(incoming, sh.cfg.idle_timeout(), obs);
+    let body = ProxyBody::new(incoming, conn, sh.cfg.idle_timeout(), obs);
     Response::from_parts(parts, GwBody::Proxy(Box::new(body)))
 }

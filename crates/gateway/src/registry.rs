@@ -13,9 +13,16 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use http::Uri;
+use http::header::HeaderValue;
 use http::uri::{Authority, PathAndQuery};
 
 use crate::error::{Error, Result};
+use crate::metrics::RouteHandles;
+use crate::upstream::ConnPool;
+
+/// The paths the gateway forwards to replicas.
+pub(crate) const FORWARD_PATHS: [&str; 3] =
+    ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"];
 
 /// Where a replica listens: `http://authority/base_path`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +133,11 @@ pub struct Replica {
     signal: Mutex<Option<(LoadSignal, Instant)>>,
     announced: Mutex<Vec<serde_json::Value>>,
     eject: EjectPolicy,
+    conns: ConnPool,
+    host: HeaderValue,
+    id_header: Option<HeaderValue>,
+    uris: [Uri; 3],
+    handles: Mutex<Vec<Arc<RouteHandles>>>,
 }
 
 impl Replica {
@@ -133,14 +145,63 @@ impl Replica {
         Self {
             id: id.to_owned(),
             url: url.to_owned(),
-            upstream,
             in_flight: AtomicU32::new(0),
             healthy: AtomicBool::new(true),
             health: Mutex::default(),
             signal: Mutex::new(None),
             announced: Mutex::default(),
             eject,
+            conns: ConnPool::default(),
+            host: crate::upstream::host_value(upstream.authority()),
+            id_header: HeaderValue::from_str(id).ok(),
+            uris: FORWARD_PATHS.map(|p| crate::upstream::path_uri(&upstream.base_path, p)),
+            upstream,
+            handles: Mutex::default(),
         }
+    }
+
+    /// Idle keep-alive connections to this replica.
+    pub(crate) fn conns(&self) -> &ConnPool {
+        &self.conns
+    }
+
+    /// `Host` header sent to the replica.
+    pub(crate) fn host_header(&self) -> &HeaderValue {
+        &self.host
+    }
+
+    /// The replica id as an `x-ferry-replica` header value (None if not a valid value).
+    pub(crate) fn id_header(&self) -> Option<&HeaderValue> {
+        self.id_header.as_ref()
+    }
+
+    /// Origin-form URI of a forwarded path (one of [`FORWARD_PATHS`]) on this replica.
+    pub(crate) fn path_uri(&self, path: &str) -> Uri {
+        match FORWARD_PATHS.iter().position(|p| *p == path) {
+            Some(i) => self.uris[i].clone(),
+            None => crate::upstream::path_uri(&self.upstream.base_path, "/"),
+        }
+    }
+
+    /// Metric handles of (`model`, `team`) on this replica, made once and reused
+    /// so a request does not rebuild and hash its label set for every series.
+    pub(crate) fn route_handles(
+        &self,
+        metrics: &crate::metrics::Metrics,
+        model: &str,
+        team: &str,
+    ) -> Arc<RouteHandles> {
+        let mut cache = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(h) = cache.iter().find(|h| h.model == model && h.team == team) {
+            return h.clone();
+        }
+        let h = Arc::new(metrics.route_handles(model, &self.id, team));
+        // Label sets come from configured keys and requested model names; cap
+        // the cache so a flood of unknown adapter names cannot grow it forever.
+        if cache.len() < 256 {
+            cache.push(h.clone());
+        }
+        h
     }
 
     /// Replica id (metrics label, `x-ferry-replica` header).

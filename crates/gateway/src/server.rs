@@ -2,6 +2,7 @@
 //! it on a listener until shutdown, draining in-flight requests.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -9,12 +10,12 @@ use std::time::Duration;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 
 use crate::config::GatewayConfig;
 use crate::error::Result;
-use crate::proxy::{Shared, handle};
+use crate::proxy::{Lane, Shared, handle};
 use crate::registry::{EjectPolicy, Registry};
 use crate::tenancy::Tenancy;
 
@@ -72,50 +73,160 @@ impl Gateway {
         let sh = self.shared;
         let (stop_tx, stop_rx) = watch::channel(false);
         let background = tokio::spawn(crate::health::run(sh.clone(), stop_rx));
-        let graceful = GracefulShutdown::new();
-        let mut http = hyper::server::conn::http1::Builder::new();
-        http.timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(30))
-            .keep_alive(true);
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                accepted = listener.accept() => {
-                    let (stream, peer) = match accepted {
-                        Ok(s) => s,
-                        Err(e) => {
-                            // EMFILE and friends: back off instead of spinning.
-                            tracing::warn!(error = %e, "accept failed");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
-                    };
-                    let _ = stream.set_nodelay(true);
-                    let sh = sh.clone();
-                    let svc = service_fn(move |req| handle(sh.clone(), req));
-                    let conn = http.serve_connection(TokioIo::new(stream), svc);
-                    let conn = graceful.watch(conn);
-                    tokio::spawn(async move {
-                        if let Err(e) = conn.await {
-                            tracing::debug!(%peer, error = %e, "connection ended with an error");
-                        }
-                    });
-                }
-                () = &mut shutdown => break,
-            }
-        }
-        drop(listener);
-        sh.draining.store(true, Ordering::Relaxed);
-        tracing::info!("gateway draining: no new connections, in-flight requests finish");
-        let drained = tokio::select! {
-            () = graceful.shutdown() => true,
-            () = tokio::time::sleep(sh.cfg.drain_timeout()) => {
-                tracing::warn!("drain deadline reached with requests still in flight");
-                false
-            }
-        };
+        let lane = Arc::new(Lane {
+            sh: sh.clone(),
+            id: 0,
+        });
+        let drained = accept_loop(lane, listener, shutdown).await;
         let _ = stop_tx.send(true);
         let _ = background.await;
         Ok(drained)
+    }
+
+    /// Like [`Gateway::serve`], but on one thread per listener (from
+    /// [`bind_workers`]), each running its own single-threaded runtime, accept loop
+    /// and upstream connection pool, the way nginx runs one event loop per worker
+    /// process: a request never hops threads. Health checks run on the caller's
+    /// runtime. Returns `Ok(true)` when every worker drained in time.
+    pub async fn serve_workers(
+        self,
+        listeners: Vec<std::net::TcpListener>,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> std::io::Result<bool> {
+        let sh = self.shared;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let background = tokio::spawn(crate::health::run(sh.clone(), stop_rx.clone()));
+        let mut done = Vec::new();
+        let mut started: std::io::Result<()> = Ok(());
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let (tx, rx) = tokio::sync::oneshot::channel::<std::io::Result<bool>>();
+            let sh = sh.clone();
+            let mut stop = stop_rx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("ferry-gw-{i}"))
+                .spawn(move || {
+                    let run = || -> std::io::Result<bool> {
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()?;
+                        rt.block_on(async move {
+                            let listener = TcpListener::from_std(listener)?;
+                            let lane = Arc::new(Lane { sh, id: i + 1 });
+                            let stopped = async move {
+                                let _ = stop.wait_for(|s| *s).await;
+                            };
+                            Ok(accept_loop(lane, listener, stopped).await)
+                        })
+                    };
+                    let _ = tx.send(run());
+                });
+            match spawned {
+                Ok(_) => done.push(rx),
+                Err(e) => {
+                    started = Err(e);
+                    break;
+                }
+            }
+        }
+        if started.is_ok() {
+            shutdown.await;
+        }
+        let _ = stop_tx.send(true);
+        let mut drained = true;
+        let mut failed = started.err();
+        for rx in done {
+            match rx.await {
+                Ok(Ok(d)) => drained &= d,
+                Ok(Err(e)) => failed = failed.or(Some(e)),
+                Err(_) => {
+                    failed = failed.or(Some(std::io::Error::other(
+                        "a gateway worker thread panicked",
+                    )))
+                }
+            }
+        }
+        let _ = background.await;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(drained),
+        }
+    }
+}
+
+/// Binds `workers` listening sockets to one address with `SO_REUSEPORT`, so the
+/// kernel spreads connections over [`Gateway::serve_workers`]' threads. Port 0
+/// picks a free port for the first and binds the others to the same one. Must be
+/// called inside a Tokio runtime.
+pub fn bind_workers(
+    addr: SocketAddr,
+    workers: usize,
+) -> std::io::Result<Vec<std::net::TcpListener>> {
+    let mut out = Vec::with_capacity(workers.max(1));
+    let mut addr = addr;
+    for _ in 0..workers.max(1) {
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        socket.set_reuseport(true)?;
+        socket.bind(addr)?;
+        let listener = socket.listen(1024)?;
+        addr = listener.local_addr()?;
+        out.push(listener.into_std()?);
+    }
+    Ok(out)
+}
+
+/// Accepts connections and serves them on the current runtime until `shutdown`
+/// resolves, then drains. Returns whether everything drained in time.
+async fn accept_loop(
+    lane: Arc<Lane>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> bool {
+    let sh = lane.sh.clone();
+    let graceful = GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .keep_alive(true);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(s) => s,
+                    Err(e) => {
+                        // EMFILE and friends: back off instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let lane = lane.clone();
+                let svc = service_fn(move |req| handle(lane.clone(), req));
+                let conn = http.serve_connection(TokioIo::new(stream), svc);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    sh.draining.store(true, Ordering::Relaxed);
+    tracing::info!("gateway draining: no new connections, in-flight requests finish");
+    tokio::select! {
+        () = graceful.shutdown() => true,
+        () = tokio::time::sleep(sh.cfg.drain_timeout()) => {
+            tracing::warn!("drain deadline reached with requests still in flight");
+            false
+        }
     }
 }

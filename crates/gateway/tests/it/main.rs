@@ -8,3 +8,4 @@ mod failover;
 mod python;
 mod routing;
 mod tenancy;
+mod workers;
