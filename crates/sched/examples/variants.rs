@@ -88,10 +88,34 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
         util_easy: f.utilization > easy.utilization,
         fair,
     };
+    // Why a team is out of the band: most of its GPU-hours come in jobs larger than the GPUs it
+    // is owed ("lumpy": it can hold its share only on average, through drains), or not.
+    let capacity = cluster.total_gpus() as f64;
+    let lumpy = |team: &str, entitled: f64| {
+        let (mut big, mut all) = (0.0, 0.0);
+        for j in case.trace.iter().filter(|j| j.team == team) {
+            let w = f64::from(j.gpus) * j.duration_s as f64;
+            all += w;
+            if f64::from(j.gpus) > entitled * capacity {
+                big += w;
+            }
+        }
+        all > 0.0 && big / all >= 0.5
+    };
     let shares: Vec<String> = f
         .team_share
         .iter()
-        .map(|(t, s)| format!("{t}:{:.3}/{:.3}", s.share, s.entitlement))
+        .map(|(t, s)| {
+            let why = match s.within_tolerance {
+                Some(false) if lumpy(t, s.entitlement) => " OUT(lumpy)",
+                Some(false) => " OUT",
+                _ => "",
+            };
+            format!(
+                "{t}:{:.3}/{:.3}={:.2}{why}",
+                s.share, s.entitlement, s.ratio
+            )
+        })
         .collect();
     let line = format!(
         "{:<36} jct {:>8.0} {:>8.0} {:>8.0} util {:.3} {:.3} {:.3} pre {:>4} sat {:>7} {}{}{}{} {} [{}]",
