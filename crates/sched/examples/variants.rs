@@ -30,6 +30,8 @@ struct Verdict {
     util_easy: bool,
     /// `None`: no all-saturated window long enough to judge.
     fair: Option<bool>,
+    /// The same check for EASY backfill (for context: whether the band is held at all).
+    fair_easy: Option<bool>,
 }
 
 fn run(case: &Case, opts: &Options) -> (Verdict, String) {
@@ -76,17 +78,20 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
             println!("{row}");
         }
     }
-    let fair = f
-        .team_share
-        .values()
-        .map(|s| s.within_tolerance)
-        .try_fold(true, |acc, w| w.map(|w| acc && w));
+    let verdict = |r: &SimReport| {
+        r.team_share
+            .values()
+            .map(|s| s.within_tolerance)
+            .try_fold(true, |acc, w| w.map(|w| acc && w))
+    };
+    let (fair, fair_easy) = (verdict(&f), verdict(easy));
     let v = Verdict {
         jct_fifo: f.mean_jct_s < fifo.mean_jct_s,
         jct_easy: f.mean_jct_s < easy.mean_jct_s,
         util_fifo: f.utilization > fifo.utilization,
         util_easy: f.utilization > easy.utilization,
         fair,
+        fair_easy,
     };
     // Why a team is out of the band: most of its GPU-hours come in jobs larger than the GPUs it
     // is owed ("lumpy": it can hold its share only on average, through drains), or not.
@@ -362,8 +367,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let _ = c;
     }
     println!(
-        "{:<10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>14}",
-        "set", "traces", "JCT<FIFO", "JCT<EASY", "U>FIFO", "U>EASY", "fair ok/OUT/na"
+        "{:<10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>14} {:>20}",
+        "set",
+        "traces",
+        "JCT<FIFO",
+        "JCT<EASY",
+        "U>FIFO",
+        "U>EASY",
+        "fair ok/OUT/na",
+        "EASY fair ok/OUT/na"
     );
     for g in groups {
         let vs: Vec<Verdict> = cases
@@ -375,7 +387,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let n = vs.len();
         let count = |f: &dyn Fn(&Verdict) -> bool| vs.iter().filter(|v| f(v)).count();
         println!(
-            "{g:<10} {n:>6} {:>10} {:>10} {:>10} {:>10} {:>6}/{}/{}",
+            "{g:<10} {n:>6} {:>10} {:>10} {:>10} {:>10} {:>6}/{}/{} {:>14}/{}/{}",
             count(&|v| v.jct_fifo),
             count(&|v| v.jct_easy),
             count(&|v| v.util_fifo),
@@ -383,6 +395,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             count(&|v| v.fair == Some(true)),
             count(&|v| v.fair == Some(false)),
             count(&|v| v.fair.is_none()),
+            count(&|v| v.fair_easy == Some(true)),
+            count(&|v| v.fair_easy == Some(false)),
+            count(&|v| v.fair_easy.is_none()),
         );
     }
     Ok(())
