@@ -617,6 +617,11 @@ async fn preempt(
             .get(uid)
             .map_or_else(|| uid.to_owned(), |j| format!("{}/{}", j.namespace, j.name))
     };
+    let queue_of = |uid: &str| {
+        names
+            .get(uid)
+            .map_or_else(String::new, |j| workload(j).queue)
+    };
     let why = match reason {
         PreemptReason::Priority { preemptor } => {
             let p = names.get(preemptor.as_str());
@@ -628,9 +633,15 @@ async fn preempt(
                 job.job.spec.priority.as_deref().unwrap_or("normal")
             )
         }
-        other => format!(
-            "preempted: {}",
-            serde_json::to_string(other).unwrap_or_default()
+        PreemptReason::Reclaim { preemptor } => format!(
+            "preempted for {}: queue {} takes back the quota queue {} borrowed",
+            name_of(preemptor),
+            queue_of(preemptor),
+            workload(job).queue
+        ),
+        PreemptReason::LoanEnded { preemptor } => format!(
+            "preempted for {}: it ran on GPUs held for that gang, whose turn has come",
+            name_of(preemptor)
         ),
     };
     let grace = crate::reconcile::grace_of(job);

@@ -218,3 +218,35 @@ fn queue_and_priority_mistakes_are_refused_at_apply() {
         "nothing stored"
     );
 }
+
+#[test]
+fn a_team_takes_back_the_quota_it_lent() {
+    let plane = Plane::start(Some(4));
+    plane.ok(&["apply", "-f", "examples/team-queues.yaml"]);
+    plane.wait_phase("research-long", "Running", LIMIT);
+    wait_for_step(&plane, "research-long", 1);
+    plane.ok(&["apply", "-f", "examples/product-urgent.yaml"]);
+    plane.wait_phase("product-urgent", "Running", LIMIT);
+    let events = plane.events("research-long");
+    let preempted = find(&events, "Preempted", |e| e["to"] == "Preempted");
+    assert!(
+        message(&events[preempted])
+            .contains("queue product takes back the quota queue research borrowed"),
+        "{}",
+        events[preempted]
+    );
+    // Research may still use its own two GPUs, but its gang needs four: it waits.
+    let job = plane.wait_phase("research-long", "Queued", LIMIT);
+    assert_eq!(job["status"]["restarts"], 0);
+    let queues: Vec<Value> =
+        serde_json::from_str(&plane.ok(&["get", "queues", "-o", "json"])).unwrap();
+    let used = |name: &str| {
+        queues
+            .iter()
+            .find(|q| q["metadata"]["name"] == name)
+            .map(|q| q["status"]["usedGpus"].clone())
+    };
+    assert_eq!(used("product"), Some(2.into()), "{queues:?}");
+    assert_eq!(used("research"), Some(0.into()), "{queues:?}");
+    plane.ok(&["cancel", "job", "research-long"]);
+}
