@@ -19,7 +19,7 @@ use crate::engines::{LaunchContext, adapter_for};
 use crate::error::ApiError;
 use crate::export;
 use crate::metrics;
-use crate::state::{ControlPlane, LiveGang};
+use crate::state::{ControlPlane, ExportState, LiveGang};
 
 /// Runs forever: one recovery pass, then a reconcile pass per tick or wake-up.
 pub(crate) async fn run(plane: ControlPlane) {
@@ -496,8 +496,9 @@ async fn observe(plane: &ControlPlane, job: &JobRecord) -> Result<(), StoreError
     match status {
         GangStatus::Running => Ok(()),
         GangStatus::Succeeded => {
-            store_succeeded(plane, job, &live).await?;
-            plane.live().remove(&job.uid);
+            if store_succeeded(plane, job, &live).await? {
+                plane.live().remove(&job.uid);
+            }
             Ok(())
         }
         GangStatus::Failed { message, .. } => fail(plane, job, "RankFailed", &message).await,
@@ -506,13 +507,43 @@ async fn observe(plane: &ControlPlane, job: &JobRecord) -> Result<(), StoreError
 }
 
 /// The ranks all exited 0: export the model when the spec asks, then record success.
+/// The export (a copy, or a Megatron conversion that can take minutes) runs beside the
+/// loop so other jobs keep moving; the job stays `Running` until it is done, and a
+/// control plane that restarts meanwhile simply exports again (export is idempotent).
+/// Returns true once the outcome is recorded.
 async fn store_succeeded(
     plane: &ControlPlane,
     job: &JobRecord,
     live: &LiveGang,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
     let ranks = live.gang.world_size();
-    let (to, reason, message) = match export::export(plane, job).await {
+    let outcome = if export::export_name(job).is_none() {
+        Ok(None)
+    } else {
+        let state = plane.exports().get(&job.uid).cloned();
+        match state {
+            None => {
+                plane
+                    .exports()
+                    .insert(job.uid.clone(), ExportState::Running);
+                let (plane, job) = (plane.clone(), job.clone());
+                tokio::spawn(async move {
+                    let result = export::export(&plane, &job).await;
+                    plane
+                        .exports()
+                        .insert(job.uid.clone(), ExportState::Done(result));
+                    plane.wake();
+                });
+                return Ok(false);
+            }
+            Some(ExportState::Running) => return Ok(false),
+            Some(ExportState::Done(result)) => {
+                plane.exports().remove(&job.uid);
+                result
+            }
+        }
+    };
+    let (to, reason, message) = match outcome {
         Ok(None) => (
             JobPhase::Succeeded,
             "Completed",
@@ -554,8 +585,8 @@ async fn store_succeeded(
             &message,
             StatusPatch::default(),
         )
-        .await
-        .map(drop)
+        .await?;
+    Ok(true)
 }
 
 /// The directory `spec.model` names: a path (relative to the working directory) or a

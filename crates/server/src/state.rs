@@ -41,6 +41,16 @@ struct Inner {
     deployments: Mutex<Deployments>,
     gateway: std::sync::OnceLock<GatewayLink>,
     queue_usage: Mutex<Vec<ferry_sched::QueueUsage>>,
+    exports: Mutex<HashMap<String, ExportState>>,
+}
+
+/// An export running beside the reconcile loop, or its outcome waiting to be recorded.
+#[derive(Debug, Clone)]
+pub(crate) enum ExportState {
+    /// Still copying or converting.
+    Running,
+    /// Done: what `export::export` returned.
+    Done(Result<Option<ferry_store::ModelRecord>, String>),
 }
 
 /// The in-process gateway the serving controller keeps up to date.
@@ -94,6 +104,7 @@ impl ControlPlane {
                 deployments: Mutex::new(HashMap::new()),
                 gateway: std::sync::OnceLock::new(),
                 queue_usage: Mutex::new(Vec::new()),
+                exports: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -201,6 +212,11 @@ impl ControlPlane {
             .queue_usage
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = usage;
+    }
+
+    /// Exports by job uid (see `reconcile::store_succeeded`).
+    pub(crate) fn exports(&self) -> std::sync::MutexGuard<'_, HashMap<String, ExportState>> {
+        self.inner.exports.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn clear_waiting(&self, uid: &str) {
