@@ -183,7 +183,7 @@ impl Workload {
 
 /// Switches that turn the scheduler into Ferry's policy or a baseline (for the simulator).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 pub struct Options {
     /// When the head cannot be placed, reserve nodes for it and backfill only around them.
     pub backfill: bool,
@@ -208,17 +208,14 @@ pub struct Options {
     /// Within a priority, a job sorts as if created this many times its expected duration later:
     /// short jobs pass long ones created up to that much earlier, long ones still age in (0: by
     /// age alone). Reservations still go to the oldest blocked job.
-    #[serde(default)]
     pub duration_weight: u32,
     /// An owner reclaims lent quota by preemption only when it would otherwise wait at least this
     /// long (seconds) for borrowers to finish; 0 reclaims at once.
-    #[serde(default)]
     pub reclaim_patience_s: u64,
     /// Each cycle first tries the (few, at most 8) pending jobs expected to run longer than
     /// this many times the time the cluster needs to clear all known work (running and
     /// pending GPU-seconds over its GPUs): starting them late would stretch the makespan, so
     /// they pass shorter work that duration weighting would put first (0: off).
-    #[serde(default)]
     pub critical_path_factor: u32,
 }
 
@@ -292,4 +289,21 @@ pub enum Decision {
         /// Why.
         reason: PreemptReason,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_missing_from_a_file_take_ferrys_defaults() {
+        let parsed: Options = serde_json::from_str(r#"{"backfill": false}"#).unwrap();
+        assert_eq!(
+            parsed,
+            Options {
+                backfill: false,
+                ..Options::default()
+            }
+        );
+    }
 }
