@@ -294,19 +294,10 @@ impl SchedAdmission {
             let _ = w.unbounded_send(());
         }
     }
-
-    /// Re-registers a gang that already runs (operator restart), without a cycle.
-    fn restore(st: &mut State, w: Workload, placement: &[PodPlacement], at: Time) -> Result<()> {
-        restore_running(&mut st.sched, w, placement, at)
-    }
 }
 
-/// Registers a workload that is already running on `placement` since `at`.
-///
-/// `ferry-sched` gains `Scheduler::restore` for this; until it does, the workload is
-/// submitted and admitted by a cycle of its own, which places it where it runs as long as
-/// running gangs are restored before any pending job is submitted (what `bootstrap` and
-/// the operator do) and no other job is pending yet.
+/// Registers a workload that is already running on `placement` since `at`
+/// (`Scheduler::restore`: no decision, nothing preempted).
 fn restore_running(
     s: &mut Scheduler,
     w: Workload,
@@ -314,37 +305,21 @@ fn restore_running(
     at: Time,
 ) -> Result<()> {
     let id = w.id.clone();
-    let refuse = |e: ferry_sched::SchedError| {
+    s.restore(w, placement, at).map_err(|e| {
         K8sError::invalid(
             format!("TrainJob/{id}"),
-            "status",
+            "metadata.annotations.ferry.dev/placement",
             format!("the running gang could not be re-registered with the scheduler: {e}"),
         )
-    };
-    s.submit(w).map_err(refuse)?;
-    let decisions = s.cycle(at);
-    let admitted = decisions
-        .iter()
-        .any(|d| matches!(d, Decision::Admit { id: a, .. } if *a == id));
-    if !admitted {
-        return Err(K8sError::invalid(
-            format!("TrainJob/{id}"),
-            "status",
-            format!(
-                "the running gang on {} could not be re-registered: the scheduler has no room for it",
-                placement
-                    .iter()
-                    .map(|p| p.node.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        ));
-    }
-    Ok(())
+    })
 }
 
 impl Admission for SchedAdmission {
     fn decide(&self, job: &TrainJobResource, gang: &Gang) -> Admit {
+        // CPU-only gangs (engine: command without GPUs) hold nothing the scheduler shares.
+        if job.spec.resources.total_gpus() == 0 {
+            return Admit::Run(Vec::new());
+        }
         let w = workload(job);
         let id = w.id.clone();
         let mut st = self.lock();
@@ -355,7 +330,7 @@ impl Admission for SchedAdmission {
                     admitted_at,
                 } => {
                     let at = admitted_at.unwrap_or_else(|| (self.clock)());
-                    if let Err(e) = Self::restore(&mut st, w, p, at) {
+                    if let Err(e) = restore_running(&mut st.sched, w, p, at) {
                         return Admit::Preempt(e.to_string());
                     }
                     st.entries.insert(id.clone(), Entry::Running(p.clone()));

@@ -19,10 +19,6 @@ pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 pub const KUEUE_PRIORITY_LABEL: &str = "kueue.x-k8s.io/priority-class";
 /// The annotation the Job controller sets on every pod of an Indexed Job.
 pub const COMPLETION_INDEX_ANNOTATION: &str = "batch.kubernetes.io/job-completion-index";
-/// Annotation on a `ModelDeployment` turning on autoscaling: the most replicas.
-pub const ANNOTATION_MAX_REPLICAS: &str = "ferry.dev/autoscale-max-replicas";
-/// Annotation on a `ModelDeployment`: waiting requests per replica the autoscaler aims at.
-pub const ANNOTATION_TARGET_WAITING: &str = "ferry.dev/autoscale-target-waiting";
 
 /// Optional APIs and node labels of the target cluster; the operator fills it by discovery,
 /// `ferry render` from flags.

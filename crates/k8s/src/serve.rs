@@ -2,71 +2,63 @@
 //! discovers through its EndpointSlices, and an autoscaler on waiting requests.
 
 use ferry_plan::{GpuKind, ServeRequest};
-use ferry_spec::{ModelDeployment, ModelSource, ServeEngine};
+use ferry_spec::{Autoscaling, ModelDeployment, ModelSource, ScaleProvider, ServeEngine};
 use serde_json::{Value, json};
 
 use crate::error::{K8sError, Result};
 use crate::options::{
-    ANNOTATION_MAX_REPLICAS, ANNOTATION_TARGET_WAITING, KUEUE_QUEUE_LABEL, LABEL_DEPLOYMENT,
-    LABEL_SERVED_MODEL, MANAGED_BY, RenderOptions, object_id,
+    KUEUE_QUEUE_LABEL, LABEL_DEPLOYMENT, LABEL_SERVED_MODEL, MANAGED_BY, RenderOptions, object_id,
 };
 use crate::train::MODELS_MOUNT;
 
-/// The metric vLLM exports and the autoscaler follows.
-pub const WAITING_METRIC: &str = "vllm:num_requests_waiting";
+/// The metric vLLM exports and the autoscaler follows by default.
+pub const WAITING_METRIC: &str = ferry_spec::DEFAULT_SCALE_METRIC;
 
-/// Autoscaling asked for through annotations on the `ModelDeployment`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Autoscale {
-    /// Fewest replicas (`spec.replicas`, at least 1).
-    pub min: i32,
-    /// Most replicas.
-    pub max: i32,
-    /// Waiting requests per replica to aim at.
-    pub target_waiting: u32,
+/// Which autoscaler `spec.autoscaling` becomes on this cluster.
+pub fn provider(a: &Autoscaling, opts: &RenderOptions) -> ScaleProvider {
+    a.provider.unwrap_or(if opts.cluster.keda {
+        ScaleProvider::Keda
+    } else {
+        ScaleProvider::Hpa
+    })
+}
+
+/// A Kubernetes quantity for a positive target: whole numbers as such, others in milli-units.
+pub fn quantity(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{}m", (v * 1000.0).round() as i64)
+    }
 }
 
 fn id(d: &ModelDeployment) -> String {
     object_id("ModelDeployment", &d.metadata.namespace, &d.metadata.name)
 }
 
-/// Reads the autoscaling annotations; `None` when autoscaling is off.
-pub fn autoscale(d: &ModelDeployment) -> Result<Option<Autoscale>> {
-    let ann = &d.metadata.annotations;
-    let Some(max) = ann.get(ANNOTATION_MAX_REPLICAS) else {
+/// Checks `spec.autoscaling` against the rest of the spec (the spec crate checks the fields).
+pub fn check_autoscaling(d: &ModelDeployment) -> Result<Option<&Autoscaling>> {
+    let Some(a) = &d.spec.autoscaling else {
         return Ok(None);
     };
-    let field = format!("metadata.annotations.{ANNOTATION_MAX_REPLICAS}");
-    let max: i32 = max.parse().map_err(|_| {
-        K8sError::invalid(
-            id(d),
-            &field,
-            format!("must be a whole number (got {max:?})"),
-        )
-    })?;
-    let min = d.spec.replicas.max(1);
-    if max < min {
+    if a.provider != Some(ScaleProvider::Keda) && a.min_replicas < 1 {
         return Err(K8sError::invalid(
             id(d),
-            field,
-            format!("must be at least spec.replicas ({min}) (got {max})"),
+            "spec.autoscaling.minReplicas",
+            "an HPA needs at least 1 replica; set minReplicas: 1 or provider: keda to scale to zero",
         ));
     }
-    let target_waiting = match ann.get(ANNOTATION_TARGET_WAITING) {
-        None => 5,
-        Some(t) => t.parse::<u32>().ok().filter(|t| *t > 0).ok_or_else(|| {
-            K8sError::invalid(
-                id(d),
-                format!("metadata.annotations.{ANNOTATION_TARGET_WAITING}"),
-                format!("must be a whole number of 1 or more (got {t:?})"),
-            )
-        })?,
-    };
-    Ok(Some(Autoscale {
-        min,
-        max,
-        target_waiting,
-    }))
+    if a.max_replicas < a.min_replicas.max(1) {
+        return Err(K8sError::invalid(
+            id(d),
+            "spec.autoscaling.maxReplicas",
+            format!(
+                "must be at least minReplicas ({}) and 1 (got {})",
+                a.min_replicas, a.max_replicas
+            ),
+        ));
+    }
+    Ok(Some(a))
 }
 
 /// Where vLLM loads the weights from inside the pod.
@@ -191,7 +183,7 @@ pub fn render(d: &ModelDeployment, opts: &RenderOptions) -> Result<Vec<Value>> {
             ),
         ));
     }
-    let scale = autoscale(d)?;
+    let scale = check_autoscaling(d)?;
     let args = vllm_args(d, opts.serve_port)?;
     let ns = &d.metadata.namespace;
     let name = &d.metadata.name;
@@ -263,38 +255,38 @@ pub fn render(d: &ModelDeployment, opts: &RenderOptions) -> Result<Vec<Value>> {
     });
     let mut out = vec![deployment, service];
     if let Some(a) = scale {
-        if opts.cluster.keda {
-            out.push(json!({
+        let labels = json!({MANAGED_BY.0: MANAGED_BY.1, LABEL_DEPLOYMENT: name});
+        match provider(a, opts) {
+            ScaleProvider::Keda => out.push(json!({
                 "apiVersion": "keda.sh/v1alpha1",
                 "kind": "ScaledObject",
-                "metadata": {"name": name, "namespace": ns, "labels": {MANAGED_BY.0: MANAGED_BY.1, LABEL_DEPLOYMENT: name}},
-                "spec": {
-                    "scaleTargetRef": {"name": name},
-                    "minReplicaCount": a.min,
-                    "maxReplicaCount": a.max,
-                    "triggers": [{"type": "prometheus", "metadata": {
-                        "serverAddress": opts.cluster.prometheus_url,
-                        "query": format!("sum({WAITING_METRIC}{{namespace=\"{ns}\",{}=\"{name}\"}})", LABEL_DEPLOYMENT.replace(['.', '/', '-'], "_")),
-                        "threshold": a.target_waiting.to_string(),
-                    }}],
-                }
-            }));
-        } else {
-            out.push(json!({
-                "apiVersion": "autoscaling/v2",
-                "kind": "HorizontalPodAutoscaler",
-                "metadata": {"name": name, "namespace": ns, "labels": {MANAGED_BY.0: MANAGED_BY.1, LABEL_DEPLOYMENT: name}},
+                "metadata": {"name": name, "namespace": ns, "labels": labels},
                 "spec": {
                     "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-                    "minReplicas": a.min,
-                    "maxReplicas": a.max,
+                    "minReplicaCount": a.min_replicas,
+                    "maxReplicaCount": a.max_replicas,
+                    "triggers": [{"type": "prometheus", "metricType": "AverageValue", "metadata": {
+                        "serverAddress": opts.cluster.prometheus_url,
+                        "query": format!("sum({}{{namespace=\"{ns}\",{}=\"{name}\"}})", a.metric, LABEL_DEPLOYMENT.replace(['.', '/', '-'], "_")),
+                        "threshold": quantity(a.target),
+                    }}],
+                }
+            })),
+            ScaleProvider::Hpa => out.push(json!({
+                "apiVersion": "autoscaling/v2",
+                "kind": "HorizontalPodAutoscaler",
+                "metadata": {"name": name, "namespace": ns, "labels": labels},
+                "spec": {
+                    "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                    "minReplicas": a.min_replicas,
+                    "maxReplicas": a.max_replicas,
                     "metrics": [{"type": "Pods", "pods": {
-                        "metric": {"name": WAITING_METRIC},
-                        "target": {"type": "AverageValue", "averageValue": a.target_waiting.to_string()},
+                        "metric": {"name": a.metric},
+                        "target": {"type": "AverageValue", "averageValue": quantity(a.target)},
                     }}],
                     "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}},
                 }
-            }));
+            })),
         }
     }
     Ok(out)

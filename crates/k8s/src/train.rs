@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use ferry_plan::{GpuKind, Launcher, Layout, PlanRequest, Recompute};
+use ferry_plan::{Launcher, PlanRequest};
 use ferry_spec::{EngineKind, ModelSource, ResumePolicy, TrainJob};
 use serde_json::{Value, json};
 
@@ -78,7 +78,8 @@ fn id(job: &TrainJob) -> String {
     object_id("TrainJob", &job.metadata.namespace, &job.metadata.name)
 }
 
-/// Maps a `TrainJob` onto the planner's request (hub models from the planner's catalogue).
+/// Maps a `TrainJob` onto the planner's request (hub models from the planner's catalogue):
+/// the shared mapping `ferry_plan::request_for_job`, with errors naming this object.
 pub fn plan_request(job: &TrainJob) -> Result<PlanRequest> {
     let bad = |field: &str, msg: String| K8sError::invalid(id(job), field, msg);
     let model = job
@@ -95,72 +96,15 @@ pub fn plan_request(job: &TrainJob) -> Result<PlanRequest> {
         ));
     }
     let model_id = model.id.clone().unwrap_or_default();
-    let shape = ferry_plan::shape_of(&model_id).map_err(|source| K8sError::Plan {
-        object: id(job),
-        source,
-    })?;
-    let res = &job.spec.resources;
-    let gpu_name = res.gpu.as_deref().unwrap_or("H100-80GB");
-    let gpu = GpuKind::parse(gpu_name).ok_or_else(|| {
-        bad(
-            "spec.resources.gpu",
-            format!("unknown GPU {gpu_name:?}; use A100, H100, H200, H800, L40S or RTX4090"),
-        )
-    })?;
-    let total = u64::from(res.total_gpus());
-    if total == 0 {
-        return Err(bad(
-            "spec.resources.gpusPerNode",
-            format!(
-                "engine {} needs GPUs (got 0); set gpusPerNode or use engine: command",
-                job.spec.engine.as_str()
-            ),
-        ));
-    }
-    let seq_len = job.spec.train.seq_len.unwrap_or(4096).max(1) as u64;
-    let mut req = PlanRequest::new(shape, &model_id, gpu, total, seq_len);
-    req.nodes = res.nodes.max(1) as u64;
-    req.gpus_per_node = res.gpus_per_node.max(1) as u64;
-    let rank = job.spec.lora.as_ref().map_or(16, |l| l.rank.max(1) as u64);
-    let mode = match job.spec.method {
-        ferry_spec::Method::Auto => "auto",
-        ferry_spec::Method::Full => "full-mixed",
-        ferry_spec::Method::Lora => "lora",
-        ferry_spec::Method::Qlora => "qlora",
+    let plan_err = |source| match source {
+        ferry_plan::PlanError::InvalidRequest { field, reason } => bad(&field, reason),
+        source => K8sError::Plan {
+            object: id(job),
+            source,
+        },
     };
-    req.method = ferry_plan::Method::from_mode(mode, rank).map_err(|source| K8sError::Plan {
-        object: id(job),
-        source,
-    })?;
-    req.engine = match job.spec.engine {
-        EngineKind::Megatron => ferry_plan::Engine::Megatron,
-        EngineKind::Torchrun => ferry_plan::Engine::Torchrun,
-        EngineKind::Deepspeed => ferry_plan::Engine::Deepspeed,
-        EngineKind::Swift => ferry_plan::Engine::Swift,
-        _ => ferry_plan::Engine::Auto,
-    };
-    if let Some(gb) = job.spec.train.global_batch {
-        req.global_batch = gb.max(1) as u64;
-    }
-    let p = &job.spec.parallelism;
-    if !p.is_auto() {
-        let recompute = match p.recompute.as_deref() {
-            Some("selective") => Recompute::Selective,
-            Some("full") => Recompute::Full,
-            _ => Recompute::None,
-        };
-        let pos = |v: Option<i32>| v.unwrap_or(1).max(1) as u64;
-        req.parallelism = ferry_plan::Parallelism::Fixed(Layout {
-            tp: pos(p.tp),
-            pp: pos(p.pp),
-            cp: pos(p.cp),
-            ep: pos(p.ep),
-            zero: p.zero.unwrap_or(0).clamp(0, 3) as u8,
-            recompute,
-            micro_batch: pos(p.micro_batch),
-        });
-    }
-    Ok(req)
+    let shape = ferry_plan::shape_of(&model_id).map_err(plan_err)?;
+    ferry_plan::request_for_job(job, shape, &model_id).map_err(plan_err)
 }
 
 /// The launch of every rank: the planner's command wrapped in a shell prelude that resumes

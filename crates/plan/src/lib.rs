@@ -10,6 +10,7 @@ pub mod calibrate;
 pub mod catalog;
 pub mod error;
 pub mod gpu;
+pub mod job;
 pub mod memory;
 pub mod model;
 pub mod render;
@@ -22,6 +23,7 @@ pub mod throughput;
 pub use catalog::shape_of;
 pub use error::{PlanError, Result};
 pub use gpu::{GpuKind, GpuSpec};
+pub use job::request_for_job;
 pub use memory::{
     MemoryBreakdown, Phase, Recipe, SavedTensor, ServeMemory, TrainSetup, saved_tensors,
     serve_memory, training_memory, with_overheads,

@@ -16,7 +16,10 @@ mod schema;
 mod train_job;
 mod validate;
 
-pub use deployment::{ModelDeployment, ModelDeploymentSpec, ModelDeploymentStatus, ServeEngine};
+pub use deployment::{
+    Autoscaling, DEFAULT_SCALE_METRIC, ModelDeployment, ModelDeploymentSpec, ModelDeploymentStatus,
+    ScaleProvider, ServeEngine,
+};
 pub use error::{FieldError, SpecError};
 pub use lifecycle::{JobPhase, TransitionError};
 pub use meta::{API_VERSION, ObjectMeta, validate_name};

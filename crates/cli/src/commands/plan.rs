@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, anyhow, bail};
-use ferry_plan::{GpuKind, Layout, Method, ModelShape, Parallelism, PlanRequest, Recompute};
+use ferry_plan::{ModelShape, PlanRequest};
 use ferry_spec::{ModelSource, Resource, TrainJob};
 
 use crate::args::Output;
@@ -47,59 +47,11 @@ fn shape(job: &TrainJob) -> anyhow::Result<(ModelShape, String)> {
     }
 }
 
-/// Maps a `TrainJob` onto the planner's request.
+/// Maps a `TrainJob` onto the planner's request (the mapping lives in `ferry-plan`, shared
+/// with the Kubernetes backend; here the model may also come from a local `config.json`).
 pub fn request(job: &TrainJob) -> anyhow::Result<PlanRequest> {
     let (model, name) = shape(job)?;
-    let res = &job.spec.resources;
-    let gpu_name = res.gpu.as_deref().unwrap_or("H100-80GB");
-    let gpu = GpuKind::parse(gpu_name).ok_or_else(|| {
-        anyhow!("spec.resources.gpu: unknown GPU {gpu_name:?}; use A100, H100, H200, H800, L40S or RTX4090")
-    })?;
-    let total = res.total_gpus() as u64;
-    if total == 0 {
-        bail!("spec.resources.gpusPerNode: a GPU plan needs at least 1 GPU (got 0)");
-    }
-    let seq_len = job.spec.train.seq_len.unwrap_or(4096).max(1) as u64;
-    let mut req = PlanRequest::new(model, &name, gpu, total, seq_len);
-    req.nodes = res.nodes.max(1) as u64;
-    req.gpus_per_node = res.gpus_per_node.max(1) as u64;
-    let rank = job.spec.lora.as_ref().map_or(16, |l| l.rank.max(1) as u64);
-    let mode = match job.spec.method {
-        ferry_spec::Method::Auto => "auto",
-        ferry_spec::Method::Full => "full-mixed",
-        ferry_spec::Method::Lora => "lora",
-        ferry_spec::Method::Qlora => "qlora",
-    };
-    req.method = Method::from_mode(mode, rank)?;
-    req.engine = match job.spec.engine {
-        ferry_spec::EngineKind::Megatron => ferry_plan::Engine::Megatron,
-        ferry_spec::EngineKind::Torchrun => ferry_plan::Engine::Torchrun,
-        ferry_spec::EngineKind::Deepspeed => ferry_plan::Engine::Deepspeed,
-        ferry_spec::EngineKind::Swift => ferry_plan::Engine::Swift,
-        _ => ferry_plan::Engine::Auto,
-    };
-    if let Some(gb) = job.spec.train.global_batch {
-        req.global_batch = gb.max(1) as u64;
-    }
-    let p = &job.spec.parallelism;
-    if !p.is_auto() {
-        let recompute = match p.recompute.as_deref() {
-            Some("selective") => Recompute::Selective,
-            Some("full") => Recompute::Full,
-            _ => Recompute::None,
-        };
-        let pos = |v: Option<i32>| v.unwrap_or(1).max(1) as u64;
-        req.parallelism = Parallelism::Fixed(Layout {
-            tp: pos(p.tp),
-            pp: pos(p.pp),
-            cp: pos(p.cp),
-            ep: pos(p.ep),
-            zero: p.zero.unwrap_or(0).clamp(0, 3) as u8,
-            recompute,
-            micro_batch: pos(p.micro_batch),
-        });
-    }
-    Ok(req)
+    Ok(ferry_plan::request_for_job(job, model, &name)?)
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<()> {

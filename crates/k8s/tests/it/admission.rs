@@ -487,6 +487,12 @@ fn bad_queue_references_are_never_admissible_and_name_the_fix() {
         panic!("expected Never")
     };
     assert!(why.contains("2 pods x 8 GPUs"), "{why}");
+
+    // A CPU-only gang asks the scheduler for nothing: it runs anywhere, in any namespace.
+    let mut cpu = resource("cpu", "low", None);
+    cpu.spec.resources.gpus_per_node = 0;
+    cpu.spec.queue = Some("nope".into());
+    assert_eq!(admission.decide(&cpu, &Gang::Absent), Admit::Run(vec![]));
 }
 
 #[test]
@@ -569,4 +575,38 @@ fn pinned_gangs_stay_schema_valid_and_pin_every_pod() {
             }
         );
     }
+}
+
+#[test]
+fn restored_gangs_keep_their_gpus_on_a_shared_node() {
+    let (admission, _rx) = admission();
+    let half = |name: &str| {
+        let mut r = resource(name, "low", None);
+        r.spec.resources.gpus_per_node = 4;
+        r
+    };
+    let running = |gpus: &str| Gang::Running {
+        placement: Some(
+            serde_json::from_str(&format!(r#"[{{"node":"{NODE}","gpus":{gpus}}}]"#)).unwrap(),
+        ),
+        admitted_at: Some(900),
+    };
+    assert!(matches!(
+        admission.decide(&half("a"), &running("[0,1,2,3]")),
+        Admit::Run(_)
+    ));
+    // The same GPUs cannot be claimed twice: that gang is suspended, not double-booked.
+    assert!(matches!(
+        admission.decide(&half("dup"), &running("[2,3,4,5]")),
+        Admit::Preempt(why) if why.contains("already held")
+    ));
+    assert!(matches!(
+        admission.decide(&half("b"), &running("[4,5,6,7]")),
+        Admit::Run(_)
+    ));
+    // The node is full: a new job waits, nobody is preempted.
+    assert!(matches!(
+        admission.decide(&half("c"), &Gang::Absent),
+        Admit::Wait(_)
+    ));
 }

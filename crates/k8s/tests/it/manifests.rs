@@ -202,14 +202,59 @@ fn keda_replaces_the_hpa_when_present() {
     assert_eq!(scaled.len(), 1);
     assert!(!objs.iter().any(|o| o["kind"] == "HorizontalPodAutoscaler"));
     assert_eq!(scaled[0]["spec"]["maxReplicaCount"], 6);
-    // The fixtures hold no KEDA CRD: validate everything else, and say so.
-    let others: Vec<Value> = objs
+    // KEDA's own CRD schema, strictly (an unknown field is an error).
+    assert_valid(&objs);
+    let trigger = &scaled[0]["spec"]["triggers"][0];
+    assert_eq!(trigger["metadata"]["threshold"], "4");
+    assert!(
+        trigger["metadata"]["query"]
+            .as_str()
+            .unwrap()
+            .starts_with("sum(vllm:num_requests_waiting{namespace=\"team-a\""),
+        "{trigger}"
+    );
+    let mut bad = scaled[0].clone();
+    bad["spec"]["triggers"][0]["surprise"] = true.into();
+    let errs = crate::schema::validate(&bad).unwrap_err();
+    assert!(errs.iter().any(|e| e.contains("surprise")), "{errs:?}");
+}
+
+#[test]
+fn an_explicit_provider_wins_over_the_clusters_default() {
+    // provider: keda on a cluster without KEDA discovered: still a ScaledObject, to zero.
+    let objs = rendered(
+        &[QUEUES, DEPLOY_KEDA, DEPLOY_AUTOSCALED],
+        Cluster::default(),
+    );
+    assert_valid(&objs);
+    let scaled: Vec<&Value> = objs
         .iter()
-        .filter(|o| o["kind"] != "ScaledObject")
-        .cloned()
+        .filter(|o| o["kind"] == "ScaledObject")
         .collect();
-    assert_valid(&others);
-    assert!(crate::schema::validate(scaled[0]).unwrap_err()[0].contains("no schema"));
+    assert_eq!(scaled.len(), 1);
+    assert_eq!(scaled[0]["metadata"]["name"], "qwen-chat");
+    assert_eq!(scaled[0]["spec"]["minReplicaCount"], 0);
+    assert_eq!(
+        scaled[0]["spec"]["triggers"][0]["metadata"]["threshold"],
+        "2500m"
+    );
+    let hpa = objs
+        .iter()
+        .find(|o| o["kind"] == "HorizontalPodAutoscaler")
+        .expect("the other deployment gets an HPA");
+    assert_eq!(hpa["metadata"]["name"], "llama70b-chat");
+    assert_eq!(
+        hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"],
+        "4"
+    );
+    // Autoscaled deployments leave the replica count to the autoscaler.
+    for d in objs.iter().filter(|o| o["kind"] == "Deployment") {
+        assert!(
+            d["spec"].get("replicas").is_none(),
+            "{}",
+            d["metadata"]["name"]
+        );
+    }
 }
 
 #[test]

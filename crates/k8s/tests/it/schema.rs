@@ -70,6 +70,11 @@ fn crd_file(group: &str, kind: &str) -> Option<PathBuf> {
     match group {
         "jobset.x-k8s.io" => Some(base.join("jobset/v0.12.0/jobset.x-k8s.io_jobsets.yaml")),
         "kueue.x-k8s.io" => Some(base.join(format!("kueue/v0.19.2/kueue.x-k8s.io_{plural}.yaml"))),
+        // Checked in beside the tests (see tests/schemas/README.md): KEDA v2.20.2's CRD.
+        "keda.sh" => Some(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("tests/schemas/keda.sh_{plural}.yaml")),
+        ),
         _ => None,
     }
 }

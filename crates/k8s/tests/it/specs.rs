@@ -108,7 +108,6 @@ kind: ModelDeployment
 metadata:
   name: llama70b-chat
   namespace: team-a
-  annotations: {ferry.dev/autoscale-max-replicas: "6", ferry.dev/autoscale-target-waiting: "4"}
 spec:
   model: {source: hf, id: meta-llama/Meta-Llama-3-70B}
   servedName: llama-70b
@@ -119,6 +118,20 @@ spec:
   maxModelLen: 8192
   adapters: [llama-sft-v1]
   queue: team-a
+  autoscaling: {minReplicas: 1, maxReplicas: 6, metric: "vllm:num_requests_waiting", target: 4}
+"#;
+
+/// Scale-to-zero through KEDA, whatever the cluster's default, with a fractional target.
+pub const DEPLOY_KEDA: &str = r#"
+apiVersion: ferry.dev/v1alpha1
+kind: ModelDeployment
+metadata: {name: qwen-chat, namespace: team-a}
+spec:
+  model: {source: hf, id: Qwen/Qwen2.5-7B}
+  engine: vllm
+  gpusPerReplica: 1
+  gpu: H100-80GB
+  autoscaling: {minReplicas: 0, maxReplicas: 3, target: 2.5, provider: keda}
 "#;
 
 /// Parses documents, panicking with the spec crate's message on error.
