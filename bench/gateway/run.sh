@@ -12,8 +12,8 @@
 # the ratios Ferry/nginx and LiteLLM/nginx.
 #
 # Fairness: every proxy gets the same cores (PROXY_CPUS, `taskset`) and as many
-# workers as it has cores there (nginx worker_processes, ferry --workers, LiteLLM
-# --num_workers). When the machine has 6 or more cores, the upstream and the load
+# workers as it has cores there (nginx worker_processes, ferry --workers; LiteLLM
+# runs one worker, see below). When the machine has 6 or more cores, the upstream and the load
 # generator run on other cores, so the proxy is what saturates; on smaller
 # machines everything shares the cores (the figures then also charge the proxy's
 # CPU use against the upstream's and the load generator's).
@@ -26,7 +26,7 @@
 #   env: SECONDS_PER_RUN=4 WARMUP=1 ROUNDS=5 LAT_CONC=8 SAT_CONC=64
 #        PROXY_CPUS=0,1 (default: 0,1 when there are >= 6 cores, else all)
 #        BIN_DIR=dir with prebuilt mock_engine, gateway, loadgen (skips cargo)
-#        NGINX=path to an nginx binary (default: installed one; apt-get if none)
+#        NGINX_BIN=path to an nginx binary (default: installed one; apt-get if none)
 #        LITELLM=1 (0 skips it), LITELLM_VENV=venv with litellm[proxy] to reuse,
 #        LITELLM_WHEELS=dir of wheels for an offline install
 #        CARGO_TARGET_DIR honoured
@@ -72,7 +72,12 @@ count_cpus() { # "0,1" / "2-7" / "0-1,4" -> number of cpus
   done
   echo "$n"
 }
-pin() { local cpus=$1; shift; if [[ "$cpus" == all ]]; then "$@"; else taskset -c "$cpus" "$@"; fi; }
+# Command prefixes that pin to a core list (empty when unpinned). Arrays rather than a
+# function, so that `$!` of a background start is the program's own pid.
+pin_to() { if [[ "$1" == all ]]; then echo ""; else echo "taskset -c $1"; fi; }
+read -ra PIN_PROXY <<<"$(pin_to "$PROXY_CPUS")"
+read -ra PIN_UP <<<"$(pin_to "${UP_CPUS:-all}")"
+read -ra PIN_LG <<<"$(pin_to "${LG_CPUS:-all}")"
 PROXY_N=$(count_cpus "$PROXY_CPUS")
 if [[ "$LG_CPUS" == all ]]; then LG_THREADS=1; else LG_THREADS=$(count_cpus "$LG_CPUS"); fi
 (( LG_THREADS > 4 )) && LG_THREADS=4
@@ -87,13 +92,13 @@ else
   cargo build -q --release -p ferry-gateway --example mock_engine --example gateway --example loadgen
   BIN="${CARGO_TARGET_DIR:-target}/release/examples"
 fi
-if [[ -z "${NGINX:-}" ]] && ! command -v nginx >/dev/null; then
+if [[ -z "${NGINX_BIN:-}" ]] && ! command -v nginx >/dev/null; then
   echo "== installing nginx"
   export DEBIAN_FRONTEND=noninteractive
   (apt-get install -y nginx-light >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y nginx-light >/dev/null; }) \
     || apt-get install -y nginx >/dev/null
 fi
-NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
+NGINX_BIN=${NGINX_BIN:-$(command -v nginx || echo /usr/sbin/nginx)}
 
 UP=18601; NGX=18602; FERRY=18603; LLM=18604
 wait_port() { # port tries sleep
@@ -111,7 +116,7 @@ ticks() { # sum of utime+stime over every thread of the given pids
   echo "$t"
 }
 
-pin "$UP_CPUS" "$BIN/mock_engine" --listen 127.0.0.1:$UP --model mock --tokens 16 >"$WORK/mock.log" 2>&1 & PIDS+=($!)
+"${PIN_UP[@]}" "$BIN/mock_engine" --listen 127.0.0.1:$UP --model mock --tokens 16 >"$WORK/mock.log" 2>&1 & PIDS+=($!)
 wait_port $UP
 
 mkdir -p "$WORK/ngx"
@@ -140,11 +145,11 @@ http {
   }
 }
 NGX
-pin "$PROXY_CPUS" "$NGINX" -p "$WORK/ngx" -e "$WORK/nginx-error.log" -c "$WORK/nginx.conf"
+"${PIN_PROXY[@]}" "$NGINX_BIN" -p "$WORK/ngx" -e "$WORK/nginx-error.log" -c "$WORK/nginx.conf"
 wait_port $NGX
 NGINX_PIDS="$(cat "$WORK/nginx.pid") $(pgrep -P "$(cat "$WORK/nginx.pid")" | tr '\n' ' ')"
 
-pin "$PROXY_CPUS" "$BIN/gateway" --listen 127.0.0.1:$FERRY --workers "$PROXY_N" \
+"${PIN_PROXY[@]}" "$BIN/gateway" --listen 127.0.0.1:$FERRY --workers "$PROXY_N" \
   --backend mock=http://127.0.0.1:$UP >"$WORK/ferry.log" 2>&1 & FERRY_PID=$!; PIDS+=($FERRY_PID)
 wait_port $FERRY
 
@@ -164,7 +169,9 @@ if [[ "${LITELLM:-1}" == "1" ]]; then
   fi
   if [[ -x "$VENV/bin/litellm" ]]; then
     # Recent LiteLLM refuses to start without a master key (clients then send it
-    # as their API key); the cost map is read from the package instead of fetched.
+    # as their API key); the cost map is read from the package instead of fetched
+    # (offline, the fetch retries for ~15 s). One worker: with --num_workers 2
+    # (1.108.7) the proxy never opened its port within 6 minutes here.
     cat >"$WORK/litellm.yaml" <<LLMCFG
 model_list:
   - model_name: mock
@@ -175,8 +182,8 @@ litellm_settings:
   telemetry: false
 LLMCFG
     t0=$(date +%s)
-    pin "$PROXY_CPUS" env LITELLM_LOCAL_MODEL_COST_MAP=True LITELLM_LOG=ERROR "$VENV/bin/litellm" \
-      --config "$WORK/litellm.yaml" --host 127.0.0.1 --port $LLM --num_workers "$PROXY_N" \
+    "${PIN_PROXY[@]}" env LITELLM_LOCAL_MODEL_COST_MAP=True LITELLM_LOG=ERROR "$VENV/bin/litellm" \
+      --config "$WORK/litellm.yaml" --host 127.0.0.1 --port $LLM --num_workers 1 \
       >"$WORK/litellm.log" 2>&1 & LLM_PID=$!; PIDS+=($LLM_PID)
     if wait_port $LLM 1800 0.1 && curl -sf -m 30 -o /dev/null "http://127.0.0.1:$LLM/v1/chat/completions" \
          -H "authorization: Bearer $LLM_KEY" -H 'content-type: application/json' \
@@ -197,7 +204,7 @@ run() { # name port concurrency stream
   local extra=()
   [[ "$4" == 1 ]] && extra=(--stream)
   [[ "$1" == litellm ]] && extra+=(--key "$LLM_KEY")
-  pin "$LG_CPUS" "$BIN/loadgen" --url "http://127.0.0.1:$2/v1/chat/completions" --model mock \
+  "${PIN_LG[@]}" "$BIN/loadgen" --url "http://127.0.0.1:$2/v1/chat/completions" --model mock \
     --concurrency "$3" --seconds "$SECS" --warmup "$WARMUP" --threads "$LG_THREADS" "${extra[@]}"
 }
 

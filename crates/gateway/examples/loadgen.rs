@@ -68,6 +68,13 @@ async fn worker(
         errors: 0,
     };
     let host = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+    // Origin-form request target (`/v1/...`), as browsers and SDKs send it; some
+    // servers (uvicorn) do not route absolute-form targets.
+    let target: hyper::Uri = uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .parse()
+        .expect("path");
     'reconnect: while start.elapsed() < end {
         let stream = match tokio::net::TcpStream::connect(&host).await {
             Ok(s) => s,
@@ -86,7 +93,7 @@ async fn worker(
         };
         tokio::spawn(conn);
         while start.elapsed() < end {
-            let req = Request::post(uri.clone())
+            let req = Request::post(target.clone())
                 .header("host", &host)
                 .header("content-type", "application/json")
                 .header("authorization", auth.clone())
