@@ -274,9 +274,9 @@ for n in [x for x in ("ferry", "litellm") if x in added]:
     pr = [per_round[(n, "sat")][k]["rps"] / per_round[("nginx", "sat")][k]["rps"]
           for k in sorted(per_round[(n, "sat")]) if k in per_round[("nginx", "sat")]]
     print(f"\n{n}/nginx: added p50 {ratio(f[0], g[0])}, added p99 {ratio(f[1], g[1])} (non-streamed); "
-          f"streamed added p50 {ratio(f[2], g[2])}, p99 {ratio(f[3], g[3])}; saturation rps {rf / rn:.2f}x "
-          f"(per round {min(pr):.2f}x..{max(pr):.2f}x); cpu per request "
-          f"{rows[(n, 'sat')]['cpu_us'] / rows[('nginx', 'sat')]['cpu_us']:.2f}x")
+          f"streamed added p50 {ratio(f[2], g[2])}, p99 {ratio(f[3], g[3])}; saturation rps {rf / rn:.3g}x "
+          f"(per round {min(pr):.3g}x..{max(pr):.3g}x); cpu per request "
+          f"{rows[(n, 'sat')]['cpu_us'] / rows[('nginx', 'sat')]['cpu_us']:.3g}x")
 f = added["ferry"]
 rf = rows[("ferry", "sat")]["rps"]
 print(f"goal (issue 8): ferry added p99 <= nginx's: {'met' if f[1] <= g[1] else 'NOT met'}; "
