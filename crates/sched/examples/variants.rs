@@ -123,7 +123,7 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
         })
         .collect();
     let line = format!(
-        "{:<36} jct {:>8.0} {:>8.0} {:>8.0} util {:.3} {:.3} {:.3} pre {:>4} sat {:>7} {}{}{}{} {} [{}]",
+        "{:<36} jct {:>8.0} {:>8.0} {:>8.0} util {:.3} {:.3} {:.3} pre {:>4} lost {:>6.1} sat {:>7} {}{}{}{} {} [{}]",
         case.name,
         f.mean_jct_s,
         fifo.mean_jct_s,
@@ -132,6 +132,7 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
         fifo.utilization,
         easy.utilization,
         f.preemptions,
+        f.lost_gpu_hours,
         f.saturated_s,
         if v.jct_fifo { "" } else { "JCT<FIFO-LOSE " },
         if v.jct_easy { "" } else { "JCT<EASY-LOSE " },

@@ -217,6 +217,10 @@ pub struct Options {
     /// pending GPU-seconds over its GPUs): starting them late would stretch the makespan, so
     /// they pass shorter work that duration weighting would put first (0: off).
     pub critical_path_factor: u32,
+    /// Fair-sharing preemption (Kueue's): a queue below its nominal quota whose waiting head
+    /// would take it above may preempt borrowed work of cohort members, only while each victim
+    /// queue keeps at least the share of its own quota that the preemptor ends with.
+    pub fair_preemption: bool,
 }
 
 impl Default for Options {
@@ -234,6 +238,7 @@ impl Default for Options {
             duration_weight: 6,
             reclaim_patience_s: 0,
             critical_path_factor: 2,
+            fair_preemption: true,
         }
     }
 }

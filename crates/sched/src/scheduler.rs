@@ -162,6 +162,8 @@ pub struct Scheduler {
     by_age: BTreeSet<(Reverse<i32>, Time, u32)>,
     /// GPUs of the whole cluster.
     total_gpus: f64,
+    /// Queues that already tried a fair-sharing preemption this cycle (one try each).
+    fair_tried: Vec<bool>,
 }
 
 fn cfg_err(
@@ -450,6 +452,7 @@ impl Scheduler {
             ids: HashMap::new(),
             seq: 0,
             ready: Vec::new(),
+            fair_tried: Vec::new(),
         })
     }
 
@@ -1172,10 +1175,24 @@ impl Scheduler {
                 cands.push((v, Kind::Priority));
             }
             let within_nominal = qs.quota[f].is_some_and(|qq| qs.usage[f] + r <= qq.nominal);
-            if within_nominal && let Some(c) = qs.cohort {
+            // Fair sharing: a queue below its nominal quota whose head would take it over may
+            // take borrowed work from a queue whose share of its own quota is higher than the
+            // preemptor's will be (checked again on the final victim set below).
+            let fair_after = (self.opts.fair_preemption && !within_nominal)
+                .then(|| Self::ratio(qs, f, r as i64))
+                .flatten()
+                .filter(|_| qs.quota[f].is_some_and(|qq| qs.usage[f] < qq.nominal));
+            if (within_nominal || fair_after.is_some())
+                && let Some(c) = qs.cohort
+            {
                 for &m in &self.cohorts[c as usize].members {
                     let ms = &self.queues[m as usize];
                     if m == q || ms.quota[f].is_none_or(|qq| ms.usage[f] <= qq.nominal) {
+                        continue;
+                    }
+                    if let Some(after) = fair_after
+                        && Self::ratio(ms, f, 0).is_none_or(|v| v <= after)
+                    {
                         continue;
                     }
                     for &(_, v) in &ms.running {
@@ -1268,6 +1285,25 @@ impl Scheduler {
                 (xj.queue, xj.gpus())
             })
             .collect();
+        let qs = &self.queues[q as usize];
+        if self.opts.fair_preemption
+            && !loans_only
+            && qs.quota[f].is_some_and(|qq| qs.usage[f] + r > qq.nominal)
+            && let Some(after) = Self::ratio(qs, f, r as i64)
+        {
+            // No loop: every victim queue keeps at least the share the preemptor ends with, so
+            // it could not preempt back under the same rule.
+            for (&(vq, _), &(_, kind)) in freed.iter().zip(&keep) {
+                if vq == q || kind != Kind::Reclaim {
+                    continue;
+                }
+                let left: u64 = freed.iter().filter(|(y, _)| *y == vq).map(|(_, a)| a).sum();
+                let vs = &self.queues[vq as usize];
+                if Self::ratio(vs, f, -(left as i64)).is_none_or(|v| v < after) {
+                    return false;
+                }
+            }
+        }
         let drains = self.drains(j, f);
         if !drains && self.quota_fit(q, f, r, &freed) == Fit::Borrow {
             if self.reclaim_pending(q, f) {
@@ -1375,6 +1411,8 @@ impl Scheduler {
     /// Runs one scheduling pass at time `now` and returns what to start and what to stop.
     pub fn cycle(&mut self, now: Time) -> Vec<Decision> {
         let mut out = Vec::new();
+        self.fair_tried.clear();
+        self.fair_tried.resize(self.queues.len(), false);
         // Preemptors whose victims are gone start first, on the GPUs promised to them.
         for j in std::mem::take(&mut self.ready) {
             let Some(job) = self.jobs[j as usize].as_ref() else {
@@ -1769,9 +1807,21 @@ impl Scheduler {
             && self
                 .quota_shadow(j, f, now)
                 .is_some_and(|s| s < now + self.opts.reclaim_patience_s);
+        let fair = !by_priority
+            && self.opts.fair_preemption
+            && self.fair_tried.get(q as usize) == Some(&false)
+            && self.queues[q as usize].quota[f].is_some_and(|qq| {
+                let u = self.queues[q as usize].usage[f];
+                u < qq.nominal && u + r > qq.nominal
+            });
         let may_preempt = self.opts.preemption
             && *preempt_budget > 0
-            && (by_priority || (!patient && self.may_reclaim(q, f, r)));
+            && (by_priority || (!patient && self.may_reclaim(q, f, r, fair)));
+        if fair && may_preempt {
+            // A queue's fair-sharing claim is tried once a cycle (its first blocked head), so
+            // failed tries cannot use up the preemption budget of reclaims and priorities.
+            self.fair_tried[q as usize] = true;
+        }
         if may_preempt {
             *preempt_budget -= 1;
             if self.try_preempt(j, f, false, out) {
@@ -1781,12 +1831,20 @@ impl Scheduler {
         None
     }
 
-    fn may_reclaim(&self, q: u32, f: usize, r: u64) -> bool {
+    /// A queue's usage of flavor `f`, changed by `delta` GPUs, over its nominal quota there
+    /// (weighted); `None` without a nominal quota.
+    fn ratio(qs: &QueueState, f: usize, delta: i64) -> Option<f64> {
+        let qq = qs.quota[f].filter(|x| x.nominal > 0)?;
+        let u = (qs.usage[f] as i64 + delta).max(0) as f64;
+        Some(u / qq.nominal as f64 / qs.weight)
+    }
+
+    fn may_reclaim(&self, q: u32, f: usize, r: u64, fair: bool) -> bool {
         let qs = &self.queues[q as usize];
         let (Some(c), Some(qq)) = (qs.cohort, qs.quota[f]) else {
             return false;
         };
-        qs.usage[f] + r <= qq.nominal
+        (qs.usage[f] + r <= qq.nominal || fair)
             && self.cohorts[c as usize].members.iter().any(|&m| {
                 let ms = &self.queues[m as usize];
                 m != q && ms.quota[f].is_some_and(|x| ms.usage[f] > x.nominal)
@@ -2232,6 +2290,58 @@ mod tests {
         assert!(preempted(&d).iter().all(|(id, _)| id != "a1"));
         let usage = s.queue_usage();
         assert!(usage.iter().all(|u| u.usage[0].1 <= 8));
+    }
+
+    #[test]
+    fn a_queue_below_its_quota_takes_from_one_far_above_it_but_never_below_its_own_share() {
+        let cluster = Cluster::uniform(4, 8, "gpu");
+        let queues: Vec<QueueSpec> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|n| queue(n, Some("org"), 8))
+            .collect();
+        let run = |fair: bool, a_pods: u32| {
+            let opts = Options {
+                fair_preemption: fair,
+                ..Options::default()
+            };
+            let mut s =
+                Scheduler::with_options(cluster.clone(), queues.clone(), prios(), opts).unwrap();
+            // b uses the whole cluster: 4x its quota (c and d are idle).
+            for i in 0..4 {
+                s.submit(wl(&format!("b{i}"), "b", 1, 8, i, None)).unwrap();
+            }
+            assert_eq!(admitted(&s.cycle(10)).len(), 4);
+            s.checkpointed("b3", 50).unwrap();
+            s.checkpointed("b2", 40).unwrap();
+            // a (0 of 8) wants a gang larger than its quota.
+            s.submit(wl("a", "a", a_pods, 8, 60, None)).unwrap();
+            (s.cycle(60), s)
+        };
+        // 16 GPUs: a ends at 2x its quota, b keeps 16 = 2x: allowed, and the two most recently
+        // checkpointed borrowed jobs go.
+        let (d, mut s) = run(true, 2);
+        let mut victims = preempted(&d);
+        victims.sort_by(|x, y| x.0.cmp(&y.0));
+        let reclaim = PreemptReason::Reclaim {
+            preemptor: "a".into(),
+        };
+        assert_eq!(
+            victims,
+            vec![("b2".into(), reclaim.clone()), ("b3".into(), reclaim)]
+        );
+        s.evicted("b2").unwrap();
+        s.evicted("b3").unwrap();
+        assert_eq!(admitted(&s.cycle(61)), vec!["a"]);
+        // b, now at its own share, does not preempt back.
+        for t in 62..70 {
+            assert!(preempted(&s.cycle(t)).is_empty());
+        }
+        // 24 GPUs: a would end at 3x its quota and b at 1x: refused, a waits.
+        let (d, _) = run(true, 3);
+        assert!(preempted(&d).is_empty(), "{d:?}");
+        // Without fair-sharing preemption a waits in both cases.
+        let (d, _) = run(false, 2);
+        assert!(preempted(&d).is_empty(), "{d:?}");
     }
 
     #[test]

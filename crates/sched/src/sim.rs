@@ -397,6 +397,7 @@ impl Policy {
                 duration_weight: 0,
                 reclaim_patience_s: 0,
                 critical_path_factor: 0,
+                fair_preemption: false,
                 ..Options::default()
             },
         }
