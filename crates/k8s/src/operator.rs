@@ -762,11 +762,14 @@ pub async fn run(
     crate::cluster::discover(&client, &mut opts.cluster).await?;
     let jobset = opts.cluster.jobset;
     let (wake, woken) = futures::channel::mpsc::unbounded();
+    let rack_label = opts.cluster.rack_label.clone();
+    let mut inputs = None;
     let admission: Arc<dyn Admission> = if opts.cluster.kueue {
         Arc::new(AdmitAll)
     } else {
         let (cluster, queues) =
-            crate::cluster::scheduler_inputs(&client, opts.cluster.rack_label.as_deref()).await?;
+            crate::cluster::scheduler_inputs(&client, rack_label.as_deref()).await?;
+        inputs = Some((cluster.clone(), queues.clone()));
         if queues.is_empty() {
             tracing::warn!(
                 "no Ferry Queue exists: admitting every TrainJob (create Queues to turn on Ferry's scheduler)"
@@ -818,9 +821,37 @@ pub async fn run(
         }
     });
     let renew = keep_leading(&elector);
+    let changed = watch_inputs(&client, rack_label.as_deref(), inputs);
     tokio::select! {
         () = controller => Ok(()),
         () = deployments => Ok(()),
         r = renew => r,
+        r = changed => r,
+    }
+}
+
+/// Returns once the GPU nodes or the Ferry `Queue`s differ from `initial` (checked every
+/// 60 s), so that the operator exits and its restart — which re-registers every running
+/// gang and preempts nothing — rebuilds the scheduler; never returns without a scheduler.
+pub async fn watch_inputs(
+    client: &Client,
+    rack_label: Option<&str>,
+    initial: Option<(ferry_sched::Cluster, Vec<ferry_sched::QueueSpec>)>,
+) -> Result<()> {
+    let Some(initial) = initial else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        match crate::cluster::scheduler_inputs(client, rack_label).await {
+            Ok(now) if now != initial => {
+                tracing::info!(
+                    "GPU nodes or Queues changed: exiting so the restarted operator rebuilds the scheduler"
+                );
+                return Ok(());
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "could not re-read nodes and queues"),
+        }
     }
 }

@@ -610,3 +610,47 @@ fn restored_gangs_keep_their_gpus_on_a_shared_node() {
         Admit::Wait(_)
     ));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_changed_node_or_queue_set_ends_the_operator_for_a_clean_rebuild() {
+    let node_list = |nodes: Value| json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": nodes});
+    let gpu_node = |name: &str| {
+        json!({"metadata": {"name": name, "labels": {"ferry.dev/gpu-flavor": "H100-80GB"}},
+               "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
+    };
+    let queues = json!({"apiVersion": "ferry.dev/v1alpha1", "kind": "QueueList", "metadata": {}, "items": [
+        {"apiVersion": "ferry.dev/v1alpha1", "kind": "Queue",
+         "metadata": {"name": "team-a", "namespace": "team-a"},
+         "spec": {"quotas": [{"flavor": "H100-80GB", "nominal": 8}]}}]});
+    let one = node_list(json!([gpu_node("n1")]));
+    let two = node_list(json!([gpu_node("n1"), gpu_node("n2")]));
+    let (client, task) = server(vec![
+        step("GET", "/api/v1/nodes", 200, one.clone()),
+        step(
+            "GET",
+            "/apis/ferry.dev/v1alpha1/queues",
+            200,
+            queues.clone(),
+        ),
+        // First re-read: unchanged, keep going.
+        step("GET", "/api/v1/nodes", 200, one),
+        step(
+            "GET",
+            "/apis/ferry.dev/v1alpha1/queues",
+            200,
+            queues.clone(),
+        ),
+        // Second: a node joined.
+        step("GET", "/api/v1/nodes", 200, two),
+        step("GET", "/apis/ferry.dev/v1alpha1/queues", 200, queues),
+    ]);
+    let initial = ferry_k8s::cluster::scheduler_inputs(&client, None)
+        .await
+        .unwrap();
+    assert_eq!(initial.0.nodes.len(), 1);
+    assert_eq!(initial.1[0].name, "team-a/team-a");
+    ferry_k8s::operator::watch_inputs(&client, None, Some(initial))
+        .await
+        .unwrap();
+    finish(task).await;
+}
