@@ -35,7 +35,7 @@ pub use serve::{BuiltinBackend, ServeOptions};
 pub use tokenize::{ChatTemplate, ChatTokens, load_tokenizer, train_bpe};
 pub use train::{
     CheckpointConfig, LoraConfig, Method, ModelSource, Precision, TrainConfig, TrainSummary, train,
-    train_until,
+    train_rank, train_until,
 };
 pub use weights::{
     AdapterConfig, load_model, load_model_with_adapter, logits, logits_with_adapter, read_adapter,

@@ -194,6 +194,22 @@ pub struct TrainSummary {
     pub trainable_parameters: usize,
 }
 
+/// What a rank process of the built-in trainer does (`ferry engine train CONFIG.json`):
+/// reads the `TrainConfig` JSON the control plane wrote, resumes from `FERRY_RESUME_FROM`
+/// when set, and trains with metrics on stdout.
+pub fn train_rank(config: &Path) -> Result<TrainSummary> {
+    let text = std::fs::read_to_string(config).map_err(|source| EngineError::Io {
+        path: config.to_path_buf(),
+        source,
+    })?;
+    let cfg: TrainConfig = serde_json::from_str(&text).map_err(|e| EngineError::Json {
+        path: config.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let resume = std::env::var_os("FERRY_RESUME_FROM").map(PathBuf::from);
+    train(&cfg, resume.as_deref(), &mut std::io::stdout())
+}
+
 /// Trains as `cfg` says, resuming from `resume_from` (a checkpoint or a checkpoint root) if
 /// given, writing one JSON object per step to `metrics`.
 ///

@@ -53,12 +53,7 @@ pub enum EngineCommand {
 pub fn run(cmd: EngineCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         EngineCommand::Train { config } => {
-            let text = std::fs::read_to_string(&config)
-                .with_context(|| format!("cannot read {}", config.display()))?;
-            let cfg: ferry_engine::TrainConfig = serde_json::from_str(&text)
-                .with_context(|| format!("{}: invalid training config", config.display()))?;
-            let resume = std::env::var_os("FERRY_RESUME_FROM").map(PathBuf::from);
-            let summary = ferry_engine::train(&cfg, resume.as_deref(), &mut std::io::stdout())?;
+            let summary = ferry_engine::train_rank(&config)?;
             // The summary goes to stderr so stdout stays one metrics object per line.
             eprintln!("{}", serde_json::to_string(&summary)?);
             Ok(ExitCode::SUCCESS)
