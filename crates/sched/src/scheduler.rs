@@ -4,7 +4,7 @@
 //! decisions returned by `cycle`. Nothing here reads a clock or touches a process.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::ops::Bound;
 
 use crate::config::{
@@ -1165,7 +1165,7 @@ impl Scheduler {
     fn try_preempt(&mut self, j: u32, f: usize, loans_only: bool, out: &mut Vec<Decision>) -> bool {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
         let (q, prio, r, pods, g) = (job.queue, job.prio, job.gpus(), job.pods, job.g);
-        let guard = job.preempted_by.clone();
+        let guard = self.preemption_ancestors(j);
         let qs = &self.queues[q as usize];
         let mut cands: Vec<(u32, Kind)> = Vec::new();
         if loans_only {
@@ -1400,6 +1400,25 @@ impl Scheduler {
             }
         }
         true
+    }
+
+    /// Every unfinished job that preempted `j`, or preempted one of those, and so on: `j` may
+    /// not preempt any of them, so preemptions of any kind (priority, reclaim, fair share, loans)
+    /// can never close a cycle. A completion ends a chain (finished jobs are gone).
+    fn preemption_ancestors(&self, j: u32) -> HashSet<u32> {
+        let mut seen: HashSet<u32> = HashSet::new();
+        let mut stack: Vec<u32> = vec![j];
+        while let Some(x) = stack.pop() {
+            let Some(xj) = self.jobs[x as usize].as_ref() else {
+                continue;
+            };
+            for &p in &xj.preempted_by {
+                if p != j && seen.insert(p) {
+                    stack.push(p);
+                }
+            }
+        }
+        seen
     }
 
     /// Flavors a job may use, in preference order.

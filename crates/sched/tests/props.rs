@@ -167,6 +167,82 @@ fn case() -> impl Strategy<Value = Case> {
     )
 }
 
+/// One cohort whose quotas add up to the cluster, teams of different sizes arriving in waves:
+/// queues run far above their quota while others idle, then an idle one wants more than its
+/// quota (where fair-sharing preemption applies).
+fn fair_case() -> impl Strategy<Value = Case> {
+    let quotas = prop::collection::vec((1u32..5, 1u8..3), 2..5);
+    let jobs = prop::collection::vec(
+        (
+            0usize..4,
+            1u32..3,
+            prop::sample::select(vec![1u32, 2, 4]),
+            1u64..60,
+            0u64..80,
+        ),
+        4..40,
+    );
+    (2usize..4, quotas, jobs, any::<bool>()).prop_map(|(nodes, quotas, jobs, backfill)| {
+        let cluster = Cluster::uniform(nodes, 4, flavors()[0]);
+        let cap = cluster.total_gpus() as u32;
+        let total: u32 = quotas.iter().map(|(n, _)| n).sum();
+        let mut left = cap;
+        let queues: Vec<QueueSpec> = quotas
+            .iter()
+            .enumerate()
+            .map(|(i, (n, w))| {
+                let nominal = if i + 1 == quotas.len() {
+                    left
+                } else {
+                    (n * cap / total).min(left)
+                };
+                left -= nominal;
+                QueueSpec {
+                    name: format!("q{i}"),
+                    cohort: Some("all".into()),
+                    quotas: vec![FlavorQuota {
+                        flavor: flavors()[0].into(),
+                        nominal,
+                        borrowing_limit: None,
+                        lending_limit: None,
+                    }],
+                    fair_share_weight: f64::from(*w),
+                }
+            })
+            .collect();
+        let nq = queues.len();
+        let jobs = jobs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (q, pods, g, dur, at))| {
+                let q = q % nq;
+                let w = Workload {
+                    id: format!("j{i}"),
+                    queue: format!("q{q}"),
+                    priority: None,
+                    pods,
+                    gpus_per_pod: g,
+                    flavor: None,
+                    expected_duration_s: Some(dur),
+                    // Team q's work arrives around 20 q: waves, so some teams idle while others
+                    // borrow everything.
+                    created_at: at / 4 + 20 * q as u64,
+                };
+                (w, dur)
+            })
+            .collect();
+        Case {
+            cluster,
+            queues,
+            jobs,
+            opts: Options {
+                backfill,
+                ..Options::default()
+            },
+        }
+    })
+}
+
 fn priorities() -> Vec<PriorityClass> {
     [("low", 0), ("mid", 5), ("high", 10)]
         .map(|(n, v)| PriorityClass {
@@ -410,6 +486,11 @@ proptest! {
 
     #[test]
     fn scheduler_invariants_hold(case in case()) {
+        run(&case)?;
+    }
+
+    #[test]
+    fn fair_sharing_preemption_keeps_the_invariants(case in fair_case()) {
         run(&case)?;
     }
 }
