@@ -221,6 +221,12 @@ pub struct Options {
     /// would take it above may preempt borrowed work of cohort members, only while each victim
     /// queue keeps at least the share of its own quota that the preemptor ends with.
     pub fair_preemption: bool,
+    /// Borrowing waits while a cohort member below its nominal quota has a waiting single-pod
+    /// head (even one that must borrow a little itself): the GPUs the next end frees go to the
+    /// team that is owed them, not as fragments to a team already above its quota. Off by
+    /// default: it raises fairness on traces of single-node jobs but costs mean JCT against
+    /// EASY backfill (docs/scheduler.md).
+    pub hold_for_owed: bool,
 }
 
 impl Default for Options {
@@ -239,6 +245,7 @@ impl Default for Options {
             reclaim_patience_s: 0,
             critical_path_factor: 2,
             fair_preemption: true,
+            hold_for_owed: false,
         }
     }
 }

@@ -1575,11 +1575,13 @@ impl Scheduler {
     }
 
     /// Whether another cohort member below its nominal quota has a waiting head that fits in it
-    /// (and so would reclaim anything lent now).
+    /// (and so would reclaim anything lent now), or, with `hold_for_owed`, a single-pod head.
     fn reclaim_pending(&self, q: u32, f: usize) -> bool {
         let Some(c) = self.queues[q as usize].cohort else {
             return false;
         };
+        let qs = &self.queues[q as usize];
+        let at_quota = qs.quota[f].is_some_and(|qq| qs.usage[f] >= qq.nominal);
         self.cohorts[c as usize].members.iter().any(|&m| {
             let ms = &self.queues[m as usize];
             if m == q {
@@ -1591,7 +1593,13 @@ impl Scheduler {
             let hj = self.jobs[head.3 as usize]
                 .as_ref()
                 .expect("pending job exists");
-            hj.flavors.contains(&(f as u16)) && ms.usage[f] + hj.gpus() <= qq.nominal
+            // A single-pod head of a queue below its quota can use the next GPUs that free up
+            // on any node: they are kept for it rather than lent beyond the borrower's quota.
+            // Only a queue already at its quota waits so (two owed queues never wait for each
+            // other).
+            let owed =
+                self.opts.hold_for_owed && at_quota && ms.usage[f] < qq.nominal && hj.pods == 1;
+            hj.flavors.contains(&(f as u16)) && (ms.usage[f] + hj.gpus() <= qq.nominal || owed)
         })
     }
 
@@ -2361,6 +2369,36 @@ mod tests {
         // Without fair-sharing preemption a waits in both cases.
         let (d, _) = run(false, 2);
         assert!(preempted(&d).is_empty(), "{d:?}");
+    }
+
+    #[test]
+    fn with_hold_for_owed_a_team_at_its_quota_does_not_take_the_gpu_an_owed_team_waits_for() {
+        let run = |hold: bool| {
+            let opts = Options {
+                hold_for_owed: hold,
+                ..Options::default()
+            };
+            let mut s = Scheduler::with_options(
+                Cluster::uniform(2, 4, "gpu"),
+                vec![queue("a", Some("c"), 4), queue("b", Some("c"), 4)],
+                prios(),
+                opts,
+            )
+            .unwrap();
+            s.submit(wl("a-run", "a", 1, 3, 0, Some(100))).unwrap();
+            s.submit(wl("b-run", "b", 1, 4, 0, Some(100))).unwrap();
+            assert_eq!(admitted(&s.cycle(0)).len(), 2);
+            // a (3 of 4) waits for 2 GPUs; b (at its 4) would borrow the one idle GPU.
+            s.submit(wl("a-next", "a", 1, 2, 10, Some(100))).unwrap();
+            s.submit(wl("b-next", "b", 1, 1, 11, Some(100))).unwrap();
+            let first = admitted(&s.cycle(12));
+            s.finished("a-run").unwrap();
+            (first, admitted(&s.cycle(100)))
+        };
+        assert_eq!(run(false).0, vec!["b-next"]);
+        let (first, then) = run(true);
+        assert!(first.is_empty(), "{first:?}");
+        assert!(then.contains(&"a-next".to_string()), "{then:?}");
     }
 
     #[test]

@@ -398,6 +398,7 @@ impl Policy {
                 reclaim_patience_s: 0,
                 critical_path_factor: 0,
                 fair_preemption: false,
+                hold_for_owed: false,
                 ..Options::default()
             },
         }

@@ -169,7 +169,7 @@ fn case() -> impl Strategy<Value = Case> {
 
 /// One cohort whose quotas add up to the cluster, teams of different sizes arriving in waves:
 /// queues run far above their quota while others idle, then an idle one wants more than its
-/// quota (where fair-sharing preemption applies).
+/// quota (where fair-sharing preemption applies); half the cases hold freed GPUs for owed teams.
 fn fair_case() -> impl Strategy<Value = Case> {
     let quotas = prop::collection::vec((1u32..5, 1u8..3), 2..5);
     let jobs = prop::collection::vec(
@@ -182,7 +182,8 @@ fn fair_case() -> impl Strategy<Value = Case> {
         ),
         4..40,
     );
-    (2usize..4, quotas, jobs, any::<bool>()).prop_map(|(nodes, quotas, jobs, backfill)| {
+    let switches = (any::<bool>(), any::<bool>());
+    (2usize..4, quotas, jobs, switches).prop_map(|(nodes, quotas, jobs, (backfill, hold))| {
         let cluster = Cluster::uniform(nodes, 4, flavors()[0]);
         let cap = cluster.total_gpus() as u32;
         let total: u32 = quotas.iter().map(|(n, _)| n).sum();
@@ -237,6 +238,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
             jobs,
             opts: Options {
                 backfill,
+                hold_for_owed: hold,
                 ..Options::default()
             },
         }
