@@ -634,7 +634,7 @@ async fn preempt(
             )
         }
         PreemptReason::Reclaim { preemptor } => format!(
-            "preempted for {}: queue {} takes back the quota queue {} borrowed",
+            "preempted for {}: queue {} reclaims GPUs that queue {} borrowed beyond its quota",
             name_of(preemptor),
             queue_of(preemptor),
             workload(job).queue

@@ -231,7 +231,7 @@ fn a_team_takes_back_the_quota_it_lent() {
     let preempted = find(&events, "Preempted", |e| e["to"] == "Preempted");
     assert!(
         message(&events[preempted])
-            .contains("queue product takes back the quota queue research borrowed"),
+            .contains("queue product reclaims GPUs that queue research borrowed beyond its quota"),
         "{}",
         events[preempted]
     );
