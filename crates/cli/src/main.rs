@@ -12,6 +12,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// mimalloc as the allocator: the gateway's hot path (many small per-request allocations on
+/// several threads) costs fewer cycles with it, as `bench/gateway` measured.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = args::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
