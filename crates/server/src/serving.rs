@@ -80,17 +80,35 @@ impl DeploymentState {
     }
 }
 
+/// Replicas the local runtime keeps: `spec.replicas`, or with `spec.autoscaling` (which
+/// only Kubernetes acts on) its floor, at least one so the model is served.
+fn desired_replicas(deployment: &ModelDeployment) -> usize {
+    let n = match &deployment.spec.autoscaling {
+        Some(a) => a.min_replicas.max(1),
+        None => deployment.spec.replicas,
+    };
+    usize::try_from(n).unwrap_or(0)
+}
+
 /// A stored deployment with its live status filled in (for the API).
 pub(crate) fn with_status(plane: &ControlPlane, mut record: ObjectRecord) -> ObjectRecord {
     if record.kind != KIND {
         return record;
     }
-    let desired = record.doc["spec"]["replicas"].as_u64().unwrap_or(1) as u32;
-    let status = plane
+    let Ok(deployment) = serde_json::from_value::<ModelDeployment>(record.doc.clone()) else {
+        return record;
+    };
+    let desired = desired_replicas(&deployment) as u32;
+    let mut status = plane
         .deployments()
         .get(&record.uid)
         .map(|d| d.status(desired))
         .unwrap_or_else(|| DeploymentState::default().status(desired));
+    if deployment.spec.autoscaling.is_some() && status.message.is_none() {
+        status.message = Some(format!(
+            "{desired} replica(s): the local runtime does not autoscale (spec.autoscaling applies on Kubernetes)"
+        ));
+    }
     if let Ok(v) = serde_json::to_value(status) {
         record.doc["status"] = v;
     }
@@ -178,7 +196,7 @@ async fn reconcile_one(plane: &ControlPlane, http: &reqwest::Client, record: &Ob
             return;
         }
     };
-    let desired = deployment.spec.replicas.max(0) as usize;
+    let desired = desired_replicas(&deployment);
     let launch = match replica_command(plane, record, &deployment).await {
         Ok(argv) => {
             state.error = None;
@@ -420,3 +438,30 @@ pub(crate) async fn registered_dir(
 
 /// Deployment states by deployment uid.
 pub(crate) type Deployments = HashMap<String, DeploymentState>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(extra: &str) -> ModelDeployment {
+        let yaml = format!(
+            "apiVersion: ferry.dev/v1alpha1\nkind: ModelDeployment\nmetadata: {{name: d}}\nspec:\n  model: {{source: artifact, artifact: m}}\n  engine: builtin\n{extra}"
+        );
+        match ferry_spec::parse_documents(&yaml, "d.yaml")
+            .unwrap()
+            .remove(0)
+        {
+            ferry_spec::Resource::ModelDeployment(d) => d,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_local_runtime_keeps_the_autoscaling_floor_and_serves_at_least_one() {
+        assert_eq!(desired_replicas(&deployment("  replicas: 3\n")), 3);
+        let scaled = "  autoscaling: {minReplicas: 2, maxReplicas: 6}\n";
+        assert_eq!(desired_replicas(&deployment(scaled)), 2);
+        let to_zero = "  autoscaling: {minReplicas: 0, maxReplicas: 4, provider: keda}\n";
+        assert_eq!(desired_replicas(&deployment(to_zero)), 1);
+    }
+}
