@@ -408,6 +408,8 @@ pub(crate) async fn schedule(
     let adm = slot.as_mut().expect("built above");
     sync(plane, adm, active).await?;
     let decisions = adm.sched.cycle(now());
+    // Admitted jobs launch, and preempted ones stop, in the next pass: run it at once.
+    let acted = !decisions.is_empty();
     let names: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.uid.as_str(), j)).collect();
     let ids = inventory.ids();
     for d in decisions {
@@ -452,7 +454,9 @@ pub(crate) async fn schedule(
     }
     note_waiting(plane, adm, active).await?;
     plane.set_queue_usage(adm.sched.queue_usage());
-    plane.wake();
+    if acted {
+        plane.wake();
+    }
     Ok(())
 }
 
@@ -484,7 +488,7 @@ async fn sync(
         }
     }
     for job in active {
-        if job.job.spec.resources.total_gpus() == 0 {
+        if job.job.spec.resources.total_gpus() == 0 && job.phase != JobPhase::Preempted {
             continue;
         }
         let uid = job.uid.as_str();
