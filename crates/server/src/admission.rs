@@ -15,7 +15,7 @@ use std::path::Path;
 use ferry_runtime::Inventory;
 use ferry_sched::{
     ANY_FLAVOR, Cluster, Decision, FlavorQuota, PodPlacement, PreemptReason, PriorityClass,
-    QueueSpec, SchedError, Scheduler, Time, Workload,
+    QueueSpec, QueueUsage, SchedError, Scheduler, Time, Workload,
 };
 use ferry_spec::{FieldError, JobPhase, Queue, Resource, TrainJob};
 use ferry_store::{JobRecord, StatusPatch, StoreError};
@@ -139,22 +139,29 @@ fn queue_specs(queues: &[Queue], inventory: &Inventory) -> (Vec<QueueSpec>, Vec<
 }
 
 /// Turns a scheduler config error (`queues[i].quotas[j].x`) into one naming the Queue
-/// document and its own field path.
-fn queue_error(e: &SchedError, specs: &[QueueSpec], origins: &[Vec<usize>]) -> FieldError {
+/// document and its own field path; also returns that queue's name when there is one.
+fn queue_error<'a>(
+    e: &SchedError,
+    specs: &'a [QueueSpec],
+    origins: &[Vec<usize>],
+) -> (Option<&'a str>, FieldError) {
     let SchedError::InvalidConfig {
         field,
         problem,
         fix,
     } = e
     else {
-        return FieldError::new("spec", e.to_string());
+        return (None, FieldError::new("spec", e.to_string()));
     };
     let parsed = field.strip_prefix("queues[").and_then(|rest| {
         let (i, tail) = rest.split_once(']')?;
         Some((i.parse::<usize>().ok()?, tail.trim_start_matches('.')))
     });
     let Some((i, tail)) = parsed.filter(|(i, _)| *i < specs.len()) else {
-        return FieldError::new(field.clone(), format!("{problem}; {fix}"));
+        return (
+            None,
+            FieldError::new(field.clone(), format!("{problem}; {fix}")),
+        );
     };
     let tail = tail.replace("fairShareWeight", "weight");
     let path = match tail.strip_prefix("quotas[").and_then(|r| r.split_once(']')) {
@@ -171,9 +178,10 @@ fn queue_error(e: &SchedError, specs: &[QueueSpec], origins: &[Vec<usize>]) -> F
         None if tail.is_empty() || tail == "name" => "metadata.name".to_owned(),
         None => format!("spec.{tail}"),
     };
-    FieldError::new(
-        path,
-        format!("queue `{}`: {problem}; fix: {fix}", specs[i].name),
+    let name = specs[i].name.as_str();
+    (
+        Some(name),
+        FieldError::new(path, format!("queue `{name}`: {problem}; fix: {fix}")),
     )
 }
 
@@ -322,11 +330,10 @@ pub(crate) async fn check_batch(
     let mut sched = match Scheduler::new(cluster, specs.clone(), priorities) {
         Ok(s) => s,
         Err(e) => {
-            let err = queue_error(&e, &specs, &origins);
-            let name = err.message.split('`').nth(1).unwrap_or_default().to_owned();
+            let (name, err) = queue_error(&e, &specs, &origins);
             let doc = batch_queues
                 .iter()
-                .find(|(_, q)| q.metadata.name == name)
+                .find(|(_, q)| Some(q.metadata.name.as_str()) == name)
                 .map_or(0, |(i, _)| *i);
             problems.push((doc, err));
             return Ok(problems);
@@ -360,12 +367,16 @@ pub(crate) async fn check_batch(
 }
 
 impl Admission {
-    /// Builds the scheduler for `queues`, re-registering what `active` jobs hold.
-    fn build(inventory: &Inventory, stored: &[Queue]) -> Result<Self, String> {
+    /// An empty scheduler for `queues` (from [`queue_specs`]); `sync` then registers the
+    /// jobs the store says hold GPUs or wait.
+    fn build(
+        inventory: &Inventory,
+        queues: Vec<QueueSpec>,
+        origins: &[Vec<usize>],
+    ) -> Result<Self, String> {
         let cluster = cluster(inventory).ok_or("no GPUs")?;
-        let (queues, origins) = queue_specs(stored, inventory);
         let sched = Scheduler::new(cluster, queues.clone(), PriorityClass::standard())
-            .map_err(|e| queue_error(&e, &queues, &origins).to_string())?;
+            .map_err(|e| queue_error(&e, &queues, origins).1.to_string())?;
         Ok(Self {
             sched,
             queues,
@@ -386,9 +397,9 @@ pub(crate) async fn schedule(
         return Ok(());
     }
     let stored = stored_queues(plane).await?;
-    let wanted = queue_specs(&stored, inventory).0;
+    let (wanted, origins) = queue_specs(&stored, inventory);
     if slot.as_ref().is_none_or(|a| a.queues != wanted) {
-        match Admission::build(inventory, &stored) {
+        match Admission::build(inventory, wanted, &origins) {
             Ok(a) => {
                 if slot.is_some() {
                     tracing::info!("queues changed; scheduler rebuilt from the stored jobs");
@@ -406,12 +417,12 @@ pub(crate) async fn schedule(
         }
     }
     let adm = slot.as_mut().expect("built above");
-    sync(plane, adm, active).await?;
+    let ids = inventory.ids();
+    sync(plane, adm, active, &ids).await?;
     let decisions = adm.sched.cycle(now());
     // Admitted jobs launch, and preempted ones stop, in the next pass: run it at once.
     let acted = !decisions.is_empty();
     let names: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.uid.as_str(), j)).collect();
-    let ids = inventory.ids();
     for d in decisions {
         match d {
             Decision::Admit { id, placement, .. } => {
@@ -452,8 +463,9 @@ pub(crate) async fn schedule(
             }
         }
     }
-    note_waiting(plane, adm, active).await?;
-    plane.set_queue_usage(adm.sched.queue_usage());
+    let usage = adm.sched.queue_usage();
+    note_waiting(plane, adm, &usage, active).await?;
+    plane.set_queue_usage(usage);
     if acted {
         plane.wake();
     }
@@ -466,8 +478,8 @@ async fn sync(
     plane: &ControlPlane,
     adm: &mut Admission,
     active: &[JobRecord],
+    ids: &[String],
 ) -> Result<(), ApiError> {
-    let ids = plane.inventory().ids();
     let by_uid: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.uid.as_str(), j)).collect();
     // Jobs that ended or were deleted: release once no rank of theirs runs.
     let gone: Vec<String> = adm
@@ -496,10 +508,10 @@ async fn sync(
         match (adm.tracked.get(uid).cloned(), job.phase) {
             (None, JobPhase::Queued) => submit(plane, adm, job).await?,
             (None, phase) if phase.holds_resources() => {
-                restore(plane, adm, job, &ids, Tracked::Running { ckpt: None }).await?;
+                restore(plane, adm, job, ids, Tracked::Running { ckpt: None }).await?;
             }
             (None, JobPhase::Preempted) if plane.live_gang(uid).is_some() => {
-                restore(plane, adm, job, &ids, Tracked::Draining).await?;
+                restore(plane, adm, job, ids, Tracked::Draining).await?;
             }
             (None | Some(Tracked::Draining), JobPhase::Preempted) if !draining => {
                 if adm.tracked.remove(uid).is_some() {
@@ -588,28 +600,42 @@ async fn restore(
             if job.phase == JobPhase::Preempted {
                 return Ok(());
             }
-            let res = plane
-                .store()
-                .transition(
-                    &job.uid,
-                    job.phase,
-                    JobPhase::Preempted,
-                    "Preempted",
-                    &format!(
-                        "its queue no longer admits it where it runs ({e}); stopping it to requeue"
-                    ),
-                    StatusPatch::default(),
-                )
-                .await;
-            ignore_conflict(res)?;
-            crate::reconcile::stop(plane, &job.uid, crate::reconcile::grace_of(job));
-            Ok(())
+            stop_to_requeue(
+                plane,
+                job,
+                &format!(
+                    "its queue no longer admits it where it runs ({e}); stopping it to requeue"
+                ),
+            )
+            .await
         }
     }
 }
 
-/// Persists `Preempted` with the reason, then stops the ranks gracefully (SIGTERM, the
-/// job's grace period to checkpoint, SIGKILL).
+/// Persists `Preempted` with `message`, then stops the ranks gracefully (SIGTERM, the
+/// job's grace period to checkpoint, SIGKILL); `sync` requeues it once they have exited.
+async fn stop_to_requeue(
+    plane: &ControlPlane,
+    job: &JobRecord,
+    message: &str,
+) -> Result<(), ApiError> {
+    let res = plane
+        .store()
+        .transition(
+            &job.uid,
+            job.phase,
+            JobPhase::Preempted,
+            "Preempted",
+            message,
+            StatusPatch::default(),
+        )
+        .await;
+    ignore_conflict(res)?;
+    crate::reconcile::stop(plane, &job.uid, crate::reconcile::grace_of(job));
+    Ok(())
+}
+
+/// Stops a job the scheduler chose to preempt, saying why and for whom.
 async fn preempt(
     plane: &ControlPlane,
     job: &JobRecord,
@@ -648,25 +674,11 @@ async fn preempt(
             name_of(preemptor)
         ),
     };
-    let grace = crate::reconcile::grace_of(job);
     let message = format!(
         "{why}; SIGTERM, then up to {:.0}s to checkpoint before it is requeued",
-        grace.as_secs_f64()
+        crate::reconcile::grace_of(job).as_secs_f64()
     );
-    let res = plane
-        .store()
-        .transition(
-            &job.uid,
-            job.phase,
-            JobPhase::Preempted,
-            "Preempted",
-            &message,
-            StatusPatch::default(),
-        )
-        .await;
-    ignore_conflict(res)?;
-    crate::reconcile::stop(plane, &job.uid, grace);
-    Ok(())
+    stop_to_requeue(plane, job, &message).await
 }
 
 /// A preempted job whose ranks have all exited goes back to its queue.
@@ -697,6 +709,7 @@ async fn requeue(plane: &ControlPlane, job: &JobRecord) -> Result<(), ApiError> 
 async fn note_waiting(
     plane: &ControlPlane,
     adm: &Admission,
+    usage: &[QueueUsage],
     active: &[JobRecord],
 ) -> Result<(), ApiError> {
     let total = plane.inventory().len();
@@ -706,7 +719,6 @@ async fn note_waiting(
         .map(|j| j.gpus.iter().flatten().count())
         .sum();
     let free = total.saturating_sub(held);
-    let usage = adm.sched.queue_usage();
     for job in active {
         if adm.tracked.get(&job.uid) != Some(&Tracked::Pending) || job.phase != JobPhase::Queued {
             continue;
@@ -812,7 +824,8 @@ mod tests {
             PriorityClass::standard(),
         )
         .unwrap_err();
-        let fe = queue_error(&e, &specs, &origins);
+        let (name, fe) = queue_error(&e, &specs, &origins);
+        assert_eq!(name, Some("a"));
         assert_eq!(fe.path, "spec.quotas[0].borrowingLimit");
         assert!(fe.message.starts_with("queue `a`:"), "{}", fe.message);
     }
