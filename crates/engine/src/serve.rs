@@ -295,7 +295,9 @@ struct Seq {
 
 enum Turn {
     Continue,
-    Done,
+    /// The sequence is over; these events go to its client once it has left the running
+    /// set, so a client that saw `Finished` never observes itself still counted as running.
+    Done(Vec<GenerationEvent>),
 }
 
 fn schedule(shared: &Shared, jobs: &Receiver<Job>, max_running: usize) {
@@ -315,22 +317,20 @@ fn schedule(shared: &Shared, jobs: &Receiver<Job>, max_running: usize) {
         }
         let mut i = 0;
         while i < running.len() {
-            let done =
-                match step(shared, &mut running[i]) {
-                    Ok(Turn::Continue) => false,
-                    Ok(Turn::Done) => true,
-                    Err(e) => {
-                        let _ = running[i].job.tx.try_send(GenerationEvent::Error(
-                            BackendError::Internal(e.to_string()),
-                        ));
-                        true
-                    }
-                };
-            if done {
-                running.swap_remove(i);
-                shared.running.fetch_sub(1, Ordering::SeqCst);
-            } else {
-                i += 1;
+            let last = match step(shared, &mut running[i]) {
+                Ok(Turn::Continue) => {
+                    i += 1;
+                    continue;
+                }
+                Ok(Turn::Done(events)) => events,
+                Err(e) => vec![GenerationEvent::Error(BackendError::Internal(
+                    e.to_string(),
+                ))],
+            };
+            let seq = running.swap_remove(i);
+            shared.running.fetch_sub(1, Ordering::SeqCst);
+            for event in last {
+                let _ = seq.job.tx.try_send(event);
             }
         }
     }
@@ -351,7 +351,7 @@ fn admit(shared: &Shared, running: &mut Vec<Seq>, job: Job) {
 /// Advances one sequence by one token.
 fn step(shared: &Shared, seq: &mut Seq) -> Result<Turn> {
     if seq.job.tx.is_closed() {
-        return Ok(Turn::Done); // client went away: cancel
+        return Ok(Turn::Done(Vec::new())); // client went away: cancel
     }
     let served = &shared.models[seq.job.model];
     let input: &[u32] = if seq.cache.is_empty() {
@@ -386,22 +386,23 @@ fn step(shared: &Shared, seq: &mut Seq) -> Result<Turn> {
                     .try_send(GenerationEvent::Text { delta: text })
                     .is_err()
             {
-                return Ok(Turn::Done);
+                return Ok(Turn::Done(Vec::new()));
             }
             Ok(Turn::Continue)
         }
     }
 }
 
-fn finish(seq: &mut Seq, text: String, reason: FinishReason) -> Result<Turn> {
+fn finish(seq: &Seq, text: String, reason: FinishReason) -> Result<Turn> {
+    let mut events = Vec::with_capacity(2);
     if !text.is_empty() {
-        let _ = seq.job.tx.try_send(GenerationEvent::Text { delta: text });
+        events.push(GenerationEvent::Text { delta: text });
     }
-    let _ = seq.job.tx.try_send(GenerationEvent::Finished {
+    events.push(GenerationEvent::Finished {
         reason,
         completion_tokens: seq.generated.len() as u32,
     });
-    Ok(Turn::Done)
+    Ok(Turn::Done(events))
 }
 
 /// Text completed by the newest token, holding back incomplete UTF-8 sequences.

@@ -94,7 +94,7 @@ pub enum Error {
         /// Path.
         path: String,
     },
-    /// The model is known but every replica is ejected, draining or removed (503).
+    /// The model is known but has no replica left to try: none registered, or all draining (503).
     #[error("no healthy replica of model `{0}`; retry later")]
     NoReplica(String),
     /// Every attempt failed before a response started (502).

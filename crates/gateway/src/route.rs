@@ -94,7 +94,17 @@ impl Router {
             |r: &Arc<Replica>| r.available(now) && !tried.iter().any(|t| Arc::ptr_eq(t, r));
         let n_usable = pool.replicas.iter().filter(|r| usable(r)).count();
         match n_usable {
-            0 => return None,
+            // Every untried replica is ejected: fail open, as Envoy's panic routing does.
+            // Ejection steers traffic to healthier peers; with none left, refusing the
+            // whole model for the ejection period turns one slow probe into an outage.
+            // The attempt's outcome closes or re-opens the circuit.
+            0 => {
+                return pool
+                    .replicas
+                    .iter()
+                    .find(|r| !tried.iter().any(|t| Arc::ptr_eq(t, r)))
+                    .cloned();
+            }
             1 => return pool.replicas.iter().find(|r| usable(r)).cloned(),
             _ => {}
         }
@@ -284,6 +294,24 @@ mod tests {
         for _ in 0..4 {
             assert_eq!(r.choose(&p, Affinity::None, &[]).unwrap().id(), "r1");
         }
+    }
+
+    #[test]
+    fn with_every_replica_ejected_routing_fails_open_to_an_untried_one() {
+        let (_reg, p) = pool(2);
+        for r in &p.replicas {
+            for _ in 0..3 {
+                r.record_failure("test");
+            }
+            assert!(!r.is_healthy());
+        }
+        let r = router(Policy::LeastOutstanding);
+        let first = r.choose(&p, Affinity::None, &[]).expect("fails open");
+        let second = r
+            .choose(&p, Affinity::None, std::slice::from_ref(&first))
+            .expect("the other one");
+        assert!(!Arc::ptr_eq(&first, &second));
+        assert!(r.choose(&p, Affinity::None, &[first, second]).is_none());
     }
 
     #[test]

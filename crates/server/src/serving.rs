@@ -39,7 +39,47 @@ pub(crate) struct Replica {
     gang: GangRecord,
     url: String,
     generation: i64,
+    readiness: Readiness,
+}
+
+impl Replica {
+    fn new(gang: GangRecord, url: String, generation: i64) -> Self {
+        Self {
+            gang,
+            url,
+            generation,
+            readiness: Readiness::default(),
+        }
+    }
+}
+
+/// Failed probes in a row that take a ready replica out of rotation, as Kubernetes'
+/// `readinessProbe.failureThreshold` defaults to: one slow `/health` on a busy machine
+/// is not an outage, and dropping the replica from the gateway for it fails requests.
+const NOT_READY_AFTER: u32 = 3;
+
+/// Whether a replica takes traffic, from its `/health` probes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Readiness {
     ready: bool,
+    /// Probes failed in a row since the last good one.
+    failed: u32,
+}
+
+impl Readiness {
+    /// One success makes the replica ready; only [`NOT_READY_AFTER`] failures in a row
+    /// make it not ready.
+    fn observe(&mut self, ok: bool) {
+        if ok {
+            *self = Self {
+                ready: true,
+                failed: 0,
+            };
+        } else {
+            self.failed = self.failed.saturating_add(1);
+            self.ready &= self.failed < NOT_READY_AFTER;
+        }
+    }
 }
 
 /// The live state of one deployment.
@@ -60,7 +100,7 @@ impl DeploymentState {
             .replicas
             .iter()
             .flatten()
-            .filter(|r| r.ready)
+            .filter(|r| r.readiness.ready)
             .map(|r| r.url.clone())
             .collect();
         let ready = endpoints.len() as u32;
@@ -245,7 +285,7 @@ async fn reconcile_one(plane: &ControlPlane, http: &reqwest::Client, record: &Ob
             }
         }
         if let Some(r) = &mut state.replicas[i] {
-            r.ready = healthy(http, &r.url).await;
+            r.readiness.observe(healthy(http, &r.url).await);
         }
     }
     publish(plane, record, &deployment, &mut state);
@@ -274,7 +314,7 @@ fn publish(
         .replicas
         .iter()
         .enumerate()
-        .filter_map(|(i, r)| r.as_ref().filter(|r| r.ready).map(|r| (i, r)))
+        .filter_map(|(i, r)| r.as_ref().filter(|r| r.readiness.ready).map(|r| (i, r)))
         .map(|(i, r)| (format!("{}-r{i}", record.uid), r.url.clone()))
         .collect();
     if let Err(e) = link.registry.set_replicas(&name, &ready) {
@@ -291,12 +331,7 @@ async fn adopt(plane: &ControlPlane, dir: &Path, generation: i64) -> Option<Repl
     let gang = LocalRuntime::recover(&dir.join(format!("attempt-{}", file.attempt))).ok()?;
     let running = matches!(plane.runtime().adopt(&gang).await, Ok(GangStatus::Running));
     if running && file.generation == generation {
-        return Some(Replica {
-            gang,
-            url: file.url,
-            generation,
-            ready: false,
-        });
+        return Some(Replica::new(gang, file.url, generation));
     }
     if running {
         let _ = plane.runtime().terminate(&gang, REPLICA_GRACE).await;
@@ -348,12 +383,7 @@ async fn start(
     let bytes = serde_json::to_vec(&file).unwrap_or_default();
     std::fs::write(dir.join("replica.json"), bytes)
         .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
-    Ok(Replica {
-        gang,
-        url,
-        generation,
-        ready: false,
-    })
+    Ok(Replica::new(gang, url, generation))
 }
 
 async fn healthy(http: &reqwest::Client, url: &str) -> bool {
@@ -463,5 +493,25 @@ mod tests {
         assert_eq!(desired_replicas(&deployment(scaled)), 2);
         let to_zero = "  autoscaling: {minReplicas: 0, maxReplicas: 4, provider: keda}\n";
         assert_eq!(desired_replicas(&deployment(to_zero)), 1);
+    }
+
+    #[test]
+    fn a_ready_replica_leaves_rotation_only_after_three_failed_probes_in_a_row() {
+        let mut r = Readiness::default();
+        r.observe(false);
+        assert!(!r.ready, "never answered: not ready");
+        r.observe(true);
+        assert!(r.ready);
+        r.observe(false);
+        r.observe(false);
+        assert!(r.ready, "two slow probes under load keep it in rotation");
+        r.observe(true);
+        r.observe(false);
+        r.observe(false);
+        assert!(r.ready, "a success resets the count");
+        r.observe(false);
+        assert!(!r.ready, "three in a row take it out");
+        r.observe(true);
+        assert!(r.ready);
     }
 }

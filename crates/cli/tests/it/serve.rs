@@ -187,7 +187,11 @@ fn builtin_job_exports_a_model_that_a_deployment_serves_to_the_openai_client() {
                 .args(["--concurrency", "16"])
                 .status()
                 .unwrap();
-            assert!(status.success(), "the openai client failed against {base}");
+            assert!(
+                status.success(),
+                "the openai client failed against {base} (its stderr is above); server log:\n{}",
+                plane.server_log()
+            );
         }
     } else {
         assert!(
