@@ -8,6 +8,8 @@
 //! latency of each request for `--seconds`. Prints one JSON line:
 //! `{"rps":…, "p50_ms":…, "p99_ms":…, "max_ms":…, "ok":…, "errors":…}`.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -48,6 +50,10 @@ struct Args {
     /// API key sent as `Authorization: Bearer KEY`.
     #[arg(long, default_value = "bench")]
     key: String,
+    /// Stop after this many requests in all (no warm-up; `--seconds` still caps
+    /// the run): a fixed amount of work, for instruction counts under callgrind.
+    #[arg(long)]
+    requests: Option<u64>,
 }
 
 struct Tally {
@@ -62,6 +68,7 @@ async fn worker(
     start: Instant,
     warm: Duration,
     end: Duration,
+    budget: Arc<AtomicU64>,
 ) -> Tally {
     let mut t = Tally {
         lat_us: Vec::new(),
@@ -93,6 +100,13 @@ async fn worker(
         };
         tokio::spawn(conn);
         while start.elapsed() < end {
+            // Claim one request of the budget (u64::MAX when unbounded).
+            if budget
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_err()
+            {
+                break 'reconnect;
+            }
             let req = Request::post(target.clone())
                 .header("host", &host)
                 .header("content-type", "application/json")
@@ -142,8 +156,14 @@ fn main() {
         .expect("runtime");
     let auth = http::HeaderValue::from_str(&format!("Bearer {}", args.key))
         .expect("--key must be printable ASCII");
-    let warm = Duration::from_secs_f64(args.warmup);
+    let warm = if args.requests.is_some() {
+        Duration::ZERO
+    } else {
+        Duration::from_secs_f64(args.warmup)
+    };
+    let budget = Arc::new(AtomicU64::new(args.requests.unwrap_or(u64::MAX)));
     let end = warm + Duration::from_secs_f64(args.seconds);
+    let t0 = Instant::now();
     let tallies = rt.block_on(async {
         let start = Instant::now();
         let body = Bytes::from(body);
@@ -156,6 +176,7 @@ fn main() {
                     start,
                     warm,
                     end,
+                    budget.clone(),
                 ))
             })
             .collect();
@@ -167,6 +188,7 @@ fn main() {
         }
         out
     });
+    let elapsed = (t0.elapsed().as_secs_f64() - warm.as_secs_f64()).max(1e-9);
     let mut lat: Vec<u32> = tallies
         .iter()
         .flat_map(|t| t.lat_us.iter().copied())
@@ -182,7 +204,7 @@ fn main() {
     };
     println!(
         r#"{{"rps":{:.1},"p50_ms":{:.3},"p99_ms":{:.3},"max_ms":{:.3},"ok":{},"errors":{}}}"#,
-        lat.len() as f64 / args.seconds,
+        lat.len() as f64 / elapsed.min(args.seconds),
         pct(0.50),
         pct(0.99),
         lat.last().map_or(f64::NAN, |v| f64::from(*v) / 1000.0),

@@ -7,9 +7,8 @@ use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use memchr::memmem;
 
 use crate::error::Error;
@@ -17,7 +16,7 @@ use crate::metrics::RequestLabels;
 use crate::proxy::Shared;
 use crate::registry::{InFlightGuard, Replica};
 use crate::tenancy::Tenant;
-use crate::upstream::Sender;
+use crate::upstream::UpstreamBody;
 
 /// Errors a response body can end with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -68,7 +67,13 @@ impl Body for GwBody {
         match self {
             GwBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             GwBody::Full(None) => SizeHint::with_exact(0),
-            GwBody::Proxy(p) => p.inner.as_ref().map(|i| i.size_hint()).unwrap_or_default(),
+            GwBody::Proxy(p) => match p.inner.as_ref() {
+                Some(i) => match i.remaining() {
+                    Some(n) => SizeHint::with_exact(n),
+                    None => SizeHint::default(),
+                },
+                None => SizeHint::default(),
+            },
         }
     }
 }
@@ -315,31 +320,30 @@ impl Drop for Observer {
 /// A replica's response body on its way to the client.
 #[derive(Debug)]
 pub struct ProxyBody {
-    inner: Option<Incoming>,
-    /// The upstream connection (and its lane), back to the pool once the body ends.
-    conn: Option<(usize, Sender)>,
+    inner: Option<UpstreamBody>,
+    /// The worker lane whose pool the connection returns to once the body ends
+    /// (None: close it).
+    lane: Option<usize>,
     idle: Duration,
     /// Armed the first time the replica makes us wait (most small answers never do).
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
     obs: Observer,
-    stash: Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
     done: bool,
 }
 
 impl ProxyBody {
     pub(crate) fn new(
-        inner: Incoming,
-        conn: Option<(usize, Sender)>,
+        inner: UpstreamBody,
+        lane: Option<usize>,
         idle: Duration,
         obs: Observer,
     ) -> Self {
         Self {
             inner: Some(inner),
-            conn,
+            lane,
             idle,
             sleep: None,
             obs,
-            stash: None,
             done: false,
         }
     }
@@ -352,7 +356,6 @@ impl ProxyBody {
         message: String,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         self.inner = None;
-        self.conn = None;
         self.obs.outcome = Some(kind);
         self.obs.sh.metrics.failure(self.obs.replica.id(), kind);
         self.obs.replica.record_failure(kind);
@@ -375,9 +378,10 @@ impl ProxyBody {
 
     /// The replica's body ended normally.
     fn complete(&mut self) {
-        self.inner = None;
-        if let Some((lane, tx)) = self.conn.take() {
-            self.obs.replica.conns().put(lane, tx);
+        if let Some(mut inner) = self.inner.take()
+            && let Some(lane) = self.lane
+        {
+            inner.recycle(&self.obs.replica, lane);
         }
         self.done = true;
         self.obs.finish_body();
@@ -392,26 +396,17 @@ impl ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
-        let polled = match this.stash.take() {
-            Some(s) => Poll::Ready(s),
-            None => match this.inner.as_mut() {
-                Some(inner) => Pin::new(inner).poll_frame(cx),
-                None => {
-                    this.done = true;
-                    return Poll::Ready(None);
-                }
-            },
+        let Some(inner) = this.inner.as_mut() else {
+            this.done = true;
+            return Poll::Ready(None);
         };
+        let obs = &mut this.obs;
+        // Everything the replica has already delivered goes out in one write, so a
+        // burst of small SSE events costs one write instead of one each.
+        let polled = inner.poll_data(cx, COALESCE_LIMIT, &mut |piece| obs.on_data(piece));
         match polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                let frame = match frame.into_data() {
-                    Ok(data) => {
-                        this.obs.on_data(&data);
-                        Frame::data(this.coalesce(data, cx))
-                    }
-                    Err(frame) => frame,
-                };
-                if this.stash.is_none() && this.inner.as_ref().is_some_and(Body::is_end_stream) {
+            Poll::Ready(Some(Ok(data))) => {
+                if inner.is_end_stream() {
                     // Content-length bodies: hyper stops polling once every byte is
                     // out, so settle now rather than wait for a `None` never asked for.
                     this.complete();
@@ -420,7 +415,7 @@ impl ProxyBody {
                         .as_mut()
                         .reset(tokio::time::Instant::now() + this.idle);
                 }
-                Poll::Ready(Some(Ok(frame)))
+                Poll::Ready(Some(Ok(Frame::data(data))))
             }
             Poll::Ready(Some(Err(e))) => {
                 this.fail("body", format!("the replica's response broke off: {e}"))
@@ -443,39 +438,6 @@ impl ProxyBody {
                 Poll::Pending
             }
         }
-    }
-
-    /// Appends the data frames the replica has already delivered (never waits), so
-    /// a burst of small SSE events goes out in one write instead of one each.
-    fn coalesce(&mut self, first: Bytes, cx: &mut Context<'_>) -> Bytes {
-        let mut buf: Option<BytesMut> = None;
-        while buf.as_ref().map_or(first.len(), BytesMut::len) < COALESCE_LIMIT {
-            let Some(inner) = self.inner.as_mut() else {
-                break;
-            };
-            if inner.is_end_stream() {
-                break;
-            }
-            match Pin::new(inner).poll_frame(cx) {
-                Poll::Pending => break,
-                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) => {
-                        self.obs.on_data(&data);
-                        buf.get_or_insert_with(|| BytesMut::from(&first[..]))
-                            .extend_from_slice(&data);
-                    }
-                    Err(other) => {
-                        self.stash = Some(Some(Ok(other)));
-                        break;
-                    }
-                },
-                Poll::Ready(other) => {
-                    self.stash = Some(other);
-                    break;
-                }
-            }
-        }
-        buf.map_or(first, BytesMut::freeze)
     }
 }
 

@@ -10,6 +10,7 @@ pub mod body;
 pub mod cmd;
 pub mod config;
 pub mod error;
+mod h1;
 pub mod health;
 pub mod metrics;
 pub mod proxy;

@@ -25,7 +25,7 @@ use crate::metrics::{Metrics, ReplicaLabels, RequestLabels};
 use crate::registry::{Registry, Replica};
 use crate::route::{Affinity, Router, hash_parts};
 use crate::tenancy::{Tenancy, Tenant};
-use crate::upstream::{SendError, Sender};
+use crate::upstream::{SendError, UpstreamBody};
 
 /// The HTTP client to replicas (pooled keep-alive connections).
 pub(crate) type UpstreamClient = Client<HttpConnector, Full<Bytes>>;
@@ -270,15 +270,6 @@ impl Peek<'_> {
     }
 }
 
-const HOP_BY_HOP: [HeaderName; 6] = [
-    header::CONNECTION,
-    header::TRANSFER_ENCODING,
-    header::TE,
-    header::TRAILER,
-    header::UPGRADE,
-    header::PROXY_AUTHORIZATION,
-];
-
 /// Headers copied from the client to the replica (besides the session header).
 const FORWARDED: [HeaderName; 5] = [
     header::ACCEPT,
@@ -388,7 +379,7 @@ fn content_length(h: &HeaderMap) -> Option<u64> {
 
 enum Attempt {
     Failed(Error),
-    Answer(Response<Incoming>, Sender),
+    Answer(Response<UpstreamBody>),
 }
 
 async fn forward(
@@ -474,22 +465,22 @@ async fn forward(
         }
         None => Affinity::None,
     };
-    let mut headers = HeaderMap::with_capacity(8);
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    // One pass over the client's headers (a handful) instead of a lookup per name.
+    // The forwarded header lines, written once for every attempt. One pass over
+    // the client's headers (a handful) instead of a lookup per name. Header values
+    // cannot hold CR or LF, so a line cannot smuggle another header.
+    let mut extra = Vec::with_capacity(128);
     for (name, v) in &parts.headers {
         if FORWARDED.contains(name) || *name == sh.session_header {
-            headers.append(name.clone(), v.clone());
+            extra.extend_from_slice(name.as_str().as_bytes());
+            extra.extend_from_slice(b": ");
+            extra.extend_from_slice(v.as_bytes());
+            extra.extend_from_slice(b"\r\n");
         }
     }
 
     let mut tried: Vec<Arc<Replica>> = Vec::new();
     let mut last: Option<Error> = None;
-    let mut held_5xx: Option<(Response<Incoming>, Arc<Replica>)> = None;
-    let mut headers = Some(headers);
+    let mut held_5xx: Option<(Response<UpstreamBody>, Arc<Replica>)> = None;
     let max = sh.cfg.max_attempts;
     let mut attempts = 0;
     while attempts < max {
@@ -506,21 +497,15 @@ async fn forward(
                 .inc();
         }
         let guard = replica.start();
-        // The last attempt takes the headers; earlier ones send a copy.
-        let h = if attempts < max {
-            headers.clone().unwrap_or_default()
-        } else {
-            headers.take().unwrap_or_default()
-        };
-        match attempt(lane, &replica, path, h, &bytes, &peek.model).await {
-            Attempt::Answer(resp, _) if resp.status().is_server_error() && attempts < max => {
+        match attempt(lane, &replica, path, &extra, &bytes, &peek.model).await {
+            Attempt::Answer(resp) if resp.status().is_server_error() && attempts < max => {
                 sh.metrics.failure(replica.id(), "status_5xx");
                 replica.record_failure("status_5xx");
                 drop(guard);
                 tried.push(replica.clone());
                 held_5xx = Some((resp, replica));
             }
-            Attempt::Answer(resp, conn) => {
+            Attempt::Answer(resp) => {
                 if resp.status().is_server_error() {
                     sh.metrics.failure(replica.id(), "status_5xx");
                     replica.record_failure("status_5xx");
@@ -528,7 +513,7 @@ async fn forward(
                 return respond(
                     sh,
                     resp,
-                    Some((lane.id, conn)),
+                    Some(lane.id),
                     replica,
                     guard,
                     tenant,
@@ -577,23 +562,24 @@ async fn attempt(
     lane: &Lane,
     replica: &Replica,
     path: &str,
-    headers: HeaderMap,
+    extra: &[u8],
     body: &Bytes,
     model: &str,
 ) -> Attempt {
     let sh = &lane.sh;
     let timeout = sh.cfg.first_byte_timeout();
+    let uri = replica.path_uri(path);
     let sent = crate::upstream::send(
         replica,
         lane.id,
-        replica.path_uri(path),
-        headers,
-        body.clone(),
+        uri.path(),
+        extra,
+        body,
         sh.cfg.connect_timeout(),
         sh.cfg.pool_idle_timeout(),
     );
     match tokio::time::timeout(timeout, sent).await {
-        Ok(Ok((resp, conn))) => Attempt::Answer(resp, conn),
+        Ok(Ok(resp)) => Attempt::Answer(resp),
         Ok(Err(e)) => {
             let (kind, msg) = match e {
                 SendError::Connect(m) => ("connect", m),
@@ -621,8 +607,8 @@ async fn attempt(
 #[allow(clippy::too_many_arguments)]
 fn respond(
     sh: &Arc<Shared>,
-    resp: Response<Incoming>,
-    conn: Option<(usize, Sender)>,
+    resp: Response<UpstreamBody>,
+    lane: Option<usize>,
     replica: Arc<Replica>,
     guard: crate::registry::InFlightGuard,
     tenant: Arc<Tenant>,
@@ -633,11 +619,8 @@ fn respond(
     estimated_tokens: u64,
     estimated_prompt: u64,
 ) -> Response<GwBody> {
+    // Hop-by-hop headers were left out when the head was parsed.
     let (mut parts, incoming) = resp.into_parts();
-    for h in &HOP_BY_HOP {
-        parts.headers.remove(h);
-    }
-    parts.headers.remove("keep-alive");
     if let Some(v) = replica.id_header() {
         parts
             .headers
@@ -669,6 +652,6 @@ fn respond(
         usage: None,
         outcome: None,
     };
-    let body = ProxyBody::new(incoming, conn, sh.cfg.idle_timeout(), obs);
+    let body = ProxyBody::new(incoming, lane, sh.cfg.idle_timeout(), obs);
     Response::from_parts(parts, GwBody::Proxy(Box::new(body)))
 }

@@ -1,34 +1,62 @@
-//! Keep-alive HTTP/1.1 connections to replicas, pooled per replica and per worker
-//! thread ("lane"), so a request, its upstream connection and that connection's
-//! task stay on one thread. A connection goes back to its pool when the replica's
-//! answer has been read to its end; one whose answer was cut short (client gone,
-//! idle timeout) is dropped, which closes it and cancels the generation.
+//! The HTTP/1.1 client to replicas, driven in the request's own task: no
+//! connection task, no channel between the request and its socket. Keep-alive
+//! connections are pooled per replica and per worker thread ("lane"), so a
+//! request and its upstream connection stay on one thread. A connection goes back
+//! to its pool when the replica's answer has been read to its end; one whose
+//! answer was cut short (client gone, idle timeout, broken framing) is dropped,
+//! which closes it and cancels the generation.
 
+use std::io::ErrorKind;
 use std::sync::Mutex;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderValue};
+use bytes::{Bytes, BytesMut};
+use http::header::HeaderValue;
 use http::uri::PathAndQuery;
-use http::{Method, Request, Response, Uri};
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
+use http::{Response, Uri};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
+use crate::h1::{self, Decoded, Decoder};
 use crate::registry::Replica;
-
-/// The sending half of one upstream connection.
-pub(crate) type Sender = SendRequest<Full<Bytes>>;
 
 /// Idle connections kept per replica (all lanes together); more are closed.
 const MAX_IDLE: usize = 1024;
+
+/// Read buffer growth step.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Request bodies up to this size are copied behind the head and sent in one write.
+const INLINE_BODY: usize = 64 * 1024;
+
+/// One keep-alive connection to a replica, with the bytes read but not yet used.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    io: TcpStream,
+    buf: BytesMut,
+}
+
+impl Conn {
+    /// Whether the replica has not closed the connection (nor sent anything
+    /// unasked). Costs no system call unless the socket became readable.
+    fn is_open(&self) -> bool {
+        let mut probe = [0u8; 1];
+        matches!(self.io.try_read(&mut probe), Err(e) if e.kind() == ErrorKind::WouldBlock)
+    }
+
+    fn reserve(&mut self) {
+        if self.buf.capacity() - self.buf.len() < READ_CHUNK / 4 {
+            self.buf.reserve(READ_CHUNK);
+        }
+    }
+}
 
 #[derive(Debug)]
 struct Idle {
     lane: usize,
     since: Instant,
-    tx: Sender,
+    conn: Conn,
 }
 
 /// A replica's idle connections.
@@ -43,29 +71,26 @@ impl ConnPool {
     }
 
     /// The most recently used idle connection of `lane` that is still open.
-    fn take(&self, lane: usize, max_idle: Duration) -> Option<Sender> {
+    fn take(&self, lane: usize, max_idle: Duration) -> Option<Conn> {
         let now = Instant::now();
         let mut idle = self.lock();
         while let Some(pos) = idle.iter().rposition(|i| i.lane == lane) {
             let it = idle.swap_remove(pos);
-            if !it.tx.is_closed() && now.saturating_duration_since(it.since) < max_idle {
-                return Some(it.tx);
+            if now.saturating_duration_since(it.since) < max_idle && it.conn.is_open() {
+                return Some(it.conn);
             }
         }
         None
     }
 
     /// Returns a connection whose last answer was read to its end.
-    pub(crate) fn put(&self, lane: usize, tx: Sender) {
-        if tx.is_closed() {
-            return;
-        }
+    fn put(&self, lane: usize, conn: Conn) {
         let mut idle = self.lock();
         if idle.len() < MAX_IDLE {
             idle.push(Idle {
                 lane,
                 since: Instant::now(),
-                tx,
+                conn,
             });
         }
     }
@@ -74,7 +99,7 @@ impl ConnPool {
     pub(crate) fn sweep(&self, max_idle: Duration) {
         let now = Instant::now();
         self.lock()
-            .retain(|i| !i.tx.is_closed() && now.saturating_duration_since(i.since) < max_idle);
+            .retain(|i| now.saturating_duration_since(i.since) < max_idle && i.conn.is_open());
     }
 }
 
@@ -83,7 +108,8 @@ impl ConnPool {
 pub(crate) enum SendError {
     /// No connection could be made (refused, unreachable, connect timeout).
     Connect(String),
-    /// The connection broke while sending or before the answer's head.
+    /// The connection broke while sending or before the answer's head, or the
+    /// head was not valid HTTP/1.1.
     Send(String),
 }
 
@@ -97,20 +123,9 @@ pub(crate) fn path_uri(base_path: &str, path: &'static str) -> Uri {
         .unwrap_or_else(|_| Uri::from_static(path))
 }
 
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut msg = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        src = s.source();
-    }
-    msg
-}
-
-async fn connect(replica: &Replica, timeout: Duration) -> Result<Sender, SendError> {
+async fn connect(replica: &Replica, timeout: Duration) -> Result<Conn, SendError> {
     let addr = replica.upstream().authority();
-    let stream = match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
+    let io = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(SendError::Connect(format!("connect to {addr}: {e}"))),
         Err(_) => {
@@ -119,58 +134,234 @@ async fn connect(replica: &Replica, timeout: Duration) -> Result<Sender, SendErr
             )));
         }
     };
-    let _ = stream.set_nodelay(true);
-    let (tx, conn) = hyper::client::conn::http1::Builder::new()
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| SendError::Connect(format!("handshake with {addr}: {}", chain(&e))))?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "upstream connection ended with an error");
-        }
-    });
-    Ok(tx)
+    let _ = io.set_nodelay(true);
+    Ok(Conn {
+        io,
+        buf: BytesMut::new(),
+    })
 }
 
-/// Sends one POST to `replica` on a pooled connection of `lane` (or a new one) and
-/// waits for the answer's head. A pooled connection the replica closed meanwhile
-/// is replaced by a new one when the request provably was not sent.
+/// How one exchange on a connection failed.
+struct Failed {
+    /// Nothing of an answer came and the failure is what a connection the replica
+    /// closed while idle looks like: a fresh connection may be tried.
+    stale: bool,
+    message: String,
+}
+
+/// Writes the request and reads the answer's head (skipping 1xx heads).
+async fn exchange(conn: &mut Conn, head: &[u8], body: &Bytes) -> Result<h1::Head, Failed> {
+    let stale_kind = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            ErrorKind::BrokenPipe
+                | ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::UnexpectedEof
+        )
+    };
+    let written = if body.len() <= INLINE_BODY {
+        let mut one = Vec::with_capacity(head.len() + body.len());
+        one.extend_from_slice(head);
+        one.extend_from_slice(body);
+        conn.io.write_all(&one).await
+    } else {
+        match conn.io.write_all(head).await {
+            Ok(()) => conn.io.write_all(body).await,
+            Err(e) => Err(e),
+        }
+    };
+    if let Err(e) = written {
+        return Err(Failed {
+            stale: stale_kind(&e),
+            message: format!("sending the request: {e}"),
+        });
+    }
+    let mut got_any = false;
+    loop {
+        if !conn.buf.is_empty() {
+            got_any = true;
+            match h1::parse_head(&mut conn.buf) {
+                Ok(Some(head)) if head.status.is_informational() => continue,
+                Ok(Some(head)) => return Ok(head),
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(Failed {
+                        stale: false,
+                        message: e.to_owned(),
+                    });
+                }
+            }
+        }
+        conn.reserve();
+        match conn.io.read_buf(&mut conn.buf).await {
+            Ok(0) => {
+                return Err(Failed {
+                    stale: !got_any,
+                    message: "the replica closed the connection before answering".to_owned(),
+                });
+            }
+            Ok(_) => {}
+            Err(e) => {
+                return Err(Failed {
+                    stale: !got_any && stale_kind(&e),
+                    message: format!("reading the answer: {e}"),
+                });
+            }
+        }
+    }
+}
+
+/// Sends one POST of `body` to `path` (origin form) on `replica`, on a pooled
+/// connection of `lane` or a new one, and waits for the answer's head. `extra`
+/// holds further request header lines (`name: value\r\n` each). A pooled
+/// connection the replica closed meanwhile is replaced by a new one when nothing
+/// of an answer came on it.
 pub(crate) async fn send(
     replica: &Replica,
     lane: usize,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
+    path: &str,
+    extra: &[u8],
+    body: &Bytes,
     connect_timeout: Duration,
     max_idle: Duration,
-) -> Result<(Response<Incoming>, Sender), SendError> {
-    let mut req = Request::new(Full::new(body));
-    *req.method_mut() = Method::POST;
-    *req.uri_mut() = uri;
-    *req.headers_mut() = headers;
-    req.headers_mut()
-        .insert(header::HOST, replica.host_header().clone());
+) -> Result<Response<UpstreamBody>, SendError> {
+    let mut head = Vec::with_capacity(96 + path.len() + extra.len());
+    head.extend_from_slice(b"POST ");
+    head.extend_from_slice(path.as_bytes());
+    head.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+    head.extend_from_slice(replica.host_header().as_bytes());
+    head.extend_from_slice(b"\r\ncontent-type: application/json\r\ncontent-length: ");
+    head.extend_from_slice(body.len().to_string().as_bytes());
+    head.extend_from_slice(b"\r\n");
+    head.extend_from_slice(extra);
+    head.extend_from_slice(b"\r\n");
     loop {
-        let (mut tx, pooled) = match replica.conns().take(lane, max_idle) {
-            Some(tx) => (tx, true),
+        let (mut conn, pooled) = match replica.conns().take(lane, max_idle) {
+            Some(c) => (c, true),
             None => (connect(replica, connect_timeout).await?, false),
         };
-        if tx.ready().await.is_err() {
-            if pooled {
-                continue;
+        match exchange(&mut conn, &head, body).await {
+            Ok(h) => {
+                let mut resp = Response::new(UpstreamBody {
+                    decoder: Decoder::new(h.framing),
+                    keep_alive: h.keep_alive,
+                    conn: Some(conn),
+                });
+                *resp.status_mut() = h.status;
+                *resp.headers_mut() = h.headers;
+                return Ok(resp);
             }
-            return Err(SendError::Connect(format!(
-                "connection to {} closed at once",
-                replica.upstream().authority()
-            )));
+            Err(f) if f.stale && pooled => continue,
+            Err(f) => {
+                return Err(SendError::Send(format!(
+                    "{} ({})",
+                    f.message,
+                    replica.upstream().authority()
+                )));
+            }
         }
-        match tx.try_send_request(req).await {
-            Ok(resp) => return Ok((resp, tx)),
-            Err(mut e) => match e.take_message() {
-                // Never written: safe to send again on a fresh connection.
-                Some(back) if pooled => req = back,
-                _ => return Err(SendError::Send(chain(e.error()))),
-            },
+    }
+}
+
+/// A replica's response body, read from its connection as the client's side asks
+/// for it.
+#[derive(Debug)]
+pub(crate) struct UpstreamBody {
+    conn: Option<Conn>,
+    decoder: Decoder,
+    keep_alive: bool,
+}
+
+impl UpstreamBody {
+    /// Whether the whole body has been read.
+    pub(crate) fn is_end_stream(&self) -> bool {
+        self.decoder.is_done()
+    }
+
+    /// Body bytes still expected, when known.
+    pub(crate) fn remaining(&self) -> Option<u64> {
+        self.decoder.remaining()
+    }
+
+    /// The next body bytes: everything already received (up to `limit` bytes, in
+    /// one buffer), else waits for more. `each` sees every piece as framed by the
+    /// replica (a chunk, or what one read returned). `None` at the end.
+    pub(crate) fn poll_data(
+        &mut self,
+        cx: &mut Context<'_>,
+        limit: usize,
+        each: &mut dyn FnMut(&[u8]),
+    ) -> Poll<Option<Result<Bytes, String>>> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Poll::Ready(None);
+        };
+        loop {
+            let mut first: Option<Bytes> = None;
+            let mut more: Option<BytesMut> = None;
+            loop {
+                let got =
+                    first.as_ref().map_or(0, Bytes::len) + more.as_ref().map_or(0, BytesMut::len);
+                if got >= limit {
+                    break;
+                }
+                match self.decoder.decode(&mut conn.buf) {
+                    Ok(Decoded::Data(b)) => {
+                        each(&b);
+                        match (&first, &mut more) {
+                            (None, _) => first = Some(b),
+                            (Some(f), None) => {
+                                let mut m = BytesMut::with_capacity(f.len() + b.len());
+                                m.extend_from_slice(f);
+                                m.extend_from_slice(&b);
+                                more = Some(m);
+                            }
+                            (Some(_), Some(m)) => m.extend_from_slice(&b),
+                        }
+                    }
+                    Ok(Decoded::NeedMore | Decoded::Done) => break,
+                    Err(e) => return Poll::Ready(Some(Err(e.to_owned()))),
+                }
+            }
+            if let Some(m) = more {
+                return Poll::Ready(Some(Ok(m.freeze())));
+            }
+            if let Some(b) = first {
+                return Poll::Ready(Some(Ok(b)));
+            }
+            if self.decoder.is_done() {
+                return Poll::Ready(None);
+            }
+            match conn.io.poll_read_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(e.to_string()))),
+                Poll::Ready(Ok(())) => {}
+            }
+            conn.reserve();
+            match conn.io.try_read_buf(&mut conn.buf) {
+                Ok(0) => {
+                    self.keep_alive = false;
+                    return match self.decoder.eof() {
+                        Ok(()) => Poll::Ready(None),
+                        Err(e) => Poll::Ready(Some(Err(e.to_owned()))),
+                    };
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Some(Err(e.to_string()))),
+            }
+        }
+    }
+
+    /// Once the body is complete: puts its connection back in `replica`'s pool of
+    /// `lane` when it can carry another request (otherwise it is closed).
+    pub(crate) fn recycle(&mut self, replica: &Replica, lane: usize) {
+        if let Some(conn) = self.conn.take()
+            && self.keep_alive
+            && self.decoder.is_done()
+            && conn.buf.is_empty()
+        {
+            replica.conns().put(lane, conn);
         }
     }
 }

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# User-space instructions per proxied request, under callgrind: the gateway
+# (`examples/gateway.rs`, one worker) in front of the zero-delay mock upstream,
+# driven by `examples/loadgen.rs` with a fixed request count. Counters are zeroed
+# after a warm-up batch and dumped after the measured batch, so start-up is not
+# counted; health checks and load polling are (a few per second, same for every
+# build). Prints one line per body kind: `<kind> Ir/request <n>`.
+#
+# Usage: bench/gateway/callgrind.sh
+#   env: REQUESTS=3000 WARM_REQUESTS=300 CONC=8
+#        BIN_DIR=dir with prebuilt mock_engine, gateway, loadgen (skips cargo)
+#        CARGO_TARGET_DIR honoured
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+REQUESTS=${REQUESTS:-3000}
+WARM_REQUESTS=${WARM_REQUESTS:-300}
+CONC=${CONC:-8}
+command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
+if [[ -n "${BIN_DIR:-}" ]]; then
+  BIN=$BIN_DIR
+else
+  cargo build -q --release -p ferry-gateway --example mock_engine --example gateway --example loadgen
+  BIN=${CARGO_TARGET_DIR:-target}/release/examples
+fi
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  sleep 0.3
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() {
+  for _ in $(seq 1 600); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  echo "port $1 never opened" >&2; return 1
+}
+UP=$(free_port); GW=$(free_port)
+"$BIN/mock_engine" --listen 127.0.0.1:$UP --model mock --tokens 16 >"$WORK/mock.log" 2>&1 & PIDS+=($!)
+wait_port $UP
+valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.%p" --dump-instr=no \
+  "$BIN/gateway" --listen 127.0.0.1:$GW --workers 1 --backend mock=http://127.0.0.1:$UP \
+  >"$WORK/gw.log" 2>&1 & VG=$!; PIDS+=($VG)
+wait_port $GW
+measure() { # kind, extra loadgen args...
+  local kind=$1; shift
+  "$BIN/loadgen" --url http://127.0.0.1:$GW/v1/chat/completions --concurrency "$CONC" \
+    --requests "$WARM_REQUESTS" --seconds 600 "$@" >/dev/null
+  callgrind_control -z "$VG" >/dev/null 2>&1
+  local out
+  out=$("$BIN/loadgen" --url http://127.0.0.1:$GW/v1/chat/completions --concurrency "$CONC" \
+    --requests "$REQUESTS" --seconds 600 "$@")
+  callgrind_control -d "$kind" "$VG" >/dev/null 2>&1
+  sleep 0.5
+  local f ir ok errors
+  f=$(ls -t "$WORK"/cg.$VG.* | head -1)
+  ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$f")
+  ok=$(sed -E 's/.*"ok":([0-9]+).*/\1/' <<<"$out")
+  errors=$(sed -E 's/.*"errors":([0-9]+).*/\1/' <<<"$out")
+  echo "$kind Ir/request $(( ir / ok )) (Ir $ir, requests $ok, errors $errors)"
+}
+measure plain
+measure stream --stream
