@@ -227,6 +227,16 @@ pub struct Options {
     /// default: it raises fairness on traces of single-node jobs but costs mean JCT against
     /// EASY backfill (docs/scheduler.md).
     pub hold_for_owed: bool,
+    /// Half-life (seconds) of each queue's fairness deficit. While two or more queues of a
+    /// cohort are saturated (work waiting, asking for at least their entitlement), each of them
+    /// accrues the busy GPUs of those queues split by entitlement minus the GPUs it uses; the
+    /// sum decays with this half-life. Nominal quota then becomes a time-averaged guarantee: a
+    /// queue does not reclaim from one owed more GPU-time than itself, and a queue that got more
+    /// than its due does not take a new reservation (0: no deficits, the policy before).
+    pub deficit_half_life_s: u64,
+    /// How far apart deficits must be to act on: this many seconds times the GPUs of the job
+    /// concerned (a reclaim victim, or a job that would take a reservation).
+    pub deficit_threshold_s: u64,
 }
 
 impl Default for Options {
@@ -246,6 +256,8 @@ impl Default for Options {
             critical_path_factor: 2,
             fair_preemption: true,
             hold_for_owed: false,
+            deficit_half_life_s: 0,
+            deficit_threshold_s: 3_600,
         }
     }
 }

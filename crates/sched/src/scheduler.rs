@@ -87,6 +87,15 @@ struct QueueState {
     pending: BTreeSet<PKey>,
     running: BTreeSet<(i32, u32)>,
     dirty: bool,
+    /// GPUs of its pending workloads (all flavors).
+    pending_gpus: u64,
+    /// GPUs it is owed when its whole cohort is saturated (see `Scheduler::accrue`).
+    entitled: f64,
+    /// Time-averaged GPU-seconds it was owed and did not get (negative: got more), decayed.
+    deficit: f64,
+    /// At the end of the last cycle: saturated, and GPUs in use (all flavors).
+    saturated: bool,
+    used: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -164,6 +173,10 @@ pub struct Scheduler {
     total_gpus: f64,
     /// Queues that already tried a fair-sharing preemption this cycle (one try each).
     fair_tried: Vec<bool>,
+    /// When deficits were last brought up to date.
+    last_accrual: Option<Time>,
+    /// This cycle's critical-path jobs (`critical_jobs`): deficits do not hold them back.
+    critical: Vec<u32>,
 }
 
 fn cfg_err(
@@ -372,6 +385,11 @@ impl Scheduler {
                 pending: BTreeSet::new(),
                 running: BTreeSet::new(),
                 dirty: false,
+                pending_gpus: 0,
+                entitled: 0.0,
+                deficit: 0.0,
+                saturated: false,
+                used: 0,
             });
         }
         // A cohort named by one queue only is a typo or a missing queue: nobody to borrow from.
@@ -430,7 +448,51 @@ impl Scheduler {
                 }
             }
         }
+        // Entitlement in GPUs when the whole cohort is saturated: the nominal quota, plus a
+        // weighted part of the cohort's GPUs no quota covers, scaled down alike when quotas add
+        // up to more than the cohort's GPUs (the simulator's `entitlements`, per cohort).
+        for co in &cohorts {
+            let capacity: f64 = (0..nf)
+                .filter(|&f| {
+                    co.members
+                        .iter()
+                        .any(|&m| qs[m as usize].quota[f].is_some())
+                })
+                .map(|f| pools[f].nodes.iter().map(|n| f64::from(n.cap)).sum::<f64>())
+                .sum();
+            let nominal = |m: u32| -> f64 {
+                qs[m as usize]
+                    .quota
+                    .iter()
+                    .flatten()
+                    .map(|x| x.nominal as f64)
+                    .sum()
+            };
+            let total: f64 = co.members.iter().map(|&m| nominal(m)).sum();
+            let weights: f64 = co.members.iter().map(|&m| qs[m as usize].weight).sum();
+            let scale = if total > capacity && total > 0.0 {
+                capacity / total
+            } else {
+                1.0
+            };
+            let spare = (capacity - total).max(0.0);
+            let owed: Vec<(u32, f64)> = co
+                .members
+                .iter()
+                .map(|&m| {
+                    (
+                        m,
+                        (nominal(m) + qs[m as usize].weight / weights * spare) * scale,
+                    )
+                })
+                .collect();
+            for (m, e) in owed {
+                qs[m as usize].entitled = e;
+            }
+        }
         Ok(Scheduler {
+            last_accrual: None,
+            critical: Vec::new(),
             opts,
             prio,
             long_pending: BTreeSet::new(),
@@ -947,6 +1009,7 @@ impl Scheduler {
 
     fn pend_add(&mut self, j: u32) {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
+        self.queues[job.queue as usize].pending_gpus += job.gpus();
         self.by_age.insert((Reverse(job.prio), job.created, j));
         if let Some(e) = job.expected {
             self.pending_work += (e * job.gpus()) as f64;
@@ -956,6 +1019,8 @@ impl Scheduler {
 
     fn pend_remove(&mut self, j: u32) {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let qs = &mut self.queues[job.queue as usize];
+        qs.pending_gpus = qs.pending_gpus.saturating_sub(job.gpus());
         self.by_age.remove(&(Reverse(job.prio), job.created, j));
         if let Some(e) = job.expected
             && self.long_pending.remove(&(Reverse(e), j))
@@ -1166,6 +1231,7 @@ impl Scheduler {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
         let (q, prio, r, pods, g) = (job.queue, job.prio, job.gpus(), job.pods, job.g);
         let guard = self.preemption_ancestors(j);
+        let critical = self.critical.contains(&j);
         let qs = &self.queues[q as usize];
         let mut cands: Vec<(u32, Kind)> = Vec::new();
         if loans_only {
@@ -1211,7 +1277,14 @@ impl Scheduler {
                     Kind::Priority => true,
                     // Reclaiming never takes from more urgent work: with priority preemption
                     // only going strictly down, preemptions cannot chase each other in a circle.
-                    Kind::Reclaim => vj.borrowed && !vj.protected && vj.prio <= prio,
+                    // With deficits, nominal quota is a time-averaged guarantee: a queue does not
+                    // reclaim from one owed more GPU-time than itself.
+                    Kind::Reclaim => {
+                        vj.borrowed
+                            && !vj.protected
+                            && vj.prio <= prio
+                            && (critical || !self.deficit_ahead(vj.queue, q, vj.gpus()))
+                    }
                     Kind::Loan => vj.on_loan && vj.prio <= prio,
                 }
         });
@@ -1430,6 +1503,7 @@ impl Scheduler {
     /// Runs one scheduling pass at time `now` and returns what to start and what to stop.
     pub fn cycle(&mut self, now: Time) -> Vec<Decision> {
         let mut out = Vec::new();
+        self.accrue(now);
         self.fair_tried.clear();
         self.fair_tried.resize(self.queues.len(), false);
         // Preemptors whose victims are gone start first, on the GPUs promised to them.
@@ -1468,7 +1542,8 @@ impl Scheduler {
             self.try_one(h, now, &mut resv, &mut preempt_budget, &mut out, Some(f));
         }
         // Jobs on the critical path go next: deferring them would stretch the makespan.
-        for j in self.critical_jobs(now) {
+        self.critical = self.critical_jobs(now);
+        for j in self.critical.clone() {
             if budget == 0 {
                 break;
             }
@@ -1519,7 +1594,83 @@ impl Scheduler {
                 }
             }
         }
+        self.snapshot();
         out
+    }
+
+    /// Brings every queue's fairness deficit up to `now`, from the state the last cycle left
+    /// (nothing changes between cycles but events, and a cycle follows each): within a cohort
+    /// where at least two members were saturated, each saturated member is owed the busy GPUs
+    /// of the saturated members split by entitlement, and accrues what it is owed minus what it
+    /// used; all deficits decay with `deficit_half_life_s`.
+    fn accrue(&mut self, now: Time) {
+        let hl = self.opts.deficit_half_life_s;
+        if hl == 0 {
+            return;
+        }
+        let Some(last) = self.last_accrual.replace(now) else {
+            return;
+        };
+        if now <= last {
+            return;
+        }
+        let dt = (now - last) as f64;
+        let decay = 0.5f64.powf(dt / hl as f64);
+        // Exact integral of a constant rate under exponential decay over `dt`.
+        let gain = hl as f64 / std::f64::consts::LN_2 * (1.0 - decay);
+        for co in &self.cohorts {
+            let sat: Vec<u32> = co
+                .members
+                .iter()
+                .copied()
+                .filter(|&m| self.queues[m as usize].saturated)
+                .collect();
+            let (mut busy, mut owed) = (0.0, 0.0);
+            for &m in &sat {
+                busy += self.queues[m as usize].used as f64;
+                owed += self.queues[m as usize].entitled;
+            }
+            for &m in &co.members {
+                let qs = &mut self.queues[m as usize];
+                qs.deficit *= decay;
+                if sat.len() >= 2 && owed > 0.0 && qs.saturated {
+                    qs.deficit += (qs.entitled / owed * busy - qs.used as f64) * gain;
+                }
+            }
+        }
+    }
+
+    /// Records, for `accrue`, which queues are saturated (work waiting, and running plus
+    /// waiting GPUs at least the entitlement) and the GPUs each uses.
+    fn snapshot(&mut self) {
+        if self.opts.deficit_half_life_s == 0 {
+            return;
+        }
+        for qs in &mut self.queues {
+            qs.used = qs.usage.iter().sum();
+            qs.saturated = qs.cohort.is_some()
+                && qs.pending_gpus > 0
+                && (qs.used + qs.pending_gpus) as f64 >= qs.entitled;
+        }
+    }
+
+    /// Whether queue `a` is owed more GPU-time than `b` by more than `deficit_threshold_s`
+    /// times `gpus` (then `b` may not reclaim a `gpus`-GPU job from `a`).
+    fn deficit_ahead(&self, a: u32, b: u32, gpus: u64) -> bool {
+        let t = self.opts.deficit_threshold_s;
+
+        self.opts.deficit_half_life_s > 0
+            && t > 0
+            && self.queues[a as usize].deficit - self.queues[b as usize].deficit > (t * gpus) as f64
+    }
+
+    /// Whether queue `q` got more than its due by at least `deficit_threshold_s` times `gpus`
+    /// (then a `gpus`-GPU job of it does not take a new reservation).
+    fn deficit_overserved(&self, q: u32, gpus: u64) -> bool {
+        let t = self.opts.deficit_threshold_s;
+        self.opts.deficit_half_life_s > 0
+            && t > 0
+            && self.queues[q as usize].deficit <= -((t * gpus) as f64)
     }
 
     fn push_next(
@@ -1599,7 +1750,10 @@ impl Scheduler {
             // other).
             let owed =
                 self.opts.hold_for_owed && at_quota && ms.usage[f] < qq.nominal && hj.pods == 1;
-            hj.flavors.contains(&(f as u16)) && (ms.usage[f] + hj.gpus() <= qq.nominal || owed)
+            hj.flavors.contains(&(f as u16))
+                && (ms.usage[f] + hj.gpus() <= qq.nominal || owed)
+                // `m` would not reclaim from `q` if `q` is owed more GPU-time (see `try_preempt`).
+                && !self.deficit_ahead(q, m, hj.gpus())
         })
     }
 
@@ -1706,7 +1860,16 @@ impl Scheduler {
                 // Held back by another holder's quota reservation: not itself a head.
                 continue;
             }
-            if self.opts.backfill && resv[f].is_none() && self.holder[f].is_none_or(|h| h == j) {
+            // A queue that got more than its due for a while does not take a new reservation:
+            // draining the cluster for it would widen the gap (its deficit recovers by decay).
+            let hold_ok = self.holder[f] == Some(j)
+                || self.critical.contains(&j)
+                || !self.deficit_overserved(q, r);
+            if self.opts.backfill
+                && resv[f].is_none()
+                && self.holder[f].is_none_or(|h| h == j)
+                && hold_ok
+            {
                 self.holder[f] = Some(j);
                 let mut rv = if fit != Fit::No || self.pools[f].find(pods, g).is_none() {
                     self.reserve(j, f, now)
@@ -1733,6 +1896,7 @@ impl Scheduler {
                     && h != j
                     && let Some(hj) = self.jobs[h as usize].as_ref()
                     && (Reverse(prio), created) < (Reverse(hj.prio), hj.created)
+                    && hold_ok
                 {
                     // An older (or more urgent) blocked job takes the reservation from next cycle:
                     // fair-share order picks what runs, not who waits longest.
@@ -2317,6 +2481,79 @@ mod tests {
         assert!(preempted(&d).iter().all(|(id, _)| id != "a1"));
         let usage = s.queue_usage();
         assert!(usage.iter().all(|u| u.usage[0].1 <= 8));
+    }
+
+    fn with_deficits(half_life: u64) -> Scheduler {
+        let opts = Options {
+            deficit_half_life_s: half_life,
+            deficit_threshold_s: 60,
+            ..Options::default()
+        };
+        Scheduler::with_options(
+            Cluster::uniform(2, 4, "gpu"),
+            vec![queue("a", Some("c"), 4), queue("b", Some("c"), 4)],
+            prios(),
+            opts,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn deficits_accrue_while_two_queues_are_saturated_and_decay_otherwise() {
+        let mut s = with_deficits(3600);
+        // b takes the whole cluster and keeps work waiting; a's 8-GPU gang cannot reclaim.
+        for id in ["b1", "b2"] {
+            s.submit(wl(id, "b", 1, 4, 0, Some(1000))).unwrap();
+        }
+        assert_eq!(admitted(&s.cycle(0)).len(), 2);
+        s.submit(wl("a1", "a", 2, 4, 0, Some(1000))).unwrap();
+        s.submit(wl("b3", "b", 1, 4, 1, Some(1000))).unwrap();
+        assert!(s.cycle(1).is_empty());
+        s.cycle(501);
+        // Both saturated for 500 s; each is owed 4 of the 8 busy GPUs: a got 0, b got 8.
+        let owed = 4.0 * 3600.0 / std::f64::consts::LN_2 * (1.0 - 0.5f64.powf(500.0 / 3600.0));
+        let (da, db) = (s.queues[0].deficit, s.queues[1].deficit);
+        assert!(
+            (da - owed).abs() < 1.0 && (db + owed).abs() < 1.0,
+            "{da} {db} {owed}"
+        );
+        s.finished("b1").unwrap();
+        s.finished("b2").unwrap();
+        assert_eq!(admitted(&s.cycle(1000)), vec!["a1"]);
+        let (da, db) = (s.queues[0].deficit, s.queues[1].deficit);
+        assert!(da > owed && db < -owed);
+        // Only b is saturated now: nothing accrues, both decay by half in one half-life.
+        s.cycle(1000 + 3600);
+        assert!((s.queues[0].deficit - da / 2.0).abs() < 1e-6);
+        assert!((s.queues[1].deficit - db / 2.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn with_deficits_a_queue_does_not_reclaim_from_one_owed_more_gpu_time() {
+        for (half_life, a_deficit, reclaims) in [
+            (0, 0.0, true),      // deficits off: plain reclaim
+            (3600, 0.0, true),   // on, nobody owed: plain reclaim
+            (3600, -1e6, false), // a had far more than its due: b keeps its borrowed job
+        ] {
+            let mut s = with_deficits(half_life);
+            s.submit(wl("b-own", "b", 1, 4, 0, None)).unwrap();
+            s.submit(wl("b-lent", "b", 1, 4, 1, None)).unwrap();
+            assert_eq!(admitted(&s.cycle(10)).len(), 2);
+            s.queues[0].deficit = a_deficit;
+            s.queues[1].deficit = -a_deficit;
+            s.submit(wl("a1", "a", 1, 4, 20, None)).unwrap();
+            let d = s.cycle(20);
+            assert_eq!(
+                preempted(&d).iter().any(|(id, _)| id == "b-lent"),
+                reclaims,
+                "half-life {half_life}, a's deficit {a_deficit}: {d:?}"
+            );
+            if !reclaims {
+                // a's job still runs as soon as b's work ends.
+                s.finished("b-lent").unwrap();
+                assert_eq!(admitted(&s.cycle(30)), vec!["a1"]);
+            }
+        }
     }
 
     #[test]

@@ -399,6 +399,7 @@ impl Policy {
                 critical_path_factor: 0,
                 fair_preemption: false,
                 hold_for_owed: false,
+                deficit_half_life_s: 0,
                 ..Options::default()
             },
         }

@@ -2,20 +2,27 @@
 //! load levels and job-size mixes, each on a 128-GPU cluster with default (GPU-hour) quotas.
 
 use ferry_sched::{
-    GenSpec, Policy, SimReport, SizeMix, cluster_with_gpus, default_queues, generated_trace,
-    render_table, simulate,
+    GenSpec, Options, Policy, SimReport, SizeMix, cluster_with_gpus, default_queues,
+    generated_trace, render_table, simulate, simulate_with,
 };
 
-fn compare(spec: &GenSpec) -> (SimReport, SimReport, SimReport, String) {
+/// Ferry's policy with the opt-in fairness deficits (`Options::deficit_half_life_s`, one day).
+fn with_deficits() -> Options {
+    Options {
+        deficit_half_life_s: 86_400,
+        ..Options::default()
+    }
+}
+
+fn compare(spec: &GenSpec, ferry: &Options) -> (SimReport, SimReport, SimReport, String) {
     let trace = generated_trace(spec);
     let cluster = cluster_with_gpus(spec.gpus);
     let queues = default_queues(&trace, &cluster);
     let run = |p| simulate(&trace, &cluster, &queues, p).expect("simulation runs");
-    let (f, fifo, easy) = (
-        run(Policy::Ferry),
-        run(Policy::Fifo),
-        run(Policy::EasyBackfill),
-    );
+    let mut f = simulate_with(&trace, &cluster, &queues, Policy::Ferry, ferry.clone())
+        .expect("simulation runs");
+    f.policy = "ferry".into();
+    let (fifo, easy) = (run(Policy::Fifo), run(Policy::EasyBackfill));
     let table = format!(
         "{spec:?}\n{}",
         render_table(&[f.clone(), fifo.clone(), easy.clone()])
@@ -31,6 +38,19 @@ fn compare(spec: &GenSpec) -> (SimReport, SimReport, SimReport, String) {
 /// that loses more of these comparisons fails here.
 #[test]
 fn ferry_against_fifo_and_easy_on_generated_traces() {
+    against_fifo_and_easy(&Options::default(), 10, 10);
+}
+
+/// The opt-in fairness deficits on the same traces: still better than FIFO on every trace, and
+/// (as measured when they were added) better than EASY on mean JCT on 10 of 12 and on
+/// utilization on 9 of 12 (seed 21 Gangs load 0.9 newly loses utilization: 0.856 vs EASY's
+/// 0.864); docs/scheduler.md has the tuning and held-out figures.
+#[test]
+fn ferry_with_fairness_deficits_against_fifo_and_easy_on_generated_traces() {
+    against_fifo_and_easy(&with_deficits(), 10, 9);
+}
+
+fn against_fifo_and_easy(ferry: &Options, min_jct_easy: usize, min_util_easy: usize) {
     let mut failures = Vec::new();
     let (mut runs, mut jct_easy, mut util_easy) = (0, 0, 0);
     let mut easy_losses = Vec::new();
@@ -45,7 +65,7 @@ fn ferry_against_fifo_and_easy_on_generated_traces() {
                     load,
                     mix,
                 };
-                let (f, fifo, easy, table) = compare(&spec);
+                let (f, fifo, easy, table) = compare(&spec, ferry);
                 runs += 1;
                 let line = format!(
                     "seed {seed} {mix:?} load {load}: mean JCT ferry {:.0} fifo {:.0} easy {:.0}; \
@@ -81,14 +101,20 @@ fn ferry_against_fifo_and_easy_on_generated_traces() {
     assert_eq!(runs, 12);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(
-        jct_easy >= 10 && util_easy >= 10,
-        "beat EASY on mean JCT {jct_easy}/12, on utilization {util_easy}/12 (was 10 and 10):\n{}",
+        jct_easy >= min_jct_easy && util_easy >= min_util_easy,
+        "beat EASY on mean JCT {jct_easy}/12, on utilization {util_easy}/12 (was {min_jct_easy} \
+         and {min_util_easy}):\n{}",
         easy_losses.join("\n")
     );
 }
 
 #[test]
 fn saturated_teams_get_their_entitlement_within_ten_percent_on_generated_traces() {
+    saturated_within_band(&Options::default());
+    saturated_within_band(&with_deficits());
+}
+
+fn saturated_within_band(ferry: &Options) {
     // Offered load twice the cluster: every team has a backlog for most of the trace.
     let mut failures = Vec::new();
     for (seed, mix) in [
@@ -107,7 +133,8 @@ fn saturated_teams_get_their_entitlement_within_ten_percent_on_generated_traces(
         let trace = generated_trace(&spec);
         let cluster = cluster_with_gpus(spec.gpus);
         let queues = default_queues(&trace, &cluster);
-        let f = simulate(&trace, &cluster, &queues, Policy::Ferry).expect("simulation runs");
+        let f = simulate_with(&trace, &cluster, &queues, Policy::Ferry, ferry.clone())
+            .expect("simulation runs");
         let table = render_table(std::slice::from_ref(&f));
         println!("{spec:?}\n{table}");
         assert!(

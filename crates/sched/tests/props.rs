@@ -58,9 +58,11 @@ fn case() -> impl Strategy<Value = Case> {
         any::<bool>(),
         any::<bool>(),
         prop::sample::select(vec![3u64, 900]),
+        // Fairness deficits: off, or a half-life on the scale of the jobs (1-60 s).
+        prop::sample::select(vec![0u64, 30]),
     );
     (nodes, queues, jobs, opts).prop_map(
-        |(nodes, queues, jobs, (backfill, preemption, fair, loan))| {
+        |(nodes, queues, jobs, (backfill, preemption, fair, loan, deficit))| {
             let cluster = Cluster {
                 nodes: nodes
                     .iter()
@@ -155,6 +157,8 @@ fn case() -> impl Strategy<Value = Case> {
                 fair_sharing: fair,
                 lend_reserved_nodes: preemption,
                 min_loan_s: loan,
+                deficit_half_life_s: deficit,
+                deficit_threshold_s: 1,
                 ..Options::default()
             };
             Case {
@@ -169,7 +173,8 @@ fn case() -> impl Strategy<Value = Case> {
 
 /// One cohort whose quotas add up to the cluster, teams of different sizes arriving in waves:
 /// queues run far above their quota while others idle, then an idle one wants more than its
-/// quota (where fair-sharing preemption applies); half the cases hold freed GPUs for owed teams.
+/// quota (where fair-sharing preemption applies); half the cases hold freed GPUs for owed teams,
+/// half keep fairness deficits (a 30 s half-life, so they act within these short workloads).
 fn fair_case() -> impl Strategy<Value = Case> {
     let quotas = prop::collection::vec((1u32..5, 1u8..3), 2..5);
     let jobs = prop::collection::vec(
@@ -182,67 +187,75 @@ fn fair_case() -> impl Strategy<Value = Case> {
         ),
         4..40,
     );
-    let switches = (any::<bool>(), any::<bool>());
-    (2usize..4, quotas, jobs, switches).prop_map(|(nodes, quotas, jobs, (backfill, hold))| {
-        let cluster = Cluster::uniform(nodes, 4, flavors()[0]);
-        let cap = cluster.total_gpus() as u32;
-        let total: u32 = quotas.iter().map(|(n, _)| n).sum();
-        let mut left = cap;
-        let queues: Vec<QueueSpec> = quotas
-            .iter()
-            .enumerate()
-            .map(|(i, (n, w))| {
-                let nominal = if i + 1 == quotas.len() {
-                    left
-                } else {
-                    (n * cap / total).min(left)
-                };
-                left -= nominal;
-                QueueSpec {
-                    name: format!("q{i}"),
-                    cohort: Some("all".into()),
-                    quotas: vec![FlavorQuota {
-                        flavor: flavors()[0].into(),
-                        nominal,
-                        borrowing_limit: None,
-                        lending_limit: None,
-                    }],
-                    fair_share_weight: f64::from(*w),
-                }
-            })
-            .collect();
-        let nq = queues.len();
-        let jobs = jobs
-            .into_iter()
-            .enumerate()
-            .map(|(i, (q, pods, g, dur, at))| {
-                let q = q % nq;
-                let w = Workload {
-                    id: format!("j{i}"),
-                    queue: format!("q{q}"),
-                    priority: None,
-                    pods,
-                    gpus_per_pod: g,
-                    flavor: None,
-                    expected_duration_s: Some(dur),
-                    // Team q's work arrives around 20 q: waves, so some teams idle while others
-                    // borrow everything.
-                    created_at: at / 4 + 20 * q as u64,
-                };
-                (w, dur)
-            })
-            .collect();
-        Case {
-            cluster,
-            queues,
-            jobs,
-            opts: Options {
-                backfill,
-                hold_for_owed: hold,
-                ..Options::default()
-            },
-        }
-    })
+    let switches = (
+        any::<bool>(),
+        any::<bool>(),
+        prop::sample::select(vec![0u64, 30]),
+    );
+    (2usize..4, quotas, jobs, switches).prop_map(
+        |(nodes, quotas, jobs, (backfill, hold, deficit))| {
+            let cluster = Cluster::uniform(nodes, 4, flavors()[0]);
+            let cap = cluster.total_gpus() as u32;
+            let total: u32 = quotas.iter().map(|(n, _)| n).sum();
+            let mut left = cap;
+            let queues: Vec<QueueSpec> = quotas
+                .iter()
+                .enumerate()
+                .map(|(i, (n, w))| {
+                    let nominal = if i + 1 == quotas.len() {
+                        left
+                    } else {
+                        (n * cap / total).min(left)
+                    };
+                    left -= nominal;
+                    QueueSpec {
+                        name: format!("q{i}"),
+                        cohort: Some("all".into()),
+                        quotas: vec![FlavorQuota {
+                            flavor: flavors()[0].into(),
+                            nominal,
+                            borrowing_limit: None,
+                            lending_limit: None,
+                        }],
+                        fair_share_weight: f64::from(*w),
+                    }
+                })
+                .collect();
+            let nq = queues.len();
+            let jobs = jobs
+                .into_iter()
+                .enumerate()
+                .map(|(i, (q, pods, g, dur, at))| {
+                    let q = q % nq;
+                    let w = Workload {
+                        id: format!("j{i}"),
+                        queue: format!("q{q}"),
+                        priority: None,
+                        pods,
+                        gpus_per_pod: g,
+                        flavor: None,
+                        expected_duration_s: Some(dur),
+                        // Team q's work arrives around 20 q: waves, so some teams idle while others
+                        // borrow everything.
+                        created_at: at / 4 + 20 * q as u64,
+                    };
+                    (w, dur)
+                })
+                .collect();
+            Case {
+                cluster,
+                queues,
+                jobs,
+                opts: Options {
+                    backfill,
+                    hold_for_owed: hold,
+                    deficit_half_life_s: deficit,
+                    deficit_threshold_s: 1,
+                    ..Options::default()
+                },
+            }
+        },
+    )
 }
 
 fn priorities() -> Vec<PriorityClass> {
