@@ -9,6 +9,7 @@
 # Usage: bench/gateway/callgrind.sh
 #   env: REQUESTS=3000 WARM_REQUESTS=300 CONC=8
 #        BIN_DIR=dir with prebuilt mock_engine, gateway, loadgen (skips cargo)
+#        KEEP=dir copies the callgrind dumps there (for callgrind_annotate)
 #        CARGO_TARGET_DIR honoured
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -60,6 +61,7 @@ measure() { # kind, extra loadgen args...
   ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$f")
   ok=$(sed -E 's/.*"ok":([0-9]+).*/\1/' <<<"$out")
   errors=$(sed -E 's/.*"errors":([0-9]+).*/\1/' <<<"$out")
+  if [[ -n "${KEEP:-}" ]]; then mkdir -p "$KEEP" && cp "$f" "$KEEP/callgrind.$kind"; fi
   echo "$kind Ir/request $(( ir / ok )) (Ir $ir, requests $ok, errors $errors)"
 }
 measure plain

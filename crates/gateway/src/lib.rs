@@ -13,6 +13,7 @@ pub mod error;
 mod h1;
 pub mod health;
 pub mod metrics;
+mod peek;
 pub mod proxy;
 pub mod registry;
 pub mod route;

@@ -2,7 +2,6 @@
 //! pick a replica, forward, retry on another replica while nothing has been sent
 //! to the client, then stream the answer back.
 
-use std::borrow::Cow;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +14,6 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use serde::Deserialize;
 use serde_json::Value;
 
 use crate::body::{GwBody, Observer, ProxyBody};
@@ -115,158 +113,6 @@ impl Shared {
             "request"
         );
         resp
-    }
-}
-
-/// The fields of a request body the gateway needs; everything else passes untouched.
-/// Strings are borrowed from the body where they have no escapes.
-#[derive(Deserialize)]
-struct Peek<'a> {
-    #[serde(borrow)]
-    model: Cow<'a, str>,
-    #[serde(default)]
-    max_tokens: Option<Value>,
-    #[serde(default)]
-    max_completion_tokens: Option<Value>,
-    #[serde(default, borrow)]
-    messages: Option<Vec<PeekMessage<'a>>>,
-    #[serde(default, borrow)]
-    prompt: Option<Text<'a>>,
-    #[serde(default, borrow)]
-    input: Option<Text<'a>>,
-}
-
-#[derive(Deserialize)]
-struct PeekMessage<'a> {
-    #[serde(default, borrow)]
-    content: Option<Text<'a>>,
-}
-
-/// The text in a prompt-like JSON value: a string, a list of them (or of token
-/// ids, which carry no text), or content parts (`{"type": "text", "text": …}`).
-enum Text<'a> {
-    None,
-    Str(Cow<'a, str>),
-    List(Vec<Text<'a>>),
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<Text<'a>>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
-            type Value = Text<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a string, a list or a content part")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'a>, E> {
-                Ok(Text::Str(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Text<'a>, E> {
-                Ok(Text::Str(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Text<'a>, E> {
-                Ok(Text::Str(Cow::Owned(v)))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Text<'a>, E> {
-                Ok(Text::None)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Text<'a>, E> {
-                Ok(Text::None)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Text<'a>, E> {
-                Ok(Text::None)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Text<'a>, E> {
-                Ok(Text::None)
-            }
-            fn visit_unit<E>(self) -> Result<Text<'a>, E> {
-                Ok(Text::None)
-            }
-            fn visit_none<E>(self) -> Result<Text<'a>, E> {
-                Ok(Text::None)
-            }
-            fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Text<'a>, D::Error> {
-                Text::deserialize(d)
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut a: A,
-            ) -> Result<Text<'a>, A::Error> {
-                let mut items = Vec::new();
-                while let Some(t) = a.next_element::<Text<'a>>()? {
-                    if !matches!(t, Text::None) {
-                        items.push(t);
-                    }
-                }
-                Ok(Text::List(items))
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut a: A,
-            ) -> Result<Text<'a>, A::Error> {
-                let mut text = Text::None;
-                while let Some(k) = a.next_key::<Cow<'de, str>>()? {
-                    if k == "text" {
-                        text = a.next_value::<Text<'a>>()?;
-                    } else {
-                        a.next_value::<serde::de::IgnoredAny>()?;
-                    }
-                }
-                Ok(text)
-            }
-        }
-        d.deserialize_any(V(std::marker::PhantomData))
-    }
-}
-
-/// Appends the text of `t` while `out` is shorter than `limit` (as the prompt
-/// prefix always was: a string adds at most the room left, in characters), and
-/// counts all of its bytes in `total`.
-fn collect_text(t: &Text<'_>, out: &mut String, limit: usize, total: &mut usize) {
-    match t {
-        Text::None => {}
-        Text::Str(s) => {
-            *total += s.len();
-            if out.len() < limit {
-                let room = limit - out.len();
-                // `room` characters; a string of no more bytes than that fits whole.
-                let cut = if s.len() <= room {
-                    s.len()
-                } else {
-                    s.char_indices().nth(room).map_or(s.len(), |(i, _)| i)
-                };
-                out.push_str(&s[..cut]);
-            }
-        }
-        Text::List(items) => items
-            .iter()
-            .for_each(|i| collect_text(i, out, limit, total)),
-    }
-}
-
-impl Peek<'_> {
-    /// Leading `limit` characters of the prompt (for hashing) and its total bytes.
-    fn prompt_prefix(&self, limit: usize) -> (String, usize) {
-        let mut out = String::new();
-        let mut total = 0;
-        if let Some(msgs) = &self.messages {
-            for m in msgs {
-                if let Some(c) = &m.content {
-                    collect_text(c, &mut out, limit, &mut total);
-                }
-            }
-        }
-        for v in [&self.prompt, &self.input].into_iter().flatten() {
-            collect_text(v, &mut out, limit, &mut total);
-        }
-        (out, total)
-    }
-
-    fn max_tokens(&self) -> Option<u64> {
-        [&self.max_completion_tokens, &self.max_tokens]
-            .into_iter()
-            .flatten()
-            .find_map(Value::as_u64)
     }
 }
 
@@ -424,13 +270,11 @@ async fn forward(
             );
         }
     };
-    let peek: Peek = match serde_json::from_slice(&bytes) {
+    let peek = match crate::peek::peek(&bytes, sh.cfg.prefix_chars) {
         Ok(p) => p,
         Err(e) => {
             return sh.reject(
-                Error::MalformedJson {
-                    message: e.to_string(),
-                },
+                Error::MalformedJson { message: e.0 },
                 "",
                 &tenant.team,
                 path,
@@ -446,8 +290,8 @@ async fn forward(
             path,
         );
     };
-    let (prefix, prompt_bytes) = peek.prompt_prefix(sh.cfg.prefix_chars);
-    let estimated_prompt = (prompt_bytes as u64).div_ceil(4).max(1);
+    let prefix = &peek.prefix;
+    let estimated_prompt = (peek.prompt_bytes as u64).div_ceil(4).max(1);
     let completion_budget = if path == "/v1/embeddings" {
         0
     } else {

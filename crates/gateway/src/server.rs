@@ -191,6 +191,9 @@ async fn accept_loop(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(30))
+        // Small answers go out with one plain write (head and body copied into
+        // one buffer): fewer instructions than a vectored write of two.
+        .writev(false)
         .keep_alive(true);
     tokio::pin!(shutdown);
     loop {

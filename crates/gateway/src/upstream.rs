@@ -27,9 +27,6 @@ const MAX_IDLE: usize = 1024;
 /// Read buffer growth step.
 const READ_CHUNK: usize = 16 * 1024;
 
-/// Request bodies up to this size are copied behind the head and sent in one write.
-const INLINE_BODY: usize = 64 * 1024;
-
 /// One keep-alive connection to a replica, with the bytes read but not yet used.
 #[derive(Debug)]
 pub(crate) struct Conn {
@@ -141,6 +138,32 @@ async fn connect(replica: &Replica, timeout: Duration) -> Result<Conn, SendError
     })
 }
 
+/// What a write or read error looks like on a connection the replica closed.
+fn stale_kind(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::BrokenPipe
+            | ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::UnexpectedEof
+    )
+}
+
+/// Appends `n` in decimal.
+fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
 /// How one exchange on a connection failed.
 struct Failed {
     /// Nothing of an answer came and the failure is what a connection the replica
@@ -149,29 +172,10 @@ struct Failed {
     message: String,
 }
 
-/// Writes the request and reads the answer's head (skipping 1xx heads).
-async fn exchange(conn: &mut Conn, head: &[u8], body: &Bytes) -> Result<h1::Head, Failed> {
-    let stale_kind = |e: &std::io::Error| {
-        matches!(
-            e.kind(),
-            ErrorKind::BrokenPipe
-                | ErrorKind::ConnectionReset
-                | ErrorKind::ConnectionAborted
-                | ErrorKind::UnexpectedEof
-        )
-    };
-    let written = if body.len() <= INLINE_BODY {
-        let mut one = Vec::with_capacity(head.len() + body.len());
-        one.extend_from_slice(head);
-        one.extend_from_slice(body);
-        conn.io.write_all(&one).await
-    } else {
-        match conn.io.write_all(head).await {
-            Ok(()) => conn.io.write_all(body).await,
-            Err(e) => Err(e),
-        }
-    };
-    if let Err(e) = written {
+/// Writes the request (head and body, already in one buffer) and reads the
+/// answer's head (skipping 1xx heads).
+async fn exchange(conn: &mut Conn, request: &[u8]) -> Result<h1::Head, Failed> {
+    if let Err(e) = conn.io.write_all(request).await {
         return Err(Failed {
             stale: stale_kind(&e),
             message: format!("sending the request: {e}"),
@@ -226,22 +230,24 @@ pub(crate) async fn send(
     connect_timeout: Duration,
     max_idle: Duration,
 ) -> Result<Response<UpstreamBody>, SendError> {
-    let mut head = Vec::with_capacity(96 + path.len() + extra.len());
+    // Head and body in one buffer, written with one call.
+    let mut head = Vec::with_capacity(96 + path.len() + extra.len() + body.len());
     head.extend_from_slice(b"POST ");
     head.extend_from_slice(path.as_bytes());
     head.extend_from_slice(b" HTTP/1.1\r\nhost: ");
     head.extend_from_slice(replica.host_header().as_bytes());
     head.extend_from_slice(b"\r\ncontent-type: application/json\r\ncontent-length: ");
-    head.extend_from_slice(body.len().to_string().as_bytes());
+    push_decimal(&mut head, body.len());
     head.extend_from_slice(b"\r\n");
     head.extend_from_slice(extra);
     head.extend_from_slice(b"\r\n");
+    head.extend_from_slice(body);
     loop {
         let (mut conn, pooled) = match replica.conns().take(lane, max_idle) {
             Some(c) => (c, true),
             None => (connect(replica, connect_timeout).await?, false),
         };
-        match exchange(&mut conn, &head, body).await {
+        match exchange(&mut conn, &head).await {
             Ok(h) => {
                 let mut resp = Response::new(UpstreamBody {
                     decoder: Decoder::new(h.framing),
@@ -369,4 +375,16 @@ impl UpstreamBody {
 /// The `Host` header for a replica.
 pub(crate) fn host_value(authority: &str) -> HeaderValue {
     HeaderValue::from_str(authority).unwrap_or_else(|_| HeaderValue::from_static("localhost"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn decimals() {
+        for n in [0usize, 7, 10, 99, 1234567, usize::MAX] {
+            let mut out = Vec::new();
+            super::push_decimal(&mut out, n);
+            assert_eq!(out, n.to_string().into_bytes());
+        }
+    }
 }

@@ -8,4 +8,5 @@ mod failover;
 mod python;
 mod routing;
 mod tenancy;
+mod upstream;
 mod workers;
