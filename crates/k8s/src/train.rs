@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use ferry_plan::{Launcher, PlanRequest};
-use ferry_spec::{EngineKind, ModelSource, ResumePolicy, TrainJob};
+use ferry_plan::PlanRequest;
+use ferry_spec::{EngineKind, ModelSource, TrainJob};
 use serde_json::{Value, json};
 
 use crate::error::{K8sError, Result};
@@ -141,18 +141,11 @@ pub fn launch(job: &TrainJob) -> Result<Launch> {
             ),
         ));
     }
-    let report = ferry_plan::plan(&plan_request(job)?).map_err(|source| K8sError::Plan {
+    let plan_err = |source| K8sError::Plan {
         object: id(job),
         source,
-    })?;
-    let launcher = match spec.engine {
-        EngineKind::Megatron => Launcher::Megatron,
-        EngineKind::Torchrun => Launcher::Torchrun,
-        EngineKind::Deepspeed => Launcher::Deepspeed,
-        EngineKind::Swift => Launcher::Swift,
-        _ => ferry_plan::default_launcher(&report),
     };
-    let dir = checkpoint_dir(job);
+    let report = ferry_plan::plan(&plan_request(job)?).map_err(plan_err)?;
     let data = spec
         .data
         .as_ref()
@@ -164,102 +157,17 @@ pub fn launch(job: &TrainJob) -> Result<Launch> {
             }
         })
         .unwrap_or_else(|| format!("{DATA_MOUNT}/train.jsonl"));
-    let render_opts = ferry_plan::RenderOptions {
+    let paths = ferry_plan::JobPaths {
         data,
-        output_dir: dir.clone(),
-        lr: spec.train.lr.unwrap_or(1e-5),
-        train_iters: spec.train.steps.unwrap_or(1000).max(1) as u64,
-        epochs: spec.train.epochs.unwrap_or(1.0).ceil().max(1.0) as u64,
-        deepspeed_config_path: "/etc/ferry/ds_config.json".into(),
+        checkpoint_dir: checkpoint_dir(job),
+        config_dir: "/etc/ferry".into(),
     };
-    let mut files = BTreeMap::new();
-    // DeepSpeed's own launcher needs ssh between pods; under torchrun the HF Trainer runs
-    // the same ZeRO config, so pods need nothing but the config file.
-    let (text, name) = match launcher {
-        Launcher::Deepspeed => {
-            let mut text = ferry_plan::render_train(&report, Launcher::Torchrun, &render_opts)
-                .map_err(|source| K8sError::Plan {
-                    object: id(job),
-                    source,
-                })?;
-            let ds = ferry_plan::deepspeed_config(&report).map_err(|source| K8sError::Plan {
-                object: id(job),
-                source,
-            })?;
-            files.insert("ds_config.json".to_owned(), ds);
-            text = text.trim_end().to_owned()
-                + &format!(" \\\n  --deepspeed {}\n", render_opts.deepspeed_config_path);
-            (text, "deepspeed")
-        }
-        other => {
-            let text =
-                ferry_plan::render_train(&report, other, &render_opts).map_err(|source| {
-                    K8sError::Plan {
-                        object: id(job),
-                        source,
-                    }
-                })?;
-            let name = match other {
-                Launcher::Megatron => "megatron",
-                Launcher::Torchrun => "torchrun",
-                Launcher::Swift => "swift",
-                Launcher::Deepspeed => "deepspeed",
-            };
-            (text, name)
-        }
-    };
-    let script = with_resume(&text, name, &dir, spec.on_failure.resume);
+    let launch = ferry_plan::job_launch(job, &report, &paths).map_err(plan_err)?;
     Ok(Launch {
-        command: vec!["/bin/sh".into(), "-c".into(), script],
-        files,
-        launcher: name,
+        command: launch.argv(),
+        files: launch.files,
+        launcher: launch.launcher.name(),
     })
-}
-
-/// Wraps a launch command so that every start (first run, restart, or un-suspension after a
-/// preemption) resumes from the newest checkpoint when the policy says so.
-fn with_resume(text: &str, launcher: &str, dir: &str, policy: ResumePolicy) -> String {
-    // The planner writes the default rendezvous port; pods use the one they are given.
-    let body = text
-        .trim_end()
-        .replace("--master-port 29500", "--master-port $MASTER_PORT")
-        .replace("MASTER_PORT=29500", "MASTER_PORT=$MASTER_PORT");
-    let body = body.as_str();
-    let mut script = String::from("set -eu\n");
-    if policy == ResumePolicy::None {
-        return script + "exec " + body + "\n";
-    }
-    if launcher == "megatron" {
-        script.push_str(&format!(
-            "if [ -f {dir}/latest_checkpointed_iteration.txt ]; then FERRY_LOAD=\"--load {dir}\"; \
-             else FERRY_LOAD=\"--load {dir}/base --finetune\"; fi\n"
-        ));
-        let lines: Vec<String> = body
-            .split(" \\\n")
-            .filter(|l| l.trim() != "--finetune")
-            .map(|l| {
-                if l.trim_start().starts_with("--load ") {
-                    "  $FERRY_LOAD".to_owned()
-                } else {
-                    l.to_owned()
-                }
-            })
-            .collect();
-        script.push_str("exec ");
-        script.push_str(&lines.join(" \\\n"));
-        script.push('\n');
-    } else {
-        script.push_str(&format!(
-            "FERRY_RESUME_FROM=$(ls -1d {dir}/checkpoint-* 2>/dev/null | sort -V | tail -n 1 || true)\n\
-             export FERRY_RESUME_FROM\n"
-        ));
-        script.push_str("exec ");
-        script.push_str(body);
-        script.push_str(
-            " \\\n  ${FERRY_RESUME_FROM:+--resume_from_checkpoint \"$FERRY_RESUME_FROM\"}\n",
-        );
-    }
-    script
 }
 
 /// Name of the gang object of `attempt`.

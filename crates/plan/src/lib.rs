@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod error;
 pub mod gpu;
 pub mod job;
+pub mod launch;
 pub mod memory;
 pub mod model;
 pub mod render;
@@ -24,6 +25,7 @@ pub use catalog::shape_of;
 pub use error::{PlanError, Result};
 pub use gpu::{GpuKind, GpuSpec};
 pub use job::request_for_job;
+pub use launch::{JobLaunch, JobPaths, job_launch, launcher_for};
 pub use memory::{
     MemoryBreakdown, Phase, Recipe, SavedTensor, ServeMemory, TrainSetup, saved_tensors,
     serve_memory, training_memory, with_overheads,

@@ -26,6 +26,18 @@ pub enum Launcher {
     Swift,
 }
 
+impl Launcher {
+    /// The launcher's name as `ferry plan --render` and `spec.engine` spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Launcher::Megatron => "megatron",
+            Launcher::Torchrun => "torchrun",
+            Launcher::Deepspeed => "deepspeed",
+            Launcher::Swift => "swift",
+        }
+    }
+}
+
 /// Job-specific values the plan does not decide.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RenderOptions {

@@ -6,5 +6,6 @@ mod control_plane;
 mod convert;
 mod gateway;
 mod harness;
+mod launchers;
 mod preemption;
 mod serve;

@@ -1,9 +1,12 @@
 //! Engine adapters: how a `TrainJob` becomes the command line and environment of
 //! each rank. The `command` engine runs the user's command as it is; `builtin` runs
-//! Ferry's own candle trainer; Megatron, ms-swift, torchrun and DeepSpeed adapters slot
-//! in behind the same trait.
+//! Ferry's own candle trainer; torchrun, DeepSpeed, ms-swift and Megatron-LM run the
+//! launch the planner renders (or, for Megatron, the user's own command when given).
 
 mod builtin;
+mod planned;
+
+use planned::PlannedEngine;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -62,15 +65,17 @@ pub fn resolve_engine(job: &TrainJob) -> EngineKind {
 pub fn adapter_for(job: &TrainJob) -> Result<&'static dyn EngineAdapter, FieldError> {
     match resolve_engine(job) {
         EngineKind::Command => Ok(&CommandEngine),
-        EngineKind::Builtin => Ok(&builtin::BuiltinEngine),
-        EngineKind::Megatron => Ok(&MegatronEngine),
-        other => Err(FieldError::new(
-            "spec.engine",
-            format!(
-                "engine {} is not available in this build yet; use engine: command and run the trainer yourself",
-                other.as_str()
-            ),
-        )),
+        // `resolve_engine` never returns auto.
+        EngineKind::Builtin | EngineKind::Auto => Ok(&builtin::BuiltinEngine),
+        // Launcher engines with the user's own launch script run it like `command`.
+        EngineKind::Megatron if !job.spec.command.is_empty() => Ok(&MegatronEngine),
+        EngineKind::Torchrun | EngineKind::Deepspeed if !job.spec.command.is_empty() => {
+            Ok(&CommandEngine)
+        }
+        EngineKind::Megatron => Ok(&PlannedEngine { name: "megatron" }),
+        EngineKind::Torchrun => Ok(&PlannedEngine { name: "torchrun" }),
+        EngineKind::Deepspeed => Ok(&PlannedEngine { name: "deepspeed" }),
+        EngineKind::Swift => Ok(&PlannedEngine { name: "swift" }),
     }
 }
 
@@ -148,9 +153,10 @@ impl EngineAdapter for CommandEngine {
     }
 }
 
-/// `engine: megatron`: the user's Megatron-LM launch command once per rank (or per node
-/// with torchrun), checkpoints in `FERRY_CHECKPOINT_DIR` (pass it as `--save`/`--load`);
-/// on success `spec.export` converts the Megatron checkpoint to Hugging Face format.
+/// `engine: megatron` with `spec.command`: the user's own Megatron-LM launch command once
+/// per rank (or per node with torchrun), checkpoints in `FERRY_CHECKPOINT_DIR` (pass it as
+/// `--save`/`--load`); on success `spec.export` converts the Megatron checkpoint to Hugging
+/// Face format. Without a command the planner renders the launch ([`PlannedEngine`]).
 struct MegatronEngine;
 
 impl EngineAdapter for MegatronEngine {
@@ -159,34 +165,24 @@ impl EngineAdapter for MegatronEngine {
     }
 
     fn validate(&self, job: &TrainJob) -> Vec<FieldError> {
-        let spec = &job.spec;
-        let mut problems = Vec::new();
-        if spec.command.is_empty() {
-            problems.push(FieldError::new(
-                "spec.command",
-                "engine: megatron runs your launch command; print one for this job with `ferry plan -f FILE --render megatron` and pass --save/--load \"$FERRY_CHECKPOINT_DIR\"",
-            ));
-        }
-        if matches!(
-            spec.method,
-            ferry_spec::Method::Lora | ferry_spec::Method::Qlora
-        ) {
-            problems.push(FieldError::new(
-                "spec.method",
-                "Megatron-LM trains full weights; use method: full, or engine: torchrun or swift for LoRA",
-            ));
-        }
-        problems
+        megatron_method_error(job).into_iter().collect()
     }
 
     fn launch(&self, ctx: &LaunchContext<'_>) -> Result<LaunchRequest, FieldError> {
-        let command = &ctx.job.job.spec.command;
-        if command.is_empty() {
-            return Err(FieldError::new(
-                "spec.command",
-                "is required for engine: megatron",
-            ));
-        }
-        Ok(request(ctx, command.clone()))
+        Ok(request(ctx, ctx.job.job.spec.command.clone()))
     }
+}
+
+/// Megatron-LM's `pretrain_gpt.py` trains full weights only.
+fn megatron_method_error(job: &TrainJob) -> Option<FieldError> {
+    matches!(
+        job.spec.method,
+        ferry_spec::Method::Lora | ferry_spec::Method::Qlora
+    )
+    .then(|| {
+        FieldError::new(
+            "spec.method",
+            "Megatron-LM trains full weights; use method: full, or engine: torchrun or swift for LoRA",
+        )
+    })
 }

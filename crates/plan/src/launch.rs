@@ -1,0 +1,138 @@
+//! A `TrainJob`'s launch for a launcher engine (Megatron-LM, torchrun, DeepSpeed, ms-swift):
+//! the plan rendered for the job's engine and wrapped in a shell script that resumes from
+//! the newest checkpoint on every start. The local runtime and the Kubernetes backend share
+//! it; each says where the job's data, checkpoints and config files are as its ranks see them.
+
+use std::collections::BTreeMap;
+
+use ferry_spec::{EngineKind, ResumePolicy, TrainJob};
+
+use crate::error::Result;
+use crate::render::{Launcher, RenderOptions, deepspeed_config, default_launcher, render_train};
+use crate::search::PlanReport;
+
+/// Where a job's files are, as its rank processes see them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobPaths {
+    /// Training data (file or dataset name).
+    pub data: String,
+    /// The job's checkpoint directory (`--save`/`--output_dir`), also where resumes look.
+    pub checkpoint_dir: String,
+    /// Directory the launch's extra files (`ds_config.json`) are written to.
+    pub config_dir: String,
+}
+
+/// What runs on every node: one shell script, plus files it reads from `config_dir`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobLaunch {
+    /// `/bin/sh -c` script: resume prelude, then `exec` of the rendered command.
+    pub script: String,
+    /// File name (inside `config_dir`) → contents.
+    pub files: BTreeMap<String, String>,
+    /// The launcher that was rendered.
+    pub launcher: Launcher,
+}
+
+impl JobLaunch {
+    /// The argv that runs the script.
+    pub fn argv(&self) -> Vec<String> {
+        vec!["/bin/sh".into(), "-c".into(), self.script.clone()]
+    }
+}
+
+/// The launcher of `job`'s engine; `engine: auto` takes the one the plan chose.
+pub fn launcher_for(job: &TrainJob, report: &PlanReport) -> Launcher {
+    match job.spec.engine {
+        EngineKind::Megatron => Launcher::Megatron,
+        EngineKind::Torchrun => Launcher::Torchrun,
+        EngineKind::Deepspeed => Launcher::Deepspeed,
+        EngineKind::Swift => Launcher::Swift,
+        _ => default_launcher(report),
+    }
+}
+
+/// Renders `report` for `job`'s launcher with the job's own training values.
+pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Result<JobLaunch> {
+    let spec = &job.spec;
+    let launcher = launcher_for(job, report);
+    let config_dir = paths.config_dir.trim_end_matches('/');
+    let opts = RenderOptions {
+        data: paths.data.clone(),
+        output_dir: paths.checkpoint_dir.clone(),
+        lr: spec.train.lr.unwrap_or(1e-5),
+        train_iters: spec.train.steps.unwrap_or(1000).max(1) as u64,
+        epochs: spec.train.epochs.unwrap_or(1.0).ceil().max(1.0) as u64,
+        deepspeed_config_path: format!("{config_dir}/ds_config.json"),
+    };
+    let mut files = BTreeMap::new();
+    let text = match launcher {
+        // DeepSpeed's own launcher needs ssh between nodes; under torchrun the HF Trainer
+        // runs the same ZeRO config, so nodes need nothing but the config file.
+        Launcher::Deepspeed => {
+            files.insert("ds_config.json".to_owned(), deepspeed_config(report)?);
+            let text = render_train(report, Launcher::Torchrun, &opts)?;
+            format!(
+                "{} \\\n  --deepspeed {}\n",
+                text.trim_end(),
+                opts.deepspeed_config_path
+            )
+        }
+        other => render_train(report, other, &opts)?,
+    };
+    Ok(JobLaunch {
+        script: with_resume(
+            &text,
+            launcher,
+            &paths.checkpoint_dir,
+            spec.on_failure.resume,
+        ),
+        files,
+        launcher,
+    })
+}
+
+/// Wraps a launch command so that every start (first run, restart, or resumption after a
+/// preemption) resumes from the newest checkpoint in `dir` when the policy says so.
+fn with_resume(text: &str, launcher: Launcher, dir: &str, policy: ResumePolicy) -> String {
+    let dir = dir.trim_end_matches('/');
+    // The planner writes the default rendezvous port; ranks use the one they are given.
+    let body = text
+        .trim_end()
+        .replace("--master-port 29500", "--master-port $MASTER_PORT")
+        .replace("MASTER_PORT=29500", "MASTER_PORT=$MASTER_PORT");
+    let mut script = String::from("set -eu\n");
+    if policy == ResumePolicy::None {
+        return script + "exec " + &body + "\n";
+    }
+    if launcher == Launcher::Megatron {
+        script.push_str(&format!(
+            "if [ -f {dir}/latest_checkpointed_iteration.txt ]; then FERRY_LOAD=\"--load {dir}\"; \
+             else FERRY_LOAD=\"--load {dir}/base --finetune\"; fi\n"
+        ));
+        let lines: Vec<String> = body
+            .split(" \\\n")
+            .filter(|l| l.trim() != "--finetune")
+            .map(|l| {
+                if l.trim_start().starts_with("--load ") {
+                    "  $FERRY_LOAD".to_owned()
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect();
+        script.push_str("exec ");
+        script.push_str(&lines.join(" \\\n"));
+        script.push('\n');
+    } else {
+        script.push_str(&format!(
+            "FERRY_RESUME_FROM=$(ls -1d {dir}/checkpoint-* 2>/dev/null | sort -V | tail -n 1 || true)\n\
+             export FERRY_RESUME_FROM\n"
+        ));
+        script.push_str("exec ");
+        script.push_str(&body);
+        script.push_str(
+            " \\\n  ${FERRY_RESUME_FROM:+--resume_from_checkpoint \"$FERRY_RESUME_FROM\"}\n",
+        );
+    }
+    script
+}
