@@ -102,9 +102,13 @@ pub(crate) struct Observer {
     pub first_text: Option<Instant>,
     pub last_text: Option<Instant>,
     pub gaps: Vec<f32>,
-    /// SSE events carrying text (the token count when no `usage` comes).
+    /// Pieces of text in SSE events (one per event and choice; the token count
+    /// when no `usage` comes).
     pub events: u64,
     pub keep: Vec<u8>,
+    /// A non-streamed body's first piece, shared rather than copied into `keep`
+    /// (most answers arrive as one piece).
+    pub first_piece: Option<Bytes>,
     pub overflow: bool,
     pub usage: Option<(u64, u64)>,
     pub outcome: Option<&'static str>,
@@ -126,12 +130,23 @@ macro_rules! finder_rev {
 }
 finder!(CONTENT, b"\"content\":\"");
 finder!(TEXT, b"\"text\":\"");
-finder!(DATA, b"data:");
 finder!(EVENT_END, b"\n\n");
-finder!(PROMPT_TOKENS, b"\"prompt_tokens\"");
-finder!(COMPLETION_TOKENS, b"\"completion_tokens\"");
-finder_rev!(USAGE_REV, b"\"usage\"");
 finder_rev!(EVENT_END_REV, b"\n\n");
+finder!(USAGE, b"\"usage\"");
+
+/// How many `"content":"…` / `"text":"…` with non-empty text `frame` holds.
+fn text_count(frame: &[u8]) -> u64 {
+    let mut n = 0;
+    for f in [&*CONTENT, &*TEXT] {
+        let len = f.needle().len();
+        for pos in f.find_iter(frame) {
+            if frame.get(pos + len).is_some_and(|b| *b != b'"') {
+                n += 1;
+            }
+        }
+    }
+    n
+}
 
 fn has_text(frame: &[u8]) -> bool {
     for f in [&*CONTENT, &*TEXT] {
@@ -145,75 +160,75 @@ fn has_text(frame: &[u8]) -> bool {
     false
 }
 
-/// `(prompt_tokens, completion_tokens)` of the last `"usage": {...}` object in a
-/// JSON body, read without parsing the rest of the body (the choices can be
-/// large). A quoted key can only be matched outside strings: inside one, its
-/// quotes would be escaped. None when there is no usage object or neither count.
-fn usage_in(body: &[u8]) -> Option<(u64, u64)> {
-    let at = USAGE_REV.rfind(body)?;
-    let rest = body[at + 7..].trim_ascii_start().strip_prefix(b":")?;
-    let obj = rest.trim_ascii_start().strip_prefix(b"{")?;
-    // The counts sit near the top of the object; 1 KiB is plenty.
-    let obj = &obj[..obj.len().min(1024)];
-    let prompt = count_after(obj, &PROMPT_TOKENS);
-    let completion = count_after(obj, &COMPLETION_TOKENS);
-    if prompt.is_none() && completion.is_none() {
-        return None;
-    }
-    Some((prompt.unwrap_or(0), completion.unwrap_or(0)))
+/// Where the last `"usage"` key starts, searching back from the end (the usage
+/// object closes an answer, so only a few quotes are looked at). A quoted key can
+/// only be matched outside strings: inside one, its quotes would be escaped.
+fn last_usage_key(body: &[u8]) -> Option<usize> {
+    memchr::memrchr_iter(b'"', body).find(|&i| body[i..].starts_with(b"\"usage\""))
 }
 
-/// The unsigned integer after `key` and a colon, if any (at most 19 digits).
-fn count_after(obj: &[u8], key: &memmem::Finder<'static>) -> Option<u64> {
-    let at = key.find(obj)?;
-    let rest = obj[at + key.needle().len()..]
-        .trim_ascii_start()
-        .strip_prefix(b":")?
-        .trim_ascii_start();
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 || digits > 19 {
-        return None;
+/// `(prompt_tokens, completion_tokens)` of the last `"usage": {...}` object in a
+/// JSON body, read without parsing the rest of the body (the choices can be
+/// large). None when there is no usage object or neither count.
+fn usage_in(body: &[u8]) -> Option<(u64, u64)> {
+    let at = last_usage_key(body)?;
+    let rest = body[at + 7..].trim_ascii_start().strip_prefix(b":")?;
+    // The counts sit near the top of the object; 1 KiB is plenty.
+    match crate::peek::usage_counts(rest.trim_ascii_start(), 1024)? {
+        (None, None) => None,
+        (p, c) => Some((p.unwrap_or(0), c.unwrap_or(0))),
     }
-    rest[..digits].iter().try_fold(0u64, |n, d| {
-        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-    })
 }
 
 impl Observer {
-    fn on_data(&mut self, data: &[u8]) {
+    fn on_data(&mut self, data: &Bytes) {
         if data.is_empty() {
             return;
         }
         let now = Instant::now();
         if self.sse {
-            if has_text(data) {
+            // Whole events (the usual frame): the event scan says whether any
+            // carried text; a partial event is searched on its own.
+            let text = if self.keep.is_empty() && data.ends_with(b"\n\n") {
+                let before = self.events;
+                self.scan_events(data);
+                self.events > before
+            } else {
+                let text = has_text(data);
+                self.scan_partial(data);
+                text
+            };
+            if text {
                 match self.last_text {
                     None => self.first_text = Some(now),
                     Some(prev) => self.gaps.push((now - prev).as_secs_f32()),
                 }
                 self.last_text = Some(now);
             }
-            self.scan_sse(data);
         } else {
             if self.first_text.is_none() {
                 self.first_text = Some(now);
             }
             if !self.overflow {
-                if self.keep.len() + data.len() > KEEP_LIMIT {
+                let held = self.first_piece.as_ref().map_or(0, Bytes::len);
+                if held + self.keep.len() + data.len() > KEEP_LIMIT {
                     self.overflow = true;
+                    self.first_piece = None;
                     self.keep = Vec::new();
+                } else if held == 0 && self.keep.is_empty() {
+                    self.first_piece = Some(data.clone());
                 } else {
+                    if let Some(first) = self.first_piece.take() {
+                        self.keep.extend_from_slice(&first);
+                    }
                     self.keep.extend_from_slice(data);
                 }
             }
         }
     }
 
-    fn scan_sse(&mut self, data: &[u8]) {
-        if self.keep.is_empty() && data.ends_with(b"\n\n") {
-            self.scan_events(data);
-            return;
-        }
+    /// Data that does not end on an event boundary: kept until its events are whole.
+    fn scan_partial(&mut self, data: &[u8]) {
         if self.keep.len() + data.len() > KEEP_LIMIT {
             self.keep.clear();
             return;
@@ -226,14 +241,13 @@ impl Observer {
     }
 
     fn scan_events(&mut self, events: &[u8]) {
-        let starts: Vec<usize> = DATA.find_iter(events).collect();
-        for (i, &at) in starts.iter().enumerate() {
-            let end = starts.get(i + 1).copied().unwrap_or(events.len());
-            if has_text(&events[at..end]) {
-                self.events += 1;
-            }
-        }
-        let Some(at) = USAGE_REV.rfind(events) else {
+        // One pass per key over the whole frame rather than a search per event:
+        // every `"content":"…` / `"text":"…` with text counts (one per event, or
+        // one per choice when an event carries several).
+        self.events += text_count(events);
+        // A forward vectorised search (the last hit wins) is far cheaper than a
+        // reverse one here, or than stepping back quote by quote.
+        let Some(at) = USAGE.find_iter(events).last() else {
             return;
         };
         let end = EVENT_END
@@ -245,9 +259,14 @@ impl Observer {
     }
 
     fn finish_body(&mut self) {
-        if !self.sse && !self.overflow && !self.keep.is_empty() {
-            if let Some(u) = usage_in(&self.keep) {
-                self.usage = Some(u);
+        if !self.sse && !self.overflow {
+            let found = match self.first_piece.take() {
+                Some(first) => usage_in(&first),
+                None if !self.keep.is_empty() => usage_in(&self.keep),
+                None => None,
+            };
+            if found.is_some() {
+                self.usage = found;
             }
             self.keep = Vec::new();
         }

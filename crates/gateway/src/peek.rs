@@ -72,6 +72,20 @@ struct Raw<'a> {
     escaped: bool,
 }
 
+/// Bytes that end a run of plain string contents: a quote, a backslash, or a
+/// control character (not allowed raw in a JSON string).
+const STOP: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 0x20 {
+        t[c] = true;
+        c += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
 struct Scanner<'a> {
     s: &'a str,
     b: &'a [u8],
@@ -181,6 +195,31 @@ pub(crate) fn peek(body: &[u8], prefix_limit: usize) -> Result<Peek<'_>, PeekErr
     })
 }
 
+/// `(prompt_tokens, completion_tokens)` of the JSON object at the start of
+/// `obj`, looking at no more than `max` bytes; None when that is not an object.
+/// Counts that are absent or not non-negative integers are None.
+pub(crate) fn usage_counts(obj: &[u8], max: usize) -> Option<(Option<u64>, Option<u64>)> {
+    let obj = &obj[..obj.len().min(max)];
+    let s = match std::str::from_utf8(obj) {
+        Ok(s) => s,
+        Err(e) => std::str::from_utf8(&obj[..e.valid_up_to()]).ok()?,
+    };
+    let mut sc = Scanner {
+        s,
+        b: s.as_bytes(),
+        i: 0,
+        limit: 0,
+    };
+    let (mut prompt, mut completion) = (None, None);
+    sc.object(1, &mut |sc, k| match k {
+        "prompt_tokens" => sc.count().map(|n| prompt = n),
+        "completion_tokens" => sc.count().map(|n| completion = n),
+        _ => sc.skip(2),
+    })
+    .ok()?;
+    Some((prompt, completion))
+}
+
 impl<'a> Scanner<'a> {
     #[cold]
     #[inline(never)]
@@ -222,21 +261,22 @@ impl<'a> Scanner<'a> {
         let start = self.i;
         let mut escaped = false;
         loop {
+            // One table lookup per byte: strings in requests are short, where a
+            // vectorised search costs more to set up than it saves.
             let rest = &self.b[self.i..];
-            let Some(at) = memchr::memchr2(b'"', b'\\', rest) else {
+            let Some(at) = rest.iter().position(|c| STOP[usize::from(*c)]) else {
                 return Err(self.err("unterminated string"));
             };
-            // Branch-free over the run so it vectorises; the position only on error.
-            if rest[..at].iter().fold(false, |bad, c| bad | (*c < 0x20)) {
-                self.i += rest.iter().position(|c| *c < 0x20).unwrap_or(0);
-                return Err(self.err("control character in string"));
-            }
             self.i += at;
-            if rest[at] == b'"' {
-                // Both ends are ASCII quotes, so the slice is on char boundaries.
-                let text = self.s.get(start..self.i).unwrap_or_default();
-                self.i += 1;
-                return Ok(Raw { text, escaped });
+            match rest[at] {
+                b'"' => {
+                    // Both ends are ASCII quotes, so the slice is on char boundaries.
+                    let text = self.s.get(start..self.i).unwrap_or_default();
+                    self.i += 1;
+                    return Ok(Raw { text, escaped });
+                }
+                b'\\' => {}
+                _ => return Err(self.err("control character in string")),
             }
             escaped = true;
             match self.b.get(self.i + 1) {

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -115,6 +115,9 @@ impl Shared {
         resp
     }
 }
+
+/// Names the replica that answered, on every proxied answer.
+const X_FERRY_REPLICA: HeaderName = HeaderName::from_static("x-ferry-replica");
 
 /// Headers copied from the client to the replica (besides the session header).
 const FORWARDED: [HeaderName; 5] = [
@@ -223,6 +226,41 @@ fn content_length(h: &HeaderMap) -> Option<u64> {
     h.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
 }
 
+/// Reads a request body of at most `limit` bytes. A body that arrives as one
+/// frame (the usual case) is passed on as it came, without copying.
+async fn read_body(mut body: Incoming, limit: usize) -> Result<Bytes, Error> {
+    let mut first: Option<Bytes> = None;
+    let mut more: Option<BytesMut> = None;
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Error::BodyRead {
+            message: e.to_string(),
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        total += data.len();
+        if total > limit {
+            return Err(Error::BodyTooLarge { limit });
+        }
+        match (&first, &mut more) {
+            (None, _) => first = Some(data),
+            (Some(f), None) => {
+                let mut m = BytesMut::with_capacity(total.max(f.len() * 2));
+                m.extend_from_slice(f);
+                m.extend_from_slice(&data);
+                more = Some(m);
+            }
+            (Some(_), Some(m)) => m.extend_from_slice(&data),
+        }
+    }
+    Ok(match (first, more) {
+        (_, Some(m)) => m.freeze(),
+        (Some(f), None) => f,
+        (None, None) => Bytes::new(),
+    })
+}
+
 enum Attempt {
     Failed(Error),
     Answer(Response<UpstreamBody>),
@@ -251,24 +289,9 @@ async fn forward(
     if content_length(&parts.headers).is_some_and(|n| n > limit as u64) {
         return sh.reject(Error::BodyTooLarge { limit }, "", &tenant.team, path);
     }
-    let bytes = match Limited::new(body, limit).collect().await {
-        Ok(c) => c.to_bytes(),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            return sh.reject(Error::BodyTooLarge { limit }, "", &tenant.team, path);
-        }
-        Err(e) => {
-            return sh.reject(
-                Error::BodyRead {
-                    message: e.to_string(),
-                },
-                "",
-                &tenant.team,
-                path,
-            );
-        }
+    let bytes = match read_body(body, limit).await {
+        Ok(b) => b,
+        Err(e) => return sh.reject(e, "", &tenant.team, path),
     };
     let peek = match crate::peek::peek(&bytes, sh.cfg.prefix_chars) {
         Ok(p) => p,
@@ -466,9 +489,7 @@ fn respond(
     // Hop-by-hop headers were left out when the head was parsed.
     let (mut parts, incoming) = resp.into_parts();
     if let Some(v) = replica.id_header() {
-        parts
-            .headers
-            .insert(HeaderName::from_static("x-ferry-replica"), v.clone());
+        parts.headers.insert(X_FERRY_REPLICA, v.clone());
     }
     let sse = parts
         .headers
@@ -492,6 +513,7 @@ fn respond(
         gaps: Vec::new(),
         events: 0,
         keep: Vec::new(),
+        first_piece: None,
         overflow: false,
         usage: None,
         outcome: None,

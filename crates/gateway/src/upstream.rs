@@ -297,7 +297,7 @@ impl UpstreamBody {
         &mut self,
         cx: &mut Context<'_>,
         limit: usize,
-        each: &mut dyn FnMut(&[u8]),
+        each: &mut dyn FnMut(&Bytes),
     ) -> Poll<Option<Result<Bytes, String>>> {
         let Some(conn) = self.conn.as_mut() else {
             return Poll::Ready(None);
