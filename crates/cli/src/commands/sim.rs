@@ -28,6 +28,10 @@ pub struct SimArgs {
     /// lendingLimit?}], fairShareWeight?}`, one per trace team; quotas from GPU-hours when omitted.
     #[arg(long)]
     pub queues: Option<PathBuf>,
+    /// Run Ferry's policy with fairness deficits of this half-life in seconds (e.g. 86400):
+    /// nominal quota becomes a time-averaged guarantee (docs/scheduler.md); off when omitted.
+    #[arg(long, value_name = "SECONDS")]
+    pub fairness_half_life: Option<u64>,
     /// Also write the utilization timeline as an SVG chart here.
     #[arg(long)]
     pub svg: Option<PathBuf>,
@@ -65,7 +69,15 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     };
     let mut reports = Vec::new();
     for policy in ferry_sched::Policy::ALL {
-        reports.push(ferry_sched::simulate(&trace, &cluster, &queues, policy)?);
+        let mut options = policy.options();
+        if policy == ferry_sched::Policy::Ferry
+            && let Some(half_life) = args.fairness_half_life
+        {
+            options.deficit_half_life_s = half_life;
+        }
+        reports.push(ferry_sched::simulate_with(
+            &trace, &cluster, &queues, policy, options,
+        )?);
     }
     if let Some(svg) = &args.svg {
         std::fs::write(svg, ferry_sched::render_svg(&reports, cluster.total_gpus()))
@@ -78,6 +90,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("{}", ferry_sched::describe_setup(&trace, &cluster, &queues));
+    if let Some(half_life) = args.fairness_half_life {
+        println!("ferry runs with fairness deficits, half-life {half_life} s");
+    }
     print!("{}", ferry_sched::render_table(&reports));
     Ok(())
 }
