@@ -133,6 +133,8 @@ finder!(TEXT, b"\"text\":\"");
 finder!(EVENT_END, b"\n\n");
 finder_rev!(EVENT_END_REV, b"\n\n");
 finder!(USAGE, b"\"usage\"");
+finder!(PROMPT_TOKENS, b"\"prompt_tokens\"");
+finder!(COMPLETION_TOKENS, b"\"completion_tokens\"");
 
 /// How many `"content":"…` / `"text":"…` with non-empty text `frame` holds.
 fn text_count(frame: &[u8]) -> u64 {
@@ -160,24 +162,40 @@ fn has_text(frame: &[u8]) -> bool {
     false
 }
 
-/// Where the last `"usage"` key starts, searching back from the end (the usage
-/// object closes an answer, so only a few quotes are looked at). A quoted key can
-/// only be matched outside strings: inside one, its quotes would be escaped.
-fn last_usage_key(body: &[u8]) -> Option<usize> {
-    memchr::memrchr_iter(b'"', body).find(|&i| body[i..].starts_with(b"\"usage\""))
-}
-
 /// `(prompt_tokens, completion_tokens)` of the last `"usage": {...}` object in a
 /// JSON body, read without parsing the rest of the body (the choices can be
-/// large). None when there is no usage object or neither count.
+/// large). A quoted key can only be matched outside strings: inside one, its
+/// quotes would be escaped. None when there is no usage object or neither count.
 fn usage_in(body: &[u8]) -> Option<(u64, u64)> {
-    let at = last_usage_key(body)?;
+    // A forward vectorised search (the last hit wins) is far cheaper than a
+    // reverse two-way search on the sizes seen here.
+    let at = USAGE.find_iter(body).last()?;
     let rest = body[at + 7..].trim_ascii_start().strip_prefix(b":")?;
+    let obj = rest.trim_ascii_start().strip_prefix(b"{")?;
     // The counts sit near the top of the object; 1 KiB is plenty.
-    match crate::peek::usage_counts(rest.trim_ascii_start(), 1024)? {
-        (None, None) => None,
-        (p, c) => Some((p.unwrap_or(0), c.unwrap_or(0))),
+    let obj = &obj[..obj.len().min(1024)];
+    let prompt = count_after(obj, &PROMPT_TOKENS);
+    let completion = count_after(obj, &COMPLETION_TOKENS);
+    if prompt.is_none() && completion.is_none() {
+        return None;
     }
+    Some((prompt.unwrap_or(0), completion.unwrap_or(0)))
+}
+
+/// The unsigned integer after `key` and a colon, if any (at most 19 digits).
+fn count_after(obj: &[u8], key: &memmem::Finder<'static>) -> Option<u64> {
+    let at = key.find(obj)?;
+    let rest = obj[at + key.needle().len()..]
+        .trim_ascii_start()
+        .strip_prefix(b":")?
+        .trim_ascii_start();
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 19 {
+        return None;
+    }
+    rest[..digits].iter().try_fold(0u64, |n, d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
 }
 
 impl Observer {
@@ -245,8 +263,6 @@ impl Observer {
         // every `"content":"…` / `"text":"…` with text counts (one per event, or
         // one per choice when an event carries several).
         self.events += text_count(events);
-        // A forward vectorised search (the last hit wins) is far cheaper than a
-        // reverse one here, or than stepping back quote by quote.
         let Some(at) = USAGE.find_iter(events).last() else {
             return;
         };

@@ -55,6 +55,25 @@ fn hop_by_hop(name: &HeaderName) -> bool {
         || name.as_str() == "proxy-connection"
 }
 
+/// A header name, looking up the ones replicas send on every answer before the
+/// general (slower) parse.
+fn header_name(raw: &[u8]) -> Result<HeaderName, &'static str> {
+    const COMMON: [(&[u8], HeaderName); 6] = [
+        (b"content-type", header::CONTENT_TYPE),
+        (b"content-length", header::CONTENT_LENGTH),
+        (b"date", header::DATE),
+        (b"transfer-encoding", header::TRANSFER_ENCODING),
+        (b"connection", header::CONNECTION),
+        (b"server", header::SERVER),
+    ];
+    for (known, name) in &COMMON {
+        if raw.len() == known.len() && raw.eq_ignore_ascii_case(known) {
+            return Ok(name.clone());
+        }
+    }
+    HeaderName::from_bytes(raw).map_err(|_| "invalid header name")
+}
+
 /// Whether a comma-separated header value lists `token` (ASCII case-insensitive).
 fn lists(value: &[u8], token: &[u8]) -> bool {
     value
@@ -91,7 +110,7 @@ pub(crate) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, &'static st
     let mut transfer_encoding = false;
     let mut close = !http11;
     for h in resp.headers.iter() {
-        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| "invalid header name")?;
+        let name = header_name(h.name.as_bytes())?;
         let v = h.value;
         if name == header::CONTENT_LENGTH {
             let n = parse_length(v).ok_or("invalid Content-Length")?;
@@ -135,7 +154,8 @@ pub(crate) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, &'static st
         Framing::Eof
     };
     let head = buf.split_to(len).freeze();
-    let mut headers = HeaderMap::with_capacity(kept.len());
+    // One more for the `x-ferry-replica` the gateway adds.
+    let mut headers = HeaderMap::with_capacity(kept.len() + 1);
     for (name, at, n) in kept {
         if name == header::CONTENT_LENGTH && transfer_encoding {
             // Transfer-Encoding wins (RFC 9112 §6.3); the length is not the body's.

@@ -195,31 +195,6 @@ pub(crate) fn peek(body: &[u8], prefix_limit: usize) -> Result<Peek<'_>, PeekErr
     })
 }
 
-/// `(prompt_tokens, completion_tokens)` of the JSON object at the start of
-/// `obj`, looking at no more than `max` bytes; None when that is not an object.
-/// Counts that are absent or not non-negative integers are None.
-pub(crate) fn usage_counts(obj: &[u8], max: usize) -> Option<(Option<u64>, Option<u64>)> {
-    let obj = &obj[..obj.len().min(max)];
-    let s = match std::str::from_utf8(obj) {
-        Ok(s) => s,
-        Err(e) => std::str::from_utf8(&obj[..e.valid_up_to()]).ok()?,
-    };
-    let mut sc = Scanner {
-        s,
-        b: s.as_bytes(),
-        i: 0,
-        limit: 0,
-    };
-    let (mut prompt, mut completion) = (None, None);
-    sc.object(1, &mut |sc, k| match k {
-        "prompt_tokens" => sc.count().map(|n| prompt = n),
-        "completion_tokens" => sc.count().map(|n| completion = n),
-        _ => sc.skip(2),
-    })
-    .ok()?;
-    Some((prompt, completion))
-}
-
 impl<'a> Scanner<'a> {
     #[cold]
     #[inline(never)]
