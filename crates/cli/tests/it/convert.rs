@@ -98,16 +98,28 @@ spec:
         "{text}"
     );
 
-    // engine: megatron without a command is refused at apply time, saying how to get one.
-    let bad = plane.write(
-        "bad.yaml",
-        "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: bad}\nspec: {engine: megatron, method: lora, model: {source: hf, id: Qwen/Qwen2.5-7B}}\n",
+    // engine: megatron without a command is planned at apply: LoRA, or no GPU to plan
+    // for, is refused there with the field and the fix.
+    let refuse = |name: &str, spec: &str, needles: &[&str]| {
+        let bad = plane.write(
+            &format!("{name}.yaml"),
+            &format!("apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: {name}}}\nspec: {{engine: megatron, model: {{source: hf, id: Qwen/Qwen2.5-7B}}, {spec}}}\n"),
+        );
+        let out = plane.ferry(&["apply", "-f", &bad]);
+        assert!(!out.status.success(), "{name} was accepted");
+        let err = out.stderr_text();
+        for n in needles {
+            assert!(err.contains(n), "{name}: no {n:?} in {err}");
+        }
+    };
+    refuse(
+        "lora",
+        "method: lora, resources: {gpusPerNode: 8}",
+        &["spec.method", "engine: torchrun or swift"],
     );
-    let out = plane.ferry(&["apply", "-f", &bad]);
-    assert!(!out.status.success());
-    let err = out.stderr_text();
-    assert!(
-        err.contains("--render megatron") && err.contains("spec.method"),
-        "{err}"
+    refuse(
+        "no-gpus",
+        "method: full",
+        &["spec.resources.gpusPerNode", "at least 1 GPU"],
     );
 }

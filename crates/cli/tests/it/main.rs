@@ -9,3 +9,4 @@ mod harness;
 mod launchers;
 mod preemption;
 mod serve;
+mod sim;

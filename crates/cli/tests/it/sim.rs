@@ -1,0 +1,98 @@
+//! `ferry sim` as a user runs it: the shared Helios trace through every policy, the JSON
+//! fields the issue names, the SVG, the opt-in fairness deficits, and a bad trace.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::harness::{ferry_bin, repo_root};
+
+fn sim(args: &[&str]) -> std::process::Output {
+    Command::new(ferry_bin())
+        .arg("sim")
+        .args(args)
+        .current_dir(repo_root())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
+    let trace = repo_root().join("../shared/fixtures/traces/helios_venus_2vc_2020-09a.csv");
+    let trace = trace.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("util.svg");
+    let out = sim(&[
+        "--trace",
+        trace,
+        "-o",
+        "json",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = reports
+        .iter()
+        .filter_map(|r| r["policy"].as_str())
+        .collect();
+    assert_eq!(names, ["ferry", "fifo", "easy-backfill", "kueue-strict"]);
+    for r in &reports {
+        for field in [
+            "utilization",
+            "mean_jct_s",
+            "p99_jct_s",
+            "mean_wait_s",
+            "preemptions",
+            "lost_gpu_hours",
+        ] {
+            assert!(r[field].is_number(), "{field} missing in {r}");
+        }
+        assert!(
+            r["team_share"].as_object().is_some_and(|t| t.len() == 2),
+            "{r}"
+        );
+    }
+    let metric = |policy: usize, field: &str| reports[policy][field].as_f64().unwrap();
+    // Bar 2 on the shared trace, as printed: Ferry beats FIFO and EASY backfill.
+    for baseline in [1, 2] {
+        assert!(metric(0, "mean_jct_s") < metric(baseline, "mean_jct_s"));
+        assert!(metric(0, "utilization") > metric(baseline, "utilization"));
+    }
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        chart.starts_with("<svg") && chart.contains("ferry"),
+        "{chart:.200}"
+    );
+
+    let table = sim(&["--trace", trace, "--fairness-half-life", "86400"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.status.success(),
+        "{}",
+        String::from_utf8_lossy(&table.stderr)
+    );
+    assert!(
+        text.contains("fairness deficits, half-life 86400 s"),
+        "{text}"
+    );
+    assert!(text.contains("easy-backfill"), "{text}");
+
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(
+        &bad,
+        "job_id,submit_s,duration_s,gpus,nodes,team,status\n1,0,10,8,1,a,COMPLETED\n2,5,ten,8,1,b,COMPLETED\n",
+    )
+    .unwrap();
+    let out = sim(&["--trace", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("bad.csv") && err.contains("duration_s"),
+        "{err}"
+    );
+}
