@@ -56,13 +56,17 @@ pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Resu
     let spec = &job.spec;
     let launcher = launcher_for(job, report);
     let config_dir = paths.config_dir.trim_end_matches('/');
+    let checkpoint_dir = paths.checkpoint_dir.trim_end_matches('/');
     let opts = RenderOptions {
         data: paths.data.clone(),
-        output_dir: paths.checkpoint_dir.clone(),
+        output_dir: checkpoint_dir.to_owned(),
         lr: spec.train.lr.unwrap_or(1e-5),
         train_iters: spec.train.steps.unwrap_or(1000).max(1) as u64,
         epochs: spec.train.epochs.unwrap_or(1.0).ceil().max(1.0) as u64,
         deepspeed_config_path: format!("{config_dir}/ds_config.json"),
+        save_every: spec.checkpoint.every.filter(|n| *n > 0).map(|n| n as u64),
+        keep: spec.checkpoint.keep.filter(|n| *n > 0).map(|n| n as u64),
+        max_steps: spec.train.steps.filter(|n| *n > 0).map(|n| n as u64),
     };
     let mut files = BTreeMap::new();
     let text = match launcher {
@@ -80,12 +84,7 @@ pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Resu
         other => render_train(report, other, &opts)?,
     };
     Ok(JobLaunch {
-        script: with_resume(
-            &text,
-            launcher,
-            &paths.checkpoint_dir,
-            spec.on_failure.resume,
-        ),
+        script: with_resume(&text, launcher, checkpoint_dir, spec.on_failure.resume),
         files,
         launcher,
     })
@@ -94,7 +93,6 @@ pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Resu
 /// Wraps a launch command so that every start (first run, restart, or resumption after a
 /// preemption) resumes from the newest checkpoint in `dir` when the policy says so.
 fn with_resume(text: &str, launcher: Launcher, dir: &str, policy: ResumePolicy) -> String {
-    let dir = dir.trim_end_matches('/');
     // The planner writes the default rendezvous port; ranks use the one they are given.
     let body = text
         .trim_end()
@@ -135,4 +133,71 @@ fn with_resume(text: &str, launcher: Launcher, dir: &str, policy: ResumePolicy) 
         );
     }
     script
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(extra: &str) -> TrainJob {
+        let yaml = format!(
+            "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: j}}\nspec:\n  engine: megatron\n  method: full\n  model: {{source: hf, id: Qwen/Qwen2.5-0.5B}}\n  resources: {{nodes: 2, gpusPerNode: 8, gpu: H100-80GB}}\n{extra}"
+        );
+        match ferry_spec::parse_documents(&yaml, "j.yaml")
+            .unwrap()
+            .remove(0)
+        {
+            ferry_spec::Resource::TrainJob(j) => j,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn launch(job: &TrainJob) -> JobLaunch {
+        let shape = crate::shape_of("Qwen/Qwen2.5-0.5B").unwrap();
+        let request = crate::request_for_job(job, shape, "Qwen/Qwen2.5-0.5B").unwrap();
+        let report = crate::plan(&request).unwrap();
+        let paths = JobPaths {
+            data: "/d/train".into(),
+            checkpoint_dir: "/c/j/".into(),
+            config_dir: "/etc/ferry".into(),
+        };
+        job_launch(job, &report, &paths).unwrap()
+    }
+
+    #[test]
+    fn megatron_resumes_from_its_tracker_file_and_saves_at_the_jobs_cadence() {
+        let l = launch(&job(
+            "  checkpoint: {every: 100}\n  onFailure: {resume: latest}\n",
+        ));
+        assert_eq!(l.launcher, Launcher::Megatron);
+        assert!(
+            l.script
+                .starts_with("set -eu\nif [ -f /c/j/latest_checkpointed_iteration.txt ]"),
+            "{}",
+            l.script
+        );
+        assert!(l.script.contains("--save-interval 100"), "{}", l.script);
+        assert!(l.script.contains("--save /c/j"), "{}", l.script);
+        let body = l.script.split("exec ").nth(1).unwrap();
+        assert!(
+            body.contains("$FERRY_LOAD") && !body.contains("--load "),
+            "{body}"
+        );
+        assert!(
+            l.script.contains("--master-port $MASTER_PORT"),
+            "two nodes rendezvous on the given port"
+        );
+        assert_eq!(l.argv()[..2], ["/bin/sh", "-c"]);
+    }
+
+    #[test]
+    fn without_resume_the_command_runs_as_rendered() {
+        let l = launch(&job("  onFailure: {resume: none}\n"));
+        assert!(
+            l.script.starts_with("set -eu\nexec torchrun"),
+            "{}",
+            l.script
+        );
+        assert!(l.script.contains("--load /c/j/base") && l.script.contains("--save-interval 500"));
+    }
 }

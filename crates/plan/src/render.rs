@@ -53,6 +53,13 @@ pub struct RenderOptions {
     pub epochs: u64,
     /// File name the DeepSpeed config is written to.
     pub deepspeed_config_path: String,
+    /// Save every N optimizer steps (`spec.checkpoint.every`); the launcher's own default
+    /// when `None` (500 for Megatron and the HF Trainer).
+    pub save_every: Option<u64>,
+    /// Keep only the newest N checkpoints (HF / swift `--save_total_limit`).
+    pub keep: Option<u64>,
+    /// Stop after N optimizer steps (HF / swift `--max_steps`, which overrides epochs).
+    pub max_steps: Option<u64>,
 }
 
 impl Default for RenderOptions {
@@ -64,6 +71,9 @@ impl Default for RenderOptions {
             train_iters: 1000,
             epochs: 1,
             deepspeed_config_path: "ds_config.json".to_string(),
+            save_every: None,
+            keep: None,
+            max_steps: None,
         }
     }
 }
@@ -115,6 +125,21 @@ fn torchrun_prefix(r: &PlanReport) -> Cmd {
         c.arg("--standalone");
     }
     c
+}
+
+/// The job's step budget and checkpoint cadence in HF Trainer flags (TRL and ms-swift
+/// take the same ones); absent values keep the trainer's defaults.
+fn trainer_cadence(cmd: &mut Cmd, o: &RenderOptions) {
+    if let Some(n) = o.max_steps {
+        cmd.arg(format!("--max_steps {n}"));
+    }
+    if let Some(n) = o.save_every {
+        cmd.arg("--save_strategy steps")
+            .arg(format!("--save_steps {n}"));
+    }
+    if let Some(n) = o.keep {
+        cmd.arg(format!("--save_total_limit {n}"));
+    }
 }
 
 fn unrenderable(target: &str, reason: &str) -> PlanError {
@@ -254,7 +279,7 @@ fn megatron(r: &PlanReport, o: &RenderOptions) -> Result<String> {
         .arg(format!("--load {}/base", o.output_dir))
         .arg(format!("--save {}", o.output_dir))
         .arg("--finetune")
-        .arg("--save-interval 500")
+        .arg(format!("--save-interval {}", o.save_every.unwrap_or(500)))
         .arg("--log-interval 10");
     Ok(cmd.text())
 }
@@ -290,6 +315,7 @@ fn hf(r: &PlanReport, o: &RenderOptions, deepspeed: bool) -> Result<String> {
         .arg(format!("--learning_rate {}", float(o.lr)))
         .arg(format!("--num_train_epochs {}", o.epochs))
         .arg("--bf16");
+    trainer_cadence(&mut cmd, o);
     if c.recipe != Recipe::HfAmp && c.recipe != Recipe::FsdpAmp {
         cmd.arg("--dtype bfloat16");
     }
@@ -391,6 +417,7 @@ fn swift(r: &PlanReport, o: &RenderOptions) -> Result<String> {
             "--gradient_checkpointing {}",
             l.recompute != Recompute::None
         ));
+    trainer_cadence(&mut cmd, o);
     if c.method != MethodKind::Full {
         cmd.arg(format!("--lora_rank {}", c.lora_rank))
             .arg(format!("--lora_alpha {}", 2 * c.lora_rank))

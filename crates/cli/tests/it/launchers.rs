@@ -36,7 +36,8 @@ spec:
   model: {{source: hf, id: {model}}}
   data: {{path: {data}, format: chat}}
   resources: {{nodes: 1, gpusPerNode: 2, gpu: H100-80GB}}
-  train: {{seqLen: 1024, lr: 2e-4}}
+  train: {{seqLen: 1024, lr: 2e-4, steps: 200}}
+  checkpoint: {{every: 50, keep: 2}}
   onFailure: {{maxRestarts: 1, resume: latest}}
   env: {{PATH: '{bin}:/usr/bin:/bin'}}
 ",
@@ -112,6 +113,10 @@ fn a_torchrun_job_runs_the_planned_launch_once_per_node_and_resumes_after_a_fail
     assert_eq!(after(&first, "--max_length"), "1024");
     assert_eq!(after(&first, "--learning_rate"), "2e-4");
     assert!(first.contains(&"--use_peft".to_owned()), "{first:?}");
+    // The job's step budget and checkpoint cadence reach the trainer.
+    assert_eq!(after(&first, "--max_steps"), "200");
+    assert_eq!(after(&first, "--save_steps"), "50");
+    assert_eq!(after(&first, "--save_total_limit"), "2");
     assert!(
         !first.contains(&"--resume_from_checkpoint".to_owned()),
         "nothing to resume from on the first attempt: {first:?}"
