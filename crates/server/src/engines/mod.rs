@@ -61,7 +61,8 @@ pub fn resolve_engine(job: &TrainJob) -> EngineKind {
     }
 }
 
-/// The adapter for a job's engine, or an error naming `spec.engine` when this build has none.
+/// The adapter for a job's engine (every engine has one; the `Result` keeps the seam for
+/// builds that leave some out).
 pub fn adapter_for(job: &TrainJob) -> Result<&'static dyn EngineAdapter, FieldError> {
     match resolve_engine(job) {
         EngineKind::Command => Ok(&CommandEngine),
