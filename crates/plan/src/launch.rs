@@ -55,19 +55,8 @@ pub fn launcher_for(job: &TrainJob, report: &PlanReport) -> Launcher {
 pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Result<JobLaunch> {
     let spec = &job.spec;
     let launcher = launcher_for(job, report);
-    let config_dir = paths.config_dir.trim_end_matches('/');
-    let checkpoint_dir = paths.checkpoint_dir.trim_end_matches('/');
-    let opts = RenderOptions {
-        data: paths.data.clone(),
-        output_dir: checkpoint_dir.to_owned(),
-        lr: spec.train.lr.unwrap_or(1e-5),
-        train_iters: spec.train.steps.unwrap_or(1000).max(1) as u64,
-        epochs: spec.train.epochs.unwrap_or(1.0).ceil().max(1.0) as u64,
-        deepspeed_config_path: format!("{config_dir}/ds_config.json"),
-        save_every: spec.checkpoint.every.filter(|n| *n > 0).map(|n| n as u64),
-        keep: spec.checkpoint.keep.filter(|n| *n > 0).map(|n| n as u64),
-        max_steps: spec.train.steps.filter(|n| *n > 0).map(|n| n as u64),
-    };
+    let opts = render_options(job, paths);
+    let checkpoint_dir = opts.output_dir.clone();
     let mut files = BTreeMap::new();
     let text = match launcher {
         // DeepSpeed's own launcher needs ssh between nodes; under torchrun the HF Trainer
@@ -84,10 +73,28 @@ pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Resu
         other => render_train(report, other, &opts)?,
     };
     Ok(JobLaunch {
-        script: with_resume(&text, launcher, checkpoint_dir, spec.on_failure.resume),
+        script: with_resume(&text, launcher, &checkpoint_dir, spec.on_failure.resume),
         files,
         launcher,
     })
+}
+
+/// The job's own training values (learning rate, steps, epochs, checkpoint cadence) and
+/// file locations as the renderer takes them.
+pub fn render_options(job: &TrainJob, paths: &JobPaths) -> RenderOptions {
+    let spec = &job.spec;
+    let positive = |n: Option<i64>| n.filter(|n| *n > 0).map(|n| n as u64);
+    RenderOptions {
+        data: paths.data.clone(),
+        output_dir: paths.checkpoint_dir.trim_end_matches('/').to_owned(),
+        lr: spec.train.lr.unwrap_or(1e-5),
+        train_iters: positive(spec.train.steps).unwrap_or(1000),
+        epochs: spec.train.epochs.unwrap_or(1.0).ceil().max(1.0) as u64,
+        deepspeed_config_path: format!("{}/ds_config.json", paths.config_dir.trim_end_matches('/')),
+        save_every: positive(spec.checkpoint.every),
+        keep: positive(spec.checkpoint.keep.map(i64::from)),
+        max_steps: positive(spec.train.steps),
+    }
 }
 
 /// Wraps a launch command so that every start (first run, restart, or resumption after a

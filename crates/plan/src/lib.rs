@@ -25,7 +25,7 @@ pub use catalog::shape_of;
 pub use error::{PlanError, Result};
 pub use gpu::{GpuKind, GpuSpec};
 pub use job::request_for_job;
-pub use launch::{JobLaunch, JobPaths, job_launch, launcher_for};
+pub use launch::{JobLaunch, JobPaths, job_launch, launcher_for, render_options};
 pub use memory::{
     MemoryBreakdown, Phase, Recipe, SavedTensor, ServeMemory, TrainSetup, saved_tensors,
     serve_memory, training_memory, with_overheads,

@@ -27,6 +27,19 @@ pub enum Launcher {
 }
 
 impl Launcher {
+    /// Every launcher, in the order help texts list them.
+    pub const ALL: [Launcher; 4] = [
+        Launcher::Megatron,
+        Launcher::Torchrun,
+        Launcher::Deepspeed,
+        Launcher::Swift,
+    ];
+
+    /// The launcher called `name` (as [`Launcher::name`] spells it).
+    pub fn from_name(name: &str) -> Option<Launcher> {
+        Self::ALL.into_iter().find(|l| l.name() == name)
+    }
+
     /// The launcher's name as `ferry plan --render` and `spec.engine` spell it.
     pub fn name(self) -> &'static str {
         match self {

@@ -70,17 +70,28 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("{report}");
-    if let Some(launcher) = args.render {
-        let launcher = match launcher.as_str() {
-            "megatron" => ferry_plan::Launcher::Megatron,
-            "torchrun" => ferry_plan::Launcher::Torchrun,
-            "deepspeed" => ferry_plan::Launcher::Deepspeed,
-            "swift" => ferry_plan::Launcher::Swift,
-            other => bail!(
-                "--render: unknown launcher {other:?}; use megatron, torchrun, deepspeed or swift"
-            ),
+    if let Some(name) = args.render {
+        let launcher = ferry_plan::Launcher::from_name(&name).ok_or_else(|| {
+            anyhow!(
+                "--render: unknown launcher {name:?}; use megatron, torchrun, deepspeed or swift"
+            )
+        })?;
+        // The job's own values; paths as the job names them (the control plane puts its
+        // checkpoint directory there when `spec.checkpoint.dir` is left out).
+        let spec = &job.spec;
+        let paths = ferry_plan::JobPaths {
+            data: spec
+                .data
+                .as_ref()
+                .map_or_else(|| "train.jsonl".to_owned(), |d| d.path.clone()),
+            checkpoint_dir: spec
+                .checkpoint
+                .dir
+                .clone()
+                .unwrap_or_else(|| "$FERRY_CHECKPOINT_DIR".to_owned()),
+            config_dir: ".".into(),
         };
-        let opts = ferry_plan::RenderOptions::default();
+        let opts = ferry_plan::render_options(&job, &paths);
         println!("{}", ferry_plan::render_train(&report, launcher, &opts)?);
     }
     Ok(())

@@ -197,3 +197,49 @@ fn walk(path: &Path) -> Vec<std::path::PathBuf> {
         vec![path.to_path_buf()]
     }
 }
+
+#[test]
+fn plan_render_prints_the_jobs_own_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("chat.jsonl");
+    let spec = job(
+        "render",
+        "torchrun",
+        "lora",
+        "Qwen/Qwen2.5-0.5B",
+        dir.path(),
+        &data,
+    );
+    let file = dir.path().join("job.yaml");
+    std::fs::write(&file, spec).unwrap();
+    let plan = |launcher: &str| {
+        std::process::Command::new(crate::harness::ferry_bin())
+            .args(["plan", "-f", file.to_str().unwrap(), "--render", launcher])
+            .output()
+            .unwrap()
+    };
+    let out = plan("torchrun");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for needle in [
+        "--learning_rate 2e-4",
+        "--max_steps 200",
+        "--save_steps 50",
+        "--save_total_limit 2",
+        "--output_dir $FERRY_CHECKPOINT_DIR",
+        &format!("--dataset_name {}", data.display()),
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in {text}");
+    }
+    let out = plan("slurm");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--render") && err.contains("\"slurm\""),
+        "{err}"
+    );
+}
