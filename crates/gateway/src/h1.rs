@@ -264,14 +264,13 @@ impl Decoder {
                     if buf.is_empty() {
                         return Ok(Decoded::NeedMore);
                     }
-                    let take = usize::try_from(n).unwrap_or(usize::MAX).min(buf.len());
-                    let left = n - take as u64;
+                    let (data, left) = split_upto(buf, n);
                     self.state = if left == 0 {
                         State::Done
                     } else {
                         State::Length(left)
                     };
-                    return Ok(Decoded::Data(buf.split_to(take).freeze()));
+                    return Ok(Decoded::Data(data));
                 }
                 State::Eof => {
                     if buf.is_empty() {
@@ -301,14 +300,13 @@ impl Decoder {
                     if buf.is_empty() {
                         return Ok(Decoded::NeedMore);
                     }
-                    let take = usize::try_from(n).unwrap_or(usize::MAX).min(buf.len());
-                    let left = n - take as u64;
+                    let (data, left) = split_upto(buf, n);
                     self.state = if left == 0 {
                         State::DataEnd
                     } else {
                         State::Data(left)
                     };
-                    return Ok(Decoded::Data(buf.split_to(take).freeze()));
+                    return Ok(Decoded::Data(data));
                 }
                 State::DataEnd => match &buf[..] {
                     [] | [b'\r'] => return Ok(Decoded::NeedMore),
@@ -347,6 +345,13 @@ impl Decoder {
 }
 
 /// The hex size at the start of a chunk-size line (extensions after `;` ignored).
+/// Takes at most `n` bytes off the front of `buf`; returns them and how many of the `n`
+/// are still to come.
+fn split_upto(buf: &mut BytesMut, n: u64) -> (Bytes, u64) {
+    let take = usize::try_from(n).unwrap_or(usize::MAX).min(buf.len());
+    (buf.split_to(take).freeze(), n - take as u64)
+}
+
 fn parse_chunk_size(line: &[u8]) -> Option<u64> {
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
     if digits == 0 || digits > 15 {
