@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# A from-scratch build gains nothing from incremental caches, which would take several GB of
+# disk beside the artifacts (CI's disk is not large). Set CARGO_INCREMENTAL=1 to keep them.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 step "PostgreSQL for the store's test suite"
 pg_env="$(bash scripts/postgres-test-server.sh)"
 eval "$pg_env"

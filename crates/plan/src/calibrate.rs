@@ -7,7 +7,7 @@
 //! row's layout fixed and its engine pinned — exactly what `ferry plan` reports for that layout.
 //!
 //! Parsing takes text and model configs come from a caller-supplied lookup, so this stays free
-//! of I/O; `tests/calibration.rs` and `examples/calibrate.rs` do the reading.
+//! of I/O; `tests/it/calibration.rs` and `examples/calibrate.rs` do the reading.
 
 use serde::Serialize;
 

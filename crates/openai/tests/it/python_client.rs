@@ -24,7 +24,7 @@ fn openai_importable() -> bool {
 }
 
 /// The example binary beside this test binary, (re)built first: `cargo test` builds
-/// examples, but `cargo test --test python_client` does not, and a stale binary
+/// examples, but `cargo test --test it python_client` does not, and a stale binary
 /// would test old code. A fresh build is a no-op taking about a second.
 fn mock_server_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");

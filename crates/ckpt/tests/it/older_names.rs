@@ -2,7 +2,7 @@
 //! same as Megatron-Core ones: a real fixture re-written in that spelling converts to HF and
 //! still reproduces Megatron's logits.
 
-mod common;
+use crate::common;
 
 use ferry_ckpt::hf::HfModel;
 use ferry_ckpt::megatron::CanonicalSource;

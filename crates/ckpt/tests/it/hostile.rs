@@ -2,7 +2,7 @@
 //! unbounded allocation. Runs the same entry points as the `cargo fuzz` targets over a
 //! generated corpus, plus the seed corpus checked in under `fuzz/corpus/`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

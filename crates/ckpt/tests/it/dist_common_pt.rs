@@ -1,7 +1,7 @@
 //! Older megatron-core versions keep the torch_dist common state in `common.pt` rather than a
 //! `common_state` item: when present it is the source of `args`.
 
-mod common;
+use crate::common;
 
 use ferry_ckpt::torch_write::{PickleWriter, TorchSaveWriter};
 use ferry_ckpt::{ConvertOptions, convert};

@@ -1,7 +1,7 @@
 //! Bar 1 through the built-in engine: every converted fixture, loaded by `ferry-engine`'s
 //! candle forward pass, reproduces Megatron's logits within 1e-3 (fp32).
 
-mod common;
+use crate::common;
 
 use ferry_ckpt::{ConvertOptions, convert};
 

@@ -1,7 +1,7 @@
 //! Bar 2: HF → Megatron legacy (tp, pp) → HF is bit-exact for random small models, and the
 //! Megatron files this crate writes match the layout real Megatron-Core wrote.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! the expected one, and a reference forward pass over the converted weights reproduces
 //! Megatron's own logits within 1e-3.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

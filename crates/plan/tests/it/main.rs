@@ -1,0 +1,4 @@
+//! ferry-plan's integration tests, one binary (one link of the crate graph instead of two).
+
+mod calibration;
+mod plans;
