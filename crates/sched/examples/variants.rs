@@ -22,8 +22,62 @@ struct Case {
     cluster: Option<Cluster>,
 }
 
+/// Causes of a team's miss, named by `cause`.
+const CAUSES: [&str; 10] = [
+    "tiny",
+    "lumpy-wait",
+    "behind-resv",
+    "fits-not-placed",
+    "cluster-full",
+    "over-in-entitlement",
+    "over-owed-fits",
+    "over-filling",
+    "mixed",
+    "short-window",
+];
+const PARTS: usize = 7;
+
+/// Why a team is out of the band: `tiny` when its entitlement is under one 8-GPU node (the band
+/// is less than a GPU wide), `short-window` when all teams were saturated together under 3 h,
+/// else the part of its breakdown of the same sign as its error that explains most of it (at
+/// least half), else `mixed`. Also returns the parts as contributions to `ratio − 1`, in the
+/// order of `CAUSES[1..=7]`.
+fn cause(s: &ferry_sched::TeamShare, capacity: f64, sat_s: u64) -> (usize, [f64; PARTS]) {
+    let b = &s.breakdown;
+    let parts = [
+        b.lumpy_wait,
+        b.behind_reservation,
+        b.fits_not_placed,
+        b.cluster_full,
+        b.over_within_entitlement,
+        b.over_while_owed_fits,
+        b.over_filling,
+    ];
+    let sum: f64 = parts.iter().sum();
+    let err = s.ratio - 1.0;
+    let contrib = parts.map(|p| if sum.abs() > 0.0 { err * p / sum } else { 0.0 });
+    if s.entitlement * capacity < 8.0 {
+        return (0, contrib);
+    }
+    if sat_s < 3 * 3600 {
+        return (9, contrib);
+    }
+    let (k, best) = contrib
+        .iter()
+        .enumerate()
+        .max_by(|a, b| (a.1 * err.signum()).total_cmp(&(b.1 * err.signum())))
+        .expect("parts");
+    if best.abs() >= 0.5 * err.abs() {
+        (k + 1, contrib)
+    } else {
+        (8, contrib)
+    }
+}
+
 #[derive(Default, Clone, Copy)]
 struct Verdict {
+    /// Ferry's out-of-band teams by dominant cause (see `cause`).
+    causes: [usize; CAUSES.len()],
     jct_fifo: bool,
     jct_easy: bool,
     util_fifo: bool,
@@ -85,7 +139,33 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
             .try_fold(true, |acc, w| w.map(|w| acc && w))
     };
     let (fair, fair_easy) = (verdict(&f), verdict(easy));
+    let capacity = cluster.total_gpus() as f64;
+    let mut causes = [0usize; CAUSES.len()];
+    for (t, s) in &f.team_share {
+        if s.within_tolerance == Some(false) {
+            let (k, c) = cause(s, capacity, f.saturated_s);
+            causes[k] += 1;
+            if std::env::var_os("DIAG").is_some() {
+                println!(
+                    "DIAG {:<40} {t:<10} owed {:>5.1} GPUs ratio {:.2} sat {:>6.1} h  {:<19} lumpy {:+.2} resv {:+.2} frag {:+.2} full {:+.2} | in-ent {:+.2} owed-fits {:+.2} fill {:+.2}",
+                    case.name,
+                    s.entitlement * capacity,
+                    s.ratio,
+                    f.saturated_s as f64 / 3600.0,
+                    CAUSES[k],
+                    c[0],
+                    c[1],
+                    c[2],
+                    c[3],
+                    c[4],
+                    c[5],
+                    c[6]
+                );
+            }
+        }
+    }
     let v = Verdict {
+        causes,
         jct_fifo: f.mean_jct_s < fifo.mean_jct_s,
         jct_easy: f.mean_jct_s < easy.mean_jct_s,
         util_fifo: f.utilization > fifo.utilization,
@@ -95,7 +175,6 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
     };
     // Why a team is out of the band: most of its GPU-hours come in jobs larger than the GPUs it
     // is owed ("lumpy": it can hold its share only on average, through drains), or not.
-    let capacity = cluster.total_gpus() as f64;
     let lumpy = |team: &str, entitled: f64| {
         let (mut big, mut all) = (0.0, 0.0);
         for j in case.trace.iter().filter(|j| j.team == team) {
@@ -401,5 +480,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             count(&|v| v.fair_easy.is_none()),
         );
     }
+    let total = |k: usize| {
+        results
+            .iter()
+            .map(|r| r.as_ref().expect("ran").0.causes[k])
+            .sum::<usize>()
+    };
+    println!(
+        "OUT teams by cause: {}",
+        CAUSES
+            .iter()
+            .enumerate()
+            .map(|(k, c)| format!("{c} {}", total(k)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     Ok(())
 }

@@ -2068,6 +2068,18 @@ impl Scheduler {
         Some((qq.nominal, self.max_quota(q, f)))
     }
 
+    /// Id of each flavor's reservation holder (the blocked workload the scheduler drains nodes
+    /// for), so a simulator or operator can tell whom waiting work is queued behind.
+    pub fn holders(&self) -> Vec<Option<&str>> {
+        self.holder
+            .iter()
+            .map(|h| {
+                h.and_then(|j| self.jobs[j as usize].as_ref())
+                    .map(|job| job.id.as_str())
+            })
+            .collect()
+    }
+
     /// Number of workloads waiting in all queues.
     pub fn pending_len(&self) -> usize {
         self.queues.iter().map(|q| q.pending.len()).sum()
@@ -2294,11 +2306,17 @@ mod tests {
         s.submit(wl("long", "a", 1, 8, 3, Some(5000))).unwrap();
         // big waits for small-long (ends at 1000); short ends at 510 < 1000 and may run.
         assert_eq!(admitted(&s.cycle(10)), vec!["short"]);
+        assert_eq!(s.holders(), vec![Some("big")]);
         assert!(s.cycle(11).is_empty());
         s.finished("short").unwrap();
         assert!(admitted(&s.cycle(510)).is_empty());
         s.finished("small-long").unwrap();
         assert_eq!(admitted(&s.cycle(1000)), vec!["big"]);
+        assert_eq!(
+            s.holders(),
+            vec![Some("long")],
+            "the next blocked job holds now"
+        );
     }
 
     fn prios() -> Vec<PriorityClass> {

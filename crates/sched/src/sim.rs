@@ -449,6 +449,40 @@ pub struct TeamShare {
     /// Whether `ratio` is within `FAIRNESS_TOLERANCE` of 1; `None` when all teams were saturated
     /// together for less than `MIN_SATURATED_S`.
     pub within_tolerance: Option<bool>,
+    /// Why the share differs from the entitlement (diagnosis only, not serialized).
+    #[serde(skip)]
+    pub breakdown: ShareBreakdown,
+}
+
+/// Where a team's deviation from its entitlement came from, over the all-saturated window:
+/// GPU-seconds it used minus GPU-seconds it was owed (its entitlement times all teams' busy
+/// GPUs), split by the team's situation in each interval. The parts sum to `(share −
+/// entitlement)` times all teams' busy GPU-seconds in the window. For diagnosing fairness misses;
+/// not part of the JSON output. "Fits" means its smallest waiting job fits in the GPUs left of
+/// its entitlement.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ShareBreakdown {
+    /// Under its due while every job it had waiting was larger than the GPUs left of its
+    /// entitlement (a lumpy team waiting for a drain).
+    pub lumpy_wait: f64,
+    /// Under its due, a waiting job fits and idle GPUs would hold it, but another team's job
+    /// held the reservation (the idle GPUs were kept for that gang).
+    pub behind_reservation: f64,
+    /// Under its due, a waiting job fits and idle GPUs would hold it, no other team holding the
+    /// reservation (fragmentation: no node had room).
+    pub fits_not_placed: f64,
+    /// Under its due, a waiting job fits but too few GPUs were idle: others held them (only
+    /// reclaiming or preempting would have served it).
+    pub cluster_full: f64,
+    /// Over its due in share terms while using no more than its entitlement in GPUs: others
+    /// left GPUs idle (drains, fragments), so the same GPUs are a larger share.
+    pub over_within_entitlement: f64,
+    /// Over its entitlement in GPUs while a team under its due had a waiting job that fits
+    /// (borrowing that was not reclaimed).
+    pub over_while_owed_fits: f64,
+    /// Over its entitlement in GPUs while every team under its due waited only for jobs larger
+    /// than the GPUs left of its entitlement (using GPUs no owed team could use then).
+    pub over_filling: f64,
 }
 
 /// The outcome of one simulated policy.
@@ -612,6 +646,9 @@ pub fn simulate_with(
     let mut busy: u64 = 0;
     let mut team_busy = vec![0u64; nteams];
     let mut team_pending = vec![0usize; nteams];
+    // Sizes of each team's waiting jobs (GPUs → count), for the share breakdown.
+    let mut pend_sizes: Vec<BTreeMap<u64, usize>> = vec![BTreeMap::new(); nteams];
+    let mut breakdown = vec![ShareBreakdown::default(); nteams];
     let mut pending_total = 0usize;
     let mut team_sat_gpu_s = vec![0f64; nteams];
     let mut sat_gpu_s = 0f64;
@@ -659,6 +696,7 @@ pub fn simulate_with(
             busy -= j.gpus;
             team_busy[j.team] -= j.gpus;
             team_pending[j.team] += j.gpus as usize;
+            *pend_sizes[j.team].entry(j.gpus).or_default() += 1;
             pending_total += 1;
             running.retain(|&r| r != i);
         }
@@ -683,6 +721,7 @@ pub fn simulate_with(
                 created_at: t.submit_s,
             })?;
             team_pending[jobs[i].team] += jobs[i].gpus as usize;
+            *pend_sizes[jobs[i].team].entry(jobs[i].gpus).or_default() += 1;
             pending_total += 1;
         }
         if team_queues {
@@ -714,6 +753,12 @@ pub fn simulate_with(
                         busy += j.gpus;
                         team_busy[j.team] += j.gpus;
                         team_pending[j.team] -= j.gpus as usize;
+                        if let Some(c) = pend_sizes[j.team].get_mut(&j.gpus) {
+                            *c -= 1;
+                            if *c == 0 {
+                                pend_sizes[j.team].remove(&j.gpus);
+                            }
+                        }
                         pending_total -= 1;
                         running.push(i);
                     }
@@ -774,6 +819,42 @@ pub fn simulate_with(
             sat_gpu_s += busy as f64 * dt as f64;
             for q in 0..nteams {
                 team_sat_gpu_s[q] += team_busy[q] as f64 * dt as f64;
+            }
+            // Attribute each team's deviation in this interval to its situation.
+            let holder_teams: Vec<usize> = sched
+                .holders()
+                .into_iter()
+                .flatten()
+                .filter_map(|id| ids.get(id).map(|&i| jobs[i].team))
+                .collect();
+            let under = |q: usize| (team_busy[q] as f64) < entitled[q] * busy as f64;
+            let fits = |q: usize| {
+                pend_sizes[q]
+                    .keys()
+                    .next()
+                    .is_some_and(|&g| g as f64 <= entitled[q] * capacity - team_busy[q] as f64)
+            };
+            for q in (0..nteams).filter(|&q| active_teams[q]) {
+                let d = (team_busy[q] as f64 - entitled[q] * busy as f64) * dt as f64;
+                let b = &mut breakdown[q];
+                let smallest = pend_sizes[q].keys().next().copied().unwrap_or(u64::MAX);
+                if d < 0.0 {
+                    if !fits(q) {
+                        b.lumpy_wait += d;
+                    } else if (capacity as u64).saturating_sub(busy) < smallest {
+                        b.cluster_full += d;
+                    } else if holder_teams.iter().any(|&h| h != q) {
+                        b.behind_reservation += d;
+                    } else {
+                        b.fits_not_placed += d;
+                    }
+                } else if team_busy[q] as f64 <= entitled[q] * capacity {
+                    b.over_within_entitlement += d;
+                } else if (0..nteams).any(|p| p != q && active_teams[p] && under(p) && fits(p)) {
+                    b.over_while_owed_fits += d;
+                } else {
+                    b.over_filling += d;
+                }
             }
         }
         now = t_next;
@@ -846,6 +927,7 @@ pub fn simulate_with(
                     ratio,
                     within_tolerance: (saturated_s >= MIN_SATURATED_S)
                         .then_some((ratio - 1.0).abs() <= FAIRNESS_TOLERANCE),
+                    breakdown: breakdown[q],
                 },
             )
         })

@@ -180,3 +180,61 @@ fn a_single_team_trace_simulates_without_a_cohort() {
         assert_eq!(r.buckets.iter().map(|b| b.jobs).sum::<usize>(), 2);
     }
 }
+
+/// The share breakdown (diagnosis of fairness misses) accounts for each team's whole deviation:
+/// its parts sum to `(share − entitlement)` times the same all-teams busy GPU-seconds for every
+/// team, so they cancel out over the teams.
+#[test]
+fn the_share_breakdown_accounts_for_each_teams_deviation() {
+    use ferry_sched::{GenSpec, SizeMix, cluster_with_gpus, generated_trace};
+    let spec = GenSpec {
+        seed: 1,
+        jobs: 600,
+        teams: 3,
+        gpus: 128,
+        load: 1.0,
+        mix: SizeMix::Mixed,
+    };
+    let trace = generated_trace(&spec);
+    let cluster = cluster_with_gpus(128);
+    let queues = default_queues(&trace, &cluster);
+    for policy in [Policy::Ferry, Policy::EasyBackfill] {
+        let r = simulate(&trace, &cluster, &queues, policy).expect("simulation runs");
+        assert!(r.saturated_s > 3600, "{}: {}", r.policy, r.saturated_s);
+        let mut busy_gpu_s = Vec::new();
+        let mut total = 0.0;
+        let mut scale = 0.0f64;
+        for (team, s) in &r.team_share {
+            let b = &s.breakdown;
+            let under = [
+                b.lumpy_wait,
+                b.behind_reservation,
+                b.fits_not_placed,
+                b.cluster_full,
+            ];
+            let over = [
+                b.over_within_entitlement,
+                b.over_while_owed_fits,
+                b.over_filling,
+            ];
+            assert!(under.iter().all(|x| *x <= 0.0), "{team}: {b:?}");
+            assert!(over.iter().all(|x| *x >= 0.0), "{team}: {b:?}");
+            let sum: f64 = under.iter().chain(&over).sum();
+            total += sum;
+            scale = scale.max(sum.abs());
+            let dev = s.share - s.entitlement;
+            if dev.abs() > 1e-3 {
+                assert_eq!(sum.signum(), dev.signum(), "{team}: {b:?} vs {dev}");
+                busy_gpu_s.push(sum / dev);
+            }
+        }
+        assert!(busy_gpu_s.len() >= 2, "{}: teams deviate", r.policy);
+        let (lo, hi) = busy_gpu_s
+            .iter()
+            .fold((f64::MAX, 0f64), |(l, h), x| (l.min(*x), h.max(*x)));
+        assert!(hi / lo < 1.0 + 1e-6, "{}: {busy_gpu_s:?}", r.policy);
+        // The window's busy GPU-seconds: at most the cluster's GPUs over the window.
+        assert!(hi <= 128.0 * r.saturated_s as f64 + 1.0, "{hi}");
+        assert!(total.abs() <= 1e-6 * scale, "{}: {total}", r.policy);
+    }
+}
