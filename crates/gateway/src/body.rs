@@ -2,13 +2,13 @@
 //! through frame by frame, observed on the way (TTFT, inter-token gaps, `usage`),
 //! cut by the idle timeout, and accounted for when it ends or the client leaves.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
 use memchr::memmem;
 
 use crate::error::Error;
@@ -18,63 +18,24 @@ use crate::registry::{InFlightGuard, Replica};
 use crate::tenancy::Tenant;
 use crate::upstream::UpstreamBody;
 
-/// Errors a response body can end with.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
 /// What the gateway sends to clients.
 #[derive(Debug)]
-pub enum GwBody {
+pub(crate) enum GwBody {
     /// A complete body (errors, `/v1/models`, `/metrics`).
-    Full(Option<Bytes>),
+    Full(Bytes),
     /// A replica's body passed through.
     Proxy(Box<ProxyBody>),
 }
 
 impl From<Bytes> for GwBody {
     fn from(b: Bytes) -> Self {
-        GwBody::Full(Some(b))
+        GwBody::Full(b)
     }
 }
 
 impl From<String> for GwBody {
     fn from(s: String) -> Self {
-        GwBody::Full(Some(Bytes::from(s)))
-    }
-}
-
-impl Body for GwBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.get_mut() {
-            GwBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            GwBody::Proxy(p) => Pin::new(&mut **p).poll_inner(cx),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            GwBody::Full(b) => b.is_none(),
-            GwBody::Proxy(p) => p.done,
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            GwBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
-            GwBody::Full(None) => SizeHint::with_exact(0),
-            GwBody::Proxy(p) => match p.inner.as_ref() {
-                Some(i) => match i.remaining() {
-                    Some(n) => SizeHint::with_exact(n),
-                    None => SizeHint::default(),
-                },
-                None => SizeHint::default(),
-            },
-        }
+        GwBody::Full(Bytes::from(s))
     }
 }
 
@@ -354,7 +315,7 @@ impl Drop for Observer {
 
 /// A replica's response body on its way to the client.
 #[derive(Debug)]
-pub struct ProxyBody {
+pub(crate) struct ProxyBody {
     inner: Option<UpstreamBody>,
     /// The worker lane whose pool the connection returns to once the body ends
     /// (None: close it).
@@ -385,11 +346,7 @@ impl ProxyBody {
 
     /// Ends a broken stream: an SSE error event for streams (what vLLM does; the
     /// status line already went out), an aborted body otherwise.
-    fn fail(
-        &mut self,
-        kind: &'static str,
-        message: String,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn fail(&mut self, kind: &'static str, message: String) -> Poll<Option<Result<Bytes, String>>> {
         self.inner = None;
         self.obs.outcome = Some(kind);
         self.obs.sh.metrics.failure(self.obs.replica.id(), kind);
@@ -405,10 +362,10 @@ impl ProxyBody {
             event.extend_from_slice(&err.body());
             event.extend_from_slice(b"\n\ndata: [DONE]\n\n");
             self.done = true;
-            return Poll::Ready(Some(Ok(Frame::data(Bytes::from(event)))));
+            return Poll::Ready(Some(Ok(Bytes::from(event))));
         }
         self.done = true;
-        Poll::Ready(Some(Err(message.into())))
+        Poll::Ready(Some(Err(message)))
     }
 
     /// The replica's body ended normally.
@@ -426,11 +383,37 @@ impl ProxyBody {
         }
     }
 
-    fn poll_inner(
-        mut self: Pin<&mut Self>,
+    /// Whether the body has ended (no more pieces will come).
+    pub(crate) fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Body bytes still to come, when the replica said how many.
+    pub(crate) fn remaining(&self) -> Option<u64> {
+        self.inner.as_ref().and_then(UpstreamBody::remaining)
+    }
+
+    /// The replica's end-to-end header lines (valid until the first piece is polled).
+    pub(crate) fn head_lines(&self) -> &[u8] {
+        self.inner.as_ref().map_or(&[], UpstreamBody::head_lines)
+    }
+
+    /// The replica that answers.
+    pub(crate) fn replica(&self) -> &Replica {
+        &self.obs.replica
+    }
+
+    /// The next piece of body for the client: everything the replica already
+    /// delivered, in one buffer. `Err`: the body broke off (the client's answer
+    /// must be cut short). `None` at the end.
+    pub(crate) fn poll_next(
+        &mut self,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
+    ) -> Poll<Option<Result<Bytes, String>>> {
+        let this = self;
+        if this.done {
+            return Poll::Ready(None);
+        }
         let Some(inner) = this.inner.as_mut() else {
             this.done = true;
             return Poll::Ready(None);
@@ -442,15 +425,15 @@ impl ProxyBody {
         match polled {
             Poll::Ready(Some(Ok(data))) => {
                 if inner.is_end_stream() {
-                    // Content-length bodies: hyper stops polling once every byte is
-                    // out, so settle now rather than wait for a `None` never asked for.
+                    // Settle now: the connection goes back to its pool before the
+                    // last bytes are written to the client.
                     this.complete();
                 } else if let Some(sleep) = this.sleep.as_mut() {
                     sleep
                         .as_mut()
                         .reset(tokio::time::Instant::now() + this.idle);
                 }
-                Poll::Ready(Some(Ok(Frame::data(data))))
+                Poll::Ready(Some(Ok(data)))
             }
             Poll::Ready(Some(Err(e))) => {
                 this.fail("body", format!("the replica's response broke off: {e}"))

@@ -119,6 +119,13 @@ pub struct GatewayConfig {
     pub pool_idle_timeout_ms: u64,
     /// Time in-flight requests get to finish at shutdown, ms.
     pub drain_timeout_ms: u64,
+    /// Time a client gets to send a whole request head once its first byte came,
+    /// and a whole body once the head came; also the longest a client may leave
+    /// an answer unread. Slower clients are disconnected (408 when nothing of an
+    /// answer was sent), ms.
+    pub client_timeout_ms: u64,
+    /// Idle keep-alive connections from clients are closed after this long, ms.
+    pub client_keep_alive_ms: u64,
     /// API keys; when empty, the gateway is open (no auth, no limits).
     pub keys: Vec<KeyConfig>,
     /// Static replicas.
@@ -144,6 +151,8 @@ impl Default for GatewayConfig {
             eject_base_ms: 1_000,
             pool_idle_timeout_ms: 30_000,
             drain_timeout_ms: 30_000,
+            client_timeout_ms: 30_000,
+            client_keep_alive_ms: 75_000,
             keys: Vec::new(),
             backends: Vec::new(),
         }
@@ -191,6 +200,8 @@ impl GatewayConfig {
             ("healthTimeoutMs", self.health_timeout_ms),
             ("metricsIntervalMs", self.metrics_interval_ms),
             ("ejectBaseMs", self.eject_base_ms),
+            ("clientTimeoutMs", self.client_timeout_ms),
+            ("clientKeepAliveMs", self.client_keep_alive_ms),
         ] {
             if v == 0 {
                 return Err(Error::config(field, "must be at least 1 ms"));
@@ -285,6 +296,16 @@ impl GatewayConfig {
     /// Drain deadline.
     pub fn drain_timeout(&self) -> Duration {
         ms(self.drain_timeout_ms)
+    }
+
+    /// [`GatewayConfig::client_timeout_ms`] as a duration.
+    pub fn client_timeout(&self) -> Duration {
+        ms(self.client_timeout_ms)
+    }
+
+    /// [`GatewayConfig::client_keep_alive_ms`] as a duration.
+    pub fn client_keep_alive(&self) -> Duration {
+        ms(self.client_keep_alive_ms)
     }
 }
 

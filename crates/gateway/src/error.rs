@@ -81,6 +81,30 @@ pub enum Error {
         /// What failed.
         message: String,
     },
+    /// The request head is not valid HTTP/1.x or frames its body in a way the
+    /// gateway refuses (400; the connection is closed).
+    #[error("malformed HTTP request: {message}")]
+    BadRequest {
+        /// What is wrong.
+        message: String,
+    },
+    /// The request head is larger than the gateway accepts (431; the connection is closed).
+    #[error(
+        "the request head exceeds {limit} bytes or {headers} header fields; send fewer or shorter headers"
+    )]
+    HeadTooLarge {
+        /// Largest head in bytes.
+        limit: usize,
+        /// Most header fields.
+        headers: usize,
+    },
+    /// The client sent nothing, or not the whole request, in time (408; the
+    /// connection is closed).
+    #[error("the request did not arrive within {timeout:?}; send it at once")]
+    RequestTimeout {
+        /// The timeout.
+        timeout: Duration,
+    },
     /// The `model` names nothing this gateway routes to (404).
     #[error("the model `{0}` does not exist; list served models with GET /v1/models")]
     UnknownModel(String),
@@ -176,6 +200,19 @@ impl Error {
             Error::MalformedJson { .. } | Error::BodyRead { .. } => {
                 (StatusCode::BAD_REQUEST, INVALID, None, "invalid_json")
             }
+            Error::BadRequest { .. } => (StatusCode::BAD_REQUEST, INVALID, None, "invalid_request"),
+            Error::HeadTooLarge { .. } => (
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                INVALID,
+                None,
+                "request_header_fields_too_large",
+            ),
+            Error::RequestTimeout { .. } => (
+                StatusCode::REQUEST_TIMEOUT,
+                INVALID,
+                None,
+                "request_timeout",
+            ),
             Error::UnknownModel(_) => (
                 StatusCode::NOT_FOUND,
                 INVALID,
@@ -262,6 +299,21 @@ mod tests {
                 "invalid_json",
             ),
             (Error::UnknownModel("m".into()), 404, "model_not_found"),
+            (
+                Error::BadRequest {
+                    message: "x".into(),
+                },
+                400,
+                "invalid_request",
+            ),
+            (
+                Error::HeadTooLarge {
+                    limit: 9,
+                    headers: 2,
+                },
+                431,
+                "request_header_fields_too_large",
+            ),
             (Error::NoReplica("m".into()), 503, "unavailable"),
             (
                 Error::Upstream {

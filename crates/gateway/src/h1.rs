@@ -7,7 +7,6 @@
 
 use bytes::{Bytes, BytesMut};
 use http::StatusCode;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// Largest response head accepted from a replica.
 pub(crate) const MAX_HEAD: usize = 64 * 1024;
@@ -32,46 +31,35 @@ pub(crate) enum Framing {
     Eof,
 }
 
-/// A parsed response head.
+/// A parsed response head. Its end-to-end header lines were written to the
+/// buffer [`parse_head`] was given.
 #[derive(Debug)]
 pub(crate) struct Head {
     pub status: StatusCode,
-    /// End-to-end headers (hop-by-hop ones are left out).
-    pub headers: HeaderMap,
     pub framing: Framing,
     /// HTTP/1.1 without `Connection: close`: the connection may carry another request.
     pub keep_alive: bool,
+    /// `Content-Type: text/event-stream`.
+    pub sse: bool,
 }
 
-/// Headers that describe one connection, not the answer: never passed on.
-fn hop_by_hop(name: &HeaderName) -> bool {
-    name == header::CONNECTION
-        || name == header::TRANSFER_ENCODING
-        || name == header::TE
-        || name == header::TRAILER
-        || name == header::UPGRADE
-        || name == header::PROXY_AUTHORIZATION
-        || name.as_str() == "keep-alive"
-        || name.as_str() == "proxy-connection"
-}
-
-/// A header name, looking up the ones replicas send on every answer before the
-/// general (slower) parse.
-fn header_name(raw: &[u8]) -> Result<HeaderName, &'static str> {
-    const COMMON: [(&[u8], HeaderName); 6] = [
-        (b"content-type", header::CONTENT_TYPE),
-        (b"content-length", header::CONTENT_LENGTH),
-        (b"date", header::DATE),
-        (b"transfer-encoding", header::TRANSFER_ENCODING),
-        (b"connection", header::CONNECTION),
-        (b"server", header::SERVER),
+/// Headers that describe one connection, or the body's framing (which the
+/// gateway writes itself): never passed on as they came.
+fn not_passed(name: &[u8]) -> bool {
+    const NAMES: [&[u8]; 9] = [
+        b"connection",
+        b"transfer-encoding",
+        b"content-length",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"proxy-authorization",
+        b"keep-alive",
+        b"proxy-connection",
     ];
-    for (known, name) in &COMMON {
-        if raw.len() == known.len() && raw.eq_ignore_ascii_case(known) {
-            return Ok(name.clone());
-        }
-    }
-    HeaderName::from_bytes(raw).map_err(|_| "invalid header name")
+    NAMES
+        .iter()
+        .any(|n| n.len() == name.len() && n.eq_ignore_ascii_case(name))
 }
 
 /// Whether a comma-separated header value lists `token` (ASCII case-insensitive).
@@ -83,9 +71,15 @@ fn lists(value: &[u8], token: &[u8]) -> bool {
 
 /// Parses a response head at the start of `buf`. `Ok(None)`: incomplete, read
 /// more (unless `buf` already holds [`MAX_HEAD`] bytes, which is an error). On
-/// success the head's bytes are taken off `buf` (header values share them).
-/// Informational (1xx) heads are returned too; their body is empty.
-pub(crate) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, &'static str> {
+/// success the head's bytes are taken off `buf`, and its end-to-end header lines
+/// (`name: value\r\n` each; hop-by-hop and framing headers left out) replace the
+/// contents of `lines`. Informational (1xx) heads are returned too; their body is
+/// empty. httparse refuses CR, LF and other control bytes in names and values, so
+/// a passed line cannot smuggle another.
+pub(crate) fn parse_head(
+    buf: &mut BytesMut,
+    lines: &mut Vec<u8>,
+) -> Result<Option<Head>, &'static str> {
     let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut raw);
     let len = match resp.parse(buf) {
@@ -103,39 +97,40 @@ pub(crate) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, &'static st
     let code = resp.code.unwrap_or(0);
     let status = StatusCode::from_u16(code).map_err(|_| "invalid response status code")?;
     let http11 = resp.version == Some(1);
-    let base = buf.as_ptr() as usize;
-    let mut kept: Vec<(HeaderName, usize, usize)> = Vec::with_capacity(resp.headers.len());
     let mut length: Option<u64> = None;
     let mut chunked = false;
     let mut transfer_encoding = false;
     let mut close = !http11;
+    let mut sse = false;
+    lines.clear();
     for h in resp.headers.iter() {
-        let name = header_name(h.name.as_bytes())?;
+        let name = h.name.as_bytes();
         let v = h.value;
-        if name == header::CONTENT_LENGTH {
+        if name.eq_ignore_ascii_case(b"content-length") {
             let n = parse_length(v).ok_or("invalid Content-Length")?;
             if length.is_some_and(|l| l != n) {
                 return Err("conflicting Content-Length headers");
             }
             length = Some(n);
-        } else if name == header::TRANSFER_ENCODING {
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             transfer_encoding = true;
             // Chunked must be the last coding; anything else is read to EOF.
             chunked = v
                 .rsplit(|b| *b == b',')
                 .next()
                 .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-        } else if name == header::CONNECTION && lists(v, b"close") {
-            close = true;
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            close |= lists(v, b"close");
+        } else if name.eq_ignore_ascii_case(b"content-type") {
+            sse = v.len() >= 17 && v[..17].eq_ignore_ascii_case(b"text/event-stream");
         }
-        if hop_by_hop(&name) {
+        if not_passed(name) {
             continue;
         }
-        let at = (v.as_ptr() as usize).wrapping_sub(base);
-        if at > len || len - at < v.len() {
-            return Err("header value outside the head");
-        }
-        kept.push((name, at, v.len()));
+        lines.extend_from_slice(name);
+        lines.extend_from_slice(b": ");
+        lines.extend_from_slice(v);
+        lines.extend_from_slice(b"\r\n");
     }
     let framing = if status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -153,23 +148,12 @@ pub(crate) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, &'static st
     } else {
         Framing::Eof
     };
-    let head = buf.split_to(len).freeze();
-    // One more for the `x-ferry-replica` the gateway adds.
-    let mut headers = HeaderMap::with_capacity(kept.len() + 1);
-    for (name, at, n) in kept {
-        if name == header::CONTENT_LENGTH && transfer_encoding {
-            // Transfer-Encoding wins (RFC 9112 §6.3); the length is not the body's.
-            continue;
-        }
-        let value = HeaderValue::from_maybe_shared(head.slice(at..at + n))
-            .map_err(|_| "invalid header value")?;
-        headers.append(name, value);
-    }
+    let _ = buf.split_to(len);
     Ok(Some(Head {
         status,
-        headers,
         keep_alive: !close && framing != Framing::Eof && !(transfer_encoding && length.is_some()),
         framing,
+        sse,
     }))
 }
 
@@ -373,7 +357,15 @@ mod tests {
     use proptest::prelude::*;
 
     fn head(s: &str) -> Result<Option<Head>, &'static str> {
-        parse_head(&mut BytesMut::from(s.as_bytes()))
+        parse_head(&mut BytesMut::from(s.as_bytes()), &mut Vec::new())
+    }
+
+    fn head_lines(s: &str) -> (Head, String) {
+        let mut lines = Vec::new();
+        let h = parse_head(&mut BytesMut::from(s.as_bytes()), &mut lines)
+            .unwrap()
+            .unwrap();
+        (h, String::from_utf8(lines).unwrap())
     }
 
     fn decode_all(framing: Framing, input: &[u8]) -> Result<(Vec<u8>, bool), &'static str> {
@@ -394,22 +386,24 @@ mod tests {
 
     #[test]
     fn heads_give_status_framing_and_end_to_end_headers() {
-        let h = head("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\nX-Request-Id: a1\r\n\r\nrest")
-            .unwrap()
-            .unwrap();
+        let (h, lines) = head_lines(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\nX-Request-Id: a1\r\nKeep-Alive: timeout=5\r\n\r\nrest",
+        );
         assert_eq!(h.status, StatusCode::OK);
         assert_eq!(h.framing, Framing::Chunked);
-        assert!(h.keep_alive);
-        assert_eq!(h.headers.len(), 2);
-        assert_eq!(h.headers["content-type"], "text/event-stream");
-        assert_eq!(h.headers["x-request-id"], "a1");
+        assert!(h.keep_alive && h.sse);
+        assert_eq!(
+            lines,
+            "Content-Type: text/event-stream\r\nX-Request-Id: a1\r\n"
+        );
 
-        let h = head("HTTP/1.1 503 Busy\r\ncontent-length: 12\r\nconnection: close\r\n\r\n")
-            .unwrap()
-            .unwrap();
+        let (h, lines) = head_lines(
+            "HTTP/1.1 503 Busy\r\ncontent-length: 12\r\nconnection: close\r\ncontent-type: application/json\r\n\r\n",
+        );
         assert_eq!(h.framing, Framing::Length(12));
-        assert!(!h.keep_alive);
-        assert_eq!(h.headers["content-length"], "12");
+        assert!(!h.keep_alive && !h.sse);
+        // The gateway writes the framing itself.
+        assert_eq!(lines, "content-type: application/json\r\n");
 
         let h = head("HTTP/1.0 200 OK\r\n\r\n").unwrap().unwrap();
         assert_eq!(h.framing, Framing::Eof);
@@ -462,11 +456,12 @@ mod tests {
             let mut input = prefix.to_vec();
             input.extend_from_slice(&bytes);
             let mut buf = BytesMut::from(&input[..]);
-            if let Ok(Some(h)) = parse_head(&mut buf) {
-                let kept: usize = h.headers.iter().map(|(k, v)| k.as_str().len() + v.len()).sum();
-                prop_assert!(kept <= input.len());
+            let mut lines = Vec::new();
+            if let Ok(Some(_)) = parse_head(&mut buf, &mut lines) {
+                // Each kept line is a header's name and value plus ": " and CRLF.
+                prop_assert!(lines.len() <= input.len() + 4 * MAX_HEADERS);
                 prop_assert!(buf.len() < input.len());
-                prop_assert!(h.headers.len() <= MAX_HEADERS);
+                prop_assert!(lines.windows(2).filter(|w| w == b"\r\n").count() <= MAX_HEADERS);
             }
         }
 

@@ -5,8 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Method, Request};
-use http_body_util::{BodyExt, Full, Limited};
 use tokio::sync::watch;
 
 use crate::proxy::Shared;
@@ -55,19 +53,13 @@ async fn get(
     path: &str,
     timeout: Duration,
 ) -> Result<(u16, Bytes), String> {
-    let mut req = Request::new(Full::new(Bytes::new()));
-    *req.method_mut() = Method::GET;
-    *req.uri_mut() = replica.upstream().uri(path);
-    let fut = async {
-        let resp = sh.client.request(req).await.map_err(|e| e.to_string())?;
-        let status = resp.status().as_u16();
-        let body = Limited::new(resp.into_body(), POLL_BODY_LIMIT)
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok((status, body))
-    };
+    let fut = crate::upstream::get(
+        replica,
+        path,
+        POLL_BODY_LIMIT,
+        sh.cfg.connect_timeout(),
+        sh.cfg.pool_idle_timeout(),
+    );
     tokio::time::timeout(timeout, fut)
         .await
         .map_err(|_| format!("no answer within {timeout:?}"))?

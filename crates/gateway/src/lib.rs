@@ -6,9 +6,11 @@
 //! over [`cmd`].
 #![forbid(unsafe_code)]
 
-pub mod body;
+mod body;
 pub mod cmd;
 pub mod config;
+mod conn;
+mod date;
 pub mod error;
 mod h1;
 pub mod health;
@@ -16,6 +18,7 @@ pub mod metrics;
 mod peek;
 pub mod proxy;
 pub mod registry;
+mod request;
 pub mod route;
 pub mod server;
 pub mod tenancy;

@@ -2,18 +2,12 @@
 //! pick a replica, forward, retry on another replica while nothing has been sent
 //! to the client, then stream the answer back.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
+use bytes::Bytes;
+use http::StatusCode;
 use serde_json::Value;
 
 use crate::body::{GwBody, Observer, ProxyBody};
@@ -21,25 +15,10 @@ use crate::config::GatewayConfig;
 use crate::error::Error;
 use crate::metrics::{Metrics, ReplicaLabels, RequestLabels};
 use crate::registry::{Registry, Replica};
+use crate::request::{Method, RequestHead, Route};
 use crate::route::{Affinity, Router, hash_parts};
 use crate::tenancy::{Tenancy, Tenant};
-use crate::upstream::{SendError, UpstreamBody};
-
-/// The HTTP client to replicas (pooled keep-alive connections).
-pub(crate) type UpstreamClient = Client<HttpConnector, Full<Bytes>>;
-
-/// Builds a pooled keep-alive client to replicas (health checks and polling;
-/// requests go through [`crate::upstream`]).
-pub(crate) fn upstream_client(cfg: &GatewayConfig) -> UpstreamClient {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(cfg.connect_timeout()));
-    connector.set_nodelay(true);
-    connector.enforce_http(true);
-    Client::builder(hyper_util::rt::TokioExecutor::new())
-        .pool_idle_timeout(cfg.pool_idle_timeout())
-        .pool_timer(hyper_util::rt::TokioTimer::new())
-        .build(connector)
-}
+use crate::upstream::{Answer, SendError};
 
 /// What one accept loop serves with: the gateway's shared state and which
 /// thread's upstream connections it uses.
@@ -57,10 +36,10 @@ pub struct Shared {
     pub(crate) registry: Registry,
     pub(crate) tenancy: Tenancy,
     pub(crate) metrics: Metrics,
-    pub(crate) client: UpstreamClient,
     pub(crate) router: Router,
     pub(crate) draining: AtomicBool,
-    session_header: HeaderName,
+    /// The session header's name, lower case (empty: none).
+    pub(crate) session_header: Vec<u8>,
 }
 
 impl Shared {
@@ -69,10 +48,16 @@ impl Shared {
         registry: Registry,
         tenancy: Tenancy,
     ) -> Result<Self, Error> {
-        let client = upstream_client(&cfg);
-        let session_header =
-            HeaderName::from_bytes(cfg.session_header.to_ascii_lowercase().as_bytes())
-                .map_err(|e| Error::config("sessionHeader", format!("not a header name: {e}")))?;
+        let session_header = cfg.session_header.to_ascii_lowercase().into_bytes();
+        if !session_header
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b))
+        {
+            return Err(Error::config(
+                "sessionHeader",
+                "not a header name: use letters, digits and '-', e.g. x-session-id",
+            ));
+        }
         let router = Router {
             policy: cfg.policy,
             load_bound: cfg.load_bound,
@@ -83,7 +68,6 @@ impl Shared {
             registry,
             tenancy,
             metrics: Metrics::new(),
-            client,
             router,
             draining: AtomicBool::new(false),
             session_header,
@@ -91,15 +75,15 @@ impl Shared {
     }
 
     /// Answers with a gateway error, counted in metrics and logged.
-    fn reject(&self, err: Error, model: &str, team: &str, path: &str) -> Response<GwBody> {
-        let resp: Response<GwBody> = err.response();
+    pub(crate) fn reject(&self, err: Error, model: &str, team: &str, path: &str) -> Reply {
+        let resp = Reply::error(&err);
         self.metrics
             .requests
             .get_or_create(&RequestLabels {
                 model: model.to_owned(),
                 replica: String::new(),
                 team: team.to_owned(),
-                code: resp.status().as_u16().to_string(),
+                code: resp.status.as_u16().to_string(),
             })
             .inc();
         tracing::info!(
@@ -107,7 +91,7 @@ impl Shared {
             path,
             model,
             team,
-            status = resp.status().as_u16(),
+            status = resp.status.as_u16(),
             outcome = "rejected",
             error = %err,
             "request"
@@ -116,87 +100,102 @@ impl Shared {
     }
 }
 
-/// Names the replica that answered, on every proxied answer.
-const X_FERRY_REPLICA: HeaderName = HeaderName::from_static("x-ferry-replica");
+/// An answer to a client: status, the few headers the gateway sets itself, and
+/// the body (a proxied body brings the replica's header lines).
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub status: StatusCode,
+    /// `Content-Type` of the gateway's own answers (proxied answers carry theirs).
+    pub content_type: &'static str,
+    /// `Retry-After` seconds (429).
+    pub retry_after: Option<u64>,
+    pub body: GwBody,
+}
 
-/// Headers copied from the client to the replica (besides the session header).
-const FORWARDED: [HeaderName; 5] = [
-    header::ACCEPT,
-    header::USER_AGENT,
-    header::ACCEPT_ENCODING,
-    HeaderName::from_static("x-request-id"),
-    HeaderName::from_static("traceparent"),
-];
+impl Reply {
+    fn new(status: StatusCode, content_type: &'static str, body: GwBody) -> Reply {
+        Reply {
+            status,
+            content_type,
+            retry_after: None,
+            body,
+        }
+    }
 
-fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<GwBody> {
-    let mut r = Response::new(GwBody::from(body.into()));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
+    /// The gateway's answer for `err`: its status, an OpenAI error body, and
+    /// `Retry-After` on 429.
+    pub(crate) fn error(err: &Error) -> Reply {
+        let (status, ..) = err.classify();
+        let mut r = Reply::new(status, "application/json", GwBody::Full(err.body()));
+        if let Error::RateLimited { retry_after_s, .. } = err {
+            r.retry_after = Some(*retry_after_s);
+        }
+        r
+    }
+}
+
+/// A request as the connection read it: the head's bytes and what was parsed
+/// from them, the forwarded header lines, and the whole body.
+#[derive(Debug)]
+pub(crate) struct Incoming<'a> {
+    pub raw: &'a [u8],
+    pub head: &'a RequestHead,
+    /// Header lines for the replica (`name: value\r\n` each).
+    pub forward: &'a [u8],
+    pub body: Bytes,
+}
+
+impl Incoming<'_> {
+    fn authorization(&self) -> Option<&[u8]> {
+        self.head.authorization.clone().map(|r| &self.raw[r])
+    }
 }
 
 /// Entry point of every request.
-pub(crate) async fn handle(
-    lane: Arc<Lane>,
-    req: Request<Incoming>,
-) -> Result<Response<GwBody>, Infallible> {
+pub(crate) async fn handle(lane: &Lane, req: &Incoming<'_>) -> Reply {
     let arrival = Instant::now();
     let sh = &lane.sh;
-    let path: &'static str = match req.uri().path() {
-        "/v1/chat/completions" => "/v1/chat/completions",
-        "/v1/completions" => "/v1/completions",
-        "/v1/embeddings" => "/v1/embeddings",
-        "/v1/models" => "/v1/models",
-        "/health" => "/health",
-        "/metrics" => "/metrics",
-        _ => "",
-    };
-    let resp = match (req.method(), path) {
-        (&Method::POST, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings") => {
-            forward(&lane, req, path, arrival).await
+    let route = req.head.route;
+    match (req.head.method, route) {
+        (Method::Post, Route::Chat | Route::Completions | Route::Embeddings) => {
+            forward(lane, req, route.path(), arrival).await
         }
-        (&Method::GET, "/v1/models") => models(sh, &req),
-        (&Method::GET, "/health") => {
+        (Method::Get | Method::Head, Route::Models) => models(sh, req),
+        (Method::Get | Method::Head, Route::Health) => {
             if sh.draining.load(Ordering::Relaxed) {
-                json(StatusCode::SERVICE_UNAVAILABLE, Error::Draining.body())
+                Reply::error(&Error::Draining)
             } else {
-                let mut r = Response::new(GwBody::from(Bytes::from_static(b"ok\n")));
-                r.headers_mut()
-                    .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-                r
+                Reply::new(
+                    StatusCode::OK,
+                    "text/plain",
+                    GwBody::Full(Bytes::from_static(b"ok\n")),
+                )
             }
         }
-        (&Method::GET, "/metrics") => {
+        (Method::Get | Method::Head, Route::Metrics) => {
             let text = sh.metrics.render(&sh.registry, sh.router.signal_max_age);
-            let mut r = Response::new(GwBody::from(text));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                ),
-            );
-            r
+            Reply::new(
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                GwBody::from(text),
+            )
         }
         _ => {
             let err = Error::UnknownRoute {
-                method: req.method().to_string(),
-                path: req.uri().path().chars().take(200).collect(),
+                method: String::from_utf8_lossy(&req.raw[req.head.method_text.clone()])
+                    .into_owned(),
+                path: String::from_utf8_lossy(&req.raw[req.head.path.clone()])
+                    .chars()
+                    .take(200)
+                    .collect(),
             };
             sh.reject(err, "", "", "unmatched")
         }
-    };
-    Ok(resp)
+    }
 }
 
-fn models(sh: &Shared, req: &Request<Incoming>) -> Response<GwBody> {
-    let auth = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .map(HeaderValue::as_bytes);
-    if let Err(e) = sh.tenancy.authenticate(auth) {
+fn models(sh: &Shared, req: &Incoming<'_>) -> Reply {
+    if let Err(e) = sh.tenancy.authenticate(req.authorization()) {
         return sh.reject(e, "", "unknown", "/v1/models");
     }
     let table = sh.registry.snapshot();
@@ -216,84 +215,30 @@ fn models(sh: &Shared, req: &Request<Incoming>) -> Response<GwBody> {
         })
         .collect();
     let body = serde_json::json!({"object": "list", "data": data});
-    json(
+    Reply::new(
         StatusCode::OK,
-        serde_json::to_vec(&body).unwrap_or_default(),
+        "application/json",
+        GwBody::Full(Bytes::from(serde_json::to_vec(&body).unwrap_or_default())),
     )
-}
-
-fn content_length(h: &HeaderMap) -> Option<u64> {
-    h.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
-}
-
-/// Reads a request body of at most `limit` bytes. A body that arrives as one
-/// frame (the usual case) is passed on as it came, without copying.
-async fn read_body(mut body: Incoming, limit: usize) -> Result<Bytes, Error> {
-    let mut first: Option<Bytes> = None;
-    let mut more: Option<BytesMut> = None;
-    let mut total = 0usize;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| Error::BodyRead {
-            message: e.to_string(),
-        })?;
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        total += data.len();
-        if total > limit {
-            return Err(Error::BodyTooLarge { limit });
-        }
-        match (&first, &mut more) {
-            (None, _) => first = Some(data),
-            (Some(f), None) => {
-                let mut m = BytesMut::with_capacity(total.max(f.len() * 2));
-                m.extend_from_slice(f);
-                m.extend_from_slice(&data);
-                more = Some(m);
-            }
-            (Some(_), Some(m)) => m.extend_from_slice(&data),
-        }
-    }
-    Ok(match (first, more) {
-        (_, Some(m)) => m.freeze(),
-        (Some(f), None) => f,
-        (None, None) => Bytes::new(),
-    })
 }
 
 enum Attempt {
     Failed(Error),
-    Answer(Response<UpstreamBody>),
+    Answer(Answer),
 }
 
-async fn forward(
-    lane: &Lane,
-    req: Request<Incoming>,
-    path: &'static str,
-    arrival: Instant,
-) -> Response<GwBody> {
+async fn forward(lane: &Lane, req: &Incoming<'_>, path: &'static str, arrival: Instant) -> Reply {
     let sh = &lane.sh;
-    let (parts, body) = req.into_parts();
     if sh.draining.load(Ordering::Relaxed) {
         return sh.reject(Error::Draining, "", "", path);
     }
-    let auth = parts
-        .headers
-        .get(header::AUTHORIZATION)
-        .map(HeaderValue::as_bytes);
-    let tenant = match sh.tenancy.authenticate(auth) {
+    let tenant = match sh.tenancy.authenticate(req.authorization()) {
         Ok(t) => t,
         Err(e) => return sh.reject(e, "", "unknown", path),
     };
-    let limit = sh.cfg.max_body_bytes;
-    if content_length(&parts.headers).is_some_and(|n| n > limit as u64) {
-        return sh.reject(Error::BodyTooLarge { limit }, "", &tenant.team, path);
-    }
-    let bytes = match read_body(body, limit).await {
-        Ok(b) => b,
-        Err(e) => return sh.reject(e, "", &tenant.team, path),
-    };
-    let peek = match crate::peek::peek(&bytes, sh.cfg.prefix_chars) {
+    // The connection read the body, within `maxBodyBytes`.
+    let bytes = &req.body;
+    let peek = match crate::peek::peek(bytes, sh.cfg.prefix_chars) {
         Ok(p) => p,
         Err(e) => {
             return sh.reject(
@@ -325,29 +270,19 @@ async fn forward(
     if let Err(e) = tenant.admit(estimated_tokens) {
         return sh.reject(e, &peek.model, &tenant.team, path);
     }
-    let affinity = match parts.headers.get(&sh.session_header) {
-        Some(s) => Affinity::Session(hash_parts(&[peek.model.as_bytes(), s.as_bytes()])),
+    let affinity = match req.head.session.clone() {
+        Some(s) => Affinity::Session(hash_parts(&[peek.model.as_bytes(), &req.raw[s]])),
         None if !prefix.is_empty() => {
             Affinity::Prefix(hash_parts(&[peek.model.as_bytes(), prefix.as_bytes()]))
         }
         None => Affinity::None,
     };
-    // The forwarded header lines, written once for every attempt. One pass over
-    // the client's headers (a handful) instead of a lookup per name. Header values
-    // cannot hold CR or LF, so a line cannot smuggle another header.
-    let mut extra = Vec::with_capacity(128);
-    for (name, v) in &parts.headers {
-        if FORWARDED.contains(name) || *name == sh.session_header {
-            extra.extend_from_slice(name.as_str().as_bytes());
-            extra.extend_from_slice(b": ");
-            extra.extend_from_slice(v.as_bytes());
-            extra.extend_from_slice(b"\r\n");
-        }
-    }
+    // The forwarded header lines were written once, when the head was parsed.
+    let extra = req.forward;
 
     let mut tried: Vec<Arc<Replica>> = Vec::new();
     let mut last: Option<Error> = None;
-    let mut held_5xx: Option<(Response<UpstreamBody>, Arc<Replica>)> = None;
+    let mut held_5xx: Option<(Answer, Arc<Replica>)> = None;
     let max = sh.cfg.max_attempts;
     let mut attempts = 0;
     while attempts < max {
@@ -364,8 +299,8 @@ async fn forward(
                 .inc();
         }
         let guard = replica.start();
-        match attempt(lane, &replica, path, &extra, &bytes, &peek.model).await {
-            Attempt::Answer(resp) if resp.status().is_server_error() && attempts < max => {
+        match attempt(lane, &replica, path, extra, bytes, &peek.model).await {
+            Attempt::Answer(resp) if resp.status.is_server_error() && attempts < max => {
                 sh.metrics.failure(replica.id(), "status_5xx");
                 replica.record_failure("status_5xx");
                 drop(guard);
@@ -373,7 +308,7 @@ async fn forward(
                 held_5xx = Some((resp, replica));
             }
             Attempt::Answer(resp) => {
-                if resp.status().is_server_error() {
+                if resp.status.is_server_error() {
                     sh.metrics.failure(replica.id(), "status_5xx");
                     replica.record_failure("status_5xx");
                 }
@@ -474,7 +409,7 @@ async fn attempt(
 #[allow(clippy::too_many_arguments)]
 fn respond(
     sh: &Arc<Shared>,
-    resp: Response<UpstreamBody>,
+    resp: Answer,
     lane: Option<usize>,
     replica: Arc<Replica>,
     guard: crate::registry::InFlightGuard,
@@ -485,16 +420,10 @@ fn respond(
     arrival: Instant,
     estimated_tokens: u64,
     estimated_prompt: u64,
-) -> Response<GwBody> {
-    // Hop-by-hop headers were left out when the head was parsed.
-    let (mut parts, incoming) = resp.into_parts();
-    if let Some(v) = replica.id_header() {
-        parts.headers.insert(X_FERRY_REPLICA, v.clone());
-    }
-    let sse = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+) -> Reply {
+    // Hop-by-hop headers were left out when the head was parsed; the connection
+    // writes `x-ferry-replica`.
+    let Answer { status, sse, body } = resp;
     let obs = Observer {
         sh: sh.clone(),
         replica,
@@ -502,7 +431,7 @@ fn respond(
         tenant,
         model,
         path,
-        status: parts.status.as_u16(),
+        status: status.as_u16(),
         attempts,
         arrival,
         estimated_tokens,
@@ -518,6 +447,11 @@ fn respond(
         usage: None,
         outcome: None,
     };
-    let body = ProxyBody::new(incoming, lane, sh.cfg.idle_timeout(), obs);
-    Response::from_parts(parts, GwBody::Proxy(Box::new(body)))
+    let body = ProxyBody::new(body, lane, sh.cfg.idle_timeout(), obs);
+    Reply {
+        status,
+        content_type: "",
+        retry_after: None,
+        body: GwBody::Proxy(Box::new(body)),
+    }
 }

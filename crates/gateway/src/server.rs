@@ -7,15 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 
 use crate::config::GatewayConfig;
 use crate::error::Result;
-use crate::proxy::{Lane, Shared, handle};
+use crate::proxy::{Lane, Shared};
 use crate::registry::{EjectPolicy, Registry};
 use crate::tenancy::Tenancy;
 
@@ -61,9 +58,10 @@ impl Gateway {
             .render(&self.shared.registry, self.shared.router.signal_max_age)
     }
 
-    /// Serves on `listener` until `shutdown` resolves; then stops accepting, answers
-    /// 503 to new requests on open connections, and lets in-flight requests (streams
-    /// included) finish within `drainTimeoutMs`. Health checks and load polling run
+    /// Serves on `listener` until `shutdown` resolves; then stops accepting, closes
+    /// idle keep-alive connections, and lets in-flight requests (streams included)
+    /// finish within `drainTimeoutMs`, closing each connection after its answer (a
+    /// request that arrives meanwhile gets 503). Health checks and load polling run
     /// while it serves. Returns `Ok(true)` when everything drained in time.
     pub async fn serve(
         self,
@@ -187,19 +185,13 @@ async fn accept_loop(
     shutdown: impl Future<Output = ()> + Send,
 ) -> bool {
     let sh = lane.sh.clone();
-    let graceful = GracefulShutdown::new();
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30))
-        // Small answers go out with one plain write (head and body copied into
-        // one buffer): fewer instructions than a vectored write of two.
-        .writev(false)
-        .keep_alive(true);
+    // Every connection holds a receiver: `closed` resolves once all have ended.
+    let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
+                let (stream, _peer) = match accepted {
                     Ok(s) => s,
                     Err(e) => {
                         // EMFILE and friends: back off instead of spinning.
@@ -209,15 +201,7 @@ async fn accept_loop(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let lane = lane.clone();
-                let svc = service_fn(move |req| handle(lane.clone(), req));
-                let conn = http.serve_connection(TokioIo::new(stream), svc);
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
-                });
+                tokio::spawn(crate::conn::serve(lane.clone(), stream, stop_rx.clone()));
             }
             () = &mut shutdown => break,
         }
@@ -225,8 +209,10 @@ async fn accept_loop(
     drop(listener);
     sh.draining.store(true, Ordering::Relaxed);
     tracing::info!("gateway draining: no new connections, in-flight requests finish");
+    let _ = stop_tx.send(true);
+    drop(stop_rx);
     tokio::select! {
-        () = graceful.shutdown() => true,
+        () = stop_tx.closed() => true,
         () = tokio::time::sleep(sh.cfg.drain_timeout()) => {
             tracing::warn!("drain deadline reached with requests still in flight");
             false

@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use http::header::HeaderValue;
 use http::uri::PathAndQuery;
-use http::{Response, Uri};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use http::{StatusCode, Uri};
 use tokio::net::TcpStream;
 
 use crate::h1::{self, Decoded, Decoder};
@@ -32,6 +31,8 @@ const READ_CHUNK: usize = 16 * 1024;
 pub(crate) struct Conn {
     io: TcpStream,
     buf: BytesMut,
+    /// The last answer's end-to-end header lines (reused from answer to answer).
+    lines: Vec<u8>,
 }
 
 impl Conn {
@@ -135,6 +136,7 @@ async fn connect(replica: &Replica, timeout: Duration) -> Result<Conn, SendError
     Ok(Conn {
         io,
         buf: BytesMut::new(),
+        lines: Vec::new(),
     })
 }
 
@@ -172,45 +174,176 @@ struct Failed {
     message: String,
 }
 
+/// Reads from the replica until a final (non-1xx) response head is complete.
+/// `Ok(None)`: the replica closed the connection or the read failed (`err`).
+fn poll_head(
+    conn: &mut Conn,
+    cx: &mut Context<'_>,
+    got_any: &mut bool,
+) -> Poll<Result<h1::Head, Failed>> {
+    loop {
+        if !conn.buf.is_empty() {
+            *got_any = true;
+            match h1::parse_head(&mut conn.buf, &mut conn.lines) {
+                Ok(Some(head)) if head.status.is_informational() => continue,
+                Ok(Some(head)) => return Poll::Ready(Ok(head)),
+                Ok(None) => {}
+                Err(e) => {
+                    return Poll::Ready(Err(Failed {
+                        stale: false,
+                        message: e.to_owned(),
+                    }));
+                }
+            }
+        }
+        match conn.io.poll_read_ready(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Err(e)) => {
+                return Poll::Ready(Err(Failed {
+                    stale: !*got_any && stale_kind(&e),
+                    message: format!("reading the answer: {e}"),
+                }));
+            }
+            Poll::Ready(Ok(())) => {}
+        }
+        conn.reserve();
+        match conn.io.try_read_buf(&mut conn.buf) {
+            Ok(0) => {
+                return Poll::Ready(Err(Failed {
+                    stale: !*got_any,
+                    message: "the replica closed the connection before answering".to_owned(),
+                }));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => {
+                return Poll::Ready(Err(Failed {
+                    stale: !*got_any && stale_kind(&e),
+                    message: format!("reading the answer: {e}"),
+                }));
+            }
+        }
+    }
+}
+
 /// Writes the request (head and body, already in one buffer) and reads the
-/// answer's head (skipping 1xx heads).
-async fn exchange(conn: &mut Conn, request: &[u8]) -> Result<h1::Head, Failed> {
-    if let Err(e) = conn.io.write_all(request).await {
+/// answer's head (skipping 1xx heads). The answer is read while the request is
+/// still being written, so a replica that answers early (a 413 before the whole
+/// body) and stops reading, or closes, is heard rather than taken for a broken
+/// connection. Returns the head and whether the whole request went out.
+async fn exchange(conn: &mut Conn, request: &[u8]) -> Result<(h1::Head, bool), Failed> {
+    let mut written = 0;
+    let mut got_any = false;
+    let mut write_error: Option<std::io::Error> = None;
+    // Usually the whole request fits in the socket buffer: one call, no waiting.
+    match conn.io.try_write(request) {
+        Ok(n) => written = n,
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+        Err(e) => write_error = Some(e),
+    }
+    if written < request.len() && write_error.is_none() {
+        let outcome = std::future::poll_fn(|cx| {
+            loop {
+                if let Poll::Ready(r) = poll_head(conn, cx, &mut got_any) {
+                    return Poll::Ready(Some(r));
+                }
+                match conn.io.poll_write_ready(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Err(e)) => {
+                        write_error = Some(e);
+                        return Poll::Ready(None);
+                    }
+                    Poll::Ready(Ok(())) => {}
+                }
+                match conn.io.try_write(&request[written..]) {
+                    Ok(n) => {
+                        written += n;
+                        if written == request.len() {
+                            return Poll::Ready(None);
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) => {
+                        write_error = Some(e);
+                        return Poll::Ready(None);
+                    }
+                }
+            }
+        })
+        .await;
+        match outcome {
+            // An answer before the whole request went out.
+            Some(Ok(head)) => return Ok((head, false)),
+            Some(Err(f)) => return Err(f),
+            None => {}
+        }
+    }
+    if let Some(e) = write_error {
+        // The replica may have answered and closed (or reset) without reading the
+        // whole request: its answer is still in the socket's receive queue.
+        let early = std::future::poll_fn(|cx| match poll_head(conn, cx, &mut got_any) {
+            Poll::Ready(Ok(head)) => Poll::Ready(Some(head)),
+            Poll::Ready(Err(_)) | Poll::Pending => Poll::Ready(None),
+        })
+        .await;
+        if let Some(head) = early {
+            return Ok((head, false));
+        }
         return Err(Failed {
             stale: stale_kind(&e),
             message: format!("sending the request: {e}"),
         });
     }
-    let mut got_any = false;
+    let head = std::future::poll_fn(|cx| poll_head(conn, cx, &mut got_any)).await?;
+    Ok((head, true))
+}
+
+/// A replica's answer: its status and head (the header lines stay with the
+/// connection), and its body still to read.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub status: StatusCode,
+    /// `Content-Type: text/event-stream`.
+    pub sse: bool,
+    pub body: UpstreamBody,
+}
+
+/// Sends `head` (a complete request) to `replica`, on a pooled connection of
+/// `lane` or a new one, and waits for the answer's head. A pooled connection the
+/// replica closed meanwhile is replaced by a new one when nothing of an answer
+/// came on it.
+async fn send_raw(
+    replica: &Replica,
+    lane: usize,
+    head: &[u8],
+    connect_timeout: Duration,
+    max_idle: Duration,
+) -> Result<Answer, SendError> {
     loop {
-        if !conn.buf.is_empty() {
-            got_any = true;
-            match h1::parse_head(&mut conn.buf) {
-                Ok(Some(head)) if head.status.is_informational() => continue,
-                Ok(Some(head)) => return Ok(head),
-                Ok(None) => {}
-                Err(e) => {
-                    return Err(Failed {
-                        stale: false,
-                        message: e.to_owned(),
-                    });
-                }
-            }
-        }
-        conn.reserve();
-        match conn.io.read_buf(&mut conn.buf).await {
-            Ok(0) => {
-                return Err(Failed {
-                    stale: !got_any,
-                    message: "the replica closed the connection before answering".to_owned(),
+        let (mut conn, pooled) = match replica.conns().take(lane, max_idle) {
+            Some(c) => (c, true),
+            None => (connect(replica, connect_timeout).await?, false),
+        };
+        match exchange(&mut conn, head).await {
+            Ok((h, whole)) => {
+                return Ok(Answer {
+                    status: h.status,
+                    sse: h.sse,
+                    body: UpstreamBody {
+                        decoder: Decoder::new(h.framing),
+                        // A request not wholly sent leaves the connection unusable.
+                        keep_alive: h.keep_alive && whole,
+                        conn: Some(conn),
+                    },
                 });
             }
-            Ok(_) => {}
-            Err(e) => {
-                return Err(Failed {
-                    stale: !got_any && stale_kind(&e),
-                    message: format!("reading the answer: {e}"),
-                });
+            Err(f) if f.stale && pooled => continue,
+            Err(f) => {
+                return Err(SendError::Send(format!(
+                    "{} ({})",
+                    f.message,
+                    replica.upstream().authority()
+                )));
             }
         }
     }
@@ -218,9 +351,7 @@ async fn exchange(conn: &mut Conn, request: &[u8]) -> Result<h1::Head, Failed> {
 
 /// Sends one POST of `body` to `path` (origin form) on `replica`, on a pooled
 /// connection of `lane` or a new one, and waits for the answer's head. `extra`
-/// holds further request header lines (`name: value\r\n` each). A pooled
-/// connection the replica closed meanwhile is replaced by a new one when nothing
-/// of an answer came on it.
+/// holds further request header lines (`name: value\r\n` each).
 pub(crate) async fn send(
     replica: &Replica,
     lane: usize,
@@ -229,7 +360,7 @@ pub(crate) async fn send(
     body: &Bytes,
     connect_timeout: Duration,
     max_idle: Duration,
-) -> Result<Response<UpstreamBody>, SendError> {
+) -> Result<Answer, SendError> {
     // Head and body in one buffer, written with one call.
     let mut head = Vec::with_capacity(96 + path.len() + extra.len() + body.len());
     head.extend_from_slice(b"POST ");
@@ -242,32 +373,50 @@ pub(crate) async fn send(
     head.extend_from_slice(extra);
     head.extend_from_slice(b"\r\n");
     head.extend_from_slice(body);
+    send_raw(replica, lane, &head, connect_timeout, max_idle).await
+}
+
+/// The pool lane of health checks and polls (no worker has this id).
+pub(crate) const BACKGROUND_LANE: usize = usize::MAX;
+
+/// `GET path` on `replica` (health checks, load and model polls), on a pooled
+/// connection of the background lane: the status and at most `limit` body bytes.
+pub(crate) async fn get(
+    replica: &Replica,
+    path: &str,
+    limit: usize,
+    connect_timeout: Duration,
+    max_idle: Duration,
+) -> Result<(u16, Bytes), String> {
+    let uri = replica.upstream().uri(path);
+    let mut head = Vec::with_capacity(64 + path.len());
+    head.extend_from_slice(b"GET ");
+    head.extend_from_slice(uri.path().as_bytes());
+    head.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+    head.extend_from_slice(replica.host_header().as_bytes());
+    head.extend_from_slice(b"\r\naccept: */*\r\n\r\n");
+    let answer = send_raw(replica, BACKGROUND_LANE, &head, connect_timeout, max_idle)
+        .await
+        .map_err(|e| match e {
+            SendError::Connect(m) | SendError::Send(m) => m,
+        })?;
+    let mut body = answer.body;
+    let mut out = BytesMut::new();
     loop {
-        let (mut conn, pooled) = match replica.conns().take(lane, max_idle) {
-            Some(c) => (c, true),
-            None => (connect(replica, connect_timeout).await?, false),
-        };
-        match exchange(&mut conn, &head).await {
-            Ok(h) => {
-                let mut resp = Response::new(UpstreamBody {
-                    decoder: Decoder::new(h.framing),
-                    keep_alive: h.keep_alive,
-                    conn: Some(conn),
-                });
-                *resp.status_mut() = h.status;
-                *resp.headers_mut() = h.headers;
-                return Ok(resp);
+        let piece = std::future::poll_fn(|cx| body.poll_data(cx, limit, &mut |_| {})).await;
+        match piece {
+            Some(Ok(b)) => {
+                if out.len() + b.len() > limit {
+                    return Err(format!("the answer to GET {path} exceeds {limit} bytes"));
+                }
+                out.extend_from_slice(&b);
             }
-            Err(f) if f.stale && pooled => continue,
-            Err(f) => {
-                return Err(SendError::Send(format!(
-                    "{} ({})",
-                    f.message,
-                    replica.upstream().authority()
-                )));
-            }
+            Some(Err(e)) => return Err(e),
+            None => break,
         }
     }
+    body.recycle(replica, BACKGROUND_LANE);
+    Ok((answer.status.as_u16(), out.freeze()))
 }
 
 /// A replica's response body, read from its connection as the client's side asks
@@ -288,6 +437,12 @@ impl UpstreamBody {
     /// Body bytes still expected, when known.
     pub(crate) fn remaining(&self) -> Option<u64> {
         self.decoder.remaining()
+    }
+
+    /// The answer's end-to-end header lines (`name: value\r\n` each), until the
+    /// body is complete and its connection recycled.
+    pub(crate) fn head_lines(&self) -> &[u8] {
+        self.conn.as_ref().map_or(&[], |c| &c.lines[..])
     }
 
     /// The next body bytes: everything already received (up to `limit` bytes, in

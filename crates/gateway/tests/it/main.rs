@@ -7,6 +7,7 @@ mod common;
 mod failover;
 mod python;
 mod routing;
+mod server;
 mod tenancy;
 mod upstream;
 mod workers;
