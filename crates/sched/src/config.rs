@@ -237,6 +237,14 @@ pub struct Options {
     /// How far apart deficits must be to act on: this many seconds times the GPUs of the job
     /// concerned (a reclaim victim, or a job that would take a reservation).
     pub deficit_threshold_s: u64,
+    /// A queue reclaiming lent quota (its job fits in its nominal quota) may also take
+    /// single-node borrowed jobs running on nodes reserved for another gang, and use their
+    /// GPUs, when those jobs would still be running when the gang can start: the gang never
+    /// counted on those GPUs, so its start does not move. Without it, reserved nodes are out of
+    /// reach of reclaims and a team owed GPUs waits behind borrowers for the whole drain. Off by
+    /// default: it lowers mean JCT and preemptions but costs utilization against EASY backfill
+    /// on held-out traces and does not raise fairness there (docs/scheduler.md).
+    pub reclaim_through_reservation: bool,
 }
 
 impl Default for Options {
@@ -258,6 +266,7 @@ impl Default for Options {
             hold_for_owed: false,
             deficit_half_life_s: 0,
             deficit_threshold_s: 3_600,
+            reclaim_through_reservation: false,
         }
     }
 }

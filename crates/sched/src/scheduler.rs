@@ -1227,7 +1227,16 @@ impl Scheduler {
 
     /// Tries to preempt for `j` in flavor `f`; returns true if victims were chosen.
     /// With `loans_only`, the only victims are jobs running on nodes lent from `j`'s reservation.
-    fn try_preempt(&mut self, j: u32, f: usize, loans_only: bool, out: &mut Vec<Decision>) -> bool {
+    /// `reserved`: another gang's reserved nodes and start time this cycle (see
+    /// `Options::reclaim_through_reservation`).
+    fn try_preempt(
+        &mut self,
+        j: u32,
+        f: usize,
+        loans_only: bool,
+        reserved: Option<(&[u32], Time)>,
+        out: &mut Vec<Decision>,
+    ) -> bool {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
         let (q, prio, r, pods, g) = (job.queue, job.prio, job.gpus(), job.pods, job.g);
         let guard = self.preemption_ancestors(j);
@@ -1301,6 +1310,16 @@ impl Scheduler {
             )
         });
         cands.truncate(256);
+        // Reclaiming within nominal quota may also use, on nodes reserved for another gang, the
+        // GPUs of victims that would still run when that gang can start: the gang never counted
+        // on them, so its start does not move.
+        let qs = &self.queues[q as usize];
+        let through = reserved.filter(|_| {
+            !loans_only
+                && self.opts.reclaim_through_reservation
+                && qs.quota[f].is_some_and(|qq| qs.usage[f] + r <= qq.nominal)
+        });
+        let mut late: Vec<(u32, u64)> = Vec::new();
         // Add victims in order until quota and placement both fit.
         let mut freed: Vec<(u32, u64)> = Vec::new();
         let mut chosen: Vec<(u32, Kind)> = Vec::new();
@@ -1310,18 +1329,48 @@ impl Scheduler {
             let vj = self.jobs[v as usize].as_ref().expect("job exists");
             freed.push((vj.queue, vj.gpus()));
             chosen.push((v, reclaim));
+            // A single-node victim restarts by backfill; a gang would need a drain of its own.
+            let runs_past =
+                vj.pods == 1 && through.is_some_and(|(_, s)| vj.end().is_none_or(|e| e > s));
             for &(n, m) in &vj.pods_at.clone() {
                 let node = &self.pools[f].nodes[n as usize];
                 touched.push((n, node.free));
                 let free = node.free | m;
                 self.pools[f].set_free(n, free);
+                if runs_past && through.is_some_and(|(rn, _)| rn.contains(&n)) {
+                    match late.iter_mut().find(|(x, _)| *x == n) {
+                        Some((_, b)) => *b |= m,
+                        None => late.push((n, m)),
+                    }
+                }
             }
             if self.quota_fit(q, f, r, &freed) == Fit::No {
                 continue;
             }
             if let Some(p) = self.pools[f].find(pods, g) {
                 plan = Some(p);
+                late.clear();
                 break;
+            }
+            if !late.is_empty() {
+                // Offer the reserved nodes with only those GPUs free.
+                let saved: Vec<(u32, u64)> = late
+                    .iter()
+                    .map(|&(n, _)| (n, self.pools[f].nodes[n as usize].free))
+                    .collect();
+                for &(n, b) in &late {
+                    self.pools[f].nodes[n as usize].free = b;
+                    self.pools[f].index_insert(n);
+                }
+                let p = self.pools[f].find(pods, g);
+                for &(n, old) in &saved {
+                    self.pools[f].index_remove(n);
+                    self.pools[f].nodes[n as usize].free = old;
+                }
+                if p.is_some() {
+                    plan = p;
+                    break;
+                }
             }
         }
         // Undo the trial release (restore original free masks, oldest first wins).
@@ -1334,7 +1383,15 @@ impl Scheduler {
         let mut keep: Vec<(u32, Kind)> = chosen.clone();
         for &(v, _) in chosen.iter().rev() {
             let vj = self.jobs[v as usize].as_ref().expect("job exists");
-            if vj.pods_at.iter().any(|(n, _)| plan_nodes.contains(n)) {
+            // On a reserved node the plan uses only the GPUs of victims that outlast the gang.
+            let used = |&(n, m): &(u32, u64)| {
+                plan_nodes.contains(&n)
+                    && late
+                        .iter()
+                        .find(|(x, _)| *x == n)
+                        .is_none_or(|(_, b)| b & m != 0)
+            };
+            if vj.pods_at.iter().any(used) {
                 continue;
             }
             let without: Vec<(u32, u64)> = keep
@@ -1428,6 +1485,11 @@ impl Scheduler {
             let node = &self.pools[f].nodes[n as usize];
             let mut avail_free = node.free;
             let mut avail_victim = victim_bits.get(&n).copied().unwrap_or(0) & !node.nominated;
+            if let Some(&(_, b)) = late.iter().find(|(x, _)| *x == n) {
+                // A reserved node: only the GPUs of victims that outlast the gang's start.
+                avail_free = 0;
+                avail_victim &= b;
+            }
             let mut took_free = 0u64;
             let mut took_victim = 0u64;
             for _ in 0..count {
@@ -1985,7 +2047,7 @@ impl Scheduler {
         if self.holder[f] == Some(j)
             && self.opts.preemption
             && !self.loans[f].is_empty()
-            && self.try_preempt(j, f, true, out)
+            && self.try_preempt(j, f, true, None, out)
         {
             return Some(Outcome::Preempting);
         }
@@ -2015,7 +2077,17 @@ impl Scheduler {
         }
         if may_preempt {
             *preempt_budget -= 1;
-            if self.try_preempt(j, f, false, out) {
+            let reserved = resv[f]
+                .as_ref()
+                .filter(|_| self.holder[f] != Some(j))
+                .and_then(|rv| Some((rv.nodes.clone(), rv.shadow?)));
+            if self.try_preempt(
+                j,
+                f,
+                false,
+                reserved.as_ref().map(|(n, s)| (n.as_slice(), *s)),
+                out,
+            ) {
                 return Some(Outcome::Preempting);
             }
         }
@@ -2499,6 +2571,83 @@ mod tests {
         assert!(preempted(&d).iter().all(|(id, _)| id != "a1"));
         let usage = s.queue_usage();
         assert!(usage.iter().all(|u| u.usage[0].1 <= 8));
+    }
+
+    /// A borrowed job on a node reserved for another team's gang, still running when the gang
+    /// can start, is reclaimed by an owner that fits in its nominal quota: with
+    /// `reclaim_through_reservation` at once, on that job's GPUs, without moving the gang's start;
+    /// without it the owner waits for the drain.
+    fn reclaim_through_a_reservation(on: bool) -> (Vec<Decision>, Scheduler, PodPlacement) {
+        let opts = Options {
+            reclaim_through_reservation: on,
+            ..Options::default()
+        };
+        let mut s = Scheduler::with_options(
+            Cluster::uniform(2, 8, "gpu"),
+            vec![
+                queue("a", Some("org"), 4),
+                queue("b", Some("org"), 4),
+                queue("c", Some("org"), 8),
+            ],
+            vec![],
+            opts,
+        )
+        .unwrap();
+        // One at a time, tightest node first: c1 and b1 share one node, b2 and c2 the other.
+        let mut b2 = None;
+        for (id, q, dur) in [
+            ("c1", "c", 100),
+            ("b1", "b", 10_000),
+            ("b2", "b", 10_000),
+            ("c2", "c", 100),
+        ] {
+            s.submit(wl(id, q, 1, 4, 0, Some(dur))).unwrap();
+            let d = s.cycle(0);
+            assert_eq!(admitted(&d), vec![id]);
+            if let Decision::Admit { placement, .. } = &d[0]
+                && id == "b2"
+            {
+                b2 = Some(placement[0].clone());
+            }
+        }
+        let b2 = b2.expect("b2 admitted");
+        // c's 8-GPU gang waits for c1 and c2 (t = 100) and reserves both nodes; b2 borrows a's
+        // quota on one of them until t = 10,000.
+        s.submit(wl("gang", "c", 2, 4, 1, Some(100))).unwrap();
+        assert!(s.cycle(1).is_empty());
+        assert_eq!(s.holders(), vec![Some("gang")]);
+        s.submit(wl("a1", "a", 1, 4, 2, Some(50))).unwrap();
+        (s.cycle(2), s, b2)
+    }
+
+    #[test]
+    fn an_owner_reclaims_a_borrower_on_reserved_nodes_that_outlasts_the_gangs_start() {
+        let (d, mut s, b2) = reclaim_through_a_reservation(true);
+        assert_eq!(
+            preempted(&d),
+            vec![(
+                "b2".to_string(),
+                PreemptReason::Reclaim {
+                    preemptor: "a1".into()
+                }
+            )]
+        );
+        s.evicted("b2").unwrap();
+        let d = s.cycle(62);
+        assert_eq!(admitted(&d), vec!["a1"]);
+        let Decision::Admit { placement, .. } = &d[0] else {
+            unreachable!()
+        };
+        // a1 runs on b2's GPUs: the node keeps the 4 GPUs the gang needs.
+        assert_eq!(placement[0], b2);
+        s.finished("c1").unwrap();
+        s.finished("c2").unwrap();
+        let d = s.cycle(100);
+        assert_eq!(admitted(&d), vec!["gang"], "the gang starts on time");
+        assert_eq!(s.pending_len(), 1, "b2 waits, requeued");
+
+        let (d, _, _) = reclaim_through_a_reservation(false);
+        assert!(d.is_empty(), "without the switch the owner waits: {d:?}");
     }
 
     fn with_deficits(half_life: u64) -> Scheduler {

@@ -60,9 +60,11 @@ fn case() -> impl Strategy<Value = Case> {
         prop::sample::select(vec![3u64, 900]),
         // Fairness deficits: off, or a half-life on the scale of the jobs (1-60 s).
         prop::sample::select(vec![0u64, 30]),
+        // Reclaims through another gang's reservation: off (the default) or on.
+        any::<bool>(),
     );
     (nodes, queues, jobs, opts).prop_map(
-        |(nodes, queues, jobs, (backfill, preemption, fair, loan, deficit))| {
+        |(nodes, queues, jobs, (backfill, preemption, fair, loan, deficit, through))| {
             let cluster = Cluster {
                 nodes: nodes
                     .iter()
@@ -159,6 +161,7 @@ fn case() -> impl Strategy<Value = Case> {
                 min_loan_s: loan,
                 deficit_half_life_s: deficit,
                 deficit_threshold_s: 1,
+                reclaim_through_reservation: through,
                 ..Options::default()
             };
             Case {
@@ -174,7 +177,8 @@ fn case() -> impl Strategy<Value = Case> {
 /// One cohort whose quotas add up to the cluster, teams of different sizes arriving in waves:
 /// queues run far above their quota while others idle, then an idle one wants more than its
 /// quota (where fair-sharing preemption applies); half the cases hold freed GPUs for owed teams,
-/// half keep fairness deficits (a 30 s half-life, so they act within these short workloads).
+/// half keep fairness deficits (a 30 s half-life, so they act within these short workloads),
+/// half reclaim through other gangs' reservations.
 fn fair_case() -> impl Strategy<Value = Case> {
     let quotas = prop::collection::vec((1u32..5, 1u8..3), 2..5);
     let jobs = prop::collection::vec(
@@ -191,9 +195,10 @@ fn fair_case() -> impl Strategy<Value = Case> {
         any::<bool>(),
         any::<bool>(),
         prop::sample::select(vec![0u64, 30]),
+        any::<bool>(),
     );
     (2usize..4, quotas, jobs, switches).prop_map(
-        |(nodes, quotas, jobs, (backfill, hold, deficit))| {
+        |(nodes, quotas, jobs, (backfill, hold, deficit, through))| {
             let cluster = Cluster::uniform(nodes, 4, flavors()[0]);
             let cap = cluster.total_gpus() as u32;
             let total: u32 = quotas.iter().map(|(n, _)| n).sum();
@@ -251,6 +256,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
                     hold_for_owed: hold,
                     deficit_half_life_s: deficit,
                     deficit_threshold_s: 1,
+                    reclaim_through_reservation: through,
                     ..Options::default()
                 },
             }
@@ -497,7 +503,11 @@ fn check_acyclic(edges: &[(String, String)]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 384, ..ProptestConfig::default() })]
+    // 384 cases in CI; PROPTEST_CASES=20000 for a deep run.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(384),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn scheduler_invariants_hold(case in case()) {
