@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # User-space instructions per proxied request, under callgrind: the gateway
-# (`examples/gateway.rs`, one worker) in front of the zero-delay mock upstream,
-# driven by `examples/loadgen.rs` with a fixed request count. Counters are zeroed
-# after a warm-up batch and dumped after the measured batch, so start-up is not
-# counted; health checks and load polling are (a few per second, same for every
-# build). Prints one line per body kind: `<kind> Ir/request <n>`.
+# (`examples/gateway.rs`, one worker) and nginx (one process: no master, one
+# worker, proxy_pass with upstream keep-alive, as in run.sh) in front of the
+# zero-delay mock upstream, driven by `examples/loadgen.rs` with a fixed request
+# count. Counters are zeroed after a warm-up batch and dumped after the measured
+# batch, so start-up is not counted; Ferry's health checks and load polling are
+# (a few per second). Prints one line per proxy and body kind:
+# `<proxy> <kind> Ir/request <n>`, then the Ferry/nginx ratios.
 #
 # Usage: bench/gateway/callgrind.sh
-#   env: REQUESTS=3000 WARM_REQUESTS=300 CONC=8
+#   env: REQUESTS=3000 WARM_REQUESTS=300 CONC=8 PROXIES="ferry nginx"
+#        NGINX_BIN=path to nginx (default: the installed one; skipped if none)
 #        BIN_DIR=dir with prebuilt mock_engine, gateway, loadgen (skips cargo)
 #        KEEP=dir copies the callgrind dumps there (for callgrind_annotate)
 #        CARGO_TARGET_DIR honoured
@@ -39,30 +42,79 @@ wait_port() {
   done
   echo "port $1 never opened" >&2; return 1
 }
-UP=$(free_port); GW=$(free_port)
+UP=$(free_port)
 "$BIN/mock_engine" --listen 127.0.0.1:$UP --model mock --tokens 16 >"$WORK/mock.log" 2>&1 & PIDS+=($!)
 wait_port $UP
-valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.%p" --dump-instr=no \
-  "$BIN/gateway" --listen 127.0.0.1:$GW --workers 1 --backend mock=http://127.0.0.1:$UP \
-  >"$WORK/gw.log" 2>&1 & VG=$!; PIDS+=($VG)
-wait_port $GW
-measure() { # kind, extra loadgen args...
-  local kind=$1; shift
-  "$BIN/loadgen" --url http://127.0.0.1:$GW/v1/chat/completions --concurrency "$CONC" \
+measure() { # proxy, port, pid, kind, extra loadgen args...
+  local proxy=$1 port=$2 pid=$3 kind=$4; shift 4
+  "$BIN/loadgen" --url http://127.0.0.1:$port/v1/chat/completions --concurrency "$CONC" \
     --requests "$WARM_REQUESTS" --seconds 600 "$@" >/dev/null
-  callgrind_control -z "$VG" >/dev/null 2>&1
+  callgrind_control -z "$pid" >/dev/null 2>&1
   local out
-  out=$("$BIN/loadgen" --url http://127.0.0.1:$GW/v1/chat/completions --concurrency "$CONC" \
+  out=$("$BIN/loadgen" --url http://127.0.0.1:$port/v1/chat/completions --concurrency "$CONC" \
     --requests "$REQUESTS" --seconds 600 "$@")
-  callgrind_control -d "$kind" "$VG" >/dev/null 2>&1
+  callgrind_control -d "$kind" "$pid" >/dev/null 2>&1
   sleep 0.5
   local f ir ok errors
-  f=$(ls -t "$WORK"/cg.$VG.* | head -1)
+  f=$(ls -t "$WORK"/cg.$pid.* | head -1)
   ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$f")
   ok=$(sed -E 's/.*"ok":([0-9]+).*/\1/' <<<"$out")
   errors=$(sed -E 's/.*"errors":([0-9]+).*/\1/' <<<"$out")
-  if [[ -n "${KEEP:-}" ]]; then mkdir -p "$KEEP" && cp "$f" "$KEEP/callgrind.$kind"; fi
-  echo "$kind Ir/request $(( ir / ok )) (Ir $ir, requests $ok, errors $errors)"
+  if [[ -n "${KEEP:-}" ]]; then mkdir -p "$KEEP" && cp "$f" "$KEEP/callgrind.$proxy.$kind"; fi
+  echo "$proxy $kind Ir/request $(( ir / ok )) (Ir $ir, requests $ok, errors $errors)" | tee -a "$WORK/results"
 }
-measure plain
-measure stream --stream
+stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+for proxy in ${PROXIES:-ferry nginx}; do
+  PORT=$(free_port)
+  case $proxy in
+    ferry)
+      valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.%p" --dump-instr=no \
+        "$BIN/gateway" --listen 127.0.0.1:$PORT --workers 1 --backend mock=http://127.0.0.1:$UP \
+        >"$WORK/gw.log" 2>&1 & VG=$!; PIDS+=($VG)
+      ;;
+    nginx)
+      NGINX_BIN=${NGINX_BIN:-$(command -v nginx || echo /usr/sbin/nginx)}
+      if [[ ! -x "$NGINX_BIN" ]]; then echo "nginx not found (set NGINX_BIN): skipped" >&2; continue; fi
+      mkdir -p "$WORK/ngx"
+      cat >"$WORK/nginx.conf" <<NGX
+worker_processes 1;
+master_process off;
+daemon off;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx-error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/ngx/body;
+  proxy_temp_path $WORK/ngx/proxy;
+  fastcgi_temp_path $WORK/ngx/fastcgi;
+  uwsgi_temp_path $WORK/ngx/uwsgi;
+  scgi_temp_path $WORK/ngx/scgi;
+  upstream engine { server 127.0.0.1:$UP; keepalive 128; }
+  server {
+    listen 127.0.0.1:$PORT;
+    location / {
+      proxy_pass http://engine;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+NGX
+      valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.%p" --dump-instr=no \
+        "$NGINX_BIN" -p "$WORK/ngx" -e "$WORK/nginx-error.log" -c "$WORK/nginx.conf" \
+        >"$WORK/nginx.log" 2>&1 & VG=$!; PIDS+=($VG)
+      ;;
+    *) echo "unknown proxy $proxy" >&2; exit 2 ;;
+  esac
+  wait_port $PORT
+  measure "$proxy" "$PORT" "$VG" plain
+  measure "$proxy" "$PORT" "$VG" stream --stream
+  stop "$VG"
+done
+awk '{ir[$1" "$2]=$4} END {
+  for (k in ir) split(k, a, " ");
+  if (("ferry plain" in ir) && ("nginx plain" in ir))
+    printf "ferry/nginx Ir/request: plain %.2fx, stream %.2fx\n", ir["ferry plain"]/ir["nginx plain"], ir["ferry stream"]/ir["nginx stream"]
+}' "$WORK/results"
