@@ -75,12 +75,39 @@ pub(crate) struct Observer {
     pub outcome: Option<&'static str>,
 }
 
+/// Byte frequencies of JSON answers: memchr's default table (from prose and
+/// code) ranks `"` and `:` as rare, so its prefilter would pick them out of
+/// `"content":"` and stop at every key of every event. Here JSON's punctuation
+/// and digits are the most common bytes, then lower-case letters in English
+/// frequency order (measured: the SSE observer's searches cost about a third of
+/// a streamed request's instructions with the default table).
+#[derive(Debug, Clone, Copy)]
+struct JsonRank;
+
+impl memchr::arch::all::packedpair::HeuristicFrequencyRank for JsonRank {
+    fn rank(&self, byte: u8) -> u8 {
+        const LETTERS: &[u8; 26] = b"etaoinshrdlcumwfgypbvkjxqz";
+        match byte {
+            b'"' | b':' | b',' | b'{' | b'}' | b'[' | b']' | b' ' | b'0'..=b'9' => 255,
+            b'a'..=b'z' => {
+                let at = LETTERS.iter().position(|l| *l == byte).unwrap_or(25);
+                250 - 2 * at as u8
+            }
+            b'A'..=b'Z' => 150,
+            b'_' | b'.' | b'-' => 140,
+            0..=31 => 60,
+            _ => 100,
+        }
+    }
+}
+
 /// A searcher for `needle`, built once (building one per search costs more than
 /// searching a small frame).
 macro_rules! finder {
     ($name:ident, $needle:expr) => {
-        static $name: LazyLock<memmem::Finder<'static>> =
-            LazyLock::new(|| memmem::Finder::new($needle));
+        static $name: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| {
+            memmem::FinderBuilder::new().build_forward_with_ranker(JsonRank, $needle)
+        });
     };
 }
 macro_rules! finder_rev {

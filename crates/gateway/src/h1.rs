@@ -43,23 +43,34 @@ pub(crate) struct Head {
     pub sse: bool,
 }
 
-/// Headers that describe one connection, or the body's framing (which the
-/// gateway writes itself): never passed on as they came.
-fn not_passed(name: &[u8]) -> bool {
-    const NAMES: [&[u8]; 9] = [
-        b"connection",
-        b"transfer-encoding",
-        b"content-length",
-        b"te",
-        b"trailer",
-        b"upgrade",
-        b"proxy-authorization",
-        b"keep-alive",
-        b"proxy-connection",
-    ];
-    NAMES
-        .iter()
-        .any(|n| n.len() == name.len() && n.eq_ignore_ascii_case(name))
+/// What the gateway does with one response header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    ContentLength,
+    TransferEncoding,
+    Connection,
+    ContentType,
+    /// Describes one connection (hop-by-hop): dropped.
+    Hop,
+    /// Passed to the client as it came.
+    Pass,
+}
+
+/// Sorts a header name, comparing only names of its length.
+fn role(name: &[u8]) -> Role {
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    match name.len() {
+        2 if is(b"te") => Role::Hop,
+        7 if is(b"trailer") || is(b"upgrade") => Role::Hop,
+        10 if is(b"connection") => Role::Connection,
+        10 if is(b"keep-alive") => Role::Hop,
+        12 if is(b"content-type") => Role::ContentType,
+        14 if is(b"content-length") => Role::ContentLength,
+        16 if is(b"proxy-connection") => Role::Hop,
+        17 if is(b"transfer-encoding") => Role::TransferEncoding,
+        19 if is(b"proxy-authorization") => Role::Hop,
+        _ => Role::Pass,
+    }
 }
 
 /// Whether a comma-separated header value lists `token` (ASCII case-insensitive).
@@ -106,31 +117,35 @@ pub(crate) fn parse_head(
     for h in resp.headers.iter() {
         let name = h.name.as_bytes();
         let v = h.value;
-        if name.eq_ignore_ascii_case(b"content-length") {
-            let n = parse_length(v).ok_or("invalid Content-Length")?;
-            if length.is_some_and(|l| l != n) {
-                return Err("conflicting Content-Length headers");
+        let r = role(name);
+        match r {
+            Role::ContentLength => {
+                let n = parse_length(v).ok_or("invalid Content-Length")?;
+                if length.is_some_and(|l| l != n) {
+                    return Err("conflicting Content-Length headers");
+                }
+                length = Some(n);
             }
-            length = Some(n);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            transfer_encoding = true;
-            // Chunked must be the last coding; anything else is read to EOF.
-            chunked = v
-                .rsplit(|b| *b == b',')
-                .next()
-                .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            close |= lists(v, b"close");
-        } else if name.eq_ignore_ascii_case(b"content-type") {
-            sse = v.len() >= 17 && v[..17].eq_ignore_ascii_case(b"text/event-stream");
+            Role::TransferEncoding => {
+                transfer_encoding = true;
+                // Chunked must be the last coding; anything else is read to EOF.
+                chunked = v
+                    .rsplit(|b| *b == b',')
+                    .next()
+                    .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            }
+            Role::Connection => close |= lists(v, b"close"),
+            Role::ContentType => {
+                sse = v.len() >= 17 && v[..17].eq_ignore_ascii_case(b"text/event-stream");
+            }
+            Role::Hop | Role::Pass => {}
         }
-        if not_passed(name) {
-            continue;
+        if matches!(r, Role::ContentType | Role::Pass) {
+            lines.extend_from_slice(name);
+            lines.extend_from_slice(b": ");
+            lines.extend_from_slice(v);
+            lines.extend_from_slice(b"\r\n");
         }
-        lines.extend_from_slice(name);
-        lines.extend_from_slice(b": ");
-        lines.extend_from_slice(v);
-        lines.extend_from_slice(b"\r\n");
     }
     let framing = if status.is_informational()
         || status == StatusCode::NO_CONTENT
