@@ -116,38 +116,31 @@ macro_rules! finder_rev {
             LazyLock::new(|| memmem::FinderRev::new($needle));
     };
 }
-finder!(CONTENT, b"\"content\":\"");
-finder!(TEXT, b"\"text\":\"");
+// `"content":"` and `"text":"` share their last four bytes: one search finds both.
+finder!(TEXT_KEY_END, b"t\":\"");
 finder!(EVENT_END, b"\n\n");
 finder_rev!(EVENT_END_REV, b"\n\n");
 finder!(USAGE, b"\"usage\"");
 finder!(PROMPT_TOKENS, b"\"prompt_tokens\"");
 finder!(COMPLETION_TOKENS, b"\"completion_tokens\"");
 
+/// Whether a `t":"` found at `pos` ends a `"content":"` or `"text":"` key whose
+/// string is not empty.
+fn text_at(frame: &[u8], pos: usize) -> bool {
+    let key = frame[..pos].ends_with(b"\"conten") || frame[..pos].ends_with(b"\"tex");
+    key && frame.get(pos + 4).is_some_and(|b| *b != b'"')
+}
+
 /// How many `"content":"…` / `"text":"…` with non-empty text `frame` holds.
 fn text_count(frame: &[u8]) -> u64 {
-    let mut n = 0;
-    for f in [&*CONTENT, &*TEXT] {
-        let len = f.needle().len();
-        for pos in f.find_iter(frame) {
-            if frame.get(pos + len).is_some_and(|b| *b != b'"') {
-                n += 1;
-            }
-        }
-    }
-    n
+    TEXT_KEY_END
+        .find_iter(frame)
+        .filter(|pos| text_at(frame, *pos))
+        .count() as u64
 }
 
 fn has_text(frame: &[u8]) -> bool {
-    for f in [&*CONTENT, &*TEXT] {
-        let len = f.needle().len();
-        for pos in f.find_iter(frame) {
-            if frame.get(pos + len).is_some_and(|b| *b != b'"') {
-                return true;
-            }
-        }
-    }
-    false
+    TEXT_KEY_END.find_iter(frame).any(|pos| text_at(frame, pos))
 }
 
 /// `(prompt_tokens, completion_tokens)` of the last `"usage": {...}` object in a
@@ -488,7 +481,24 @@ impl ProxyBody {
 
 #[cfg(test)]
 mod tests {
-    use super::usage_in;
+    use super::{has_text, text_count, usage_in};
+
+    #[test]
+    fn text_pieces_are_counted_by_key_and_non_empty_value() {
+        let events = br#"data: {"object":"chat.completion.chunk","choices":[{"delta":{"role":"assistant","content":""}}]}
+
+data: {"object":"chat.completion.chunk","choices":[{"delta":{"content":" a"}},{"delta":{"content":"b"}}]}
+
+data: {"object":"text_completion","choices":[{"text":" c","context":"x","subtext":"y"}]}
+
+data: {"choices":[{"delta":{"content":"say \"content\":\"z\""}}]}
+
+"#;
+        assert_eq!(text_count(events), 4);
+        assert!(has_text(br#"{"text":"x"}"#));
+        assert!(!has_text(br#"{"text":"","object":"a","context":"b"}"#));
+        assert!(!has_text(br#"t":"x"#));
+    }
 
     #[test]
     fn usage_is_read_from_the_last_usage_object_only() {

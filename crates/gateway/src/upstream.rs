@@ -361,8 +361,11 @@ pub(crate) async fn send(
     connect_timeout: Duration,
     max_idle: Duration,
 ) -> Result<Answer, SendError> {
-    // Head and body in one buffer, written with one call.
-    let mut head = Vec::with_capacity(96 + path.len() + extra.len() + body.len());
+    // Head and body in one buffer, written with one call; the buffer is the
+    // thread's, reused from request to request (unless it grew large).
+    let mut head = SCRATCH.take();
+    head.clear();
+    head.reserve(96 + path.len() + extra.len() + body.len());
     head.extend_from_slice(b"POST ");
     head.extend_from_slice(path.as_bytes());
     head.extend_from_slice(b" HTTP/1.1\r\nhost: ");
@@ -373,7 +376,19 @@ pub(crate) async fn send(
     head.extend_from_slice(extra);
     head.extend_from_slice(b"\r\n");
     head.extend_from_slice(body);
-    send_raw(replica, lane, &head, connect_timeout, max_idle).await
+    let sent = send_raw(replica, lane, &head, connect_timeout, max_idle).await;
+    if head.capacity() <= SCRATCH_KEEP {
+        SCRATCH.set(head);
+    }
+    sent
+}
+
+/// Largest request buffer a thread keeps for the next request.
+const SCRATCH_KEEP: usize = 64 * 1024;
+
+thread_local! {
+    /// The buffer requests to replicas are written into.
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// The pool lane of health checks and polls (no worker has this id).
