@@ -488,3 +488,123 @@ async fn a_replica_answering_before_reading_the_body_is_heard() {
         assert!(text.contains("too big for me"), "{text}");
     }
 }
+
+/// A small deterministic generator (xorshift64*), so failures replay.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Mutated requests (bytes flipped, inserted, dropped, duplicated), written in
+/// random pieces: every connection ends with well-formed answers or a plain close
+/// in bounded time, and the gateway keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutated_requests_in_random_pieces_get_well_formed_answers_or_a_close() {
+    let mock = Mock::start(mock_cfg("m", 2)).await;
+    let gw = Gw::start(GatewayConfig {
+        max_body_bytes: 4_000,
+        client_timeout_ms: 300,
+        client_keep_alive_ms: 300,
+        backends: vec![backend("m", mock.url())],
+        ..gw_cfg()
+    })
+    .await;
+    let chat_body = chat("m", "hello there", 2, false);
+    let mut seed = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\nX-Session-Id: s\r\n\r\n{:x}\r\n{chat_body}\r\n0\r\n\r\n",
+        chat_body.len()
+    )
+    .into_bytes();
+    seed.extend_from_slice(
+        post(
+            "/v1/completions",
+            r#"{"model":"m","prompt":"p","max_tokens":1}"#,
+            "",
+        )
+        .as_bytes(),
+    );
+    seed.extend_from_slice(b"GET /health HTTP/1.1\r\n\r\n");
+    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let mut cases = Vec::new();
+    for _ in 0..48 {
+        let mut bytes = seed.clone();
+        for _ in 0..1 + rng.below(4) {
+            let at = rng.below(bytes.len());
+            match rng.below(4) {
+                0 => bytes[at] = rng.next() as u8,
+                1 => bytes.insert(at, [b'\r', b'\n', b':', b' ', b'0', 0, 0xff][rng.below(7)]),
+                2 => {
+                    let n = rng.below(16).min(bytes.len() - at);
+                    bytes.drain(at..at + n);
+                }
+                _ => {
+                    let n = rng.below(64).min(bytes.len() - at);
+                    let dup: Vec<u8> = bytes[at..at + n].to_vec();
+                    bytes.splice(at..at, dup);
+                }
+            }
+        }
+        let pieces: Vec<usize> = (0..rng.below(6)).map(|_| 1 + rng.below(40)).collect();
+        cases.push((bytes, pieces));
+    }
+    let mut tasks = Vec::new();
+    for (bytes, pieces) in cases {
+        let addr = gw.addr;
+        tasks.push(tokio::spawn(async move {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            let mut rest = &bytes[..];
+            for p in pieces {
+                let (now, later) = rest.split_at(p.min(rest.len()));
+                if s.write_all(now).await.is_err() {
+                    break;
+                }
+                rest = later;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let _ = s.write_all(rest).await;
+            let mut got = Vec::new();
+            let read_all = async {
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = s.read(&mut chunk).await {
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&chunk[..n]);
+                }
+            };
+            let ended = tokio::time::timeout(Duration::from_secs(5), read_all)
+                .await
+                .is_ok();
+            (bytes, got, ended)
+        }));
+    }
+    for t in tasks {
+        let (sent, got, ended) = t.await.unwrap();
+        let sent = String::from_utf8_lossy(&sent);
+        assert!(ended, "connection still open after 5 s for {sent:?}");
+        if got.is_empty() {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("HTTP/1.1 "), "{sent:?} -> {text:?}");
+        for line in text.split("\r\n").filter(|l| l.starts_with("HTTP/1.1 ")) {
+            let status: u16 = line[9..12].parse().unwrap_or(0);
+            assert!(
+                (100..600).contains(&status) && status != 500,
+                "{sent:?} -> {line:?}"
+            );
+        }
+    }
+    let (status, _, _) = call(gw.addr, "GET", "/health", "", &[]).await;
+    assert_eq!(status, 200);
+}
