@@ -50,7 +50,10 @@ const COALESCE_LIMIT: usize = 64 * 1024;
 pub(crate) struct Observer {
     pub sh: Arc<Shared>,
     pub replica: Arc<Replica>,
-    pub _guard: InFlightGuard,
+    /// The replica's in-flight count; released as soon as its body has ended
+    /// (before the last bytes reach the client, so the next request routes on
+    /// the replica's real load).
+    pub guard: Option<InFlightGuard>,
     pub tenant: Arc<Tenant>,
     pub model: String,
     pub path: &'static str,
@@ -396,6 +399,7 @@ impl ProxyBody {
             inner.recycle(&self.obs.replica, lane);
         }
         self.done = true;
+        self.obs.guard = None;
         self.obs.finish_body();
         self.obs.outcome = Some("completed");
         if self.obs.status < 500 {

@@ -427,7 +427,7 @@ fn respond(
     let obs = Observer {
         sh: sh.clone(),
         replica,
-        _guard: guard,
+        guard: Some(guard),
         tenant,
         model,
         path,
