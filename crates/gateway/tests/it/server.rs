@@ -608,3 +608,50 @@ async fn mutated_requests_in_random_pieces_get_well_formed_answers_or_a_close() 
     let (status, _, _) = call(gw.addr, "GET", "/health", "", &[]).await;
     assert_eq!(status, 200);
 }
+
+/// A client that leaves while the replica has not answered yet (long time to
+/// first token): the gateway notices at once, closes its replica connection (the
+/// engine cancels the generation) instead of holding it until the answer comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_before_the_answer_frees_the_replica_connection() {
+    let mock = Mock::start(MockConfig {
+        time_to_first_token: Duration::from_secs(20),
+        ..mock_cfg("m", 4)
+    })
+    .await;
+    let gw = Gw::start(GatewayConfig {
+        backends: vec![backend("m", mock.url())],
+        health_interval_ms: 60_000,
+        metrics_interval_ms: 60_000,
+        pool_idle_timeout_ms: 300,
+        ..gw_cfg()
+    })
+    .await;
+    let port = mock.addr.port();
+    // The first health check and poll (at start) leave idle connections: swept.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(eventually(Duration::from_secs(5), || established_to(port) == 0).await);
+    for stream in [false, true] {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(post("/v1/chat/completions", &chat("m", "slow", 4, stream), "").as_bytes())
+            .await
+            .unwrap();
+        let waiting = eventually(Duration::from_secs(5), || mock.backend.stats().active == 1).await;
+        assert!(waiting, "{:?}", mock.backend.stats());
+        assert_eq!(established_to(port), 1);
+        drop(s);
+        let freed = eventually(Duration::from_secs(3), || {
+            established_to(port) == 0 && mock.backend.stats().active == 0
+        })
+        .await;
+        assert!(
+            freed,
+            "stream={stream}: {} replica connections, {:?}",
+            established_to(port),
+            mock.backend.stats()
+        );
+    }
+    // The streamed answer had begun (its head came at once): counted as 499.
+    let metrics = gw.gateway.metrics_text();
+    assert!(metrics.contains("code=\"499\"} 1"), "{metrics}");
+}
