@@ -7,7 +7,9 @@
 //!   generated traces with seeds 1001–1010 at other loads, cluster sizes and team counts.
 //!
 //! `FERRY_OPTS='{"durationWeight": 0}'` overrides Ferry's options (JSON, merged over the
-//! defaults) for experiments. Prints one line per trace and the pass counts per comparison.
+//! defaults) for experiments. Prints one line per trace, the pass counts per comparison, and
+//! Ferry's out-of-band teams counted by main cause (`TeamShare::breakdown`); `DIAG=1` prints
+//! each of those teams with its breakdown, `DETAIL=1` the tables and a coarse timeline.
 use std::path::Path;
 
 use ferry_sched::{
