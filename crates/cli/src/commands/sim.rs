@@ -32,6 +32,10 @@ pub struct SimArgs {
     /// nominal quota becomes a time-averaged guarantee (docs/scheduler.md); off when omitted.
     #[arg(long, value_name = "SECONDS")]
     pub fairness_half_life: Option<u64>,
+    /// Run Ferry's policy with reclaims through reservations: an owner may take single-node
+    /// borrowed jobs that outlast another gang's drain on its reserved nodes (docs/scheduler.md).
+    #[arg(long)]
+    pub reclaim_through_reservation: bool,
     /// Also write the utilization timeline as an SVG chart here.
     #[arg(long)]
     pub svg: Option<PathBuf>,
@@ -70,10 +74,11 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let mut reports = Vec::new();
     for policy in ferry_sched::Policy::ALL {
         let mut options = policy.options();
-        if policy == ferry_sched::Policy::Ferry
-            && let Some(half_life) = args.fairness_half_life
-        {
-            options.deficit_half_life_s = half_life;
+        if policy == ferry_sched::Policy::Ferry {
+            if let Some(half_life) = args.fairness_half_life {
+                options.deficit_half_life_s = half_life;
+            }
+            options.reclaim_through_reservation |= args.reclaim_through_reservation;
         }
         reports.push(ferry_sched::simulate_with(
             &trace, &cluster, &queues, policy, options,
@@ -92,6 +97,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     println!("{}", ferry_sched::describe_setup(&trace, &cluster, &queues));
     if let Some(half_life) = args.fairness_half_life {
         println!("ferry runs with fairness deficits, half-life {half_life} s");
+    }
+    if args.reclaim_through_reservation {
+        println!("ferry reclaims through reservations");
     }
     print!("{}", ferry_sched::render_table(&reports));
     Ok(())
