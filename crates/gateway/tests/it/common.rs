@@ -227,7 +227,10 @@ pub fn established_to(port: u16) -> usize {
     n
 }
 
-/// The `mock_engine` example binary, built first (a no-op when fresh).
+/// The `mock_engine` example binary, built first (a no-op when fresh). `--workspace`, not
+/// `-p ferry-gateway`: `cargo test --workspace` has already built it with the whole
+/// workspace's features; resolving features for this one package would rebuild dozens of
+/// dependencies with other features, inside the test, on CI's two cores.
 pub fn mock_engine_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().and_then(Path::parent).unwrap();
@@ -237,8 +240,7 @@ pub fn mock_engine_binary() -> PathBuf {
         .args([
             "build",
             "-q",
-            "-p",
-            "ferry-gateway",
+            "--workspace",
             "--example",
             "mock_engine",
         ])

@@ -35,7 +35,9 @@ fn mock_server_binary() -> PathBuf {
     let target_dir = profile_dir.parent().expect("target dir");
     let mut build = Command::new(env!("CARGO"));
     build
-        .args(["build", "-p", "ferry-openai", "--example", "mock_server"])
+        // `--workspace`: the features `cargo test --workspace` built it with (see the gateway's
+        // tests); `-p ferry-openai` would rebuild dependencies with other features.
+        .args(["build", "--workspace", "--example", "mock_server"])
         .arg("--manifest-path")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
         .env("CARGO_TARGET_DIR", target_dir);
