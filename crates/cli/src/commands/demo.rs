@@ -29,6 +29,10 @@ pub struct DemoArgs {
     /// Always start a private control plane, even when one answers at `--url`.
     #[arg(long)]
     pub private: bool,
+    /// Model to train: `small` (5.25M parameters) or `tiny` (0.92M, a quicker look).
+    #[arg(long, default_value = ferry_engine::DEMO_PRESET,
+          value_parser = clap::builder::PossibleValuesParser::new(ferry_engine::PRESETS))]
+    pub preset: String,
 }
 
 /// A control plane the demo started itself.
@@ -52,7 +56,8 @@ pub async fn run(url: &str, args: DemoArgs) -> anyhow::Result<()> {
         let home = p.home.clone();
         (client, Some(p), home, String::new())
     };
-    let result = chain(&client, &home, &suffix, args.exit || private.is_none()).await;
+    let exit = args.exit || private.is_none();
+    let result = chain(&client, &home, &suffix, &args.preset, exit).await;
     if let Some(p) = private {
         let _ = p.stop.send(());
         let _ = p.task.await;
@@ -100,15 +105,20 @@ async fn start_private() -> anyhow::Result<(Client, Private)> {
 }
 
 /// Train → register → deploy → chat.
-async fn chain(client: &Client, home: &Path, suffix: &str, exit: bool) -> anyhow::Result<()> {
+async fn chain(
+    client: &Client,
+    home: &Path,
+    suffix: &str,
+    preset: &str,
+    exit: bool,
+) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let job = format!("demo-train{suffix}");
     let model = format!("ferry-demo{suffix}");
     let deployment = format!("ferry-demo{suffix}");
 
     println!(
-        "\n[1/4] train a {} Llama from scratch on the bundled corpus (CPU, built-in engine)",
-        ferry_engine::DEMO_PRESET
+        "\n[1/4] train a {preset} Llama from scratch on the bundled corpus (CPU, built-in engine)"
     );
     let corpus = ferry_engine::write_demo_corpus(&home.join("corpus"))?;
     println!(
@@ -129,7 +139,6 @@ spec:
   checkpoint: {{every: 50, keep: 1}}
   export: {{format: hf, register: {model}}}
 "#,
-        preset = ferry_engine::DEMO_PRESET,
         corpus = corpus.display(),
     );
     apply(client, &train_yaml, "demo/train.yaml").await?;
