@@ -11,6 +11,7 @@ use ferry_openai::{Failure, MockBackend, MockConfig, ServerConfig};
 
 use crate::config::{GatewayConfig, Policy};
 use crate::error::{Error, Result};
+use crate::registry::Registry;
 use crate::server::Gateway;
 
 /// Flags of `ferry gateway`.
@@ -39,6 +40,13 @@ pub struct GatewayArgs {
     /// 0 serves on the command's own runtime instead.
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Also discover replicas from Kubernetes EndpointSlices labelled
+    /// `ferry.dev/served-model` (kubeconfig or in-cluster config; `ferry gateway` only).
+    #[arg(long)]
+    pub kubernetes: bool,
+    /// With --kubernetes: watch this namespace only (default: every namespace).
+    #[arg(long, value_name = "NS", requires = "kubernetes")]
+    pub namespace: Option<String>,
 }
 
 /// Flags of `ferry mock-engine`: an OpenAI-compatible engine simulator.
@@ -121,17 +129,50 @@ impl GatewayArgs {
 
 /// Runs `ferry gateway` until Ctrl-C or SIGTERM.
 pub async fn run_gateway(args: GatewayArgs) -> Result<()> {
+    if args.kubernetes && args.hash_key.is_none() {
+        return Err(Error::config(
+            "--kubernetes",
+            "this binary has no Kubernetes client; run `ferry gateway --kubernetes`",
+        ));
+    }
+    run_gateway_with(args, |_| async {}).await
+}
+
+/// Runs `ferry gateway` like [`run_gateway`], with `feed(registry)` running beside the
+/// server (e.g. EndpointSlice discovery calling [`Registry::set_replicas`]); the feed is
+/// stopped when the gateway has drained. `--hash-key` returns before anything starts.
+pub async fn run_gateway_with<F, Fut>(args: GatewayArgs, feed: F) -> Result<()>
+where
+    F: FnOnce(Registry) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     if let Some(key) = &args.hash_key {
         println!("{}", crate::config::hash_key(key));
         return Ok(());
     }
     let cfg = args.config()?;
-    if cfg.backends.is_empty() {
+    if cfg.backends.is_empty() && !args.kubernetes {
         tracing::warn!(
             "no --backend and no backends in the config: every model is unknown until replicas are registered"
         );
     }
-    let (gw, _registry) = Gateway::new(cfg)?;
+    let (gw, registry) = Gateway::new(cfg)?;
+    let feed = AbortOnDrop(tokio::spawn(feed(registry)));
+    let served = serve(&args, gw).await;
+    drop(feed);
+    served
+}
+
+/// Stops a spawned task when the command returns, however it returns.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn serve(args: &GatewayArgs, gw: Gateway) -> Result<()> {
     let workers = args.workers.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });

@@ -14,6 +14,8 @@ pub mod admission;
 pub mod cluster;
 /// Ferry's CRDs, generated from the spec types, and the cluster-side resource types.
 pub mod crd;
+/// The gateway's replicas, discovered from EndpointSlices labelled with the served model.
+pub mod endpoints;
 /// Lease-based leader election.
 pub mod leader;
 /// The reconcile loop (`ferry operator`).
@@ -33,6 +35,7 @@ pub mod train;
 
 pub use admission::{Admission, Admit, AdmitAll, Gang, SchedAdmission};
 pub use crd::{TrainJobClusterStatus, TrainJobResource, crd_files, crds};
+pub use endpoints::{SliceState, replicas_by_model, watch_replicas};
 pub use error::{K8sError, Result};
 pub use operator::{Context, FIELD_MANAGER, FINALIZER, reconcile};
 pub use options::{Attempt, Claims, Cluster, ClusterState, Images, RenderOptions};

@@ -5,6 +5,7 @@ mod bad_input;
 mod chart;
 mod crds;
 mod e2e;
+mod endpoints;
 mod leader;
 mod manifests;
 mod mock;
