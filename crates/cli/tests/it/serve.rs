@@ -290,13 +290,14 @@ fn demo_trains_registers_deploys_and_chats() {
         .filter_map(|w| w.parse().ok())
         .collect();
     assert!(numbers.len() >= 2 && numbers[0] < numbers[1], "{line}");
-    // "(N parameters)": the demo model is 5–20M parameters.
-    let params: u64 = line
+    // "(N parameters)": the count of the model the default preset describes.
+    let params: usize = line
         .rsplit_once('(')
         .and_then(|(_, rest)| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .expect("parameter count on the loss line");
-    assert!((5_000_000..=20_000_000).contains(&params), "{line}");
+    let preset = ferry_engine::preset(ferry_engine::DEMO_PRESET).unwrap();
+    assert_eq!(params, preset.num_parameters(), "{line}");
     // The chat printed a non-empty answer and its token usage.
     let usage = stdout
         .lines()
