@@ -237,13 +237,7 @@ pub fn mock_engine_binary() -> PathBuf {
     let target_dir = profile_dir.parent().unwrap();
     let mut build = Command::new(env!("CARGO"));
     build
-        .args([
-            "build",
-            "-q",
-            "--workspace",
-            "--example",
-            "mock_engine",
-        ])
+        .args(["build", "-q", "--workspace", "--example", "mock_engine"])
         .arg("--manifest-path")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
         .env("CARGO_TARGET_DIR", target_dir);
