@@ -290,14 +290,15 @@ fn demo_trains_registers_deploys_and_chats() {
         .filter_map(|w| w.parse().ok())
         .collect();
     assert!(numbers.len() >= 2 && numbers[0] < numbers[1], "{line}");
-    // "(N parameters)": the count of the model the default preset describes.
+    // "(N parameters)": the trained model's count, at most the preset's (its vocabulary is
+    // the corpus's BPE, which can stop short of the preset's size).
     let params: usize = line
         .rsplit_once('(')
         .and_then(|(_, rest)| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .expect("parameter count on the loss line");
     let preset = ferry_engine::preset(ferry_engine::DEMO_PRESET).unwrap();
-    assert_eq!(params, preset.num_parameters(), "{line}");
+    assert!(params > 0 && params <= preset.num_parameters(), "{line}");
     // The chat printed a non-empty answer and its token usage.
     let usage = stdout
         .lines()
