@@ -82,6 +82,18 @@ fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
     );
     assert!(text.contains("easy-backfill"), "{text}");
 
+    let reclaim = sim(&["--trace", trace, "--reclaim-through-reservation"]);
+    let text = String::from_utf8_lossy(&reclaim.stdout);
+    assert!(
+        reclaim.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reclaim.stderr)
+    );
+    assert!(
+        text.contains("ferry reclaims through reservations"),
+        "{text}"
+    );
+
     let bad = dir.path().join("bad.csv");
     std::fs::write(
         &bad,
