@@ -16,6 +16,7 @@
 #        CARGO_TARGET_DIR honoured
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. bench/gateway/nginx-conf.sh
 REQUESTS=${REQUESTS:-3000}
 WARM_REQUESTS=${WARM_REQUESTS:-300}
 CONC=${CONC:-8}
@@ -75,33 +76,9 @@ for proxy in ${PROXIES:-ferry nginx}; do
     nginx)
       NGINX_BIN=${NGINX_BIN:-$(command -v nginx || echo /usr/sbin/nginx)}
       if [[ ! -x "$NGINX_BIN" ]]; then echo "nginx not found (set NGINX_BIN): skipped" >&2; continue; fi
-      mkdir -p "$WORK/ngx"
-      cat >"$WORK/nginx.conf" <<NGX
-worker_processes 1;
+      nginx_conf "$WORK" "$PORT" "$UP" "worker_processes 1;
 master_process off;
-daemon off;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx-error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/ngx/body;
-  proxy_temp_path $WORK/ngx/proxy;
-  fastcgi_temp_path $WORK/ngx/fastcgi;
-  uwsgi_temp_path $WORK/ngx/uwsgi;
-  scgi_temp_path $WORK/ngx/scgi;
-  upstream engine { server 127.0.0.1:$UP; keepalive 128; }
-  server {
-    listen 127.0.0.1:$PORT;
-    location / {
-      proxy_pass http://engine;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-    }
-  }
-}
-NGX
+daemon off;"
       valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.%p" --dump-instr=no \
         "$NGINX_BIN" -p "$WORK/ngx" -e "$WORK/nginx-error.log" -c "$WORK/nginx.conf" \
         >"$WORK/nginx.log" 2>&1 & VG=$!; PIDS+=($VG)

@@ -33,6 +33,7 @@
 set -euo pipefail
 trap 'echo "bench/gateway/run.sh failed at line $LINENO" >&2' ERR
 cd "$(dirname "$0")/../.."
+. bench/gateway/nginx-conf.sh
 SECS=${SECONDS_PER_RUN:-4}
 WARMUP=${WARMUP:-1}
 ROUNDS=${ROUNDS:-5}
@@ -119,32 +120,8 @@ ticks() { # sum of utime+stime over every thread of the given pids
 "${PIN_UP[@]}" "$BIN/mock_engine" --listen 127.0.0.1:$UP --model mock --tokens 16 >"$WORK/mock.log" 2>&1 & PIDS+=($!)
 wait_port $UP
 
-mkdir -p "$WORK/ngx"
-cat >"$WORK/nginx.conf" <<NGX
-worker_processes $PROXY_N;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx-error.log warn;
-daemon on;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/ngx/body;
-  proxy_temp_path $WORK/ngx/proxy;
-  fastcgi_temp_path $WORK/ngx/fastcgi;
-  uwsgi_temp_path $WORK/ngx/uwsgi;
-  scgi_temp_path $WORK/ngx/scgi;
-  upstream engine { server 127.0.0.1:$UP; keepalive 128; }
-  server {
-    listen 127.0.0.1:$NGX;
-    location / {
-      proxy_pass http://engine;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-    }
-  }
-}
-NGX
+nginx_conf "$WORK" "$NGX" "$UP" "worker_processes $PROXY_N;
+daemon on;"
 "${PIN_PROXY[@]}" "$NGINX_BIN" -p "$WORK/ngx" -e "$WORK/nginx-error.log" -c "$WORK/nginx.conf"
 wait_port $NGX
 NGINX_PIDS="$(cat "$WORK/nginx.pid") $(pgrep -P "$(cat "$WORK/nginx.pid")" | tr '\n' ' ')"

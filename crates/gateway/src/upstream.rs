@@ -151,21 +151,6 @@ fn stale_kind(e: &std::io::Error) -> bool {
     )
 }
 
-/// Appends `n` in decimal.
-fn push_decimal(out: &mut Vec<u8>, mut n: usize) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-}
-
 /// How one exchange on a connection failed.
 struct Failed {
     /// Nothing of an answer came and the failure is what a connection the replica
@@ -371,7 +356,7 @@ pub(crate) async fn send(
     head.extend_from_slice(b" HTTP/1.1\r\nhost: ");
     head.extend_from_slice(replica.host_header().as_bytes());
     head.extend_from_slice(b"\r\ncontent-type: application/json\r\ncontent-length: ");
-    push_decimal(&mut head, body.len());
+    crate::conn::push_decimal(&mut head, body.len() as u64);
     head.extend_from_slice(b"\r\n");
     head.extend_from_slice(extra);
     head.extend_from_slice(b"\r\n");
@@ -545,16 +530,4 @@ impl UpstreamBody {
 /// The `Host` header for a replica.
 pub(crate) fn host_value(authority: &str) -> HeaderValue {
     HeaderValue::from_str(authority).unwrap_or_else(|_| HeaderValue::from_static("localhost"))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn decimals() {
-        for n in [0usize, 7, 10, 99, 1234567, usize::MAX] {
-            let mut out = Vec::new();
-            super::push_decimal(&mut out, n);
-            assert_eq!(out, n.to_string().into_bytes());
-        }
-    }
 }
