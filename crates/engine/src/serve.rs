@@ -365,11 +365,14 @@ fn step(shared: &Shared, seq: &mut Seq) -> Result<Turn> {
     let mut rng = seq.job.rng;
     let next = sample(&row, &seq.job, &mut rng).unwrap_or(0);
     seq.job.rng = rng;
+    // The end-of-sequence token is generated (and paid for) like any other, so it is
+    // pushed and counted in `completion_tokens` as vLLM and OpenAI count it; it is
+    // never decoded into text.
+    seq.generated.push(next);
     if served.eos.contains(&next) {
         let tail = seq.job.stop.flush();
         return finish(seq, tail, FinishReason::Stop);
     }
-    seq.generated.push(next);
     let delta = decode_delta(&shared.tokenizer, seq)?;
     match seq.job.stop.push(&delta) {
         StopStep::Stopped(text) => finish(seq, text, FinishReason::Stop),

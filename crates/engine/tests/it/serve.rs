@@ -222,3 +222,36 @@ fn bad_inputs_give_clear_errors_and_the_backend_keeps_serving() {
         .to_string();
     assert!(err.contains("model.safetensors"), "{err}");
 }
+
+#[test]
+fn an_end_of_sequence_token_is_counted_in_completion_tokens_and_never_shown() {
+    let dir = model_dir();
+    let tok = load_tokenizer(&dir.join("tokenizer.json")).unwrap();
+    let prompt = "Tom had a red dog.";
+    let ids = tok.encode(prompt, true).unwrap().get_ids().to_vec();
+    let rows = logits(dir, &ids).unwrap();
+    let last = rows.last().unwrap();
+    let first = (0..last.len())
+        .max_by(|&a, &b| last[a].total_cmp(&last[b]))
+        .unwrap();
+    // The same model, told that its greedy first answer token ends the sequence.
+    let eos = TempDir::new("eos-first");
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, eos.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::write(
+        eos.path().join("generation_config.json"),
+        format!("{{\"eos_token_id\": [{first}]}}"),
+    )
+    .unwrap();
+    let backend = BuiltinBackend::load("tiny", eos.path(), &[], ServeOptions::default()).unwrap();
+    let (_, text, reason, n) = collect(
+        backend
+            .generate(request("tiny", Prompt::Text(prompt.into()), 8, 0.0))
+            .unwrap(),
+    );
+    assert_eq!((text.as_str(), reason, n), ("", FinishReason::Stop, 1));
+}
