@@ -199,12 +199,11 @@ fn models(sh: &Shared, req: &Incoming<'_>) -> Reply {
         return sh.reject(e, "", "unknown", "/v1/models");
     }
     let table = sh.registry.snapshot();
-    let mut names: Vec<&String> = table.models.keys().collect();
-    names.sort();
+    let names = table.served_models();
     let data: Vec<Value> = names
         .into_iter()
         .map(|name| {
-            let announced = table.models[name].replicas().iter().find_map(|r| {
+            let announced = table.models[&name].replicas().iter().find_map(|r| {
                 r.announced()
                     .into_iter()
                     .find(|m| m.get("id").and_then(Value::as_str) == Some(name.as_str()))

@@ -363,6 +363,18 @@ impl Table {
     pub fn pool(&self, model: &str) -> Option<&Arc<Pool>> {
         self.models.get(model)
     }
+
+    /// Models with at least one replica, sorted: what `/v1/models` lists.
+    pub fn served_models(&self) -> Vec<String> {
+        let mut m: Vec<String> = self
+            .models
+            .iter()
+            .filter(|(_, p)| !p.replicas.is_empty())
+            .map(|(m, _)| m.clone())
+            .collect();
+        m.sort();
+        m
+    }
 }
 
 #[derive(Debug)]
@@ -375,6 +387,10 @@ struct Entry {
 struct Inner {
     table: RwLock<Arc<Table>>,
     entries: Mutex<BTreeMap<String, Entry>>,
+    /// Models whose replica set is managed as a whole ([`Registry::set_replicas`]):
+    /// they stay known with no replica (503, not 404) until [`Registry::forget_model`].
+    /// Locked only while `entries` is held.
+    declared: Mutex<BTreeSet<String>>,
     eject: EjectPolicy,
 }
 
@@ -413,6 +429,7 @@ impl Registry {
             inner: Arc::new(Inner {
                 table: RwLock::new(Arc::default()),
                 entries: Mutex::default(),
+                declared: Mutex::default(),
                 eject,
             }),
         }
@@ -469,12 +486,15 @@ impl Registry {
     }
 
     /// Makes `(id, url)` pairs the exact replica set of `model` (what an
-    /// EndpointSlice or a ModelDeployment's status lists), in one update.
+    /// EndpointSlice or a ModelDeployment's status lists), in one update. An empty set
+    /// keeps the model known, so its requests get 503 (retry) rather than 404, until
+    /// [`Registry::forget_model`].
     pub fn set_replicas(&self, model: &str, replicas: &[(String, String)]) -> Result<()> {
         for (_, url) in replicas {
             Upstream::parse(model, url)?;
         }
         let mut entries = self.lock_entries();
+        self.lock_declared().insert(model.to_owned());
         let keep: BTreeSet<&str> = replicas.iter().map(|(id, _)| id.as_str()).collect();
         entries.retain(|id, e| {
             if !keep.contains(id.as_str()) {
@@ -532,12 +552,9 @@ impl Registry {
             .collect()
     }
 
-    /// Routable model names, sorted.
+    /// Routable model names (with at least one replica), sorted.
     pub fn models(&self) -> Vec<String> {
-        let t = self.snapshot();
-        let mut m: Vec<String> = t.models.keys().cloned().collect();
-        m.sort();
-        m
+        self.snapshot().served_models()
     }
 
     /// The current routing table.
@@ -553,6 +570,26 @@ impl Registry {
         self.inner.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn lock_declared(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.inner
+            .declared
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forgets a model declared by [`Registry::set_replicas`] and drops it from every
+    /// replica: requests for it get 404 again. Returns whether it was declared.
+    pub fn forget_model(&self, model: &str) -> bool {
+        let mut entries = self.lock_entries();
+        let was = self.lock_declared().remove(model);
+        entries.retain(|_, e| {
+            e.models.remove(model);
+            !e.models.is_empty()
+        });
+        self.publish(&entries);
+        was
+    }
+
     fn publish(&self, entries: &BTreeMap<String, Entry>) {
         let mut by_model: BTreeMap<String, Vec<Arc<Replica>>> = BTreeMap::new();
         for e in entries.values() {
@@ -561,6 +598,9 @@ impl Registry {
             for m in names {
                 by_model.entry(m).or_default().push(e.replica.clone());
             }
+        }
+        for m in self.lock_declared().iter() {
+            by_model.entry(m.clone()).or_default();
         }
         let old = self.snapshot();
         let table = Table {

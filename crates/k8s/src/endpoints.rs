@@ -26,10 +26,11 @@ pub type Replica = (String, String);
 /// slice lists several ports.
 pub const HTTP_PORT_NAME: &str = "http";
 
-/// The ready replicas of every model that has at least one, from a set of slices.
+/// The ready replicas of every model that has a slice, from a set of slices.
 ///
 /// A model is the value of the slice's [`LABEL_SERVED_MODEL`] label; slices without it
-/// are skipped. An endpoint counts when it is ready (`conditions.ready` true or absent,
+/// are skipped. A model whose slices have no routable endpoint (every pod unready, or
+/// no usable port) maps to an empty list: it exists but cannot take requests now. An endpoint counts when it is ready (`conditions.ready` true or absent,
 /// as the API defines) and not terminating. Its replica id is
 /// `NAMESPACE/POD` when the endpoint names a pod, else `NAMESPACE/SLICE/ADDRESS`; its
 /// URL is `http://ADDRESS:PORT` with the port named `http`, else the slice's only port
@@ -46,6 +47,7 @@ pub fn replicas_by_model<'a>(
         let Some(model) = model_of(slice) else {
             continue;
         };
+        let replicas = by_model.entry(model.to_owned()).or_default();
         let Some(port) = http_port(slice) else {
             continue;
         };
@@ -73,16 +75,13 @@ pub fn replicas_by_model<'a>(
                 Some(pod) => format!("{namespace}/{pod}"),
                 None => format!("{namespace}/{slice_name}/{host}"),
             };
-            by_model
-                .entry(model.to_owned())
-                .or_default()
+            replicas
                 .entry(id)
                 .or_insert_with(|| format!("http://{host}:{port}"));
         }
     }
     by_model
         .into_iter()
-        .filter(|(_, r)| !r.is_empty())
         .map(|(m, r)| (m, r.into_iter().collect()))
         .collect()
 }
@@ -151,8 +150,9 @@ fn host(address_type: &str, address: &str) -> Option<String> {
     }
 }
 
-/// What one model's replica set became: the sink's argument.
-pub type Change = (String, Vec<Replica>);
+/// What one model's replica set became: `None` when no slice names it any more (its
+/// Service is gone), else its complete ready set (possibly empty).
+pub type Change = (String, Option<Vec<Replica>>);
 
 /// The slices seen so far and what the sink was last told, driven by watcher events.
 ///
@@ -167,7 +167,7 @@ pub struct SliceState {
 
 impl SliceState {
     /// Applies one watcher event; returns the models whose replica set changed, each
-    /// with its complete new set (empty: the model has no ready replica any more).
+    /// with its complete new set (`None`: no slice names the model any more).
     pub fn apply(&mut self, event: Event<EndpointSlice>) -> Vec<Change> {
         match event {
             Event::Apply(s) => {
@@ -191,7 +191,7 @@ impl SliceState {
         self.diff()
     }
 
-    /// What the sink has been told, per model (models with no replica are absent).
+    /// What the sink has been told, per model (models without a slice are absent).
     pub fn replicas(&self) -> &BTreeMap<String, Vec<Replica>> {
         &self.told
     }
@@ -202,7 +202,7 @@ impl SliceState {
         let changes: Vec<Change> = models
             .into_iter()
             .filter(|m| self.told.get(*m) != now.get(*m))
-            .map(|m| (m.clone(), now.get(m).cloned().unwrap_or_default()))
+            .map(|m| (m.clone(), now.get(m).cloned()))
             .collect();
         self.told = now;
         changes
@@ -218,7 +218,8 @@ fn key(s: &EndpointSlice) -> (String, String) {
 
 /// Watches EndpointSlices labelled [`LABEL_SERVED_MODEL`] in `namespace` (every
 /// namespace when `None`) and calls `sink(model, replicas)` with a model's complete
-/// ready set whenever it changes (an empty set: remove the model).
+/// ready set whenever it changes: an empty set while no pod is ready (the gateway
+/// answers 503), `None` once no slice names the model (404).
 ///
 /// Runs until the future is dropped. Watch errors are logged and retried with kube's
 /// default backoff (0.8 s doubling to 30 s); the sink is not called meanwhile, so the
@@ -226,7 +227,7 @@ fn key(s: &EndpointSlice) -> (String, String) {
 /// state converges to what the cluster holds.
 pub async fn watch_replicas<S>(client: Client, namespace: Option<&str>, mut sink: S)
 where
-    S: FnMut(&str, &[Replica]) + Send,
+    S: FnMut(&str, Option<&[Replica]>) + Send,
 {
     let api: Api<EndpointSlice> = match namespace {
         Some(ns) => Api::namespaced(client, ns),
@@ -244,12 +245,17 @@ where
         match event {
             Ok(event) => {
                 for (model, replicas) in state.apply(event) {
-                    tracing::info!(
-                        model,
-                        replicas = replicas.len(),
-                        "replicas from EndpointSlices"
-                    );
-                    sink(&model, &replicas);
+                    match &replicas {
+                        Some(r) => {
+                            tracing::info!(
+                                model,
+                                replicas = r.len(),
+                                "replicas from EndpointSlices"
+                            )
+                        }
+                        None => tracing::info!(model, "no EndpointSlice names the model any more"),
+                    }
+                    sink(&model, replicas.as_deref());
                 }
             }
             Err(e) => tracing::warn!(
@@ -372,9 +378,14 @@ mod tests {
             ),
             slice("ns", "s6", None, http(), json!([ep("10.0.0.6", "f", None)])),
         ]);
-        assert_eq!(got.keys().collect::<Vec<_>>(), ["m1", "m2"]);
+        // m3-m5 exist but no port can be routed: known, with no replica.
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            ["m1", "m2", "m3", "m4", "m5"]
+        );
         assert_eq!(got["m1"][0].1, "http://10.0.0.1:8000");
         assert_eq!(got["m2"][0].1, "http://10.0.0.2:7000");
+        assert!(got["m3"].is_empty() && got["m4"].is_empty() && got["m5"].is_empty());
     }
 
     #[test]
@@ -464,15 +475,16 @@ mod tests {
         // The watch restarts; llama's slice was deleted meanwhile.
         assert!(st.apply(Event::Init).is_empty());
         assert!(st.apply(Event::InitApply(a.clone())).is_empty());
-        assert_eq!(
-            st.apply(Event::InitDone),
-            vec![("llama".to_owned(), vec![])]
-        );
+        assert_eq!(st.apply(Event::InitDone), vec![("llama".to_owned(), None)]);
         assert_eq!(st.replicas().keys().collect::<Vec<_>>(), ["qwen"]);
+        // Its only pod turns unready: the model stays, with no replica.
+        let mut unready = a.clone();
+        unready.endpoints[0].conditions = serde_json::from_value(json!({"ready": false})).ok();
         assert_eq!(
-            st.apply(Event::Delete(a)),
-            vec![("qwen".to_owned(), vec![])]
+            st.apply(Event::Apply(unready)),
+            vec![("qwen".to_owned(), Some(vec![]))]
         );
+        assert_eq!(st.apply(Event::Delete(a)), vec![("qwen".to_owned(), None)]);
         assert!(st.replicas().is_empty());
     }
 
@@ -538,7 +550,6 @@ mod tests {
             let mut ids = BTreeSet::new();
             for (model, replicas) in &got {
                 prop_assert!(!model.is_empty());
-                prop_assert!(!replicas.is_empty());
                 for (id, url) in replicas {
                     prop_assert!(ids.insert((model.clone(), id.clone())), "duplicate id {id}");
                     prop_assert!(url.starts_with("http://"));

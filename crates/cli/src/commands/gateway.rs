@@ -29,6 +29,10 @@ pub async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
     let namespace = args.namespace.clone();
     ferry_gateway::cmd::run_gateway_with(args, move |registry| async move {
         ferry_k8s::endpoints::watch_replicas(client, namespace.as_deref(), move |model, replicas| {
+            let Some(replicas) = replicas else {
+                registry.forget_model(model);
+                return;
+            };
             if let Err(e) = registry.set_replicas(model, replicas) {
                 tracing::warn!(model, error = %e, "EndpointSlice replicas rejected; keeping the previous set");
             }

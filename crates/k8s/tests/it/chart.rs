@@ -116,6 +116,35 @@ fn chart_templates_render_and_validate() {
         op["spec"]["replicas"], 2,
         "numbers stay numbers after substitution"
     );
+    // The gateway discovers replicas from EndpointSlices, and may watch them.
+    let find = |kind: &str, name: &str| {
+        objs.iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind}/{name}"))
+    };
+    let gw = find("Deployment", "ferry-gateway");
+    let pod = &gw["spec"]["template"]["spec"];
+    assert!(
+        pod["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("--kubernetes")),
+        "{pod}"
+    );
+    let sa = pod["serviceAccountName"].as_str().unwrap();
+    let binding = find("ClusterRoleBinding", "ferry-gateway");
+    assert_eq!(binding["subjects"][0]["name"], sa);
+    let role = find("ClusterRole", binding["roleRef"]["name"].as_str().unwrap());
+    assert!(
+        role["rules"].as_array().unwrap().iter().any(|r| {
+            let has = |k: &str, v: &str| r[k].as_array().unwrap().contains(&Value::from(v));
+            has("apiGroups", "discovery.k8s.io")
+                && has("resources", "endpointslices")
+                && has("verbs", "list")
+                && has("verbs", "watch")
+        }),
+        "{role}"
+    );
     insta::assert_snapshot!("chart", ferry_k8s::to_yaml(&objs).unwrap());
 }
 

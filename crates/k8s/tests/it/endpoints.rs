@@ -52,23 +52,26 @@ fn events(evs: &[(&str, Value)]) -> Value {
     Value::String(lines.join("\n") + "\n")
 }
 
-fn replicas(v: &[(&str, &str)]) -> Vec<Replica> {
-    v.iter()
-        .map(|(pod, ip)| (format!("{NS}/{pod}"), format!("http://{ip}:8000")))
-        .collect()
+/// What the sink is told for a model with these `(pod, ip)` replicas.
+fn replicas(v: &[(&str, &str)]) -> Option<Vec<Replica>> {
+    Some(
+        v.iter()
+            .map(|(pod, ip)| (format!("{NS}/{pod}"), format!("http://{ip}:8000")))
+            .collect(),
+    )
 }
 
-type Calls = mpsc::UnboundedReceiver<(String, Vec<Replica>)>;
+type Calls = mpsc::UnboundedReceiver<(String, Option<Vec<Replica>>)>;
 
-fn recorder() -> (impl FnMut(&str, &[Replica]) + Send + 'static, Calls) {
+fn recorder() -> (impl FnMut(&str, Option<&[Replica]>) + Send + 'static, Calls) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let sink = move |model: &str, r: &[Replica]| {
-        let _ = tx.send((model.to_owned(), r.to_vec()));
+    let sink = move |model: &str, r: Option<&[Replica]>| {
+        let _ = tx.send((model.to_owned(), r.map(<[Replica]>::to_vec)));
     };
     (sink, rx)
 }
 
-async fn next(calls: &mut Calls) -> (String, Vec<Replica>) {
+async fn next(calls: &mut Calls) -> (String, Option<Vec<Replica>>) {
     tokio::time::timeout(Duration::from_secs(10), calls.recv())
         .await
         .expect("the sink was not called")
@@ -146,8 +149,8 @@ async fn list_then_watch_events_give_the_sink_each_models_ready_set() {
         next(&mut calls).await,
         ("qwen".into(), replicas(&[("qwen-3", "10.0.0.3")]))
     );
-    // Nothing ready any more: an empty set removes the model.
-    assert_eq!(next(&mut calls).await, ("qwen".into(), vec![]));
+    // Nothing ready any more: the model stays known with no replica (503, not 404).
+    assert_eq!(next(&mut calls).await, ("qwen".into(), Some(vec![])));
 
     let seen = finish(task).await;
     assert!(
@@ -200,7 +203,7 @@ async fn a_relist_after_an_expired_watch_converges_and_removes_vanished_models()
     assert_eq!(
         after,
         vec![
-            ("llama".into(), vec![]),
+            ("llama".into(), None),
             (
                 "qwen".into(),
                 replicas(&[("qwen-1", "10.0.0.1"), ("qwen-2", "10.0.0.2")])
@@ -253,7 +256,10 @@ async fn the_watcher_drives_a_real_gateway_registry() {
     let reg = registry.clone();
     let watch = tokio::spawn(async move {
         watch_replicas(client, None, move |model, replicas| {
-            reg.set_replicas(model, replicas).unwrap();
+            match replicas {
+                Some(r) => reg.set_replicas(model, r).unwrap(),
+                None => assert!(reg.forget_model(model)),
+            }
             let _ = tx.send(());
         })
         .await;
