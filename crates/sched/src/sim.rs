@@ -73,39 +73,106 @@ fn trace_err(
     }
 }
 
-/// Parses trace CSV text (header required; columns in the documented order).
+/// The trace columns, in the documented order; `ferry sim` reads them by name.
+pub const TRACE_COLUMNS: [&str; 7] = [
+    "job_id",
+    "submit_s",
+    "duration_s",
+    "gpus",
+    "nodes",
+    "team",
+    "status",
+];
+
+/// Where each trace column is in a file's header; `None` for an optional one left out.
+struct Columns {
+    at: [Option<usize>; 7],
+}
+
+impl Columns {
+    /// Columns are matched by name (any order, any case, surrounding spaces ignored);
+    /// other columns are ignored. `submit_s`, `duration_s`, `gpus` and `team` are
+    /// required; `job_id` defaults to the row's line, `nodes` to the fewest 8-GPU
+    /// nodes, `status` to empty.
+    fn from_header(header: &csv::StringRecord, file: &str) -> Result<Self> {
+        let mut at = [None; 7];
+        for (i, name) in header.iter().enumerate() {
+            let name = name
+                .trim_start_matches('\u{feff}')
+                .trim()
+                .to_ascii_lowercase();
+            if let Some(k) = TRACE_COLUMNS.iter().position(|c| *c == name) {
+                if at[k].is_some() {
+                    return Err(trace_err(
+                        file,
+                        1,
+                        format!("column `{name}` appears twice in the header"),
+                        "keep one column of each name",
+                    ));
+                }
+                at[k] = Some(i);
+            }
+        }
+        let missing: Vec<&str> = [1, 2, 3, 5]
+            .into_iter()
+            .filter(|k| at[*k].is_none())
+            .map(|k| TRACE_COLUMNS[k])
+            .collect();
+        if !missing.is_empty() {
+            return Err(trace_err(
+                file,
+                1,
+                format!(
+                    "the header `{}` has no column {}",
+                    header.iter().collect::<Vec<_>>().join(","),
+                    missing
+                        .iter()
+                        .map(|m| format!("`{m}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                format!(
+                    "start the file with a header naming its columns, e.g. `{}`",
+                    TRACE_COLUMNS.join(",")
+                ),
+            ));
+        }
+        Ok(Self { at })
+    }
+}
+
+/// Parses trace CSV text: a header naming the columns ([`TRACE_COLUMNS`], in any order;
+/// others ignored), then one job per row. Quoted fields and CRLF line ends are accepted;
+/// times may have a fraction (rounded to whole seconds).
 pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
-    const HEADER: [&str; 7] = [
-        "job_id",
-        "submit_s",
-        "duration_s",
-        "gpus",
-        "nodes",
-        "team",
-        "status",
-    ];
-    let mut lines = text.lines().enumerate();
-    let Some((_, header)) = lines.next() else {
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    let csv_err = |e: csv::Error| {
+        let line = e.position().map_or(0, |p| p.line() as usize);
+        trace_err(
+            file,
+            line,
+            format!("not readable as CSV: {e}"),
+            "write the trace as comma-separated UTF-8 text",
+        )
+    };
+    let header = reader.headers().map_err(csv_err)?.clone();
+    if header.iter().all(str::is_empty) {
         return Err(trace_err(
             file,
             0,
             "the file is empty",
-            format!("start it with the header `{}`", HEADER.join(",")),
-        ));
-    };
-    let cols: Vec<&str> = header.trim().split(',').map(str::trim).collect();
-    if cols != HEADER {
-        return Err(trace_err(
-            file,
-            1,
-            format!("header is `{}`", header.trim()),
-            format!("use the header `{}`", HEADER.join(",")),
+            format!("start it with the header `{}`", TRACE_COLUMNS.join(",")),
         ));
     }
+    let cols = Columns::from_header(&header, file)?;
     let mut jobs = Vec::new();
-    for (i, line) in lines {
-        let ln = i + 1;
-        if line.trim().is_empty() {
+    for record in reader.records() {
+        let record = record.map_err(csv_err)?;
+        let ln = record.position().map_or(0, |p| p.line() as usize);
+        if record.iter().all(str::is_empty) {
             continue;
         }
         if jobs.len() >= MAX_TRACE_ROWS {
@@ -116,53 +183,80 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
                 "split the trace",
             ));
         }
-        let f: Vec<&str> = line.trim().split(',').map(str::trim).collect();
-        if f.len() != 7 {
-            return Err(trace_err(
-                file,
-                ln,
-                format!("{} columns, expected 7", f.len()),
-                "write every row as job_id,submit_s,duration_s,gpus,nodes,team,status",
-            ));
-        }
-        let num = |k: usize| -> Result<u64> {
-            f[k].parse::<u64>()
+        let field = |k: usize| -> Result<Option<&str>> {
+            let Some(i) = cols.at[k] else {
+                return Ok(None);
+            };
+            match record.get(i) {
+                Some(v) => Ok(Some(v)),
+                None => Err(trace_err(
+                    file,
+                    ln,
+                    format!("{} columns, the header has {}", record.len(), header.len()),
+                    "give every row a value for each column of the header",
+                )),
+            }
+        };
+        let seconds =
+            |k: usize| -> Result<u64> {
+                let v = field(k)?.unwrap_or_default();
+                v.parse::<f64>()
                 .ok()
-                .filter(|v| *v <= MAX_SECONDS)
+                .filter(|x| x.is_finite() && *x >= 0.0 && x.round() <= MAX_SECONDS as f64)
+                .map(|x| x.round() as u64)
                 .ok_or_else(|| {
                     trace_err(
                         file,
                         ln,
                         format!(
-                            "column `{}` is `{}`, not a whole number up to {MAX_SECONDS}",
-                            HEADER[k], f[k]
+                            "column `{}` is `{v}`, not a number of seconds from 0 to {MAX_SECONDS}",
+                            TRACE_COLUMNS[k]
                         ),
-                        format!("write `{}` as a non-negative integer (seconds)", HEADER[k]),
+                        format!("write `{}` as non-negative seconds, e.g. 3600", TRACE_COLUMNS[k]),
                     )
                 })
-        };
-        let small = |k: usize| -> Result<u32> {
-            let v = num(k)?;
-            u32::try_from(v)
+            };
+        let count = |k: usize, v: &str| -> Result<u32> {
+            v.parse::<u32>()
                 .ok()
                 .filter(|v| *v > 0 && *v <= 1_000_000)
                 .ok_or_else(|| {
                     trace_err(
                         file,
                         ln,
-                        format!("column `{}` is {v}", HEADER[k]),
-                        format!("`{}` must be between 1 and 1000000", HEADER[k]),
+                        format!("column `{}` is `{v}`", TRACE_COLUMNS[k]),
+                        format!(
+                            "`{}` must be a whole number between 1 and 1000000 (drop CPU-only jobs)",
+                            TRACE_COLUMNS[k]
+                        ),
                     )
                 })
         };
+        let gpus = count(3, field(3)?.unwrap_or_default())?;
+        let nodes = match field(4)? {
+            Some(v) => count(4, v)?,
+            None => gpus.div_ceil(8),
+        };
+        let team = field(5)?.unwrap_or_default();
+        if team.is_empty() {
+            return Err(trace_err(
+                file,
+                ln,
+                "column `team` is empty",
+                "name the team (queue) of every job",
+            ));
+        }
         jobs.push(TraceJob {
-            job_id: f[0].to_string(),
-            submit_s: num(1)?,
-            duration_s: num(2)?,
-            gpus: small(3)?,
-            nodes: small(4)?,
-            team: f[5].to_string(),
-            status: f[6].to_string(),
+            job_id: match field(0)? {
+                Some(id) => id.to_string(),
+                None => format!("line-{ln}"),
+            },
+            submit_s: seconds(1)?,
+            duration_s: seconds(2)?,
+            gpus,
+            nodes,
+            team: team.to_string(),
+            status: field(6)?.unwrap_or_default().to_string(),
         });
     }
     if jobs.is_empty() {

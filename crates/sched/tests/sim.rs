@@ -146,6 +146,56 @@ fn bad_traces_are_refused_with_the_line_and_the_fix() {
     assert!(read_trace(std::path::Path::new("/nonexistent/trace.csv")).is_err());
 }
 
+#[test]
+fn columns_are_read_by_name_in_any_order_with_extras_quotes_and_fractions() {
+    let canonical = parse_trace(
+        "job_id,submit_s,duration_s,gpus,nodes,team,status\n7,0,100,16,2,vision,COMPLETED\n8,30,50,4,1,nlp,FAILED\n",
+        "a.csv",
+    )
+    .unwrap();
+    // Another order, an extra column, CRLF line ends, quotes, upper case, a BOM, a
+    // fractional time and a blank line.
+    let other = parse_trace(
+        "\u{feff}Team, user ,STATUS,gpus,submit_s,duration_s,nodes,job_id\r\n\
+         \"vision\",u1,COMPLETED,16,0.4,99.6,2,7\r\n\r\nnlp,\"u, 2\",FAILED,4,30,50,1,8\r\n",
+        "b.csv",
+    )
+    .unwrap();
+    assert_eq!(other, canonical);
+    // Optional columns: the id is the line, nodes the fewest 8-GPU nodes, status empty.
+    let minimal = parse_trace("team,gpus,duration_s,submit_s\na,12,60,5\n", "c.csv").unwrap();
+    assert_eq!(
+        (
+            minimal[0].job_id.as_str(),
+            minimal[0].nodes,
+            minimal[0].status.as_str()
+        ),
+        ("line-2", 2, "")
+    );
+    assert_eq!(minimal[0].shape(), (2, 6));
+}
+
+#[test]
+fn a_header_missing_a_required_column_or_naming_one_twice_is_refused() {
+    let err = parse_trace("job_id,submit_s,gpus,team\n1,0,8,a\n", "t.csv").unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("line 1") && msg.contains("`duration_s`") && msg.contains("fix:"),
+        "{msg}"
+    );
+    let err = parse_trace("submit_s,duration_s,gpus,team,gpus\n0,1,8,a,8\n", "t.csv").unwrap_err();
+    assert!(err.to_string().contains("`gpus` appears twice"), "{err}");
+    let err = parse_trace("submit_s,duration_s,gpus,team\n0,1,8\n", "t.csv").unwrap_err();
+    assert!(
+        err.to_string().contains("line 2") && err.to_string().contains("3 columns"),
+        "{err}"
+    );
+    let err = parse_trace("submit_s,duration_s,gpus,team\n0,1,8,\n", "t.csv").unwrap_err();
+    assert!(err.to_string().contains("`team` is empty"), "{err}");
+    let err = parse_trace("submit_s,duration_s,gpus,team\n0,-1,8,a\n", "t.csv").unwrap_err();
+    assert!(err.to_string().contains("duration_s"), "{err}");
+}
+
 mod untrusted {
     use ferry_sched::parse_trace;
     use proptest::prelude::*;
@@ -153,7 +203,7 @@ mod untrusted {
     proptest! {
         /// Arbitrary text never panics the trace parser: it parses or names a line and a fix.
         #[test]
-        fn parser_never_panics(body in "[0-9a-z,\\-\n ]{0,400}", header in any::<bool>()) {
+        fn parser_never_panics(body in "[0-9a-z,.\"\\-\r\n ]{0,400}", header in any::<bool>()) {
             let text = if header {
                 format!("job_id,submit_s,duration_s,gpus,nodes,team,status\n{body}")
             } else {
