@@ -12,10 +12,10 @@ use crate::output;
 /// Options of `ferry sim`.
 #[derive(Debug, clap::Args)]
 pub struct SimArgs {
-    /// Trace CSV: job_id,submit_s,duration_s,gpus,nodes,team,status (or give it with --trace).
+    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order (or give it with --trace).
     #[arg(value_name = "TRACE")]
     pub trace_file: Option<PathBuf>,
-    /// Trace CSV: job_id,submit_s,duration_s,gpus,nodes,team,status.
+    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order.
     #[arg(long, conflicts_with = "trace_file")]
     pub trace: Option<PathBuf>,
     /// Cluster YAML: `nodes: [{name, gpus, flavor, rack?, nvlinkDomain?}]`.
