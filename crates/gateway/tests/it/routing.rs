@@ -230,38 +230,27 @@ async fn a_model_with_no_ready_replica_answers_503_until_it_is_forgotten() {
     let mocks = three(mock_cfg("m", 4)).await;
     let gw = Gw::start(gw_cfg()).await;
     let body = chat("m", "hi", 2, false);
-    gw.registry
-        .set_replicas("m", &[("r0".into(), mocks[0].url())])
-        .unwrap();
-    assert_eq!(
-        call(gw.addr, "POST", "/v1/chat/completions", &body, &[])
-            .await
-            .0,
-        200
-    );
+    let status = || async { call(gw.addr, "POST", "/v1/chat/completions", &body, &[]).await };
+    for (i, mock) in mocks.iter().take(2).enumerate() {
+        gw.registry
+            .set_replicas("m", &[(format!("r{i}"), mock.url())])
+            .unwrap();
+        let (s, _, text) = status().await;
+        assert_eq!(s, 200, "{text}");
 
-    // Every pod unready (a rollout, a scale from zero): known, not routable, retryable.
-    gw.registry.set_replicas("m", &[]).unwrap();
-    let (s, _, text) = call(gw.addr, "POST", "/v1/chat/completions", &body, &[]).await;
-    assert_eq!(s, 503, "{text}");
-    assert!(text.contains("\"unavailable\""), "{text}");
-    let (_, _, models) = call(gw.addr, "GET", "/v1/models", "", &[]).await;
-    assert!(!models.contains("\"m\""), "{models}");
-    assert!(gw.registry.models().is_empty());
-
-    gw.registry
-        .set_replicas("m", &[("r1".into(), mocks[1].url())])
-        .unwrap();
-    assert_eq!(
-        call(gw.addr, "POST", "/v1/chat/completions", &body, &[])
-            .await
-            .0,
-        200
-    );
+        // Every pod unready (a rollout, a scale from zero): known, not routable, retryable.
+        gw.registry.set_replicas("m", &[]).unwrap();
+        let (s, _, text) = status().await;
+        assert_eq!(s, 503, "{text}");
+        assert!(text.contains("\"unavailable\""), "{text}");
+        let (_, _, models) = call(gw.addr, "GET", "/v1/models", "", &[]).await;
+        assert!(!models.contains("\"m\""), "{models}");
+        assert!(gw.registry.models().is_empty());
+    }
 
     // Its Service is gone: unknown again.
     assert!(gw.registry.forget_model("m"));
-    let (s, _, text) = call(gw.addr, "POST", "/v1/chat/completions", &body, &[]).await;
+    let (s, _, text) = status().await;
     assert_eq!(s, 404, "{text}");
     assert!(text.contains("model_not_found"), "{text}");
     assert!(!gw.registry.forget_model("m"));
