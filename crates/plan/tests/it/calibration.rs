@@ -53,6 +53,30 @@ fn fixture_and_extra_measurements_meet_the_bars() {
     }
 }
 
+/// Every catalogue config counted by `transformers` itself (`measure.py counts`: 5.17.0, meta
+/// device, on the GPU machine): the planner's own count is exact.
+#[test]
+fn catalogue_counts_equal_transformers() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("scripts/measured/catalog-counts-transformers.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut seen = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let model = v["model"].as_str().unwrap();
+        let counted = v["num_parameters"].as_u64().unwrap();
+        assert_eq!(shape_of(model).unwrap().params().total, counted, "{model}");
+        seen += 1;
+    }
+    let catalogue =
+        std::fs::read_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/catalog"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+            .count();
+    assert_eq!(seen, catalogue, "one count per catalogue config");
+}
+
 #[test]
 fn throughput_model_is_within_2x_of_fixture_step_times() {
     // Single-GPU eager steps with ≥ 5e13 model FLOPs (≥ ~50 ms at peak); smaller steps are
