@@ -1114,6 +1114,33 @@ pub fn render_table(reports: &[SimReport]) -> String {
             });
         }
     }
+    if let [first, peers @ ..] = reports
+        && !peers.is_empty()
+    {
+        let _ = writeln!(
+            s,
+            "{} / peer (mean JCT and wait: lower is better; utilization: higher is better)",
+            first.policy
+        );
+        let ratio = |a: f64, b: f64| {
+            if b > 0.0 {
+                format!("{:.3}x", a / b)
+            } else {
+                "-".to_owned()
+            }
+        };
+        for peer in peers {
+            let _ = writeln!(
+                s,
+                "  vs {:<16} mean JCT {}  p99 JCT {}  mean wait {}  utilization {}",
+                peer.policy,
+                ratio(first.mean_jct_s, peer.mean_jct_s),
+                ratio(first.p99_jct_s, peer.p99_jct_s),
+                ratio(first.mean_wait_s, peer.mean_wait_s),
+                ratio(first.utilization, peer.utilization),
+            );
+        }
+    }
     s
 }
 

@@ -59,6 +59,22 @@ fn ferry_beats_fifo_and_easy_backfill_on_the_helios_trace() {
     }
     let svg = render_svg(&reports, cluster.total_gpus());
     assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 4);
+    // The table closes with Ferry's ratios against each peer.
+    let vs_easy = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("vs easy-backfill"))
+        .expect("a ratio line per peer");
+    let jct: f64 = vs_easy
+        .split("mean JCT ")
+        .nth(1)
+        .and_then(|r| r.split('x').next())
+        .and_then(|r| r.parse().ok())
+        .expect("mean JCT ratio");
+    assert!(
+        (jct - ferry.mean_jct_s / easy.mean_jct_s).abs() < 1e-3,
+        "{vs_easy}"
+    );
+    assert!(jct < 1.0, "{vs_easy}");
 }
 
 /// Three teams, each submitting far more than the cluster holds, with different job sizes.
