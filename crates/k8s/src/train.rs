@@ -347,7 +347,7 @@ pub fn render(job: &TrainJob, attempt: Attempt, opts: &RenderOptions) -> Result<
             json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]);
     }
     let template = json!({"metadata": {"labels": pod_labels}, "spec": pod_spec});
-    let job_spec = json!({
+    let mut job_spec = json!({
         "completionMode": "Indexed",
         "completions": nodes,
         "parallelism": nodes,
@@ -356,6 +356,12 @@ pub fn render(job: &TrainJob, attempt: Attempt, opts: &RenderOptions) -> Result<
         "backoffLimit": 0,
         "template": template,
     });
+    // The run's time limit: the Job fails with DeadlineExceeded (its pods get SIGTERM and
+    // their grace period) and the operator handles it like any failed attempt. The clock
+    // restarts when a suspended (preempted) Job is resumed.
+    if let Some(limit) = job.spec.max_runtime_seconds {
+        job_spec["activeDeadlineSeconds"] = limit.into();
+    }
 
     let mut meta_labels = labels(job, attempt.number);
     if opts.cluster.kueue {
@@ -463,5 +469,56 @@ pub fn pin(gang: &mut Value, placement: &[ferry_sched::PodPlacement], admitted_a
             }
         }
         _ => *required = json!({"nodeSelectorTerms": [{"matchExpressions": [hostname]}]}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::Cluster;
+
+    #[test]
+    fn a_time_limit_becomes_the_child_jobs_active_deadline() {
+        let text = "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: capped, namespace: team-a}\nspec:\n  engine: command\n  command: [python3, train.py]\n  resources: {nodes: 2, gpusPerNode: 8}\n  maxRuntimeSeconds: 7200\n";
+        let Some(ferry_spec::Resource::TrainJob(job)) =
+            ferry_spec::parse_documents(text, "capped.yaml")
+                .unwrap()
+                .pop()
+        else {
+            panic!("not a TrainJob");
+        };
+        for jobset in [false, true] {
+            let opts = RenderOptions {
+                cluster: Cluster {
+                    jobset,
+                    ..Cluster::default()
+                },
+                ..RenderOptions::default()
+            };
+            let attempt = Attempt {
+                number: 0,
+                suspend: false,
+            };
+            let child_spec = |gang: &Value| {
+                if jobset {
+                    gang["spec"]["replicatedJobs"][0]["template"]["spec"].clone()
+                } else {
+                    gang["spec"].clone()
+                }
+            };
+            let objs = render(&job, attempt, &opts).unwrap();
+            assert_eq!(child_spec(&objs.gang)["activeDeadlineSeconds"], 7200);
+            let mut unlimited = job.clone();
+            unlimited.spec.max_runtime_seconds = None;
+            let objs = render(&unlimited, attempt, &opts).unwrap();
+            assert!(
+                child_spec(&objs.gang)
+                    .get("activeDeadlineSeconds")
+                    .is_none()
+            );
+        }
+        let zero = text.replace("7200", "0");
+        let err = ferry_spec::parse_documents(&zero, "capped.yaml").unwrap_err();
+        assert!(err.to_string().contains("spec.maxRuntimeSeconds"), "{err}");
     }
 }

@@ -203,7 +203,8 @@ fn workload_of(id: &str, job: &TrainJob, created_at: i64) -> Workload {
         pods: u32::try_from(r.nodes.max(1)).unwrap_or(1),
         gpus_per_pod: u32::try_from(r.gpus_per_node.max(0)).unwrap_or(0),
         flavor: None,
-        expected_duration_s: None,
+        // A limit is an upper bound: backfilling with it never delays a reservation.
+        expected_duration_s: job.spec.max_runtime_seconds,
         created_at: u64::try_from(created_at).unwrap_or(0),
     }
 }

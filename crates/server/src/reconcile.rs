@@ -7,6 +7,7 @@
 //! whose processes still run is stopped.
 
 use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
 use std::time::Duration;
 
 use ferry_runtime::{GangRecord, GangStatus, LocalRuntime, RankState};
@@ -494,7 +495,10 @@ async fn observe(plane: &ControlPlane, job: &JobRecord) -> Result<(), StoreError
     };
     ingest_metrics(plane, job, &live).await?;
     match status {
-        GangStatus::Running => Ok(()),
+        GangStatus::Running => match over_deadline(job, &live, &plane.checkpoint_dir(job)) {
+            Some(message) => fail(plane, job, "DeadlineExceeded", &message).await,
+            None => Ok(()),
+        },
         GangStatus::Succeeded => {
             if store_succeeded(plane, job, &live).await? {
                 plane.live().remove(&job.uid);
@@ -504,6 +508,21 @@ async fn observe(plane: &ControlPlane, job: &JobRecord) -> Result<(), StoreError
         GangStatus::Failed { message, .. } => fail(plane, job, "RankFailed", &message).await,
         GangStatus::Lost { message, .. } => fail(plane, job, "RankLost", &message).await,
     }
+}
+
+/// Why a running attempt must stop: it has run `spec.maxRuntimeSeconds`.
+fn over_deadline(job: &JobRecord, live: &LiveGang, checkpoints: &Path) -> Option<String> {
+    let limit = job.job.spec.max_runtime_seconds?;
+    let now_ms = u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0);
+    let ran_s = now_ms.saturating_sub(live.gang.launched_at_unix_ms) / 1000;
+    (ran_s >= limit).then(|| {
+        format!(
+            "attempt {} ran {ran_s} s, past spec.maxRuntimeSeconds ({limit} s); its ranks get SIGTERM and {} s to checkpoint into {}",
+            job.attempt,
+            grace_of(job).as_secs_f64(),
+            checkpoints.display(),
+        )
+    })
 }
 
 /// The ranks all exited 0: export the model when the spec asks, then record success.

@@ -78,10 +78,20 @@ pub struct TrainJobSpec {
     /// What to do when a rank fails.
     #[serde(default)]
     pub on_failure: FailurePolicy,
+    /// Wall-clock limit of one run, launch to exit (Slurm's `--time`, a Job's
+    /// `activeDeadlineSeconds`): the scheduler backfills and plans reservations with it, and
+    /// a run still going after it gets SIGTERM and `onFailure.graceSeconds` to checkpoint,
+    /// then counts as a failure (`DeadlineExceeded`) under `onFailure`: restarted from the
+    /// latest checkpoint while restarts remain. A restart or a resume is a new run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_runtime_seconds: Option<u64>,
     /// Export the final checkpoint as a registered model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub export: Option<ExportSpec>,
 }
+
+/// The longest `spec.maxRuntimeSeconds` accepted: a year.
+pub(crate) const MAX_RUNTIME_LIMIT_S: u64 = 366 * 24 * 3600;
 
 /// How a job becomes processes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -655,6 +665,16 @@ impl TrainJobSpec {
             && let Err(msg) = crate::meta::validate_name(q)
         {
             p.push("spec.queue", msg);
+        }
+        if let Some(limit) = self.max_runtime_seconds
+            && !(1..=MAX_RUNTIME_LIMIT_S).contains(&limit)
+        {
+            p.push(
+                "spec.maxRuntimeSeconds",
+                format!(
+                    "must be between 1 and {MAX_RUNTIME_LIMIT_S} (a year; got {limit}); leave it out for no limit"
+                ),
+            );
         }
         if let Some(export) = &self.export {
             if export.format != "hf" {

@@ -253,6 +253,38 @@ fn cancel_stops_every_rank_gracefully() {
     assert_eq!(plane.ok(&["get", "jobs", "-o", "json"]).trim(), "[]");
 }
 
+#[test]
+fn a_run_past_its_time_limit_is_stopped_gracefully_and_fails() {
+    let plane = Plane::start(None);
+    let spec = "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: capped}\nspec:\n  engine: command\n  command: [python3, examples/sleeper.py, '60']\n  maxRuntimeSeconds: 3\n  onFailure: {maxRestarts: 0, graceSeconds: 5}\n";
+    let path = plane.write("capped.yaml", spec);
+    plane.ok(&["apply", "-f", &path]);
+    let job = plane.wait_phase("capped", "Failed", MIN);
+    let message = job["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("past spec.maxRuntimeSeconds (3 s)") && message.contains("no restarts"),
+        "{job}"
+    );
+    let failed = plane
+        .events("capped")
+        .into_iter()
+        .find(|e| e["to"] == "Failed")
+        .expect("a Failed event");
+    assert_eq!(failed["reason"], "DeadlineExceeded", "{failed}");
+    // The rank got SIGTERM, not SIGKILL: it wrote its checkpoint on the way out.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let log = plane.ok(&["logs", "capped"]);
+        if log.contains("SIGTERM at step") {
+            // It was stopped near its limit, long before its 60 steps.
+            assert!(!log.contains("\"step\": 30"), "{log}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{log}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Each bad input: a non-zero exit, one line on stderr naming the field and the fix,
 /// and nothing stored.
 #[test]
@@ -284,6 +316,14 @@ fn bad_input_is_refused_with_one_clear_line() {
             "too-many-gpus",
             good.replace("gpusPerNode: 0", "gpusPerNode: 2"),
             "spec.resources.gpusPerNode: the job needs 2 GPUs",
+        ),
+        (
+            "zero-time-limit",
+            good.replace(
+                "  engine: command\n",
+                "  engine: command\n  maxRuntimeSeconds: 0\n",
+            ),
+            "spec.maxRuntimeSeconds: must be between 1 and",
         ),
         ("missing-file", String::new(), "cannot read"),
     ];
