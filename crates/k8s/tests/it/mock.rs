@@ -2,8 +2,11 @@
 //! plays a scripted scenario — each step checks the method and path of the next request,
 //! records its body, and answers. A scenario that is not played to the end fails the test.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use ferry_k8s::crd::TrainJobResource;
+use ferry_k8s::{Admission, Context, RenderOptions, reconcile};
 use http::{Request, Response};
 use kube::Client;
 use kube::client::Body;
@@ -36,6 +39,19 @@ pub fn step(method: &'static str, path: impl Into<String>, code: u16, answer: Va
 /// A Kubernetes `Status` body for `code`.
 pub fn status(code: u16, reason: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": reason, "reason": reason, "code": code})
+}
+
+/// A step answered 404 Not Found: the object at `path` does not exist.
+pub fn not_found(method: &'static str, path: impl Into<String>) -> Step {
+    step(method, path, 404, status(404, "NotFound"))
+}
+
+/// Where the operator records the events of the fixtures' namespace, `team-a`.
+pub const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/team-a/events";
+
+/// The operator records an event in `team-a` (answered 201).
+pub fn event() -> Step {
+    step("POST", EVENTS, 201, json!({}))
 }
 
 /// What the server saw: method, path with query, JSON body.
@@ -91,4 +107,19 @@ pub async fn finish(task: tokio::task::JoinHandle<Vec<Seen>>) -> Vec<Seen> {
         .await
         .expect("the scenario was not played to the end (a request is missing)")
         .expect("the mock server panicked (an unexpected request)")
+}
+
+/// Reconciles `job` once, deciding admission with `admission`, against a server playing
+/// `steps`; returns what the server saw once every step was played.
+pub async fn reconciled(
+    job: &TrainJobResource,
+    admission: Arc<dyn Admission>,
+    steps: Vec<Step>,
+) -> Vec<Seen> {
+    let (client, task) = server(steps);
+    let ctx = Context::new(client, RenderOptions::default(), admission);
+    reconcile(Arc::new(job.clone()), Arc::new(ctx))
+        .await
+        .unwrap();
+    finish(task).await
 }

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use ferry_k8s::crd::{TrainJobClusterStatus, TrainJobResource};
-use ferry_k8s::{Admission, Admit, Context, Gang, RenderOptions, reconcile};
+use ferry_k8s::{Admission, Admit, Context, Gang, RenderOptions};
 use ferry_spec::JobPhase;
 use serde_json::{Value, json};
 
-use crate::mock::{Seen, finish, server, status, step};
+use crate::mock::{EVENTS, Seen, Step, event, finish, not_found, reconciled, server, status, step};
 use crate::specs::*;
 
 const NS: &str = "team-a";
@@ -17,7 +17,12 @@ const JOB: &str = "qwen-lora";
 const TJ: &str = "/apis/ferry.dev/v1alpha1/namespaces/team-a/trainjobs/qwen-lora";
 const JOBS: &str = "/apis/batch/v1/namespaces/team-a/jobs";
 const SVC: &str = "/api/v1/namespaces/team-a/services/qwen-lora";
-const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/team-a/events";
+const PODS: &str = "/api/v1/namespaces/team-a/pods";
+/// The log of rank 0's pod in the scenarios that read it.
+const RANK0_LOG: &str = "/api/v1/namespaces/team-a/pods/qwen-lora-0-0-abcde/log";
+
+/// The scheduler's answer in most scenarios: run it, anywhere.
+const ADMIT: Admit = Admit::Run(Vec::new());
 
 struct Fixed(Admit);
 impl Admission for Fixed {
@@ -50,13 +55,70 @@ fn running(attempt: u32, restarts: u32) -> TrainJobClusterStatus {
     }
 }
 
-fn gang(name: &str, suspend: bool, condition: Option<&str>) -> Value {
+/// The path of attempt `attempt`'s gang, the batch Job `qwen-lora-<attempt>`.
+fn gang_path(attempt: u32) -> String {
+    format!("{JOBS}/{JOB}-{attempt}")
+}
+
+/// The API server's copy of attempt `attempt`'s gang, with `condition` set when given.
+fn gang(attempt: u32, suspend: bool, condition: Option<&str>) -> Value {
     let mut g = json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": NS}, "spec": {"suspend": suspend, "template": {}}});
+        "metadata": {"name": format!("{JOB}-{attempt}"), "namespace": NS}, "spec": {"suspend": suspend, "template": {}}});
     if let Some(c) = condition {
         g["status"] = json!({"conditions": [{"type": c, "status": "True"}]});
     }
     g
+}
+
+/// The operator reads attempt `attempt`'s gang, which exists.
+fn get_gang(attempt: u32, suspend: bool, condition: Option<&str>) -> Step {
+    step(
+        "GET",
+        gang_path(attempt),
+        200,
+        gang(attempt, suspend, condition),
+    )
+}
+
+/// The operator patches attempt `attempt`'s gang (an apply, or a change of `suspend`); the
+/// server answers with the gang as `suspend`.
+fn patch_gang(attempt: u32, suspend: bool) -> Step {
+    step(
+        "PATCH",
+        gang_path(attempt),
+        200,
+        gang(attempt, suspend, None),
+    )
+}
+
+/// The operator deletes attempt `attempt`'s gang, which exists.
+fn delete_gang(attempt: u32, condition: Option<&str>) -> Step {
+    step(
+        "DELETE",
+        gang_path(attempt),
+        200,
+        gang(attempt, false, condition),
+    )
+}
+
+/// The operator applies the headless Service.
+fn apply_service() -> Step {
+    step("PATCH", SVC, 200, json!({}))
+}
+
+/// The operator patches the TrainJob (its finalizers); the server echoes `job`.
+fn patch_job(job: &TrainJobResource) -> Step {
+    step("PATCH", TJ, 200, ok_job(job))
+}
+
+/// The operator patches the TrainJob's status; the server echoes `job`.
+fn patch_status(job: &TrainJobResource) -> Step {
+    step("PATCH", format!("{TJ}/status"), 200, ok_job(job))
+}
+
+/// Reconciles `job` once with the scheduler answering `admit`, against `steps`.
+async fn run(job: &TrainJobResource, admit: Admit, steps: Vec<Step>) -> Vec<Seen> {
+    reconciled(job, Arc::new(Fixed(admit)), steps).await
 }
 
 fn ctx(client: kube::Client, admit: Admit) -> Arc<Context> {
@@ -90,33 +152,20 @@ fn ok_job(r: &TrainJobResource) -> Value {
 #[tokio::test]
 async fn create_adds_the_finalizer_applies_the_gang_and_records_status() {
     let job = resource(false, None);
-    let (client, task) = server(vec![
-        step("PATCH", TJ, 200, ok_job(&job)),
-        step(
-            "GET",
-            format!("{JOBS}/{JOB}-0"),
-            404,
-            status(404, "NotFound"),
-        ),
-        step(
-            "PATCH",
-            SVC,
-            200,
-            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": JOB}}),
-        ),
-        step(
-            "PATCH",
-            format!("{JOBS}/{JOB}-0"),
-            200,
-            gang("qwen-lora-0", false, None),
-        ),
-        step("POST", EVENTS, 201, json!({})),
-        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
-    ]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
-        .await
-        .unwrap();
-    let seen = finish(task).await;
+    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": JOB}});
+    let seen = run(
+        &job,
+        ADMIT,
+        vec![
+            patch_job(&job),
+            not_found("GET", gang_path(0)),
+            step("PATCH", SVC, 200, service),
+            patch_gang(0, false),
+            event(),
+            patch_status(&job),
+        ],
+    )
+    .await;
     assert_eq!(
         seen[0].body["metadata"]["finalizers"],
         json!(["ferry.dev/cleanup"])
@@ -150,30 +199,18 @@ async fn create_adds_the_finalizer_applies_the_gang_and_records_status() {
 #[tokio::test]
 async fn not_admitted_is_created_suspended_then_unsuspended_on_admission() {
     let job = resource(true, None);
-    let (client, task) = server(vec![
-        step(
-            "GET",
-            format!("{JOBS}/{JOB}-0"),
-            404,
-            status(404, "NotFound"),
-        ),
-        step("PATCH", SVC, 200, json!({})),
-        step(
-            "PATCH",
-            format!("{JOBS}/{JOB}-0"),
-            200,
-            gang("qwen-lora-0", true, None),
-        ),
-        step("POST", EVENTS, 201, json!({})),
-        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
-    ]);
-    reconcile(
-        Arc::new(job),
-        ctx(client, Admit::Wait("team-a is over quota".into())),
+    let seen = run(
+        &job,
+        Admit::Wait("team-a is over quota".into()),
+        vec![
+            not_found("GET", gang_path(0)),
+            apply_service(),
+            patch_gang(0, true),
+            event(),
+            patch_status(&job),
+        ],
     )
-    .await
-    .unwrap();
-    let seen = finish(task).await;
+    .await;
     assert_eq!(
         seen[2].body["spec"]["suspend"], true,
         "Kueue protocol: created suspended"
@@ -184,26 +221,17 @@ async fn not_admitted_is_created_suspended_then_unsuspended_on_admission() {
 
     // Status update: the scheduler admits it now.
     let job = resource(true, Some(st));
-    let (client, task) = server(vec![
-        step(
-            "GET",
-            format!("{JOBS}/{JOB}-0"),
-            200,
-            gang("qwen-lora-0", true, None),
-        ),
-        step(
-            "PATCH",
-            format!("{JOBS}/{JOB}-0"),
-            200,
-            gang("qwen-lora-0", false, None),
-        ),
-        step("POST", EVENTS, 201, json!({})),
-        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
-    ]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
-        .await
-        .unwrap();
-    let seen = finish(task).await;
+    let seen = run(
+        &job,
+        ADMIT,
+        vec![
+            get_gang(0, true, None),
+            patch_gang(0, false),
+            event(),
+            patch_status(&job),
+        ],
+    )
+    .await;
     assert_eq!(seen[1].body, json!({"spec": {"suspend": false}}));
     assert_eq!(status_patch(&seen).phase, Some(JobPhase::Running));
     assert_eq!(event_reasons(&seen), ["Admitted"]);
@@ -212,26 +240,17 @@ async fn not_admitted_is_created_suspended_then_unsuspended_on_admission() {
 #[tokio::test]
 async fn failed_gang_restarts_from_the_latest_checkpoint_and_counts_across_recreation() {
     let job = resource(true, Some(running(0, 0)));
-    let (client, task) = server(vec![
-        step(
-            "GET",
-            format!("{JOBS}/{JOB}-0"),
-            200,
-            gang("qwen-lora-0", false, Some("Failed")),
-        ),
-        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
-        step("POST", EVENTS, 201, json!({})),
-        step(
-            "DELETE",
-            format!("{JOBS}/{JOB}-0"),
-            200,
-            gang("qwen-lora-0", false, Some("Failed")),
-        ),
-    ]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
-        .await
-        .unwrap();
-    let seen = finish(task).await;
+    let seen = run(
+        &job,
+        ADMIT,
+        vec![
+            get_gang(0, false, Some("Failed")),
+            patch_status(&job),
+            event(),
+            delete_gang(0, Some("Failed")),
+        ],
+    )
+    .await;
     let st = status_patch(&seen);
     assert_eq!(
         (st.phase, st.restarts, st.attempt),
@@ -245,33 +264,19 @@ async fn failed_gang_restarts_from_the_latest_checkpoint_and_counts_across_recre
 
     // The next reconcile recreates the gang as attempt 1, resuming.
     let job = resource(true, Some(st));
-    let (client, task) = server(vec![
-        step(
-            "GET",
-            format!("{JOBS}/{JOB}-1"),
-            404,
-            status(404, "NotFound"),
-        ),
-        step(
-            "DELETE",
-            format!("{JOBS}/{JOB}-0"),
-            404,
-            status(404, "NotFound"),
-        ),
-        step("PATCH", SVC, 200, json!({})),
-        step(
-            "PATCH",
-            format!("{JOBS}/{JOB}-1"),
-            200,
-            gang("qwen-lora-1", false, None),
-        ),
-        step("POST", EVENTS, 201, json!({})),
-        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
-    ]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
-        .await
-        .unwrap();
-    let seen = finish(task).await;
+    let seen = run(
+        &job,
+        ADMIT,
+        vec![
+            not_found("GET", gang_path(1)),
+            not_found("DELETE", gang_path(0)),
+            apply_service(),
+            patch_gang(1, false),
+            event(),
+            patch_status(&job),
+        ],
+    )
+    .await;
     let pod = &seen[3].body["spec"]["template"]["spec"];
     let env = pod["containers"][0]["env"].as_array().unwrap();
     assert!(
@@ -302,20 +307,16 @@ async fn failed_gang_restarts_from_the_latest_checkpoint_and_counts_across_recre
 #[tokio::test]
 async fn exhausted_restarts_fail_the_job() {
     let job = resource(true, Some(running(2, 2)));
-    let (client, task) = server(vec![
-        step(
-            "GET",
-            format!("{JOBS}/{JOB}-2"),
-            200,
-            gang("qwen-lora-2", false, Some("Failed")),
-        ),
-        step("POST", EVENTS, 201, json!({})),
-        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
-    ]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
-        .await
-        .unwrap();
-    let seen = finish(task).await;
+    let seen = run(
+        &job,
+        ADMIT,
+        vec![
+            get_gang(2, false, Some("Failed")),
+            event(),
+            patch_status(&job),
+        ],
+    )
+    .await;
     let st = status_patch(&seen);
     assert_eq!((st.phase, st.restarts), (Some(JobPhase::Failed), 2));
     assert!(
@@ -328,29 +329,17 @@ async fn exhausted_restarts_fail_the_job() {
 #[tokio::test]
 async fn preemption_suspends_the_gang() {
     let job = resource(true, Some(running(0, 0)));
-    let (client, task) = server(vec![
-        step(
-            "GET",
-            format!("{JOBS}/{JOB}-0"),
-            200,
-            gang("qwen-lora-0", false, None),
-        ),
-        step(
-            "PATCH",
-            format!("{JOBS}/{JOB}-0"),
-            200,
-            gang("qwen-lora-0", true, None),
-        ),
-        step("POST", EVENTS, 201, json!({})),
-        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
-    ]);
-    reconcile(
-        Arc::new(job),
-        ctx(client, Admit::Preempt("team-b reclaims its quota".into())),
+    let seen = run(
+        &job,
+        Admit::Preempt("team-b reclaims its quota".into()),
+        vec![
+            get_gang(0, false, None),
+            patch_gang(0, true),
+            event(),
+            patch_status(&job),
+        ],
     )
-    .await
-    .unwrap();
-    let seen = finish(task).await;
+    .await;
     assert_eq!(seen[1].body, json!({"spec": {"suspend": true}}));
     let st = status_patch(&seen);
     assert_eq!(st.phase, Some(JobPhase::Preempted));
@@ -364,21 +353,17 @@ async fn deletion_cleans_up_then_drops_the_finalizer() {
     job.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         "2026-01-01T00:00:00Z".parse().unwrap(),
     ));
-    let (client, task) = server(vec![
-        step(
-            "DELETE",
-            format!("{JOBS}/{JOB}-1"),
-            200,
-            gang("qwen-lora-1", false, None),
-        ),
-        step("DELETE", SVC, 404, status(404, "NotFound")),
-        step("PATCH", TJ, 200, ok_job(&job)),
-        step("POST", EVENTS, 201, json!({})),
-    ]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
-        .await
-        .unwrap();
-    let seen = finish(task).await;
+    let seen = run(
+        &job,
+        ADMIT,
+        vec![
+            delete_gang(1, None),
+            not_found("DELETE", SVC),
+            patch_job(&job),
+            event(),
+        ],
+    )
+    .await;
     assert_eq!(seen[2].body["metadata"]["finalizers"], json!([]));
     assert_eq!(
         seen[2].body["metadata"]["resourceVersion"], "7",
@@ -396,48 +381,25 @@ async fn operator_restart_mid_restart_neither_loses_nor_double_counts() {
             ..running(1, 1)
         }),
     );
-    let (client, task) = server(vec![
-        step(
-            "GET",
-            format!("{JOBS}/{JOB}-1"),
-            404,
-            status(404, "NotFound"),
-        ),
-        step(
-            "DELETE",
-            format!("{JOBS}/{JOB}-0"),
-            200,
-            gang("qwen-lora-0", false, Some("Failed")),
-        ),
-        step("PATCH", SVC, 200, json!({})),
-        step(
-            "PATCH",
-            format!("{JOBS}/{JOB}-1"),
-            200,
-            gang("qwen-lora-1", false, None),
-        ),
-        step("POST", EVENTS, 201, json!({})),
-        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
-    ]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
-        .await
-        .unwrap();
-    let seen = finish(task).await;
+    let seen = run(
+        &job,
+        ADMIT,
+        vec![
+            not_found("GET", gang_path(1)),
+            delete_gang(0, Some("Failed")),
+            apply_service(),
+            patch_gang(1, false),
+            event(),
+            patch_status(&job),
+        ],
+    )
+    .await;
     let st = status_patch(&seen);
     assert_eq!((st.restarts, st.attempt), (1, 1), "counted once");
 
     // And a reconcile that re-runs after everything was applied changes nothing.
     let job = resource(true, Some(st.clone()));
-    let (client, task) = server(vec![step(
-        "GET",
-        format!("{JOBS}/{JOB}-1"),
-        200,
-        gang("qwen-lora-1", false, None),
-    )]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
-        .await
-        .unwrap();
-    let seen = finish(task).await;
+    let seen = run(&job, ADMIT, vec![get_gang(1, false, None)]).await;
     assert_eq!(seen.len(), 1, "no writes when nothing changed");
 }
 
@@ -450,11 +412,7 @@ async fn terminal_jobs_are_left_alone() {
             ..running(0, 0)
         }),
     );
-    let (client, task) = server(vec![]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
-        .await
-        .unwrap();
-    assert!(finish(task).await.is_empty());
+    assert!(run(&job, ADMIT, vec![]).await.is_empty());
 }
 
 #[tokio::test]
@@ -491,9 +449,9 @@ async fn deployment_is_applied_and_ready_replicas_mirrored() {
             200,
             serde_json::to_value(&md).unwrap(),
         ),
-        step("POST", EVENTS, 201, json!({})),
+        event(),
     ]);
-    ferry_k8s::operator::reconcile_deployment(Arc::new(md), ctx(client, Admit::Run(vec![])))
+    ferry_k8s::operator::reconcile_deployment(Arc::new(md), ctx(client, ADMIT))
         .await
         .unwrap();
     let seen = finish(task).await;
@@ -514,26 +472,17 @@ async fn running_gang_mirrors_rank_zeros_latest_metrics_line_into_progress() {
         {"metadata": {"name": "qwen-lora-0-0-abcde"}, "status": {"phase": "Running"}}]});
     let log = "loading model\n{\"step\":10,\"loss\":1.9,\"lr\":0.0002}\nnot json {\n\
                {\"step\":11,\"loss\":1.85,\"tokens_per_s\":5120.5}\n{\"step\":12,\"lo";
-    let (client, task) = server(vec![
-        step(
-            "GET",
-            format!("{JOBS}/{JOB}-0"),
-            200,
-            gang("qwen-lora-0", false, None),
-        ),
-        step("GET", "/api/v1/namespaces/team-a/pods", 200, rank0),
-        step(
-            "GET",
-            "/api/v1/namespaces/team-a/pods/qwen-lora-0-0-abcde/log",
-            200,
-            Value::String(log.into()),
-        ),
-        step("PATCH", format!("{TJ}/status"), 200, ok_job(&job)),
-    ]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
-        .await
-        .unwrap();
-    let seen = finish(task).await;
+    let seen = run(
+        &job,
+        ADMIT,
+        vec![
+            get_gang(0, false, None),
+            step("GET", PODS, 200, rank0),
+            step("GET", RANK0_LOG, 200, Value::String(log.into())),
+            patch_status(&job),
+        ],
+    )
+    .await;
     assert!(
         seen[1]
             .uri
@@ -555,29 +504,16 @@ async fn running_gang_mirrors_rank_zeros_latest_metrics_line_into_progress() {
 
     // A container that has not started yet (400) leaves the status untouched.
     let job = resource(true, Some(st));
-    let (client, task) = server(vec![
-        step(
-            "GET",
-            format!("{JOBS}/{JOB}-0"),
-            200,
-            gang("qwen-lora-0", false, None),
-        ),
-        step(
-            "GET",
-            "/api/v1/namespaces/team-a/pods",
-            200,
-            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
-                {"metadata": {"name": "qwen-lora-0-0-abcde"}}]}),
-        ),
-        step(
-            "GET",
-            "/api/v1/namespaces/team-a/pods/qwen-lora-0-0-abcde/log",
-            400,
-            status(400, "BadRequest"),
-        ),
-    ]);
-    reconcile(Arc::new(job), ctx(client, Admit::Run(vec![])))
-        .await
-        .unwrap();
-    finish(task).await;
+    let pending = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
+        {"metadata": {"name": "qwen-lora-0-0-abcde"}}]});
+    run(
+        &job,
+        ADMIT,
+        vec![
+            get_gang(0, false, None),
+            step("GET", PODS, 200, pending),
+            step("GET", RANK0_LOG, 400, status(400, "BadRequest")),
+        ],
+    )
+    .await;
 }
