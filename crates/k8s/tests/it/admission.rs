@@ -10,20 +10,19 @@ use ferry_k8s::admission::{
     ANNOTATION_ADMITTED_AT, ANNOTATION_PLACEMENT, cluster_from_nodes, queue_spec,
 };
 use ferry_k8s::crd::{TrainJobClusterStatus, TrainJobResource};
-use ferry_k8s::{Admission, Admit, Context, Gang, RenderOptions, SchedAdmission, reconcile};
+use ferry_k8s::{Admission, Admit, Gang, RenderOptions, SchedAdmission};
 use ferry_sched::PodPlacement;
 use ferry_spec::JobPhase;
 use futures::channel::mpsc::UnboundedReceiver;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};
 
-use crate::mock::{Seen, finish, server, status, step};
+use crate::mock::{Seen, Step, event, finish, not_found, reconciled, server, step};
 use crate::specs::*;
 
 const NS: &str = "team-a";
 const JOBS: &str = "/apis/batch/v1/namespaces/team-a/jobs";
 const PODS: &str = "/api/v1/namespaces/team-a/pods";
-const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/team-a/events";
 const NODE: &str = "gpu-node-1";
 
 fn tj(name: &str) -> String {
@@ -94,14 +93,6 @@ fn admission() -> (SchedAdmission, UnboundedReceiver<()>) {
     (a, rx)
 }
 
-fn ctx(client: kube::Client, admission: &Arc<SchedAdmission>) -> Arc<Context> {
-    Arc::new(Context::new(
-        client,
-        RenderOptions::default(),
-        admission.clone(),
-    ))
-}
-
 fn gang(name: &str, suspend: bool, placement: Option<&str>, condition: Option<&str>) -> Value {
     let mut g = json!({"apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": NS}, "spec": {"suspend": suspend, "template": {}}});
@@ -132,25 +123,58 @@ fn pods(phases: &[&str]) -> Value {
     json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items})
 }
 
+/// The path of `name`'s gang (attempt 0).
+fn gang_path(name: &str) -> String {
+    format!("{JOBS}/{name}-0")
+}
+
+/// The operator reads `name`'s gang, which exists (`placement`, `condition` as given).
+fn get_gang(name: &str, suspend: bool, placement: Option<&str>, condition: Option<&str>) -> Step {
+    let answer = gang(&format!("{name}-0"), suspend, placement, condition);
+    step("GET", gang_path(name), 200, answer)
+}
+
+/// The operator patches `name`'s gang (an apply, or a change of `suspend`); the server
+/// answers with the gang as `suspend`.
+fn patch_gang(name: &str, suspend: bool) -> Step {
+    let answer = gang(&format!("{name}-0"), suspend, None, None);
+    step("PATCH", gang_path(name), 200, answer)
+}
+
+/// The operator patches `TrainJob` `name`'s status.
+fn patch_status(name: &str) -> Step {
+    step("PATCH", format!("{}/status", tj(name)), 200, echo(name))
+}
+
 /// Steps of a first reconcile that creates the gang (finalizer already present).
-fn create_steps(name: &str, suspended: bool) -> Vec<crate::mock::Step> {
+fn create_steps(name: &str, suspended: bool) -> Vec<Step> {
     vec![
-        step(
-            "GET",
-            format!("{JOBS}/{name}-0"),
-            404,
-            status(404, "NotFound"),
-        ),
+        not_found("GET", gang_path(name)),
         step("PATCH", svc(name), 200, json!({})),
-        step(
-            "PATCH",
-            format!("{JOBS}/{name}-0"),
-            200,
-            gang(&format!("{name}-0"), suspended, None, None),
-        ),
-        step("POST", EVENTS, 201, json!({})),
-        step("PATCH", format!("{}/status", tj(name)), 200, echo(name)),
+        patch_gang(name, suspended),
+        event(),
+        patch_status(name),
     ]
+}
+
+/// Steps of a reconcile that admits `name`'s suspended gang: unsuspended (and pinned) in one
+/// apply, an event, the status.
+fn unsuspend_steps(name: &str) -> Vec<Step> {
+    vec![
+        get_gang(name, true, None, None),
+        patch_gang(name, false),
+        event(),
+        patch_status(name),
+    ]
+}
+
+/// Reconciles `job` once, `admission` deciding, against `steps`.
+async fn run(
+    admission: &Arc<SchedAdmission>,
+    job: TrainJobResource,
+    steps: Vec<Step>,
+) -> Vec<Seen> {
+    reconciled(&job, admission.clone(), steps).await
 }
 
 fn hostnames(pod_spec: &Value) -> Value {
@@ -182,14 +206,12 @@ async fn high_priority_preempts_low_by_suspension_then_low_resumes() {
     let admission = Arc::new(admission);
 
     // 1. The low job arrives alone: admitted, created running and pinned to the node.
-    let (client, task) = server(create_steps("low", false));
-    reconcile(
-        Arc::new(resource("low", "low", None)),
-        ctx(client, &admission),
+    let seen = run(
+        &admission,
+        resource("low", "low", None),
+        create_steps("low", false),
     )
-    .await
-    .unwrap();
-    let seen = finish(task).await;
+    .await;
     let low_gang = &seen[2].body;
     assert_eq!(low_gang["spec"]["suspend"], false);
     assert_eq!(
@@ -210,14 +232,12 @@ async fn high_priority_preempts_low_by_suspension_then_low_resumes() {
 
     // 2. The high job arrives: created suspended; the scheduler preempts the low one and
     //    wakes the operator to reconcile it.
-    let (client, task) = server(create_steps("high", true));
-    reconcile(
-        Arc::new(resource("high", "high", None)),
-        ctx(client, &admission),
+    let seen = run(
+        &admission,
+        resource("high", "high", None),
+        create_steps("high", true),
     )
-    .await
-    .unwrap();
-    let seen = finish(task).await;
+    .await;
     assert_eq!(seen[2].body["spec"]["suspend"], true, "created suspended");
     let high_status = status_of(&seen, "high");
     assert_eq!(high_status.phase, Some(JobPhase::Queued));
@@ -227,29 +247,13 @@ async fn high_priority_preempts_low_by_suspension_then_low_resumes() {
     );
 
     // 3. The low job is suspended to preempt it.
-    let (client, task) = server(vec![
-        step(
-            "GET",
-            format!("{JOBS}/low-0"),
-            200,
-            gang("low-0", false, Some(&low_annotation), None),
-        ),
-        step(
-            "PATCH",
-            format!("{JOBS}/low-0"),
-            200,
-            gang("low-0", false, None, None),
-        ),
-        step("POST", EVENTS, 201, json!({})),
-        step("PATCH", format!("{}/status", tj("low")), 200, echo("low")),
-    ]);
-    reconcile(
-        Arc::new(resource("low", "low", Some(low_status))),
-        ctx(client, &admission),
-    )
-    .await
-    .unwrap();
-    let seen = finish(task).await;
+    let steps = vec![
+        get_gang("low", false, Some(&low_annotation), None),
+        patch_gang("low", false),
+        event(),
+        patch_status("low"),
+    ];
+    let seen = run(&admission, resource("low", "low", Some(low_status)), steps).await;
     assert_eq!(seen[1].body, json!({"spec": {"suspend": true}}));
     let low_status = status_of(&seen, "low");
     assert_eq!(low_status.phase, Some(JobPhase::Preempted));
@@ -264,22 +268,16 @@ async fn high_priority_preempts_low_by_suspension_then_low_resumes() {
     );
 
     // 4. Its pod is still terminating: not evicted yet, so the high job keeps waiting.
-    let (client, task) = server(vec![
-        step(
-            "GET",
-            format!("{JOBS}/low-0"),
-            200,
-            gang("low-0", true, None, None),
-        ),
+    let steps = vec![
+        get_gang("low", true, None, None),
         step("GET", PODS, 200, pods(&["Running", "Succeeded"])),
-    ]);
-    reconcile(
-        Arc::new(resource("low", "low", Some(low_status.clone()))),
-        ctx(client, &admission),
+    ];
+    let seen = run(
+        &admission,
+        resource("low", "low", Some(low_status.clone())),
+        steps,
     )
-    .await
-    .unwrap();
-    let seen = finish(task).await;
+    .await;
     assert!(
         seen[1]
             .uri
@@ -294,24 +292,13 @@ async fn high_priority_preempts_low_by_suspension_then_low_resumes() {
     );
 
     // 5. Its pods are gone: evicted and requeued; the scheduler admits the high job.
-    let (client, task) = server(vec![
-        step(
-            "GET",
-            format!("{JOBS}/low-0"),
-            200,
-            gang("low-0", true, None, None),
-        ),
+    let steps = vec![
+        get_gang("low", true, None, None),
         step("GET", PODS, 200, pods(&["Failed"])),
-        step("POST", EVENTS, 201, json!({})),
-        step("PATCH", format!("{}/status", tj("low")), 200, echo("low")),
-    ]);
-    reconcile(
-        Arc::new(resource("low", "low", Some(low_status))),
-        ctx(client, &admission),
-    )
-    .await
-    .unwrap();
-    let seen = finish(task).await;
+        event(),
+        patch_status("low"),
+    ];
+    let seen = run(&admission, resource("low", "low", Some(low_status)), steps).await;
     let low_status = status_of(&seen, "low");
     assert_eq!(low_status.phase, Some(JobPhase::Queued));
     assert!(
@@ -320,29 +307,8 @@ async fn high_priority_preempts_low_by_suspension_then_low_resumes() {
     );
 
     // 6. The high job is pinned to the node and unsuspended in one apply.
-    let (client, task) = server(vec![
-        step(
-            "GET",
-            format!("{JOBS}/high-0"),
-            200,
-            gang("high-0", true, None, None),
-        ),
-        step(
-            "PATCH",
-            format!("{JOBS}/high-0"),
-            200,
-            gang("high-0", false, None, None),
-        ),
-        step("POST", EVENTS, 201, json!({})),
-        step("PATCH", format!("{}/status", tj("high")), 200, echo("high")),
-    ]);
-    reconcile(
-        Arc::new(resource("high", "high", Some(high_status))),
-        ctx(client, &admission),
-    )
-    .await
-    .unwrap();
-    let seen = finish(task).await;
+    let high = resource("high", "high", Some(high_status));
+    let seen = run(&admission, high, unsuspend_steps("high")).await;
     assert!(
         seen[1].uri.contains("fieldManager=ferry"),
         "{}",
@@ -357,23 +323,17 @@ async fn high_priority_preempts_low_by_suspension_then_low_resumes() {
     assert_eq!(high_status.phase, Some(JobPhase::Running));
 
     // 7. The high job completes: finished, and the low job is admitted again.
-    let (client, task) = server(vec![
-        step(
-            "GET",
-            format!("{JOBS}/high-0"),
-            200,
-            gang("high-0", false, None, Some("Complete")),
-        ),
-        step("POST", EVENTS, 201, json!({})),
-        step("PATCH", format!("{}/status", tj("high")), 200, echo("high")),
-    ]);
-    reconcile(
-        Arc::new(resource("high", "high", Some(high_status))),
-        ctx(client, &admission),
+    let steps = vec![
+        get_gang("high", false, None, Some("Complete")),
+        event(),
+        patch_status("high"),
+    ];
+    let seen = run(
+        &admission,
+        resource("high", "high", Some(high_status)),
+        steps,
     )
-    .await
-    .unwrap();
-    let seen = finish(task).await;
+    .await;
     assert_eq!(status_of(&seen, "high").phase, Some(JobPhase::Succeeded));
     assert!(
         woke(&mut rx),
@@ -381,29 +341,8 @@ async fn high_priority_preempts_low_by_suspension_then_low_resumes() {
     );
 
     // 8. The low job is unsuspended on the node; its launch resumes from its checkpoint.
-    let (client, task) = server(vec![
-        step(
-            "GET",
-            format!("{JOBS}/low-0"),
-            200,
-            gang("low-0", true, None, None),
-        ),
-        step(
-            "PATCH",
-            format!("{JOBS}/low-0"),
-            200,
-            gang("low-0", false, None, None),
-        ),
-        step("POST", EVENTS, 201, json!({})),
-        step("PATCH", format!("{}/status", tj("low")), 200, echo("low")),
-    ]);
-    reconcile(
-        Arc::new(resource("low", "low", Some(low_status))),
-        ctx(client, &admission),
-    )
-    .await
-    .unwrap();
-    let seen = finish(task).await;
+    let low = resource("low", "low", Some(low_status));
+    let seen = run(&admission, low, unsuspend_steps("low")).await;
     let body = &seen[1].body;
     assert_eq!(body["spec"]["suspend"], false);
     let pod = &body["spec"]["template"]["spec"];
@@ -432,12 +371,7 @@ async fn operator_restart_reregisters_running_gangs_without_preemption() {
     });
     let (client, task) = server(vec![
         step("GET", "/apis/ferry.dev/v1alpha1/trainjobs", 200, listed),
-        step(
-            "GET",
-            format!("{JOBS}/low-0"),
-            200,
-            gang("low-0", false, Some(&placement), None),
-        ),
+        get_gang("low", false, Some(&placement), None),
     ]);
     let restored = ferry_k8s::operator::restore_running(&client, false, &admission)
         .await
