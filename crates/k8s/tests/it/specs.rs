@@ -2,30 +2,39 @@
 
 use ferry_spec::Resource;
 
+/// A YAML document of a Ferry resource: the header (`kind`, `name`, `namespace`), then the
+/// lines of its `spec`, each indented by two.
+macro_rules! document {
+    ($kind:ident, $name:literal, $namespace:literal, $spec:literal) => {
+        concat!(
+            "\napiVersion: ferry.dev/v1alpha1\nkind: ",
+            stringify!($kind),
+            "\nmetadata: {name: ",
+            $name,
+            ", namespace: ",
+            $namespace,
+            "}\nspec:",
+            $spec,
+        )
+    };
+}
+
 /// Two teams sharing a cohort, with H100 quotas.
-pub const QUEUES: &str = r#"
-apiVersion: ferry.dev/v1alpha1
-kind: Queue
-metadata: {name: team-a, namespace: team-a}
-spec:
+pub const QUEUES: &str = concat!(
+    document! {Queue, "team-a", "team-a", r#"
   cohort: research
   quotas: [{flavor: H100-80GB, nominal: 128, borrowingLimit: 64}]
----
-apiVersion: ferry.dev/v1alpha1
-kind: Queue
-metadata: {name: team-b, namespace: team-b}
-spec:
+"#},
+    "---",
+    document! {Queue, "team-b", "team-b", r#"
   cohort: research
   weight: 2
   quotas: [{flavor: H100-80GB, nominal: 16}, {flavor: any, nominal: 4, lendingLimit: 2}]
-"#;
+"#}
+);
 
 /// One node, one GPU, LoRA through torchrun + PEFT.
-pub const SINGLE_NODE_LORA: &str = r#"
-apiVersion: ferry.dev/v1alpha1
-kind: TrainJob
-metadata: {name: qwen-lora, namespace: team-a}
-spec:
+pub const SINGLE_NODE_LORA: &str = document! {TrainJob, "qwen-lora", "team-a", r#"
   model: {source: hf, id: Qwen/Qwen2.5-7B}
   engine: torchrun
   method: lora
@@ -36,14 +45,10 @@ spec:
   queue: team-a
   priority: low
   onFailure: {maxRestarts: 2}
-"#;
+"#};
 
 /// Two nodes of 8 GPUs, full fine-tune; the planner picks the launcher.
-pub const TWO_NODE_FULL: &str = r#"
-apiVersion: ferry.dev/v1alpha1
-kind: TrainJob
-metadata: {name: llama-sft, namespace: team-a}
-spec:
+pub const TWO_NODE_FULL: &str = document! {TrainJob, "llama-sft", "team-a", r#"
   model: {source: hf, id: meta-llama/Meta-Llama-3-8B}
   method: full
   data: {path: /data/sft.jsonl, format: chat}
@@ -53,14 +58,10 @@ spec:
   priority: high
   env: {NCCL_DEBUG: WARN}
   onFailure: {maxRestarts: 3, resume: latest}
-"#;
+"#};
 
 /// Sixteen nodes, Megatron full fine-tune of a 70B model.
-pub const SIXTEEN_NODE_MEGATRON: &str = r#"
-apiVersion: ferry.dev/v1alpha1
-kind: TrainJob
-metadata: {name: llama70b-pt, namespace: team-a}
-spec:
+pub const SIXTEEN_NODE_MEGATRON: &str = document! {TrainJob, "llama70b-pt", "team-a", r#"
   model: {source: hf, id: meta-llama/Meta-Llama-3-70B}
   engine: megatron
   task: pretrain
@@ -71,44 +72,30 @@ spec:
   queue: team-a
   priority: high
   onFailure: {maxRestarts: 5}
-"#;
+"#};
 
 /// A single-GPU QLoRA through ms-swift, in team-b.
-pub const QLORA_SWIFT: &str = r#"
-apiVersion: ferry.dev/v1alpha1
-kind: TrainJob
-metadata: {name: qwen-qlora, namespace: team-b}
-spec:
+pub const QLORA_SWIFT: &str = document! {TrainJob, "qwen-qlora", "team-b", r#"
   model: {source: hf, id: Qwen/Qwen2.5-14B}
   engine: swift
   method: qlora
   data: {path: chat.jsonl, format: chat}
   resources: {nodes: 1, gpusPerNode: 1, gpu: H100-80GB}
   queue: team-b
-"#;
+"#};
 
 /// A vLLM deployment without autoscaling.
-pub const DEPLOY_FIXED: &str = r#"
-apiVersion: ferry.dev/v1alpha1
-kind: ModelDeployment
-metadata: {name: qwen-chat, namespace: team-a}
-spec:
+pub const DEPLOY_FIXED: &str = document! {ModelDeployment, "qwen-chat", "team-a", r#"
   model: {source: hf, id: Qwen/Qwen2.5-7B}
   engine: vllm
   replicas: 2
   gpusPerReplica: 1
   gpu: H100-80GB
   maxModelLen: 8192
-"#;
+"#};
 
 /// A vLLM deployment with LoRA adapters and autoscaling on waiting requests.
-pub const DEPLOY_AUTOSCALED: &str = r#"
-apiVersion: ferry.dev/v1alpha1
-kind: ModelDeployment
-metadata:
-  name: llama70b-chat
-  namespace: team-a
-spec:
+pub const DEPLOY_AUTOSCALED: &str = document! {ModelDeployment, "llama70b-chat", "team-a", r#"
   model: {source: hf, id: meta-llama/Meta-Llama-3-70B}
   servedName: llama-70b
   engine: vllm
@@ -119,20 +106,16 @@ spec:
   adapters: [llama-sft-v1]
   queue: team-a
   autoscaling: {minReplicas: 1, maxReplicas: 6, metric: "vllm:num_requests_waiting", target: 4}
-"#;
+"#};
 
 /// Scale-to-zero through KEDA, whatever the cluster's default, with a fractional target.
-pub const DEPLOY_KEDA: &str = r#"
-apiVersion: ferry.dev/v1alpha1
-kind: ModelDeployment
-metadata: {name: qwen-chat, namespace: team-a}
-spec:
+pub const DEPLOY_KEDA: &str = document! {ModelDeployment, "qwen-chat", "team-a", r#"
   model: {source: hf, id: Qwen/Qwen2.5-7B}
   engine: vllm
   gpusPerReplica: 1
   gpu: H100-80GB
   autoscaling: {minReplicas: 0, maxReplicas: 3, target: 2.5, provider: keda}
-"#;
+"#};
 
 /// Parses documents, panicking with the spec crate's message on error.
 pub fn parse(text: &str) -> Vec<Resource> {
