@@ -13,36 +13,33 @@ fn message(r: Result<Vec<serde_json::Value>, K8sError>) -> String {
     }
 }
 
+/// What rendering `text` beside the teams' queues fails with (no cluster state).
+fn rejected(text: &str) -> String {
+    message(render(
+        &parse_all(&[QUEUES, text]),
+        &RenderOptions::default(),
+        None,
+    ))
+}
+
 #[test]
 fn gpu_count_not_a_multiple_of_the_node_size() {
     let text = TWO_NODE_FULL.replace("gpusPerNode: 8", "gpusPerNode: 6");
-    let msg = message(render(
-        &parse_all(&[QUEUES, &text]),
-        &RenderOptions::default(),
-        None,
-    ));
+    let msg = rejected(&text);
     assert!(msg.contains("spec.resources.gpusPerNode"), "{msg}");
     assert!(
         msg.contains("12 GPUs is not a multiple of the node size 8"),
         "{msg}"
     );
     let text = SINGLE_NODE_LORA.replace("gpusPerNode: 1", "gpusPerNode: 12");
-    let msg = message(render(
-        &parse_all(&[QUEUES, &text]),
-        &RenderOptions::default(),
-        None,
-    ));
+    let msg = rejected(&text);
     assert!(msg.contains("do not fit on one node of 8"), "{msg}");
 }
 
 #[test]
 fn namespace_without_a_queue() {
     let text = SINGLE_NODE_LORA.replace("namespace: team-a", "namespace: team-c");
-    let msg = message(render(
-        &parse_all(&[QUEUES, &text]),
-        &RenderOptions::default(),
-        None,
-    ));
+    let msg = rejected(&text);
     assert!(
         msg.contains("TrainJob/team-c/qwen-lora: spec.queue: namespace team-c has no queue"),
         "{msg}"
@@ -63,11 +60,7 @@ fn namespace_without_a_queue() {
     .unwrap();
     // A wrong queue name in a namespace that has queues lists them.
     let text = SINGLE_NODE_LORA.replace("queue: team-a", "queue: gpu-heavy");
-    let msg = message(render(
-        &parse_all(&[QUEUES, &text]),
-        &RenderOptions::default(),
-        None,
-    ));
+    let msg = rejected(&text);
     assert!(
         msg.contains("no queue \"gpu-heavy\" in namespace team-a; its queues are team-a"),
         "{msg}"
@@ -117,11 +110,7 @@ fn missing_claim_with_check() {
 fn name_too_long_for_pod_hostnames() {
     let long = "a".repeat(60);
     let text = TWO_NODE_FULL.replace("name: llama-sft", &format!("name: {long}"));
-    let msg = message(render(
-        &parse_all(&[QUEUES, &text]),
-        &RenderOptions::default(),
-        None,
-    ));
+    let msg = rejected(&text);
     assert!(
         msg.contains("metadata.name: pod hostnames would be"),
         "{msg}"
@@ -131,11 +120,7 @@ fn name_too_long_for_pod_hostnames() {
 #[test]
 fn builtin_engine_is_refused_on_kubernetes() {
     let text = SINGLE_NODE_LORA.replace("engine: torchrun", "engine: builtin");
-    let msg = message(render(
-        &parse_all(&[QUEUES, &text]),
-        &RenderOptions::default(),
-        None,
-    ));
+    let msg = rejected(&text);
     assert!(
         msg.contains("spec.engine: builtin runs on the local runtime only"),
         "{msg}"
