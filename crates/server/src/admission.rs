@@ -832,6 +832,20 @@ mod tests {
     }
 
     #[test]
+    fn a_time_limit_is_the_schedulers_expected_duration() {
+        let spec = "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: j}\nspec:\n  engine: command\n  command: [sh]\n  resources: {gpusPerNode: 2}\n  maxRuntimeSeconds: 900\n";
+        let Resource::TrainJob(mut job) = ferry_spec::parse_documents(spec, "j.yaml")
+            .unwrap()
+            .remove(0)
+        else {
+            panic!("not a TrainJob");
+        };
+        assert_eq!(workload_of("j", &job, 0).expected_duration_s, Some(900));
+        job.spec.max_runtime_seconds = None;
+        assert_eq!(workload_of("j", &job, 0).expected_duration_s, None);
+    }
+
+    #[test]
     fn placements_round_trip_through_stored_gpu_ids() {
         let ids: Vec<String> = ["GPU-a", "GPU-b", "GPU-c", "GPU-d"]
             .map(String::from)
