@@ -30,8 +30,9 @@ pub const HTTP_PORT_NAME: &str = "http";
 ///
 /// A model is the value of the slice's [`LABEL_SERVED_MODEL`] label; slices without it
 /// are skipped. A model whose slices have no routable endpoint (every pod unready, or
-/// no usable port) maps to an empty list: it exists but cannot take requests now. An endpoint counts when it is ready (`conditions.ready` true or absent,
-/// as the API defines) and not terminating. Its replica id is
+/// no usable port) maps to an empty list: it exists but cannot take requests now. An
+/// endpoint counts when it is ready (`conditions.ready` true or absent, as the API
+/// defines) and not terminating. Its replica id is
 /// `NAMESPACE/POD` when the endpoint names a pod, else `NAMESPACE/SLICE/ADDRESS`; its
 /// URL is `http://ADDRESS:PORT` with the port named `http`, else the slice's only port
 /// (IPv6 addresses bracketed). The same id seen twice (a dual-stack pod in an IPv4 and

@@ -189,7 +189,7 @@ pub(crate) async fn pass(plane: &ControlPlane, http: &reqwest::Client) -> Result
     for uid in gone {
         if let Some(state) = plane.deployments().remove(&uid) {
             if let (Some(link), Some(name)) = (plane.gateway(), &state.served) {
-                let _ = link.registry.set_replicas(name, &[]);
+                link.registry.forget_model(name);
             }
             stop_all(plane, state);
         }
@@ -308,7 +308,7 @@ fn publish(
         .clone()
         .unwrap_or_else(|| record.name.clone());
     if let Some(old) = state.served.as_ref().filter(|old| **old != name) {
-        let _ = link.registry.set_replicas(old, &[]);
+        link.registry.forget_model(old);
     }
     let ready: Vec<(String, String)> = state
         .replicas

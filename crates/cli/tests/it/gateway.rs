@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::ferry_bin;
+use crate::harness::{ferry_bin, http};
 
 /// A `ferry` server process printing `listening on http://ADDR` first; killed on drop.
 struct Proc {
@@ -44,21 +44,6 @@ impl Drop for Proc {
 }
 
 /// One HTTP/1.1 request; returns (status, headers, body).
-fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    let status = head[9..12].parse().unwrap();
-    (status, head.to_ascii_lowercase(), body.to_owned())
-}
-
 #[test]
 fn gateway_spreads_over_mock_engines_and_drains_on_sigterm() {
     let a = Proc::start(&[

@@ -187,6 +187,24 @@ impl Drop for Plane {
     }
 }
 
+/// One HTTP/1.1 request over std's TCP to `addr` (`host:port`): the status, the head in
+/// lower case and the body.
+pub fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head[9..12].parse().unwrap();
+    (status, head.to_ascii_lowercase(), body.to_owned())
+}
+
 /// A tiny HTTP/1.1 GET over std's TCP, so the tests check the API without the CLI.
 pub fn http_get_json(url: &str) -> Vec<Value> {
     let body = http_get(url);

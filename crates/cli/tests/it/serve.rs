@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::harness::{Plane, ferry_bin, http_get, repo_root};
+use crate::harness::{Plane, ferry_bin, http, http_get, repo_root};
 
 /// A tiny model trained by the control plane in about a minute on two cores.
 fn train_job(name: &str, corpus: &str, register: &str) -> String {
@@ -208,6 +208,21 @@ fn builtin_job_exports_a_model_that_a_deployment_serves_to_the_openai_client() {
         assert!(
             Instant::now() < deadline,
             "replica at {endpoint} still serving after delete"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // ... and the gateway forgets its name: unknown (404), not unavailable (503).
+    let chat = r#"{"model": "tiny-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}"#;
+    let addr = gateway.trim_start_matches("http://");
+    loop {
+        let (status, _, text) = http(addr, "POST", "/v1/chat/completions", chat);
+        if status == 404 {
+            assert!(text.contains("model_not_found"), "{text}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway still answers {status} for a deleted deployment: {text}"
         );
         std::thread::sleep(Duration::from_millis(200));
     }
