@@ -2,7 +2,7 @@
 //! real loopback HTTP. Requests spread over both replicas, `/v1/models` and errors
 //! come from the gateway, and SIGTERM drains and exits cleanly.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
