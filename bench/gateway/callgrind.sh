@@ -24,8 +24,8 @@ command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install va
 if [[ -n "${BIN_DIR:-}" ]]; then
   BIN=$BIN_DIR
 else
-  cargo build -q --release -p ferry-gateway --example mock_engine --example gateway --example loadgen
-  BIN=${CARGO_TARGET_DIR:-target}/release/examples
+  cargo build -q --profile release-lto -p ferry-gateway --example mock_engine --example gateway --example loadgen
+  BIN=${CARGO_TARGET_DIR:-target}/release-lto/examples
 fi
 WORK=$(mktemp -d)
 PIDS=()

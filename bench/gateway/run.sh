@@ -89,9 +89,9 @@ if [[ "$LG_CPUS" == all ]]; then LG_THREADS=1; else LG_THREADS=$(count_cpus "$LG
 if [[ -n "${BIN_DIR:-}" ]]; then
   BIN=$BIN_DIR
 else
-  echo "== building (release)"
-  cargo build -q --release -p ferry-gateway --example mock_engine --example gateway --example loadgen
-  BIN="${CARGO_TARGET_DIR:-target}/release/examples"
+  echo "== building (release-lto: one codegen unit, fat LTO, the distribution profile)"
+  cargo build -q --profile release-lto -p ferry-gateway --example mock_engine --example gateway --example loadgen
+  BIN="${CARGO_TARGET_DIR:-target}/release-lto/examples"
 fi
 if [[ -z "${NGINX_BIN:-}" ]] && ! command -v nginx >/dev/null; then
   echo "== installing nginx"
