@@ -139,6 +139,18 @@ async fn session_header_pins_a_conversation_under_round_robin() {
     let mut free = HashMap::new();
     for i in 0..9 {
         let body = chat("m", &format!("turn {i}"), 1, false);
+        // The previous answer's in-flight count is released just after its last byte; with
+        // one request in flight among three replicas the load bound would (rightly) move the
+        // session, so wait until the gateway has settled: this test is about pinning, the
+        // bound has its own test above.
+        assert!(
+            eventually(Duration::from_secs(5), || gw
+                .registry
+                .replicas()
+                .iter()
+                .all(|r| r.in_flight == 0))
+            .await
+        );
         let (_, r, _) = call(
             gw.addr,
             "POST",
