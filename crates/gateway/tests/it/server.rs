@@ -438,7 +438,10 @@ async fn half_close_slow_and_idle_clients_and_drain_of_idle_connections() {
 
 /// A replica that reads only the request head, answers 413 and closes, the way
 /// servers with a body limit do; counts requests.
-async fn early_answering_replica() -> std::net::SocketAddr {
+/// A replica that answers a POST with 413 as soon as it has the head. With `lingering`
+/// it then closes its sending side and reads (and drops) the rest, as nginx and uvicorn
+/// do; without, it closes with the body unread and the kernel resets the connection.
+async fn early_answering_replica(lingering: bool) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -462,7 +465,12 @@ async fn early_answering_replica() -> std::net::SocketAddr {
                     "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}".to_owned()
                 };
                 let _ = s.write_all(answer.as_bytes()).await;
-                // Close with the body unread: the kernel resets the connection.
+                if lingering {
+                    let _ = s.shutdown().await;
+                    let drain = async { while let Ok(1..) = s.read(&mut chunk).await {} };
+                    let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
+                }
+                // Else: close with the body unread; the kernel resets the connection.
             });
         }
     });
@@ -471,21 +479,30 @@ async fn early_answering_replica() -> std::net::SocketAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_answering_before_reading_the_body_is_heard() {
-    let addr = early_answering_replica().await;
-    let gw = Gw::start(GatewayConfig {
-        max_body_bytes: 16 * 1024 * 1024,
-        backends: vec![backend("m", format!("http://{addr}"))],
-        ..gw_cfg()
-    })
-    .await;
     // 8 MiB: far more than the socket buffers hold, so the write fails or stalls.
     let body = chat("m", &"word ".repeat(8 * 1024 * 1024 / 5), 2, false);
-    for _ in 0..3 {
-        let (status, replica, text) =
-            call(gw.addr, "POST", "/v1/chat/completions", &body, &[]).await;
-        assert_eq!(status, 413, "{text}");
-        assert!(!replica.is_empty());
-        assert!(text.contains("too big for me"), "{text}");
+    for lingering in [true, false] {
+        let addr = early_answering_replica(lingering).await;
+        let gw = Gw::start(GatewayConfig {
+            max_body_bytes: 16 * 1024 * 1024,
+            backends: vec![backend("m", format!("http://{addr}"))],
+            ..gw_cfg()
+        })
+        .await;
+        for _ in 0..3 {
+            let (status, replica, text) =
+                call(gw.addr, "POST", "/v1/chat/completions", &body, &[]).await;
+            if !lingering && status == 502 {
+                // The reset can reach the gateway before the answer does, and a reset
+                // discards what was not read yet: then there is nothing to relay, and
+                // the client gets a well-formed 502 naming the reset.
+                assert!(text.contains("reset by peer"), "{text}");
+                continue;
+            }
+            assert_eq!(status, 413, "lingering {lingering}: {text}");
+            assert!(!replica.is_empty());
+            assert!(text.contains("too big for me"), "{text}");
+        }
     }
 }
 
