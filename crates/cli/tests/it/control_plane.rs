@@ -233,15 +233,7 @@ fn cancel_stops_every_rank_gracefully() {
     let out = plane.ok(&["cancel", "job", "sleeper"]);
     assert_eq!(out.trim(), "trainjob/sleeper cancelled");
     // The rank traps SIGTERM and checkpoints before exiting.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let log = plane.ok(&["logs", "sleeper"]);
-        if log.contains("SIGTERM at step") {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{log}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    plane.wait_log("sleeper", "SIGTERM at step", Duration::from_secs(20));
     let again = plane.ferry(&["cancel", "sleeper"]);
     assert!(!again.status.success());
     assert!(
@@ -271,18 +263,10 @@ fn a_run_past_its_time_limit_is_stopped_gracefully_and_fails() {
         .find(|e| e["to"] == "Failed")
         .expect("a Failed event");
     assert_eq!(failed["reason"], "DeadlineExceeded", "{failed}");
-    // The rank got SIGTERM, not SIGKILL: it wrote its checkpoint on the way out.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let log = plane.ok(&["logs", "capped"]);
-        if log.contains("SIGTERM at step") {
-            // It was stopped near its limit, long before its 60 steps.
-            assert!(!log.contains("\"step\": 30"), "{log}");
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{log}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // The rank got SIGTERM, not SIGKILL: it wrote its checkpoint on the way out, near its
+    // limit, long before its 60 steps.
+    let log = plane.wait_log("capped", "SIGTERM at step", Duration::from_secs(20));
+    assert!(!log.contains("\"step\": 30"), "{log}");
 }
 
 /// Each bad input: a non-zero exit, one line on stderr naming the field and the fix,

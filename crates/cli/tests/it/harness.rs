@@ -167,6 +167,22 @@ impl Plane {
         }
     }
 
+    /// Polls rank 0's log until it contains `needle`, failing after `timeout`; returns it.
+    pub fn wait_log(&self, name: &str, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let log = self.ok(&["logs", name]);
+            if log.contains(needle) {
+                return log;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {needle:?} in the log of {name}: {log}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// The job's events as JSON, through the REST API.
     pub fn events(&self, name: &str) -> Vec<Value> {
         let url = format!("{}/api/v1/namespaces/default/jobs/{name}/events", self.url);

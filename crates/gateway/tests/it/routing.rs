@@ -113,17 +113,19 @@ async fn shared_prefixes_stick_to_one_replica_until_the_load_bound() {
     assert!(counts.len() >= 2, "{counts:?}");
     drop(held);
     // Freed again: the prefix goes home.
-    assert!(
-        eventually(Duration::from_secs(5), || gw
-            .registry
-            .replicas()
-            .iter()
-            .all(|r| r.in_flight == 0))
-        .await
-    );
+    assert!(settled(&gw).await);
     let body = chat("m", &format!("{system} And now?"), 1, false);
     let (_, replica, _) = call(gw.addr, "POST", "/v1/chat/completions", &body, &[]).await;
     assert_eq!(replica, home);
+}
+
+/// Whether every replica's in-flight count returns to 0 within 5 s (an answer's count is
+/// released just after its last byte reaches the client).
+async fn settled(gw: &Gw) -> bool {
+    eventually(Duration::from_secs(5), || {
+        gw.registry.replicas().iter().all(|r| r.in_flight == 0)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,14 +145,7 @@ async fn session_header_pins_a_conversation_under_round_robin() {
         // one request in flight among three replicas the load bound would (rightly) move the
         // session, so wait until the gateway has settled: this test is about pinning, the
         // bound has its own test above.
-        assert!(
-            eventually(Duration::from_secs(5), || gw
-                .registry
-                .replicas()
-                .iter()
-                .all(|r| r.in_flight == 0))
-            .await
-        );
+        assert!(settled(&gw).await);
         let (_, r, _) = call(
             gw.addr,
             "POST",
