@@ -203,7 +203,8 @@ pub struct Options {
     /// Shortest loan worth making, in seconds until the reserved gang can start (0: any).
     pub min_loan_s: u64,
     /// The head-of-line holder's reservation binds its whole cohort, even when it must borrow,
-    /// and a gang admitted through it is not reclaimed: large jobs cannot starve.
+    /// and a gang that starts by taking back loans on it is not reclaimed: large jobs cannot
+    /// starve (one that starts on free GPUs can be: docs/scheduler.md, Known weaknesses).
     pub drain_for_holder: bool,
     /// Within a priority, a job sorts as if created this many times its expected duration later:
     /// short jobs pass long ones created up to that much earlier, long ones still age in (0: by
