@@ -152,7 +152,9 @@ pub fn workload(job: &TrainJobResource) -> Workload {
         pods: r.nodes.max(1) as u32,
         gpus_per_pod: r.gpus_per_node.max(0) as u32,
         flavor: r.gpu.clone(),
-        expected_duration_s: None,
+        // The time limit: the scheduler plans reservations and backfill with it (an upper
+        // bound, so backfilling with it never delays a reservation).
+        expected_duration_s: job.spec.max_runtime_seconds,
         created_at: job
             .metadata
             .creation_timestamp

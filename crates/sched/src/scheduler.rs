@@ -811,6 +811,36 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Records a running workload's measured progress: it expects to run `remaining_s` more
+    /// seconds from `now` (from its step rate). Its expected end moves there, so reservations
+    /// are planned, and work backfilled, around when it will really end; a job submitted
+    /// without an expected duration gets one.
+    pub fn progress(&mut self, id: &str, now: Time, remaining_s: u64) -> Result<()> {
+        let j = self.lookup(id, "progress")?;
+        let job = self.jobs[j as usize].as_ref().expect("indexed job exists");
+        if job.state != St::Running {
+            return Err(SchedError::UnknownWorkload {
+                id: id.to_string(),
+                event: "progress",
+                problem: "the workload is not running".into(),
+            });
+        }
+        let (f, old_end) = (job.flavor as usize, job.end());
+        let expected = now.saturating_sub(job.admitted_at) + remaining_s.max(1);
+        if let Some(e) = old_end {
+            self.ends[f].remove(&(e, j));
+        }
+        let job = self.jobs[j as usize].as_mut().expect("indexed job exists");
+        job.expected = Some(expected);
+        let end = job.end().expect("just set");
+        self.ends[f].insert((end, j));
+        if old_end != Some(end) {
+            // A reservation's start (and what may backfill before it) depends on this end.
+            self.mark_all_dirty();
+        }
+        Ok(())
+    }
+
     fn charge(&mut self, q: u32, f: usize, delta: i64) {
         let qs = &mut self.queues[q as usize];
         let old = qs.usage[f];
@@ -2389,6 +2419,46 @@ mod tests {
             vec![Some("long")],
             "the next blocked job holds now"
         );
+    }
+
+    /// A running job submitted without a duration reports its progress: the blocked gang's
+    /// reservation then knows when the job ends, and work that ends before then backfills.
+    /// Progress that moves the end later takes that room away again.
+    #[test]
+    fn measured_progress_sets_when_a_running_job_ends_and_what_may_backfill() {
+        let opts = Options {
+            preemption: false,
+            lend_reserved_nodes: false,
+            ..Options::default()
+        };
+        let mut s = Scheduler::with_options(
+            Cluster::uniform(2, 8, "gpu"),
+            vec![queue("a", None, 16)],
+            vec![],
+            opts,
+        )
+        .unwrap();
+        s.submit(wl("unknown", "a", 1, 8, 0, None)).unwrap();
+        assert_eq!(admitted(&s.cycle(0)), vec!["unknown"]);
+        s.submit(wl("big", "a", 2, 8, 1, Some(100))).unwrap();
+        s.submit(wl("short", "a", 1, 8, 2, Some(500))).unwrap();
+        // Nobody knows when `unknown` ends: nothing may take the node held for `big`.
+        assert!(s.cycle(10).is_empty());
+        assert_eq!(s.holders(), vec![Some("big")]);
+        // Its step rate says 2,000 s more (until 2,010): `short` ends at 510, before that.
+        s.progress("unknown", 10, 2_000).unwrap();
+        assert_eq!(admitted(&s.cycle(10)), vec!["short"]);
+        s.finished("short").unwrap();
+        s.submit(wl("short2", "a", 1, 8, 600, Some(500))).unwrap();
+        // It slowed down: now ends at 700, and `short2` (600 + 500) would delay `big`.
+        s.progress("unknown", 600, 100).unwrap();
+        assert!(s.cycle(600).is_empty());
+        s.finished("unknown").unwrap();
+        assert_eq!(admitted(&s.cycle(700)), vec!["big"]);
+        assert!(s.progress("big", 700, 50).is_ok());
+        let err = s.progress("short2", 700, 50).unwrap_err().to_string();
+        assert!(err.contains("not running"), "{err}");
+        assert!(s.progress("nope", 700, 50).is_err());
     }
 
     fn prios() -> Vec<PriorityClass> {

@@ -430,6 +430,22 @@ fn bad_queue_references_are_never_admissible_and_name_the_fix() {
 }
 
 #[test]
+fn a_time_limit_is_the_workloads_expected_duration() {
+    let mut job = resource("capped", "low", None);
+    assert_eq!(
+        ferry_k8s::admission::workload(&job).expected_duration_s,
+        None
+    );
+    job.spec.max_runtime_seconds = Some(7200);
+    let w = ferry_k8s::admission::workload(&job);
+    assert_eq!(w.expected_duration_s, Some(7200));
+    assert_eq!(
+        (w.id.as_str(), w.queue.as_str()),
+        ("team-a/capped", "team-a/team-a")
+    );
+}
+
+#[test]
 fn nodes_become_the_schedulers_cluster() {
     let mut cordoned = node("n3", "8", json!({"ferry.dev/gpu-flavor": "H100-80GB"}));
     cordoned.spec = Some(serde_json::from_value(json!({"unschedulable": true})).unwrap());
