@@ -22,12 +22,23 @@ pub fn structured<T: Serialize>(value: &T, output: Option<Output>) -> anyhow::Re
 
 /// `3m12s`-style age of an RFC 3339 timestamp.
 pub fn age(rfc3339: Option<&str>) -> String {
-    let Some(t) = rfc3339.and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok()) else {
-        return "-".into();
-    };
-    let secs = (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
-        .num_seconds()
-        .max(0);
+    since(rfc3339).map_or_else(|| "-".into(), |s| span(s.max(0)))
+}
+
+/// Time from now until an RFC 3339 instant (an expected completion), as `age` writes it;
+/// `-` when unknown.
+pub fn time_left(rfc3339: Option<&str>) -> String {
+    since(rfc3339).map_or_else(|| "-".into(), |s| span((-s).max(0)))
+}
+
+/// Seconds from an RFC 3339 instant to now (negative for one in the future).
+fn since(rfc3339: Option<&str>) -> Option<i64> {
+    let t = rfc3339.and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())?;
+    Some((chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_seconds())
+}
+
+/// A duration in the largest unit that keeps it short: `45s`, `3m12s`, `5h2m`, `3d`.
+fn span(secs: i64) -> String {
     match secs {
         s if s < 120 => format!("{s}s"),
         s if s < 7200 => format!("{}m{}s", s / 60, s % 60),

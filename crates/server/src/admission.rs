@@ -37,8 +37,11 @@ enum Tracked {
     /// Waiting in its queue.
     Pending,
     /// Holding GPUs (admitted, running or restarting); `ckpt` is the newest checkpoint
-    /// time already reported.
-    Running { ckpt: Option<Time> },
+    /// time already reported, `end` the end its measured pace last predicted.
+    Running {
+        ckpt: Option<Time>,
+        end: Option<Time>,
+    },
     /// Told to stop by a `Preempt` decision; requeued once its ranks have exited.
     Evicting,
     /// Restored as running after a rebuild while it was being preempted; released (and
@@ -207,6 +210,25 @@ fn workload_of(id: &str, job: &TrainJob, created_at: i64) -> Workload {
         expected_duration_s: job.spec.max_runtime_seconds,
         created_at: u64::try_from(created_at).unwrap_or(0),
     }
+}
+
+/// The workload with its expected duration: the time limit, or twice the planner's
+/// prediction for launcher engines when that is shorter or there is no limit (a running
+/// job's measured pace replaces either, `report_pace`).
+fn planned_workload(job: &JobRecord) -> Workload {
+    planned_workload_of(&job.uid, &job.job, job.created_at.timestamp())
+}
+
+fn planned_workload_of(id: &str, job: &TrainJob, created_at: i64) -> Workload {
+    let mut w = workload_of(id, job, created_at);
+    let estimate = crate::engines::adapter_for(job)
+        .ok()
+        .and_then(|a| a.estimated_duration_s(job));
+    w.expected_duration_s = match (w.expected_duration_s, estimate) {
+        (Some(limit), Some(e)) => Some(limit.min(e)),
+        (limit, e) => limit.or(e),
+    };
+    w
 }
 
 /// Where a job admitted earlier holds its GPUs, from the ids stored on it.
@@ -430,8 +452,13 @@ pub(crate) async fn schedule(
                 let Some(job) = names.get(id.as_str()) else {
                     continue;
                 };
-                adm.tracked
-                    .insert(id.clone(), Tracked::Running { ckpt: None });
+                adm.tracked.insert(
+                    id.clone(),
+                    Tracked::Running {
+                        ckpt: None,
+                        end: None,
+                    },
+                );
                 plane.clear_waiting(&id);
                 let gpus = gpus_per_rank(&job.job, &placement, &ids);
                 let message = format!(
@@ -509,7 +536,17 @@ async fn sync(
         match (adm.tracked.get(uid).cloned(), job.phase) {
             (None, JobPhase::Queued) => submit(plane, adm, job).await?,
             (None, phase) if phase.holds_resources() => {
-                restore(plane, adm, job, ids, Tracked::Running { ckpt: None }).await?;
+                restore(
+                    plane,
+                    adm,
+                    job,
+                    ids,
+                    Tracked::Running {
+                        ckpt: None,
+                        end: None,
+                    },
+                )
+                .await?;
             }
             (None, JobPhase::Preempted) if plane.live_gang(uid).is_some() => {
                 restore(plane, adm, job, ids, Tracked::Draining).await?;
@@ -530,18 +567,62 @@ async fn sync(
                 }
                 requeue(plane, job).await?;
             }
-            (Some(Tracked::Running { ckpt }), phase) if phase.holds_resources() => {
+            (Some(Tracked::Running { ckpt, end }), phase) if phase.holds_resources() => {
                 let latest = checkpoint_time(&plane.checkpoint_dir(job));
-                if let Some(at) = latest.filter(|_| latest != ckpt) {
-                    adm.sched.checkpointed(uid, at).ok();
-                    adm.tracked
-                        .insert(uid.to_owned(), Tracked::Running { ckpt: latest });
-                }
+                let ckpt = match latest.filter(|_| latest != ckpt) {
+                    Some(at) => {
+                        adm.sched.checkpointed(uid, at).ok();
+                        latest
+                    }
+                    None => ckpt,
+                };
+                let end = report_pace(plane, adm, job, end);
+                adm.tracked
+                    .insert(uid.to_owned(), Tracked::Running { ckpt, end });
             }
             _ => {}
         }
     }
     Ok(())
+}
+
+/// Tells the scheduler when a running job will end, from the pace of its steps towards
+/// `spec.train.steps`, whenever that moved by more than a tenth of the time left (at least
+/// 30 s) since it was last told (`told`); returns the end it was last told.
+fn report_pace(
+    plane: &ControlPlane,
+    adm: &mut Admission,
+    job: &JobRecord,
+    told: Option<Time>,
+) -> Option<Time> {
+    let (Some(total), Some(live)) = (
+        job.job.spec.train.steps.filter(|s| *s > 0),
+        plane.live_gang(&job.uid),
+    ) else {
+        return told;
+    };
+    let now_ms = u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0);
+    let Some(left) = live
+        .pace
+        .remaining_s(total, now_ms)
+        .filter(|_| live.gang.attempt == job.attempt)
+    else {
+        return told;
+    };
+    let (t, end) = (now(), now() + left);
+    if told.is_some_and(|e| e.abs_diff(end) <= (left / 10).max(30)) {
+        return told;
+    }
+    match adm.sched.progress(&job.uid, t, left) {
+        Ok(()) => {
+            tracing::debug!(job = %job.uid, left_s = left, "expected end from the measured pace");
+            Some(end)
+        }
+        Err(e) => {
+            tracing::debug!(job = %job.uid, error = %e, "progress not taken");
+            told
+        }
+    }
 }
 
 /// A queued job enters its queue, or fails now if it could never be admitted.
@@ -550,7 +631,7 @@ async fn submit(
     adm: &mut Admission,
     job: &JobRecord,
 ) -> Result<(), ApiError> {
-    match adm.sched.submit(workload(job)) {
+    match adm.sched.submit(planned_workload(job)) {
         Ok(()) => {
             adm.tracked.insert(job.uid.clone(), Tracked::Pending);
             Ok(())
@@ -583,7 +664,7 @@ async fn restore(
 ) -> Result<(), ApiError> {
     let admitted_at = u64::try_from(job.updated_at.timestamp()).unwrap_or(0);
     let result = match placement_of(job, ids) {
-        Some(p) => adm.sched.restore(workload(job), &p, admitted_at),
+        Some(p) => adm.sched.restore(planned_workload(job), &p, admitted_at),
         None => Err(SchedError::InvalidWorkload {
             id: job.uid.clone(),
             field: "placement".into(),
@@ -832,6 +913,33 @@ mod tests {
     }
 
     #[test]
+    fn a_launcher_job_without_a_limit_is_expected_to_take_twice_the_planners_prediction() {
+        let spec = |steps: u32, limit: &str| {
+            let text = format!(
+                "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: j}}\nspec:\n  \
+                 engine: torchrun\n  method: lora\n  model: {{source: hf, id: Qwen/Qwen2.5-7B}}\n  \
+                 data: {{path: chat.jsonl, format: chat}}\n  \
+                 resources: {{nodes: 1, gpusPerNode: 2, gpu: H100-80GB}}\n  \
+                 train: {{seqLen: 1024, steps: {steps}}}\n{limit}"
+            );
+            let Resource::TrainJob(job) = ferry_spec::parse_documents(&text, "j.yaml")
+                .unwrap()
+                .remove(0)
+            else {
+                panic!("not a TrainJob");
+            };
+            planned_workload_of("j", &job, 0).expected_duration_s
+        };
+        let short = spec(200, "").expect("the planner predicts a step time");
+        let long = spec(400, "").expect("the planner predicts a step time");
+        assert!(short > 0 && long.abs_diff(2 * short) <= 1, "{short} {long}");
+        // A limit below the estimate wins; above it, the estimate does.
+        assert_eq!(spec(200, "  maxRuntimeSeconds: 1\n"), Some(1));
+        let far = format!("  maxRuntimeSeconds: {}\n", 10 * short);
+        assert_eq!(spec(200, &far), Some(short));
+    }
+
+    #[test]
     fn a_time_limit_is_the_schedulers_expected_duration() {
         let spec = "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: j}\nspec:\n  engine: command\n  command: [sh]\n  resources: {gpusPerNode: 2}\n  maxRuntimeSeconds: 900\n";
         let Resource::TrainJob(mut job) = ferry_spec::parse_documents(spec, "j.yaml")
@@ -843,6 +951,8 @@ mod tests {
         assert_eq!(workload_of("j", &job, 0).expected_duration_s, Some(900));
         job.spec.max_runtime_seconds = None;
         assert_eq!(workload_of("j", &job, 0).expected_duration_s, None);
+        // A user's command gives no prediction.
+        assert_eq!(planned_workload_of("j", &job, 0).expected_duration_s, None);
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod engines;
 mod error;
 mod export;
 mod metrics;
+mod pace;
 mod reconcile;
 mod serving;
 mod state;

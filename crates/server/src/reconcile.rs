@@ -20,6 +20,7 @@ use crate::engines::{LaunchContext, adapter_for};
 use crate::error::ApiError;
 use crate::export;
 use crate::metrics;
+use crate::pace::Pace;
 use crate::state::{ControlPlane, ExportState, LiveGang};
 
 /// Runs forever: one recovery pass, then a reconcile pass per tick or wake-up.
@@ -122,6 +123,7 @@ pub(crate) async fn recover(plane: &ControlPlane) -> Result<(), ApiError> {
                         draining: false,
                         metrics_offset: 0,
                         last_step,
+                        pace: Pace::default(),
                     },
                 );
             }
@@ -166,6 +168,7 @@ async fn adopt_and_stop(plane: &ControlPlane, uid: &str, gang: GangRecord) -> Re
                 draining: false,
                 metrics_offset: 0,
                 last_step: None,
+                pace: Pace::default(),
             },
         );
         stop(plane, uid, Duration::from_secs(5));
@@ -453,6 +456,7 @@ async fn launch(plane: &ControlPlane, job: &JobRecord, from: JobPhase) -> Result
                     draining: false,
                     metrics_offset: 0,
                     last_step: None,
+                    pace: Pace::default(),
                 },
             );
         }
@@ -720,6 +724,10 @@ async fn ingest_metrics(
     if let Some(entry) = plane.live().get_mut(&job.uid) {
         entry.metrics_offset = offset;
         entry.last_step = last_step;
+        if let Some(step) = last_step.filter(|_| !fresh.is_empty()) {
+            let now_ms = u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0);
+            entry.pace.observe(step, now_ms);
+        }
     }
     Ok(())
 }

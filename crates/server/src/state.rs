@@ -22,6 +22,8 @@ pub(crate) struct LiveGang {
     pub(crate) metrics_offset: u64,
     /// Highest metrics step stored for this attempt (lines at or below are skipped).
     pub(crate) last_step: Option<i64>,
+    /// Steps over time seen in this attempt's metrics, for the scheduler's expected end.
+    pub(crate) pace: crate::pace::Pace,
 }
 
 /// Handle to the control plane; cheap to clone.

@@ -491,6 +491,10 @@ pub struct TrainJobStatus {
     /// Latest metrics line the engine printed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<serde_json::Value>,
+    /// RFC 3339 time the running attempt is expected to reach `spec.train.steps`, at the pace
+    /// its metrics lines show (absent until that pace is known, and once it stops running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_completion_time: Option<String>,
 }
 
 impl TrainJob {

@@ -77,6 +77,7 @@ impl JobRecord {
             completion_time: self.finished_at.map(rfc3339),
             resumed_from: self.resumed_from.clone(),
             progress: None,
+            estimated_completion_time: None,
         }
     }
 

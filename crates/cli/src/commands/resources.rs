@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::args::{CancelArgs, DeleteArgs, DescribeArgs, GetArgs, Output};
 use crate::client::Client;
-use crate::output::{self, age, cell};
+use crate::output::{self, age, cell, time_left};
 use crate::table::Table;
 
 /// The API route segment of a generic object kind (deployments, queues).
@@ -88,7 +88,9 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
             header.insert(0, "NAMESPACE");
         }
         if wide {
-            header.extend(["ENGINE", "RANKS", "ATTEMPT", "STEP", "LOSS", "MESSAGE"]);
+            header.extend([
+                "ENGINE", "RANKS", "ATTEMPT", "STEP", "LOSS", "LEFT", "MESSAGE",
+            ]);
         }
         let mut t = Table::new(&header);
         for j in &jobs {
@@ -116,6 +118,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     cell(&status["attempt"]),
                     cell(&status["progress"]["step"]),
                     cell(&status["progress"]["loss"]),
+                    time_left(status["estimatedCompletionTime"].as_str()),
                     cell(&status["message"]),
                 ]);
             }
@@ -286,6 +289,12 @@ pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()>
     }
     if !s["progress"].is_null() {
         field("Progress", s["progress"].to_string());
+    }
+    if let Some(eta) = s["estimatedCompletionTime"].as_str() {
+        field(
+            "Expected done",
+            format!("{eta} (in {}, at the measured pace)", time_left(Some(eta))),
+        );
     }
     println!("Events:");
     let mut t = Table::new(&["  TIME", "FROM", "TO", "REASON", "MESSAGE"]);

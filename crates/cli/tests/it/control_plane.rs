@@ -1,7 +1,7 @@
 //! The foundation bars: a gang that talks, crash recovery, exact GPU accounting,
 //! restarts with resume, cancel, and bad input that stores nothing.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -267,6 +267,45 @@ fn a_run_past_its_time_limit_is_stopped_gracefully_and_fails() {
     // limit, long before its 60 steps.
     let log = plane.wait_log("capped", "SIGTERM at step", Duration::from_secs(20));
     assert!(!log.contains("\"step\": 30"), "{log}");
+}
+
+/// A running job's expected completion comes from the pace of its metrics lines towards
+/// `spec.train.steps`: shown in `get -o json`, `get -o wide` and `describe`, and gone once
+/// it has finished.
+#[test]
+fn a_running_job_shows_when_it_will_finish_at_its_measured_pace() {
+    // On a GPU, so the scheduler is told the job's pace too (`Scheduler::progress`).
+    let plane = Plane::start(Some(1));
+    let spec = "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: paced}\nspec:\n  engine: command\n  command: [python3, examples/sleeper.py, '20']\n  resources: {gpusPerNode: 1}\n  train: {steps: 20}\n";
+    let path = plane.write("paced.yaml", spec);
+    plane.ok(&["apply", "-f", &path]);
+    plane.wait_phase("paced", "Running", MIN);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (job, eta) = loop {
+        let job = plane.job("paced");
+        if let Some(eta) = job["status"]["estimatedCompletionTime"].as_str() {
+            let eta = chrono::DateTime::parse_from_rfc3339(eta).expect("RFC 3339");
+            break (job.clone(), eta);
+        }
+        assert!(Instant::now() < deadline, "no expected completion: {job}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    // One step a second: the steps left, from now, give or take the polling.
+    let step = job["status"]["progress"]["step"].as_i64().expect("a step");
+    let left = (eta.with_timezone(&chrono::Utc) - chrono::Utc::now()).num_seconds();
+    assert!(
+        (left - (20 - step)).abs() <= 4,
+        "{left} s left at step {step}: {job}"
+    );
+    let wide = plane.ok(&["get", "jobs", "-o", "wide"]);
+    assert!(wide.lines().next().unwrap().contains("LEFT"), "{wide}");
+    let described = plane.ok(&["describe", "job", "paced"]);
+    assert!(described.contains("at the measured pace"), "{described}");
+    let done = plane.wait_phase("paced", "Succeeded", MIN);
+    assert!(
+        done["status"]["estimatedCompletionTime"].is_null(),
+        "{done}"
+    );
 }
 
 /// Each bad input: a non-zero exit, one line on stderr naming the field and the fix,

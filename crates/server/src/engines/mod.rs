@@ -49,6 +49,13 @@ pub trait EngineAdapter: Send + Sync {
 
     /// The argv, environment and working directory of every rank.
     fn launch(&self, ctx: &LaunchContext<'_>) -> Result<LaunchRequest, FieldError>;
+
+    /// Seconds the job is predicted to train for, when the engine can tell before it runs
+    /// (the planner's step time for launcher engines); the scheduler's expected duration for
+    /// a job without `spec.maxRuntimeSeconds`, until its measured pace replaces it.
+    fn estimated_duration_s(&self, _job: &TrainJob) -> Option<u64> {
+        None
+    }
 }
 
 /// The engine `engine: auto` stands for: the user's command when one is given, else the

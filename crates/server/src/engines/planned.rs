@@ -42,15 +42,8 @@ impl EngineAdapter for PlannedEngine {
         }
         // A registered artifact is resolved by the store at launch; everything else is
         // planned now, so a job that cannot fit is refused at apply, not failed later.
-        let model_dir = match job.spec.model.as_ref().map(|m| m.source) {
-            Some(ModelSource::Artifact) => return Vec::new(),
-            Some(ModelSource::Path) => job
-                .spec
-                .model
-                .as_ref()
-                .and_then(|m| m.path.as_deref())
-                .map(|p| in_working_dir(job, p)),
-            _ => None,
+        let Some(model_dir) = model_dir_at_apply(job) else {
+            return Vec::new();
         };
         // Rendering too: a plan the launcher cannot run (LoRA under Megatron) is refused now.
         let paths = JobPaths {
@@ -97,6 +90,35 @@ impl EngineAdapter for PlannedEngine {
             .collect();
         req.procs_per_node = 1;
         Ok(req)
+    }
+
+    /// Twice the planner's prediction (its step times are kept within 2x of measured ones),
+    /// for `spec.train.steps` steps, else for the data the plan knows of.
+    fn estimated_duration_s(&self, job: &TrainJob) -> Option<u64> {
+        let report = plan(job, model_dir_at_apply(job)?.as_deref()).ok()?;
+        let t = &report.chosen.throughput;
+        let seconds = match job.spec.train.steps.filter(|s| *s > 0) {
+            Some(steps) => t.step_s * steps as f64,
+            None => t.total_hours? * 3600.0,
+        };
+        (seconds.is_finite() && seconds > 0.0).then(|| (2.0 * seconds).ceil() as u64)
+    }
+}
+
+/// Where the job's model is on disk before launch: `Some(None)` for a hub model (the
+/// planner's catalogue has its shape), `None` for a registered artifact (resolved by the
+/// store at launch, so it cannot be planned yet).
+fn model_dir_at_apply(job: &TrainJob) -> Option<Option<PathBuf>> {
+    match job.spec.model.as_ref().map(|m| m.source) {
+        Some(ModelSource::Artifact) => None,
+        Some(ModelSource::Path) => Some(
+            job.spec
+                .model
+                .as_ref()
+                .and_then(|m| m.path.as_deref())
+                .map(|p| in_working_dir(job, p)),
+        ),
+        _ => Some(None),
     }
 }
 

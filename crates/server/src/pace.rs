@@ -1,0 +1,75 @@
+//! A running attempt's pace — optimizer steps over wall-clock time, from the steps its
+//! metrics lines report — and what it says about when the attempt will end. The scheduler
+//! plans reservations and backfill with it (`Scheduler::progress`).
+
+/// Fewest milliseconds between the first and the latest observation before a pace is
+/// trusted (the first steps include warm-up; a longer base averages it out).
+const MIN_SPAN_MS: u64 = 2_000;
+
+/// The first and the latest `(step, unix ms)` seen in one attempt's metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Pace {
+    first: Option<(i64, u64)>,
+    last: Option<(i64, u64)>,
+}
+
+impl Pace {
+    /// Records that the attempt had reached `step` at `at_ms`; older or equal steps are
+    /// ignored.
+    pub(crate) fn observe(&mut self, step: i64, at_ms: u64) {
+        if self.last.is_some_and(|(s, _)| step <= s) {
+            return;
+        }
+        self.first.get_or_insert((step, at_ms));
+        self.last = Some((step, at_ms));
+    }
+
+    /// Seconds until step `total` at the pace seen so far, from `now_ms`; `None` until
+    /// two observations `MIN_SPAN_MS` apart. At least 1 (a job past `total` is finishing).
+    pub(crate) fn remaining_s(&self, total: i64, now_ms: u64) -> Option<u64> {
+        let ((s0, t0), (s1, t1)) = (self.first?, self.last?);
+        if s1 <= s0 || t1.saturating_sub(t0) < MIN_SPAN_MS {
+            return None;
+        }
+        let ms_per_step = (t1 - t0) as f64 / (s1 - s0) as f64;
+        let left_ms = (total - s1).max(0) as f64 * ms_per_step - now_ms.saturating_sub(t1) as f64;
+        Some(((left_ms / 1000.0).ceil() as u64).max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remaining_time_follows_the_measured_step_rate() {
+        let mut p = Pace::default();
+        assert_eq!(p.remaining_s(100, 0), None);
+        p.observe(10, 1_000);
+        assert_eq!(
+            p.remaining_s(100, 1_000),
+            None,
+            "one observation is no rate"
+        );
+        p.observe(11, 1_500);
+        assert_eq!(
+            p.remaining_s(100, 1_500),
+            None,
+            "half a second is too short a base"
+        );
+        p.observe(9, 2_000);
+        p.observe(30, 5_000);
+        // 20 steps in 4 s: 200 ms each; 70 left at 5 s = 14 s, 1 s of which has passed.
+        assert_eq!(p.remaining_s(100, 6_000), Some(13));
+        assert_eq!(
+            p.remaining_s(30, 6_000),
+            Some(1),
+            "past its last step: finishing"
+        );
+        assert_eq!(
+            p.remaining_s(100, 60_000),
+            Some(1),
+            "overdue: any moment now"
+        );
+    }
+}
