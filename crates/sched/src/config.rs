@@ -246,6 +246,13 @@ pub struct Options {
     /// default: it lowers mean JCT and preemptions but costs utilization against EASY backfill
     /// on held-out traces and does not raise fairness there (docs/scheduler.md).
     pub reclaim_through_reservation: bool,
+    /// How far past its quota a draining holder may take its queue: the holder drains (and
+    /// its gang, once started, is not reclaimed) only if, with the gang, its queue would use
+    /// at most the larger of its nominal quota and the gang, plus this percentage of its
+    /// nominal quota. A queue already using most of its quota then waits for its own work to
+    /// return quota instead of draining the cohort for a gang that would take it far above
+    /// (`None`: no bound, the policy before; docs/scheduler.md).
+    pub drain_overshoot_pct: Option<u32>,
 }
 
 impl Default for Options {
@@ -268,6 +275,7 @@ impl Default for Options {
             deficit_half_life_s: 0,
             deficit_threshold_s: 3_600,
             reclaim_through_reservation: false,
+            drain_overshoot_pct: Some(50),
         }
     }
 }

@@ -1851,14 +1851,21 @@ impl Scheduler {
 
     /// Whether `j` holds (or, with no holder yet, would hold) flavor `f`'s reservation with a
     /// binding claim on its cohort: its queue gets less than its nominal quota, so it is owed
-    /// capacity that others are using.
+    /// capacity that others are using, and the gang would not take it further past that
+    /// quota than `Options::drain_overshoot_pct` allows.
     fn drains(&self, j: u32, f: usize) -> bool {
         self.opts.drain_for_holder
             && self.opts.backfill
             && self.holder[f].is_none_or(|h| h == j)
             && self.jobs[j as usize].as_ref().is_some_and(|job| {
                 let qs = &self.queues[job.queue as usize];
-                qs.quota[f].is_some_and(|qq| qs.usage[f] < qq.nominal)
+                let (u, r) = (qs.usage[f], job.gpus());
+                qs.quota[f].is_some_and(|qq| {
+                    u < qq.nominal
+                        && self.opts.drain_overshoot_pct.is_none_or(|pct| {
+                            u + r <= qq.nominal.max(r) + qq.nominal * u64::from(pct) / 100
+                        })
+                })
             })
     }
 

@@ -32,13 +32,15 @@ fn compare(spec: &GenSpec, ferry: &Options) -> (SimReport, SimReport, SimReport,
 
 /// Bar 2 on traces the policy was not tuned on (seeds 21 and 22 were never used while tuning;
 /// the tuning set is `examples/variants.rs tune`): against FIFO, lower mean JCT and higher
-/// utilization on every trace; against EASY backfill, on at least 10 of the 12 (what was
-/// measured when the policy was last changed: seed 21 Gangs loses on mean JCT by 2% and 9%,
-/// seed 22 Small on utilization by 5%; docs/scheduler.md lists the held-out figures). A change
-/// that loses more of these comparisons fails here.
+/// utilization on every trace; against EASY backfill, on mean JCT on at least 11 of the 12 and
+/// on utilization on at least 9 (what was measured when the policy was last changed, with the
+/// bound on draining holders' overshoot: seed 21 Gangs load 0.9 loses mean JCT by 6% and
+/// utilization by 0.2%, seed 22 Small on utilization by 5%; before that bound it was 10 and 10,
+/// seed 21 Gangs losing mean JCT at both loads; docs/scheduler.md lists the held-out figures).
+/// A change that loses more of these comparisons fails here.
 #[test]
 fn ferry_against_fifo_and_easy_on_generated_traces() {
-    against_fifo_and_easy(&Options::default(), 10, 10);
+    against_fifo_and_easy(&Options::default(), 11, 9);
 }
 
 /// The opt-in fairness deficits on the same traces: still better than FIFO on every trace, and

@@ -60,11 +60,20 @@ fn case() -> impl Strategy<Value = Case> {
         prop::sample::select(vec![3u64, 900]),
         // Fairness deficits: off, or a half-life on the scale of the jobs (1-60 s).
         prop::sample::select(vec![0u64, 30]),
-        // Reclaims through another gang's reservation: off (the default) or on.
-        any::<bool>(),
+        // Reclaims through another gang's reservation: off (the default) or on; how far past
+        // its quota a draining holder may go: unbounded, not at all, or the default half.
+        (
+            any::<bool>(),
+            prop::sample::select(vec![None, Some(0u32), Some(50)]),
+        ),
     );
     (nodes, queues, jobs, opts).prop_map(
-        |(nodes, queues, jobs, (backfill, preemption, fair, loan, deficit, through))| {
+        |(
+            nodes,
+            queues,
+            jobs,
+            (backfill, preemption, fair, loan, deficit, (through, overshoot)),
+        )| {
             let cluster = Cluster {
                 nodes: nodes
                     .iter()
@@ -162,6 +171,7 @@ fn case() -> impl Strategy<Value = Case> {
                 deficit_half_life_s: deficit,
                 deficit_threshold_s: 1,
                 reclaim_through_reservation: through,
+                drain_overshoot_pct: overshoot,
                 ..Options::default()
             };
             Case {
@@ -195,10 +205,13 @@ fn fair_case() -> impl Strategy<Value = Case> {
         any::<bool>(),
         any::<bool>(),
         prop::sample::select(vec![0u64, 30]),
-        any::<bool>(),
+        (
+            any::<bool>(),
+            prop::sample::select(vec![None, Some(0u32), Some(50)]),
+        ),
     );
     (2usize..4, quotas, jobs, switches).prop_map(
-        |(nodes, quotas, jobs, (backfill, hold, deficit, through))| {
+        |(nodes, quotas, jobs, (backfill, hold, deficit, (through, overshoot)))| {
             let cluster = Cluster::uniform(nodes, 4, flavors()[0]);
             let cap = cluster.total_gpus() as u32;
             let total: u32 = quotas.iter().map(|(n, _)| n).sum();
@@ -257,6 +270,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
                     deficit_half_life_s: deficit,
                     deficit_threshold_s: 1,
                     reclaim_through_reservation: through,
+                    drain_overshoot_pct: overshoot,
                     ..Options::default()
                 },
             }
