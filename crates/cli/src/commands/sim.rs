@@ -36,6 +36,11 @@ pub struct SimArgs {
     /// borrowed jobs that outlast another gang's drain on its reserved nodes (docs/scheduler.md).
     #[arg(long)]
     pub reclaim_through_reservation: bool,
+    /// Ferry's policy switches as YAML or JSON (`{drainOvershootPct: 25, holdForOwed: true}`;
+    /// the `Options` fields of docs/scheduler.md, camelCase); those left out keep their
+    /// defaults. Applied before --fairness-half-life and --reclaim-through-reservation.
+    #[arg(long, value_name = "FILE")]
+    pub options: Option<PathBuf>,
     /// Also write the utilization timeline as an SVG chart here.
     #[arg(long)]
     pub svg: Option<PathBuf>,
@@ -50,6 +55,38 @@ fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> anyhow:
     serde_saphyr::from_str(&text).with_context(|| {
         format!(
             "{what} file {} is not valid: see `ferry sim --help` for its fields",
+            path.display()
+        )
+    })
+}
+
+/// Ferry's options from a YAML/JSON file: the defaults with the file's fields over them; a
+/// field the options do not have is refused by name (a typo would otherwise be ignored).
+fn policy_options(path: &Path) -> anyhow::Result<ferry_sched::Options> {
+    let given: serde_json::Value = read_yaml(path, "options")?;
+    let Some(given) = given.as_object() else {
+        anyhow::bail!(
+            "options file {}: expected a mapping of switches, e.g. {{drainOvershootPct: 25}}",
+            path.display()
+        );
+    };
+    let mut options = serde_json::to_value(ferry_sched::Options::default())?;
+    let known = options.as_object_mut().expect("options serialize as a map");
+    for (key, value) in given {
+        if !known.contains_key(key) {
+            let mut names: Vec<&str> = known.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            anyhow::bail!(
+                "options file {}: unknown switch `{key}`; fix: use one of {}",
+                path.display(),
+                names.join(", ")
+            );
+        }
+        known.insert(key.clone(), value.clone());
+    }
+    serde_json::from_value(options).with_context(|| {
+        format!(
+            "options file {}: a switch has a value of the wrong type (see docs/scheduler.md)",
             path.display()
         )
     })
@@ -71,10 +108,15 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         Some(path) => read_yaml::<Vec<ferry_sched::QueueSpec>>(path, "queues")?,
         None => ferry_sched::default_queues(&trace, &cluster),
     };
+    let ferry_options = match &args.options {
+        Some(path) => policy_options(path)?,
+        None => ferry_sched::Options::default(),
+    };
     let mut reports = Vec::new();
     for policy in ferry_sched::Policy::ALL {
         let mut options = policy.options();
         if policy == ferry_sched::Policy::Ferry {
+            options = ferry_options.clone();
             if let Some(half_life) = args.fairness_half_life {
                 options.deficit_half_life_s = half_life;
             }
@@ -95,6 +137,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("{}", ferry_sched::describe_setup(&trace, &cluster, &queues));
+    if let Some(path) = &args.options {
+        println!("ferry runs with the switches in {}", path.display());
+    }
     if let Some(half_life) = args.fairness_half_life {
         println!("ferry runs with fairness deficits, half-life {half_life} s");
     }

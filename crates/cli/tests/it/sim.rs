@@ -1,5 +1,6 @@
 //! `ferry sim` as a user runs it: the shared Helios trace through every policy, the JSON
-//! fields the issue names, the SVG, the opt-in fairness deficits, and a bad trace.
+//! fields the issue names, the SVG, the opt-in fairness deficits, switches from a file, and a
+//! bad trace.
 
 use std::process::Command;
 
@@ -92,6 +93,36 @@ fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
     assert!(
         text.contains("ferry reclaims through reservations"),
         "{text}"
+    );
+
+    // Any switch from a file: without the bound on draining holders (the policy before it)
+    // Ferry's figures change and the baselines' do not; a misspelt switch is refused.
+    let unbounded = dir.path().join("unbounded.yaml");
+    std::fs::write(&unbounded, "drainOvershootPct: null\n").unwrap();
+    let out = sim(&[
+        "--trace",
+        trace,
+        "-o",
+        "json",
+        "--options",
+        unbounded.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_ne!(before[0]["mean_jct_s"], reports[0]["mean_jct_s"]);
+    assert_eq!(before[2]["mean_jct_s"], reports[2]["mean_jct_s"]);
+    let typo = dir.path().join("typo.yaml");
+    std::fs::write(&typo, "holdForOwd: true\n").unwrap();
+    let out = sim(&["--trace", trace, "--options", typo.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("unknown switch `holdForOwd`") && err.contains("holdForOwed"),
+        "{err}"
     );
 
     let bad = dir.path().join("bad.csv");
