@@ -595,17 +595,10 @@ fn report_pace(
     job: &JobRecord,
     told: Option<Time>,
 ) -> Option<Time> {
-    let (Some(total), Some(live)) = (
-        job.job.spec.train.steps.filter(|s| *s > 0),
-        plane.live_gang(&job.uid),
-    ) else {
-        return told;
-    };
     let now_ms = u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0);
-    let Some(left) = live
-        .pace
-        .remaining_s(total, now_ms)
-        .filter(|_| live.gang.attempt == job.attempt)
+    let Some(left) = plane
+        .live_gang(&job.uid)
+        .and_then(|live| crate::pace::time_left(job, &live, now_ms))
     else {
         return told;
     };

@@ -37,6 +37,20 @@ impl Pace {
     }
 }
 
+/// Seconds `job`'s running attempt needs to reach `spec.train.steps` at the pace `live` has
+/// seen, from `now_ms`; `None` without a step target, for another attempt's gang, or before
+/// the pace is known.
+pub(crate) fn time_left(
+    job: &ferry_store::JobRecord,
+    live: &crate::state::LiveGang,
+    now_ms: u64,
+) -> Option<u64> {
+    let total = job.job.spec.train.steps.filter(|s| *s > 0)?;
+    (live.gang.attempt == job.attempt)
+        .then(|| live.pace.remaining_s(total, now_ms))
+        .flatten()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,13 +39,11 @@ async fn with_progress(plane: &ControlPlane, rec: &JobRecord) -> Result<TrainJob
 
 /// When a running job reaches `spec.train.steps` at its measured pace.
 fn estimated_completion(plane: &ControlPlane, rec: &JobRecord) -> Option<String> {
-    let total = rec.job.spec.train.steps.filter(|s| *s > 0)?;
     let live = plane
         .live_gang(&rec.uid)
-        .filter(|l| rec.phase == JobPhase::Running && l.gang.attempt == rec.attempt)?;
+        .filter(|_| rec.phase == JobPhase::Running)?;
     let now = chrono::Utc::now();
-    let now_ms = u64::try_from(now.timestamp_millis()).ok()?;
-    let left = live.pace.remaining_s(total, now_ms)?;
+    let left = crate::pace::time_left(rec, &live, u64::try_from(now.timestamp_millis()).ok()?)?;
     let at = now + chrono::Duration::seconds(i64::try_from(left).ok()?);
     Some(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
 }
