@@ -276,11 +276,12 @@ fn a_run_past_its_time_limit_is_stopped_gracefully_and_fails() {
 fn a_running_job_shows_when_it_will_finish_at_its_measured_pace() {
     // On a GPU, so the scheduler is told the job's pace too (`Scheduler::progress`).
     let plane = Plane::start(Some(1));
-    let spec = "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: paced}\nspec:\n  engine: command\n  command: [python3, examples/sleeper.py, '20']\n  resources: {gpusPerNode: 1}\n  train: {steps: 20}\n";
+    let spec = "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: paced}\nspec:\n  engine: command\n  command: [python3, examples/sleeper.py, '30']\n  resources: {gpusPerNode: 1}\n  train: {steps: 30}\n";
     let path = plane.write("paced.yaml", spec);
     plane.ok(&["apply", "-f", &path]);
     plane.wait_phase("paced", "Running", MIN);
-    let deadline = Instant::now() + Duration::from_secs(15);
+    // The pace is trusted after 10 s of steps.
+    let deadline = Instant::now() + Duration::from_secs(25);
     let (job, eta) = loop {
         let job = plane.job("paced");
         if let Some(eta) = job["status"]["estimatedCompletionTime"].as_str() {
@@ -294,7 +295,7 @@ fn a_running_job_shows_when_it_will_finish_at_its_measured_pace() {
     let step = job["status"]["progress"]["step"].as_i64().expect("a step");
     let left = (eta.with_timezone(&chrono::Utc) - chrono::Utc::now()).num_seconds();
     assert!(
-        (left - (20 - step)).abs() <= 4,
+        (left - (30 - step)).abs() <= 4,
         "{left} s left at step {step}: {job}"
     );
     let wide = plane.ok(&["get", "jobs", "-o", "wide"]);
