@@ -446,6 +446,9 @@ pub(crate) async fn schedule(
     // Admitted jobs launch, and preempted ones stop, in the next pass: run it at once.
     let acted = !decisions.is_empty();
     let names: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.uid.as_str(), j)).collect();
+    // Jobs this cycle admitted: a `Preempt` of one in the same cycle (an owner reclaiming a
+    // gang as it starts) stops it from `Admitted`, before it was ever launched.
+    let mut admitted_now: Vec<String> = Vec::new();
     for d in decisions {
         match d {
             Decision::Admit { id, placement, .. } => {
@@ -480,14 +483,21 @@ pub(crate) async fn schedule(
                         },
                     )
                     .await;
+                if res.is_ok() {
+                    admitted_now.push(id.clone());
+                }
                 ignore_conflict(res)?;
             }
             Decision::Preempt { id, reason } => {
-                let Some(job) = names.get(id.as_str()) else {
+                let Some(&job) = names.get(id.as_str()) else {
                     continue;
                 };
                 adm.tracked.insert(id.clone(), Tracked::Evicting);
-                preempt(plane, job, &reason, &names).await?;
+                let mut job = job.clone();
+                if admitted_now.contains(&id) {
+                    job.phase = JobPhase::Admitted;
+                }
+                preempt(plane, &job, &reason, &names).await?;
             }
         }
     }

@@ -250,3 +250,65 @@ fn a_team_takes_back_the_quota_it_lent() {
     assert_eq!(used("research"), Some(0.into()), "{queues:?}");
     plane.ok(&["cancel", "job", "research-long"]);
 }
+
+/// A job on queue `queue` running `examples/sleeper.py STEPS` on `gpus` GPUs.
+fn queued_sleeper(name: &str, queue: &str, gpus: u32, steps: u32) -> String {
+    format!(
+        "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: {name}}}\nspec:\n  \
+         engine: command\n  command: [python3, examples/sleeper.py, '{steps}']\n  queue: {queue}\n  \
+         resources: {{nodes: 1, procsPerNode: 1, gpusPerNode: {gpus}}}\n  \
+         onFailure: {{maxRestarts: 0, graceSeconds: 10}}\n"
+    )
+}
+
+/// A gang that must borrow drains the machine for itself and starts on the GPUs the drain
+/// left free; an owner whose job waited through the drain reclaims it in that same
+/// scheduling cycle (the scheduler weakness recorded in docs/scheduler.md). The control plane
+/// applies both decisions in order: the gang goes `Admitted → Preempted` before any rank is
+/// launched (it once missed the second transition and ran a gang the scheduler counted as
+/// stopped), is requeued, runs after the owner's job, and every job finishes.
+#[test]
+fn a_gang_reclaimed_in_the_cycle_that_admits_it_is_stopped_before_launch_and_requeued() {
+    let plane = Plane::start(Some(4));
+    let queues = "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: a}\nspec: {cohort: c, quotas: [{flavor: any, nominal: 3}]}\n---\napiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: b}\nspec: {cohort: c, quotas: [{flavor: any, nominal: 1}]}\n";
+    let path = plane.write("queues.yaml", queues);
+    plane.ok(&["apply", "-f", &path]);
+    let first = plane.write("first.yaml", &queued_sleeper("first", "a", 1, 6));
+    plane.ok(&["apply", "-f", &first]);
+    plane.wait_phase("first", "Running", LIMIT);
+    // The 4-GPU gang needs 1 GPU of b's quota: it waits for `first` and holds the machine.
+    let gang = plane.write("gang.yaml", &queued_sleeper("gang", "a", 4, 3));
+    plane.ok(&["apply", "-f", &gang]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(plane.job("gang")["status"]["phase"], "Queued");
+    // b's job fits b's quota but may not take GPUs held for the gang.
+    let owner = plane.write("owner.yaml", &queued_sleeper("owner", "b", 1, 3));
+    plane.ok(&["apply", "-f", &owner]);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(plane.job("owner")["status"]["phase"], "Queued");
+    for name in ["first", "owner", "gang"] {
+        plane.wait_phase(name, "Succeeded", LIMIT);
+    }
+    let events = plane.events("gang");
+    let transitions: Vec<(&str, &str)> = events
+        .iter()
+        .filter_map(|e| Some((e["from"].as_str()?, e["to"].as_str()?)))
+        .collect();
+    let admitted = transitions
+        .iter()
+        .position(|t| *t == ("Queued", "Admitted"))
+        .unwrap_or_else(|| panic!("never admitted: {events:#?}"));
+    assert_eq!(
+        transitions[admitted + 1],
+        ("Admitted", "Preempted"),
+        "{events:#?}"
+    );
+    let preempted = find(&events, "Preempted", |e| e["to"] == "Preempted");
+    assert!(message(&events[preempted]).contains("owner"), "{events:#?}");
+    // It ran once, after the owner's job: no rank of the stopped admission was started.
+    let runs = transitions.iter().filter(|t| t.1 == "Running").count();
+    assert_eq!(runs, 1, "{events:#?}");
+    let owner_ran = find(&plane.events("owner"), "Running", |e| e["to"] == "Running");
+    let gang_ran = find(&events, "Running", |e| e["to"] == "Running");
+    assert!(at(&plane.events("owner"), owner_ran) <= at(&events, gang_ran));
+}
