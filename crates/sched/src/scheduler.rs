@@ -2393,20 +2393,26 @@ mod tests {
         assert_eq!(run(2, true), ["gang"]);
     }
 
-    #[test]
-    fn blocked_large_gang_gets_a_reservation_and_only_short_jobs_backfill() {
+    /// One queue `a` owning `nodes` 8-GPU nodes, without preemption or loans: only
+    /// reservations and backfill decide what runs.
+    fn backfill_only(nodes: usize) -> Scheduler {
         let opts = Options {
             preemption: false,
             lend_reserved_nodes: false,
             ..Options::default()
         };
-        let mut s = Scheduler::with_options(
-            Cluster::uniform(4, 8, "gpu"),
-            vec![queue("a", None, 32)],
+        Scheduler::with_options(
+            Cluster::uniform(nodes, 8, "gpu"),
+            vec![queue("a", None, 8 * nodes as u32)],
             vec![],
             opts,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn blocked_large_gang_gets_a_reservation_and_only_short_jobs_backfill() {
+        let mut s = backfill_only(4);
         s.submit(wl("small-long", "a", 1, 8, 0, Some(1000)))
             .unwrap();
         assert_eq!(admitted(&s.cycle(0)), vec!["small-long"]);
@@ -2433,18 +2439,7 @@ mod tests {
     /// Progress that moves the end later takes that room away again.
     #[test]
     fn measured_progress_sets_when_a_running_job_ends_and_what_may_backfill() {
-        let opts = Options {
-            preemption: false,
-            lend_reserved_nodes: false,
-            ..Options::default()
-        };
-        let mut s = Scheduler::with_options(
-            Cluster::uniform(2, 8, "gpu"),
-            vec![queue("a", None, 16)],
-            vec![],
-            opts,
-        )
-        .unwrap();
+        let mut s = backfill_only(2);
         s.submit(wl("unknown", "a", 1, 8, 0, None)).unwrap();
         assert_eq!(admitted(&s.cycle(0)), vec!["unknown"]);
         s.submit(wl("big", "a", 2, 8, 1, Some(100))).unwrap();

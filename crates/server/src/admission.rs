@@ -612,7 +612,8 @@ fn report_pace(
     else {
         return told;
     };
-    let (t, end) = (now(), now() + left);
+    let t = now();
+    let end = t + left;
     if told.is_some_and(|e| e.abs_diff(end) <= (left / 10).max(30)) {
         return told;
     }

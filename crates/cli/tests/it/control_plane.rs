@@ -140,10 +140,8 @@ fn span(log: &str) -> (f64, f64, String) {
 #[test]
 fn one_gpu_is_never_given_to_two_jobs() {
     let plane = Plane::start(Some(1));
-    let a = plane.write("a.yaml", &gpu_job("gpu-a"));
-    let b = plane.write("b.yaml", &gpu_job("gpu-b"));
-    plane.ok(&["apply", "-f", &a]);
-    plane.ok(&["apply", "-f", &b]);
+    plane.apply("a.yaml", &gpu_job("gpu-a"));
+    plane.apply("b.yaml", &gpu_job("gpu-b"));
     plane.wait_phase("gpu-a", "Succeeded", MIN);
     plane.wait_phase("gpu-b", "Succeeded", MIN);
     let (a_start, a_end, a_gpus) = span(&plane.ok(&["logs", "gpu-a"]));
@@ -174,8 +172,7 @@ spec:
   resources: {nodes: 1, procsPerNode: 2}
   onFailure: {maxRestarts: 1, backoffSeconds: 0.2, graceSeconds: 2}
 "#;
-    let path = plane.write("flaky.yaml", spec);
-    plane.ok(&["apply", "-f", &path]);
+    plane.apply("flaky.yaml", spec);
     let job = plane.wait_phase("flaky", "Succeeded", MIN);
     assert_eq!(job["status"]["restarts"], 1);
     assert_eq!(job["status"]["attempt"], 2);
@@ -202,8 +199,7 @@ spec:
 fn restarts_run_out_and_the_job_fails() {
     let plane = Plane::start(None);
     let spec = "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: doomed}\nspec:\n  engine: command\n  command: [sh, -c, 'exit 5']\n  onFailure: {maxRestarts: 2, backoffSeconds: 0.1}\n";
-    let path = plane.write("doomed.yaml", spec);
-    plane.ok(&["apply", "-f", &path]);
+    plane.apply("doomed.yaml", spec);
     let deadline = std::time::Instant::now() + MIN;
     let job = loop {
         let job = plane.job("doomed");
@@ -249,8 +245,7 @@ fn cancel_stops_every_rank_gracefully() {
 fn a_run_past_its_time_limit_is_stopped_gracefully_and_fails() {
     let plane = Plane::start(None);
     let spec = "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: capped}\nspec:\n  engine: command\n  command: [python3, examples/sleeper.py, '60']\n  maxRuntimeSeconds: 3\n  onFailure: {maxRestarts: 0, graceSeconds: 5}\n";
-    let path = plane.write("capped.yaml", spec);
-    plane.ok(&["apply", "-f", &path]);
+    plane.apply("capped.yaml", spec);
     let job = plane.wait_phase("capped", "Failed", MIN);
     let message = job["status"]["message"].as_str().unwrap();
     assert!(
@@ -277,8 +272,7 @@ fn a_running_job_shows_when_it_will_finish_at_its_measured_pace() {
     // On a GPU, so the scheduler is told the job's pace too (`Scheduler::progress`).
     let plane = Plane::start(Some(1));
     let spec = "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: paced}\nspec:\n  engine: command\n  command: [python3, examples/sleeper.py, '30']\n  resources: {gpusPerNode: 1}\n  train: {steps: 30}\n";
-    let path = plane.write("paced.yaml", spec);
-    plane.ok(&["apply", "-f", &path]);
+    plane.apply("paced.yaml", spec);
     plane.wait_phase("paced", "Running", MIN);
     // The pace is trusted after 10 s of steps.
     let deadline = Instant::now() + Duration::from_secs(25);

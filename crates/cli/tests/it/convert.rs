@@ -53,7 +53,7 @@ fn a_megatron_job_with_export_ends_with_a_registered_hf_model_and_its_lineage() 
     // A CPU machine cannot run Megatron-LM: the job's "training" writes a real
     // Megatron-Core TP=2/PP=2 checkpoint where Megatron's --save would.
     let src = repo_root().join("../shared/fixtures/megatron/llama-tp2-pp2/legacy");
-    let job = plane.write(
+    plane.apply(
         "megatron.yaml",
         &format!(
             r#"apiVersion: ferry.dev/v1alpha1
@@ -69,7 +69,6 @@ spec:
             src.display()
         ),
     );
-    plane.ok(&["apply", "-f", &job]);
     plane.wait_phase("mega", "Succeeded", Duration::from_secs(120));
 
     let models: Vec<Value> =

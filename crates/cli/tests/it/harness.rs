@@ -189,6 +189,12 @@ impl Plane {
         http_get_json(&url)
     }
 
+    /// Writes `text` to `file` in the plane's home and applies it; `ferry apply`'s output.
+    pub fn apply(&self, file: &str, text: &str) -> String {
+        let path = self.write(file, text);
+        self.ok(&["apply", "-f", &path])
+    }
+
     /// Writes `text` to a file in the plane's home and returns its path.
     pub fn write(&self, file: &str, text: &str) -> String {
         let path = self.home.path().join(file);

@@ -82,8 +82,7 @@ fn a_torchrun_job_runs_the_planned_launch_once_per_node_and_resumes_after_a_fail
         &bin,
         &data,
     );
-    let file = plane.write("qwen-lora.yaml", &spec);
-    plane.ok(&["apply", "-f", &file]);
+    plane.apply("qwen-lora.yaml", &spec);
     let done = plane.wait_phase("qwen-lora", "Succeeded", Duration::from_secs(120));
     assert_eq!(done["status"]["restarts"], 1, "{done}");
 

@@ -61,24 +61,21 @@ fn wait_for_step(plane: &Plane, name: &str, step: u32) {
 #[test]
 fn a_high_priority_job_preempts_a_low_one_which_resumes_from_its_checkpoint() {
     let mut plane = Plane::start(Some(4));
-    let low = plane.write("low.yaml", &sleeper("low", "low", 4, 12));
-    plane.ok(&["apply", "-f", &low]);
+    plane.apply("low.yaml", &sleeper("low", "low", 4, 12));
     plane.wait_phase("low", "Running", LIMIT);
     wait_for_step(&plane, "low", 2);
 
     // The scheduler's books survive a crash: the restarted control plane re-registers the
     // running job where it runs, neither preempting it nor handing its GPUs out.
     plane.restart();
-    let mid = plane.write("mid.yaml", &sleeper("mid", "low", 1, 1));
-    plane.ok(&["apply", "-f", &mid]);
+    plane.apply("mid.yaml", &sleeper("mid", "low", 1, 1));
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(plane.job("mid")["status"]["phase"], "Queued");
     assert_eq!(plane.job("low")["status"]["phase"], "Running");
     plane.ok(&["cancel", "job", "mid"]);
 
     wait_for_step(&plane, "low", 3);
-    let high = plane.write("high.yaml", &sleeper("high", "high", 2, 2));
-    plane.ok(&["apply", "-f", &high]);
+    plane.apply("high.yaml", &sleeper("high", "high", 2, 2));
     let high_done = plane.wait_phase("high", "Succeeded", LIMIT);
     let low_done = plane.wait_phase("low", "Succeeded", LIMIT);
 
@@ -271,19 +268,15 @@ fn queued_sleeper(name: &str, queue: &str, gpus: u32, steps: u32) -> String {
 fn a_gang_reclaimed_in_the_cycle_that_admits_it_is_stopped_before_launch_and_requeued() {
     let plane = Plane::start(Some(4));
     let queues = "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: a}\nspec: {cohort: c, quotas: [{flavor: any, nominal: 3}]}\n---\napiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: b}\nspec: {cohort: c, quotas: [{flavor: any, nominal: 1}]}\n";
-    let path = plane.write("queues.yaml", queues);
-    plane.ok(&["apply", "-f", &path]);
-    let first = plane.write("first.yaml", &queued_sleeper("first", "a", 1, 6));
-    plane.ok(&["apply", "-f", &first]);
+    plane.apply("queues.yaml", queues);
+    plane.apply("first.yaml", &queued_sleeper("first", "a", 1, 6));
     plane.wait_phase("first", "Running", LIMIT);
     // The 4-GPU gang needs 1 GPU of b's quota: it waits for `first` and holds the machine.
-    let gang = plane.write("gang.yaml", &queued_sleeper("gang", "a", 4, 3));
-    plane.ok(&["apply", "-f", &gang]);
+    plane.apply("gang.yaml", &queued_sleeper("gang", "a", 4, 3));
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(plane.job("gang")["status"]["phase"], "Queued");
     // b's job fits b's quota but may not take GPUs held for the gang.
-    let owner = plane.write("owner.yaml", &queued_sleeper("owner", "b", 1, 3));
-    plane.ok(&["apply", "-f", &owner]);
+    plane.apply("owner.yaml", &queued_sleeper("owner", "b", 1, 3));
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(plane.job("owner")["status"]["phase"], "Queued");
     for name in ["first", "owner", "gang"] {

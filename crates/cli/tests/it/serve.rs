@@ -80,8 +80,7 @@ fn builtin_job_exports_a_model_that_a_deployment_serves_to_the_openai_client() {
     let plane = Plane::start(None);
     let corpus = ferry_engine::write_demo_corpus(&plane.home.path().join("corpus")).unwrap();
     let corpus = corpus.to_string_lossy();
-    let job = plane.write("train.yaml", &train_job("tiny-lm", &corpus, "tiny-lm-v1"));
-    plane.ok(&["apply", "-f", &job]);
+    plane.apply("train.yaml", &train_job("tiny-lm", &corpus, "tiny-lm-v1"));
     plane.wait_phase("tiny-lm", "Succeeded", Duration::from_secs(600));
 
     // Metrics lines reached the store, and the export event names the model.
@@ -114,11 +113,10 @@ fn builtin_job_exports_a_model_that_a_deployment_serves_to_the_openai_client() {
     );
 
     // Registering the same name again is refused at export time, and says how to fix it.
-    let again = plane.write(
+    plane.apply(
         "again.yaml",
         &train_job("tiny-lm-again", &corpus, "tiny-lm-v1"),
     );
-    plane.ok(&["apply", "-f", &again]);
     let failed = plane.wait_phase("tiny-lm-again", "Failed", Duration::from_secs(600));
     let message = failed["status"]["message"].as_str().unwrap_or("");
     assert!(
@@ -127,8 +125,7 @@ fn builtin_job_exports_a_model_that_a_deployment_serves_to_the_openai_client() {
     );
 
     // A deployment of an unknown model fails with a message naming the field.
-    let bad = plane.write("bad-deploy.yaml", &deployment("nowhere", "no-such-model"));
-    plane.ok(&["apply", "-f", &bad]);
+    plane.apply("bad-deploy.yaml", &deployment("nowhere", "no-such-model"));
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let out = plane.ok(&["get", "deployment", "nowhere", "-o", "json"]);
@@ -149,8 +146,7 @@ fn builtin_job_exports_a_model_that_a_deployment_serves_to_the_openai_client() {
     }
 
     // The real deployment serves the registered model.
-    let dep = plane.write("deploy.yaml", &deployment("tiny-chat", "tiny-lm-v1"));
-    plane.ok(&["apply", "-f", &dep]);
+    plane.apply("deploy.yaml", &deployment("tiny-chat", "tiny-lm-v1"));
     let endpoint = wait_endpoint(&plane, "tiny-chat");
     let table = plane.ok(&["get", "deployments"]);
     assert!(

@@ -17,13 +17,24 @@ fn sim(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// `ferry sim` that must succeed; its standard output.
+fn sim_ok(args: &[&str]) -> String {
+    let out = sim(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 #[test]
 fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
     let trace = repo_root().join("../shared/fixtures/traces/helios_venus_2vc_2020-09a.csv");
     let trace = trace.to_str().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("util.svg");
-    let out = sim(&[
+    let out = sim_ok(&[
         "--trace",
         trace,
         "-o",
@@ -31,12 +42,7 @@ fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
         "--svg",
         svg.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let reports: Vec<Value> = serde_json::from_str(&out).unwrap();
     let names: Vec<&str> = reports
         .iter()
         .filter_map(|r| r["policy"].as_str())
@@ -70,26 +76,14 @@ fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
         "{chart:.200}"
     );
 
-    let table = sim(&["--trace", trace, "--fairness-half-life", "86400"]);
-    let text = String::from_utf8_lossy(&table.stdout);
-    assert!(
-        table.status.success(),
-        "{}",
-        String::from_utf8_lossy(&table.stderr)
-    );
+    let text = sim_ok(&["--trace", trace, "--fairness-half-life", "86400"]);
     assert!(
         text.contains("fairness deficits, half-life 86400 s"),
         "{text}"
     );
     assert!(text.contains("easy-backfill"), "{text}");
 
-    let reclaim = sim(&["--trace", trace, "--reclaim-through-reservation"]);
-    let text = String::from_utf8_lossy(&reclaim.stdout);
-    assert!(
-        reclaim.status.success(),
-        "{}",
-        String::from_utf8_lossy(&reclaim.stderr)
-    );
+    let text = sim_ok(&["--trace", trace, "--reclaim-through-reservation"]);
     assert!(
         text.contains("ferry reclaims through reservations"),
         "{text}"
@@ -99,7 +93,7 @@ fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
     // Ferry's figures change and the baselines' do not; a misspelt switch is refused.
     let unbounded = dir.path().join("unbounded.yaml");
     std::fs::write(&unbounded, "drainOvershootPct: null\n").unwrap();
-    let out = sim(&[
+    let out = sim_ok(&[
         "--trace",
         trace,
         "-o",
@@ -107,12 +101,7 @@ fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
         "--options",
         unbounded.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let before: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let before: Vec<Value> = serde_json::from_str(&out).unwrap();
     assert_ne!(before[0]["mean_jct_s"], reports[0]["mean_jct_s"]);
     assert_eq!(before[2]["mean_jct_s"], reports[2]["mean_jct_s"]);
     let typo = dir.path().join("typo.yaml");
