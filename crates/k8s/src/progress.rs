@@ -16,24 +16,12 @@ pub const COMPLETION_INDEX_LABEL: &str = "batch.kubernetes.io/job-completion-ind
 pub const TAIL_LINES: i64 = 200;
 /// Most bytes of log read per reconcile, however long its lines are.
 pub const LIMIT_BYTES: i64 = 256 * 1024;
-/// Longest line considered a metrics line (longer ones are skipped unparsed).
-pub const MAX_LINE: usize = 16 * 1024;
-
-/// A line is a metrics line when it is a JSON object with an integer `step`.
-pub fn parse_metrics_line(line: &str) -> Option<Value> {
-    let t = line.trim();
-    if !t.starts_with('{') || t.len() > MAX_LINE {
-        return None;
-    }
-    let v: Value = serde_json::from_str(t).ok()?;
-    v.get("step")?.as_i64()?;
-    Some(v)
-}
-
 /// The last complete metrics line of a log tail (a final line without a newline may be cut
 /// off by the byte limit, so it counts only when it parses).
 pub fn latest_metrics(log: &str) -> Option<Value> {
-    log.lines().rev().find_map(parse_metrics_line)
+    log.lines()
+        .rev()
+        .find_map(|l| ferry_spec::parse_metrics_line(l.as_bytes()))
 }
 
 /// The latest metrics line of rank 0 of `attempt` of `job`, or `None` when no rank-0 pod
@@ -77,7 +65,10 @@ mod tests {
             None,
             "step must be a number"
         );
-        let huge = format!("{{\"step\":1,\"pad\":\"{}\"}}", "x".repeat(MAX_LINE));
+        let huge = format!(
+            "{{\"step\":1,\"pad\":\"{}\"}}",
+            "x".repeat(ferry_spec::MAX_METRICS_LINE)
+        );
         assert_eq!(latest_metrics(&huge), None);
     }
 }

@@ -35,7 +35,7 @@ pub struct TrainObjects {
     pub gang: Value,
     /// The headless Service (absent with JobSet, which creates its own).
     pub service: Option<Value>,
-    /// Launch files (DeepSpeed config), mounted at `/etc/ferry`.
+    /// Launch files (DeepSpeed config, the TRL SIGTERM wrapper), mounted at `/etc/ferry`.
     pub config_map: Option<Value>,
     /// `MASTER_ADDR` every rank gets.
     pub master_addr: String,
@@ -57,7 +57,7 @@ impl TrainObjects {
 pub struct Launch {
     /// The container's command.
     pub command: Vec<String>,
-    /// Files for `/etc/ferry` (e.g. `ds_config.json`).
+    /// Files for `/etc/ferry` (`ds_config.json`, `ferry_trainer.py`).
     pub files: BTreeMap<String, String>,
     /// Which launcher rendered it (`megatron`, `torchrun`, `deepspeed`, `swift`, `command`).
     pub launcher: &'static str,

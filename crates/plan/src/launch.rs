@@ -58,7 +58,7 @@ pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Resu
     let opts = render_options(job, paths);
     let checkpoint_dir = opts.output_dir.clone();
     let mut files = BTreeMap::new();
-    let text = match launcher {
+    let mut text = match launcher {
         // DeepSpeed's own launcher needs ssh between nodes; under torchrun the HF Trainer
         // runs the same ZeRO config, so nodes need nothing but the config file.
         Launcher::Deepspeed => {
@@ -72,11 +72,55 @@ pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Resu
         }
         other => render_train(report, other, &opts)?,
     };
+    let mut prelude = String::new();
+    if matches!(launcher, Launcher::Torchrun | Launcher::Deepspeed) {
+        // TRL's script: checkpoint on SIGTERM (the Trainer has no handler), and a data file
+        // given as the directory `datasets` can load (it takes directories and hub names only).
+        files.insert(TRAINER_MODULE_FILE.to_owned(), TRAINER_MODULE.to_owned());
+        let config_dir = paths.config_dir.trim_end_matches('/');
+        prelude.push_str(&format!(
+            "export PYTHONPATH={}${{PYTHONPATH:+:$PYTHONPATH}}\n",
+            shell_quote(config_dir)
+        ));
+        prelude.push_str(&format!(
+            "FERRY_DATASET={}\n\
+             if [ -f \"$FERRY_DATASET\" ]; then \
+             d=$(mktemp -d); ln -s \"$FERRY_DATASET\" \"$d/train.${{FERRY_DATASET##*.}}\"; \
+             FERRY_DATASET=$d; fi\n",
+            shell_quote(&opts.data)
+        ));
+        text = text
+            .replace(
+                "-m trl.scripts.sft",
+                &format!("-m {} trl.scripts.sft", TRAINER_MODULE_NAME),
+            )
+            .replace(
+                &format!("--dataset_name {}", opts.data),
+                "--dataset_name \"$FERRY_DATASET\"",
+            );
+    }
     Ok(JobLaunch {
-        script: with_resume(&text, launcher, &checkpoint_dir, spec.on_failure.resume),
+        script: with_resume(
+            &prelude,
+            &text,
+            launcher,
+            &checkpoint_dir,
+            spec.on_failure.resume,
+        ),
         files,
         launcher,
     })
+}
+
+/// The Python module that makes the Hugging Face Trainer save a checkpoint and exit on
+/// SIGTERM (see the file's docstring); it wraps TRL's script, which stays unchanged.
+const TRAINER_MODULE: &str = include_str!("ferry_trainer.py");
+const TRAINER_MODULE_NAME: &str = "ferry_trainer";
+const TRAINER_MODULE_FILE: &str = "ferry_trainer.py";
+
+/// `s` as one POSIX shell word.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 /// The job's own training values (learning rate, steps, epochs, checkpoint cadence) and
@@ -99,13 +143,19 @@ pub fn render_options(job: &TrainJob, paths: &JobPaths) -> RenderOptions {
 
 /// Wraps a launch command so that every start (first run, restart, or resumption after a
 /// preemption) resumes from the newest checkpoint in `dir` when the policy says so.
-fn with_resume(text: &str, launcher: Launcher, dir: &str, policy: ResumePolicy) -> String {
+fn with_resume(
+    prelude: &str,
+    text: &str,
+    launcher: Launcher,
+    dir: &str,
+    policy: ResumePolicy,
+) -> String {
     // The planner writes the default rendezvous port; ranks use the one they are given.
     let body = text
         .trim_end()
         .replace("--master-port 29500", "--master-port $MASTER_PORT")
         .replace("MASTER_PORT=29500", "MASTER_PORT=$MASTER_PORT");
-    let mut script = String::from("set -eu\n");
+    let mut script = format!("set -eu\n{prelude}");
     if policy == ResumePolicy::None {
         return script + "exec " + &body + "\n";
     }
@@ -130,7 +180,8 @@ fn with_resume(text: &str, launcher: Launcher, dir: &str, policy: ResumePolicy) 
         script.push('\n');
     } else {
         script.push_str(&format!(
-            "FERRY_RESUME_FROM=$(ls -1d {dir}/checkpoint-* 2>/dev/null | sort -V | tail -n 1 || true)\n\
+            "FERRY_RESUME_FROM=$(ls -1d {dir}/checkpoint-*/trainer_state.json 2>/dev/null | sort -V | tail -n 1 || true)\n\
+             FERRY_RESUME_FROM=${{FERRY_RESUME_FROM%/trainer_state.json}}\n\
              export FERRY_RESUME_FROM\n"
         ));
         script.push_str("exec ");

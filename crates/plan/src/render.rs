@@ -293,6 +293,8 @@ fn megatron(r: &PlanReport, o: &RenderOptions) -> Result<String> {
         .arg(format!("--save {}", o.output_dir))
         .arg("--finetune")
         .arg(format!("--save-interval {}", o.save_every.unwrap_or(500)))
+        // On SIGTERM (preemption, a time limit) the ranks agree, save and exit.
+        .arg("--exit-signal-handler")
         .arg("--log-interval 10");
     Ok(cmd.text())
 }
@@ -327,25 +329,27 @@ fn hf(r: &PlanReport, o: &RenderOptions, deepspeed: bool) -> Result<String> {
         .arg(format!("--max_length {}", r.seq_len))
         .arg(format!("--learning_rate {}", float(o.lr)))
         .arg(format!("--num_train_epochs {}", o.epochs))
-        .arg("--bf16");
+        // Booleans take a value: transformers 5 made `bf16` an optional bool, which fails
+        // bare ("expected one argument"); `true` parses in every version.
+        .arg("--bf16 true");
     trainer_cadence(&mut cmd, o);
     if c.recipe != Recipe::HfAmp && c.recipe != Recipe::FsdpAmp {
         cmd.arg("--dtype bfloat16");
     }
     if l.recompute != Recompute::None {
-        cmd.arg("--gradient_checkpointing");
+        cmd.arg("--gradient_checkpointing true");
     }
     match c.method {
         MethodKind::Full => {}
         MethodKind::Lora | MethodKind::Qlora => {
-            cmd.arg("--use_peft")
+            cmd.arg("--use_peft true")
                 .arg(format!("--lora_r {}", c.lora_rank))
                 .arg(format!("--lora_alpha {}", 2 * c.lora_rank))
                 .arg("--lora_target_modules all-linear");
             if c.method == MethodKind::Qlora {
-                cmd.arg("--load_in_4bit")
+                cmd.arg("--load_in_4bit true")
                     .arg("--bnb_4bit_quant_type nf4")
-                    .arg("--use_bnb_nested_quant");
+                    .arg("--use_bnb_nested_quant true");
             }
         }
     }

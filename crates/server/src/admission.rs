@@ -597,8 +597,9 @@ async fn sync(
 }
 
 /// Tells the scheduler when a running job will end, from the pace of its steps towards
-/// `spec.train.steps`, whenever that moved by more than a tenth of the time left (at least
-/// 30 s) since it was last told (`told`); returns the end it was last told.
+/// `spec.train.steps` (or the total its engine reports), whenever that moved by more than a
+/// tenth of the time left (at least 30 s) since it was last told (`told`); returns the end
+/// it was last told.
 fn report_pace(
     plane: &ControlPlane,
     adm: &mut Admission,

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 /// highest step number in its name wins (`step-000200` over `step-000100`), then the
 /// newest. Hidden entries and ones still being written (`.tmp`, `.partial`,
 /// `.incomplete` suffixes) are never chosen: engines write to a temporary name and
-/// rename, so whatever has its final name is complete.
+/// rename, so whatever has its final name is complete. The Hugging Face Trainer is the
+/// exception: it writes `checkpoint-<step>` in place, `trainer_state.json` last, so one
+/// without that file was cut off (the launch prelude in `ferry-plan` skips it the same way).
 pub fn latest_checkpoint(dir: &Path) -> Option<PathBuf> {
     if dir.join("latest_checkpointed_iteration.txt").is_file() {
         return Some(dir.to_path_buf());
@@ -24,7 +26,9 @@ pub fn latest_checkpoint(dir: &Path) -> Option<PathBuf> {
                 .any(|s| name.ends_with(s));
             // Checkpoints are directories; files beside them (a shared tokenizer) are not.
             let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-            if name.starts_with('.') || unfinished || !is_dir {
+            let cut_off =
+                name.starts_with("checkpoint-") && !e.path().join("trainer_state.json").is_file();
+            if name.starts_with('.') || unfinished || !is_dir || cut_off {
                 return None;
             }
             let modified = e.metadata().and_then(|m| m.modified()).ok();
@@ -61,6 +65,21 @@ mod tests {
         assert_eq!(
             latest_checkpoint(dir.path()),
             Some(dir.path().join("step-10"))
+        );
+    }
+
+    #[test]
+    fn a_trainer_checkpoint_without_its_state_file_was_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, complete) in [("checkpoint-5", true), ("checkpoint-40", false)] {
+            std::fs::create_dir(dir.path().join(name)).unwrap();
+            if complete {
+                std::fs::write(dir.path().join(name).join("trainer_state.json"), "{}").unwrap();
+            }
+        }
+        assert_eq!(
+            latest_checkpoint(dir.path()),
+            Some(dir.path().join("checkpoint-5"))
         );
     }
 

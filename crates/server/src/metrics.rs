@@ -28,20 +28,9 @@ pub(crate) fn scan(path: &Path, offset: u64) -> std::io::Result<(Vec<serde_json:
     let complete = &buf[..=last_newline];
     let lines = complete
         .split(|&b| b == b'\n')
-        .filter_map(parse_metrics_line)
+        .filter_map(ferry_spec::parse_metrics_line)
         .collect();
     Ok((lines, offset + complete.len() as u64))
-}
-
-/// A line is a metrics line when it is a JSON object with a numeric `step`.
-pub(crate) fn parse_metrics_line(line: &[u8]) -> Option<serde_json::Value> {
-    let trimmed = line.trim_ascii();
-    if !trimmed.starts_with(b"{") {
-        return None;
-    }
-    let value: serde_json::Value = serde_json::from_slice(trimmed).ok()?;
-    value.get("step")?.as_i64()?;
-    Some(value)
 }
 
 #[cfg(test)]

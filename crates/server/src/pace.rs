@@ -7,11 +7,13 @@
 /// base turns that jitter into a large error, and the first steps include warm-up.
 const MIN_SPAN_MS: u64 = 10_000;
 
-/// The first and the latest `(step, unix ms)` seen in one attempt's metrics.
+/// The first and the latest `(step, unix ms)` seen in one attempt's metrics, and the total
+/// steps the engine itself reported (`max_steps`), if any.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Pace {
     first: Option<(i64, u64)>,
     last: Option<(i64, u64)>,
+    total: Option<i64>,
 }
 
 impl Pace {
@@ -23,6 +25,14 @@ impl Pace {
         }
         self.first.get_or_insert((step, at_ms));
         self.last = Some((step, at_ms));
+    }
+
+    /// Records the engine's own step total (the HF Trainer's `max_steps`, which it also
+    /// computes for jobs given in epochs).
+    pub(crate) fn observe_total(&mut self, total: i64) {
+        if total > 0 {
+            self.total = Some(total);
+        }
     }
 
     /// Seconds until step `total` at the pace seen so far, from `now_ms`; `None` until
@@ -38,15 +48,21 @@ impl Pace {
     }
 }
 
-/// Seconds `job`'s running attempt needs to reach `spec.train.steps` at the pace `live` has
-/// seen, from `now_ms`; `None` without a step target, for another attempt's gang, or before
-/// the pace is known.
+/// Seconds `job`'s running attempt needs to reach `spec.train.steps` (else the total its
+/// engine reported) at the pace `live` has seen, from `now_ms`; `None` without a step target,
+/// for another attempt's gang, or before the pace is known.
 pub(crate) fn time_left(
     job: &ferry_store::JobRecord,
     live: &crate::state::LiveGang,
     now_ms: u64,
 ) -> Option<u64> {
-    let total = job.job.spec.train.steps.filter(|s| *s > 0)?;
+    let total = job
+        .job
+        .spec
+        .train
+        .steps
+        .filter(|s| *s > 0)
+        .or(live.pace.total)?;
     (live.gang.attempt == job.attempt)
         .then(|| live.pace.remaining_s(total, now_ms))
         .flatten()
@@ -78,5 +94,15 @@ mod tests {
             Some(1),
             "overdue: any moment now"
         );
+    }
+
+    #[test]
+    fn the_engines_own_total_is_kept_when_positive() {
+        let mut p = Pace::default();
+        assert_eq!(p.total, None);
+        p.observe_total(0);
+        assert_eq!(p.total, None, "no total is not a total of zero");
+        p.observe_total(1500);
+        assert_eq!(p.total, Some(1500));
     }
 }

@@ -728,6 +728,13 @@ async fn ingest_metrics(
             let now_ms = u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0);
             entry.pace.observe(step, now_ms);
         }
+        if let Some(total) = fresh
+            .iter()
+            .rev()
+            .find_map(|l| l.get("max_steps").and_then(serde_json::Value::as_i64))
+        {
+            entry.pace.observe_total(total);
+        }
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ mod deployment;
 mod error;
 mod lifecycle;
 mod meta;
+mod metrics_line;
 mod parse;
 mod queue;
 mod schema;
@@ -23,6 +24,7 @@ pub use deployment::{
 pub use error::{FieldError, SpecError};
 pub use lifecycle::{JobPhase, TransitionError};
 pub use meta::{API_VERSION, ObjectMeta, validate_name};
+pub use metrics_line::{MAX_METRICS_LINE, parse_metrics_line};
 pub use parse::{Resource, ResourceKind, parse_documents, parse_value};
 pub use queue::{FlavorQuota, Queue, QueueSpec};
 pub use schema::{json_schema, json_schema_all};

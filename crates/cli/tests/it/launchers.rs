@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use crate::harness::Plane;
 
-/// Records its argv and GPUs, writes `checkpoint-<attempt>` into `--output_dir` like the
-/// HF Trainer, and fails its first attempt so the control plane restarts it.
+/// Records its argv and GPUs, writes `checkpoint-<attempt>` (with `trainer_state.json`, written
+/// last) into `--output_dir` like the HF Trainer, and fails its first attempt so the control plane restarts it.
 const FAKE_TORCHRUN: &str = r#"#!/bin/sh
 out="$FERRY_RUN_DIR/torchrun-node$NODE_RANK-attempt$FERRY_ATTEMPT"
 printf '%s\n' "$@" > "$out.argv"
@@ -22,6 +22,7 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$dir/checkpoint-$FERRY_ATTEMPT"
 echo '{"model_type": "qwen2"}' > "$dir/checkpoint-$FERRY_ATTEMPT/config.json"
+echo "{\"global_step\": $FERRY_ATTEMPT}" > "$dir/checkpoint-$FERRY_ATTEMPT/trainer_state.json"
 [ "$FERRY_ATTEMPT" -ge 2 ]
 "#;
 
@@ -106,9 +107,17 @@ fn a_torchrun_job_runs_the_planned_launch_once_per_node_and_resumes_after_a_fail
 
     let first = lines(&run_dir.join("torchrun-node0-attempt1.argv"));
     assert_eq!(after(&first, "--nproc-per-node"), "2");
-    assert_eq!(after(&first, "-m"), "trl.scripts.sft");
+    // TRL's script runs under Ferry's SIGTERM wrapper, importable from the run directory.
+    assert_eq!(after(&first, "-m"), "ferry_trainer");
+    assert_eq!(after(&first, "ferry_trainer"), "trl.scripts.sft");
+    assert!(run_dir.join("ferry_trainer.py").is_file());
     assert_eq!(after(&first, "--model_name_or_path"), "Qwen/Qwen2.5-0.5B");
-    assert_eq!(after(&first, "--dataset_name"), data.to_str().unwrap());
+    // The data file reaches TRL as a directory `datasets` can load.
+    let dataset = Path::new(after(&first, "--dataset_name"));
+    assert_eq!(
+        std::fs::canonicalize(dataset.join("train.jsonl")).unwrap(),
+        std::fs::canonicalize(&data).unwrap()
+    );
     assert_eq!(after(&first, "--max_length"), "1024");
     assert_eq!(after(&first, "--learning_rate"), "2e-4");
     assert!(first.contains(&"--use_peft".to_owned()), "{first:?}");

@@ -2,3 +2,4 @@
 
 mod calibration;
 mod plans;
+mod trainer_hooks;

@@ -37,7 +37,7 @@ async fn with_progress(plane: &ControlPlane, rec: &JobRecord) -> Result<TrainJob
     Ok(job)
 }
 
-/// When a running job reaches `spec.train.steps` at its measured pace.
+/// When a running job reaches `spec.train.steps` (or its engine's own total) at its measured pace.
 fn estimated_completion(plane: &ControlPlane, rec: &JobRecord) -> Option<String> {
     let live = plane
         .live_gang(&rec.uid)
