@@ -655,8 +655,10 @@ pub fn train_until(
         opt.update(&grads, lr)?;
         last_loss = loss_sum / cfg.grad_accum as f64;
         let secs = started.elapsed().as_secs_f64().max(1e-9);
+        // `max_steps`: the control plane's pace needs the total, also for jobs given in epochs.
         let line = json!({
             "step": step,
+            "max_steps": total,
             "loss": last_loss,
             "lr": lr,
             "grad_norm": norm,

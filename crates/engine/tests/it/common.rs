@@ -140,7 +140,14 @@ impl Write for Capture<'_> {
         while let Some(pos) = self.buf.iter().position(|&c| c == b'\n') {
             let line: Vec<u8> = self.buf.drain(..=pos).collect();
             let v: serde_json::Value = serde_json::from_slice(&line).expect("metrics line is JSON");
-            for key in ["step", "loss", "lr", "grad_norm", "tokens_per_s"] {
+            for key in [
+                "step",
+                "max_steps",
+                "loss",
+                "lr",
+                "grad_norm",
+                "tokens_per_s",
+            ] {
                 assert!(
                     v.get(key).is_some_and(|x| x.is_number()),
                     "metrics line lacks {key}: {v}"

@@ -150,6 +150,12 @@ fn patch_status(name: &str) -> Step {
 fn create_steps(name: &str, suspended: bool) -> Vec<Step> {
     vec![
         not_found("GET", gang_path(name)),
+        step(
+            "PATCH",
+            format!("/api/v1/namespaces/team-a/configmaps/{name}-0-launch"),
+            200,
+            json!({}),
+        ),
         step("PATCH", svc(name), 200, json!({})),
         patch_gang(name, suspended),
         event(),
@@ -212,7 +218,7 @@ async fn high_priority_preempts_low_by_suspension_then_low_resumes() {
         create_steps("low", false),
     )
     .await;
-    let low_gang = &seen[2].body;
+    let low_gang = &seen[3].body;
     assert_eq!(low_gang["spec"]["suspend"], false);
     assert_eq!(
         hostnames(&low_gang["spec"]["template"]["spec"]),
@@ -238,7 +244,7 @@ async fn high_priority_preempts_low_by_suspension_then_low_resumes() {
         create_steps("high", true),
     )
     .await;
-    assert_eq!(seen[2].body["spec"]["suspend"], true, "created suspended");
+    assert_eq!(seen[3].body["spec"]["suspend"], true, "created suspended");
     let high_status = status_of(&seen, "high");
     assert_eq!(high_status.phase, Some(JobPhase::Queued));
     assert!(

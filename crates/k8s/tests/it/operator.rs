@@ -106,6 +106,16 @@ fn apply_service() -> Step {
     step("PATCH", SVC, 200, json!({}))
 }
 
+/// The operator applies attempt `attempt`'s launch files (the TRL wrapper) as a ConfigMap.
+fn apply_launch_files(attempt: u32) -> Step {
+    step(
+        "PATCH",
+        format!("/api/v1/namespaces/team-a/configmaps/{JOB}-{attempt}-launch"),
+        200,
+        json!({}),
+    )
+}
+
 /// The operator patches the TrainJob (its finalizers); the server echoes `job`.
 fn patch_job(job: &TrainJobResource) -> Step {
     step("PATCH", TJ, 200, ok_job(job))
@@ -159,6 +169,7 @@ async fn create_adds_the_finalizer_applies_the_gang_and_records_status() {
         vec![
             patch_job(&job),
             not_found("GET", gang_path(0)),
+            apply_launch_files(0),
             step("PATCH", SVC, 200, service),
             patch_gang(0, false),
             event(),
@@ -170,7 +181,7 @@ async fn create_adds_the_finalizer_applies_the_gang_and_records_status() {
         seen[0].body["metadata"]["finalizers"],
         json!(["ferry.dev/cleanup"])
     );
-    let apply = &seen[3];
+    let apply = &seen[4];
     assert!(
         apply.uri.contains("fieldManager=ferry") && apply.uri.contains("force=true"),
         "{}",
@@ -204,6 +215,7 @@ async fn not_admitted_is_created_suspended_then_unsuspended_on_admission() {
         Admit::Wait("team-a is over quota".into()),
         vec![
             not_found("GET", gang_path(0)),
+            apply_launch_files(0),
             apply_service(),
             patch_gang(0, true),
             event(),
@@ -212,7 +224,7 @@ async fn not_admitted_is_created_suspended_then_unsuspended_on_admission() {
     )
     .await;
     assert_eq!(
-        seen[2].body["spec"]["suspend"], true,
+        seen[3].body["spec"]["suspend"], true,
         "Kueue protocol: created suspended"
     );
     let st = status_patch(&seen);
@@ -270,6 +282,7 @@ async fn failed_gang_restarts_from_the_latest_checkpoint_and_counts_across_recre
         vec![
             not_found("GET", gang_path(1)),
             not_found("DELETE", gang_path(0)),
+            apply_launch_files(1),
             apply_service(),
             patch_gang(1, false),
             event(),
@@ -277,7 +290,7 @@ async fn failed_gang_restarts_from_the_latest_checkpoint_and_counts_across_recre
         ],
     )
     .await;
-    let pod = &seen[3].body["spec"]["template"]["spec"];
+    let pod = &seen[4].body["spec"]["template"]["spec"];
     let env = pod["containers"][0]["env"].as_array().unwrap();
     assert!(
         env.contains(&json!({"name": "FERRY_ATTEMPT", "value": "1"})),
@@ -387,6 +400,7 @@ async fn operator_restart_mid_restart_neither_loses_nor_double_counts() {
         vec![
             not_found("GET", gang_path(1)),
             delete_gang(0, Some("Failed")),
+            apply_launch_files(1),
             apply_service(),
             patch_gang(1, false),
             event(),
