@@ -98,8 +98,9 @@ def _metrics_line(step, max_steps, logs):
 def _install():
     import transformers
 
-    class StopOnSigterm(transformers.TrainerCallback):
-        """Turns a SIGTERM into a checkpoint at the next step end, then an exit."""
+    class FerryHooks(transformers.TrainerCallback):
+        """A SIGTERM becomes a checkpoint at the next step end, then an exit; logs become
+        metrics lines."""
 
         def __init__(self):
             self.agreement = None
@@ -138,7 +139,7 @@ def _install():
 
     def init(self, *args, **kwargs):
         original(self, *args, **kwargs)
-        self.add_callback(StopOnSigterm())
+        self.add_callback(FerryHooks())
 
     transformers.Trainer.__init__ = init
 

@@ -74,8 +74,9 @@ pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Resu
     };
     let mut prelude = String::new();
     if matches!(launcher, Launcher::Torchrun | Launcher::Deepspeed) {
-        // TRL's script: checkpoint on SIGTERM (the Trainer has no handler), and a data file
-        // given as the directory `datasets` can load (it takes directories and hub names only).
+        // TRL's script runs under Ferry's Trainer hooks (checkpoint on SIGTERM, metrics lines),
+        // and a data file is given as the directory `datasets` can load (it takes directories
+        // and hub names only).
         files.insert(TRAINER_MODULE_FILE.to_owned(), TRAINER_MODULE.to_owned());
         let config_dir = paths.config_dir.trim_end_matches('/');
         prelude.push_str(&format!(
@@ -113,7 +114,8 @@ pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Resu
 }
 
 /// The Python module that makes the Hugging Face Trainer save a checkpoint and exit on
-/// SIGTERM (see the file's docstring); it wraps TRL's script, which stays unchanged.
+/// SIGTERM and print its logs as metrics lines (see the file's docstring); it wraps TRL's
+/// script, which stays unchanged.
 const TRAINER_MODULE: &str = include_str!("ferry_trainer.py");
 const TRAINER_MODULE_NAME: &str = "ferry_trainer";
 const TRAINER_MODULE_FILE: &str = "ferry_trainer.py";
@@ -141,8 +143,9 @@ pub fn render_options(job: &TrainJob, paths: &JobPaths) -> RenderOptions {
     }
 }
 
-/// Wraps a launch command so that every start (first run, restart, or resumption after a
-/// preemption) resumes from the newest checkpoint in `dir` when the policy says so.
+/// Wraps a launch command, after `prelude` (shell lines), so that every start (first run,
+/// restart, or resumption after a preemption) resumes from the newest complete checkpoint in
+/// `dir` when the policy says so.
 fn with_resume(
     prelude: &str,
     text: &str,
