@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Issue 6 bar 4 with a real launcher engine on a real GPU (docs/multi-gpu.md, section 4):
-# `ferry up` on this host's first GPU; a low-priority `engine: torchrun` LoRA job (Ferry's
+# `ferry up` on this host's GPUs; a low-priority `engine: torchrun` LoRA job (Ferry's
 # planner renders torchrun + TRL's SFT script) fine-tunes the model Ferry's own built-in engine
 # trained on CPU (`ferry demo`); a high-priority job arrives and takes the GPU; the TRL job is
 # stopped with SIGTERM, saves a checkpoint at the end of its current step (ferry_trainer.py),
 # is requeued and resumes from that checkpoint after the urgent job, then finishes.
 # Needs: python3 with torch, transformers, peft, accelerate, pyarrow; TRL, datasets, dill and
 # multiprocess as wheels in .whl/ (installed here); the ferry binary ($FERRY, default
-# .carry/ferry); the demo model in .carry/demo-model; one GPU. Results in $OUT.
+# .carry/ferry); the demo model in .carry/demo-model (a `ferry demo --keep` checkpoint's
+# config, weights and tokenizer files); GPUS GPUs (default 1). Results: $OUT/results.tgz and
+# $OUT/report.txt. Knobs: STEPS (1500), WAIT_TRAIN / WAIT_DONE (seconds), and for a dry run
+# without GPUs SKIP_INSTALL=1 SITE=<stand-in packages> UP_ARGS="--gpus 1" with a stand-in
+# torchrun on PATH.
 set -u
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 ROOT=$(pwd)
