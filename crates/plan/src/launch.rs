@@ -55,8 +55,13 @@ pub fn launcher_for(job: &TrainJob, report: &PlanReport) -> Launcher {
 pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Result<JobLaunch> {
     let spec = &job.spec;
     let launcher = launcher_for(job, report);
-    let opts = render_options(job, paths);
+    let mut opts = render_options(job, paths);
     let checkpoint_dir = opts.output_dir.clone();
+    let hf_trainer = matches!(launcher, Launcher::Torchrun | Launcher::Deepspeed);
+    if hf_trainer {
+        // TRL gets the data through `$FERRY_DATASET`, which the prelude below sets.
+        opts.data = "\"$FERRY_DATASET\"".to_owned();
+    }
     let mut files = BTreeMap::new();
     let mut text = match launcher {
         // DeepSpeed's own launcher needs ssh between nodes; under torchrun the HF Trainer
@@ -73,7 +78,7 @@ pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Resu
         other => render_train(report, other, &opts)?,
     };
     let mut prelude = String::new();
-    if matches!(launcher, Launcher::Torchrun | Launcher::Deepspeed) {
+    if hf_trainer {
         // TRL's script runs under Ferry's Trainer hooks (checkpoint on SIGTERM, metrics lines),
         // and a data file is given as the directory `datasets` can load (it takes directories
         // and hub names only).
@@ -88,17 +93,12 @@ pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Resu
              if [ -f \"$FERRY_DATASET\" ]; then \
              d=$(mktemp -d); ln -s \"$FERRY_DATASET\" \"$d/train.${{FERRY_DATASET##*.}}\"; \
              FERRY_DATASET=$d; fi\n",
-            shell_quote(&opts.data)
+            shell_quote(&paths.data)
         ));
-        text = text
-            .replace(
-                "-m trl.scripts.sft",
-                &format!("-m {} trl.scripts.sft", TRAINER_MODULE_NAME),
-            )
-            .replace(
-                &format!("--dataset_name {}", opts.data),
-                "--dataset_name \"$FERRY_DATASET\"",
-            );
+        text = text.replace(
+            "-m trl.scripts.sft",
+            &format!("-m {} trl.scripts.sft", TRAINER_MODULE_NAME),
+        );
     }
     Ok(JobLaunch {
         script: with_resume(

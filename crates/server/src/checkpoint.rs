@@ -10,15 +10,23 @@ use std::path::{Path, PathBuf};
 /// newest. Hidden entries and ones still being written (`.tmp`, `.partial`,
 /// `.incomplete` suffixes) are never chosen: engines write to a temporary name and
 /// rename, so whatever has its final name is complete. The Hugging Face Trainer is the
-/// exception: it writes `checkpoint-<step>` in place, `trainer_state.json` last, so one
-/// without that file was cut off (the launch prelude in `ferry-plan` skips it the same way).
+/// exception: it writes `checkpoint-<step>` in place, `trainer_state.json` last, so in a
+/// directory of its checkpoints (some `checkpoint-*` has that file) one without it was cut
+/// off (the launch prelude in `ferry-plan` skips it the same way). Other engines' own
+/// `checkpoint-*` layouts are taken as they are.
 pub fn latest_checkpoint(dir: &Path) -> Option<PathBuf> {
     if dir.join("latest_checkpointed_iteration.txt").is_file() {
         return Some(dir.to_path_buf());
     }
-    let entries = std::fs::read_dir(dir).ok()?;
+    const TRAINER_STATE: &str = "trainer_state.json";
+    let entries: Vec<std::fs::DirEntry> = std::fs::read_dir(dir).ok()?.flatten().collect();
+    let is_trainer_checkpoint =
+        |e: &std::fs::DirEntry| e.file_name().to_string_lossy().starts_with("checkpoint-");
+    let trainer_dir = entries
+        .iter()
+        .any(|e| is_trainer_checkpoint(e) && e.path().join(TRAINER_STATE).is_file());
     entries
-        .filter_map(Result::ok)
+        .into_iter()
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
             let unfinished = [".tmp", ".partial", ".incomplete"]
@@ -27,7 +35,7 @@ pub fn latest_checkpoint(dir: &Path) -> Option<PathBuf> {
             // Checkpoints are directories; files beside them (a shared tokenizer) are not.
             let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
             let cut_off =
-                name.starts_with("checkpoint-") && !e.path().join("trainer_state.json").is_file();
+                trainer_dir && is_trainer_checkpoint(&e) && !e.path().join(TRAINER_STATE).is_file();
             if name.starts_with('.') || unfinished || !is_dir || cut_off {
                 return None;
             }
@@ -80,6 +88,18 @@ mod tests {
         assert_eq!(
             latest_checkpoint(dir.path()),
             Some(dir.path().join("checkpoint-5"))
+        );
+    }
+
+    #[test]
+    fn checkpoint_directories_of_other_engines_need_no_trainer_state() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["checkpoint-5", "checkpoint-40"] {
+            std::fs::create_dir(dir.path().join(name)).unwrap();
+        }
+        assert_eq!(
+            latest_checkpoint(dir.path()),
+            Some(dir.path().join("checkpoint-40"))
         );
     }
 

@@ -149,6 +149,18 @@ fn start(dir: &Path, launch: &JobLaunch, wait_before_training: bool) -> Child {
     cmd.spawn().expect("/bin/sh runs the launch script")
 }
 
+/// Runs the launch to its end; asserts it succeeded and returns its stdout.
+fn run_to_end(dir: &Path, launch: &JobLaunch) -> String {
+    let out = start(dir, launch, false).wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// Reads stdout until a line starts with `prefix`; returns the lines read.
 fn read_until(lines: &mut impl Iterator<Item = String>, prefix: &str) -> Vec<String> {
     let mut seen = Vec::new();
@@ -256,11 +268,7 @@ fn sigterm_before_training_exits_at_once_without_a_checkpoint() {
 fn the_trainers_logs_become_metrics_lines_with_the_step_and_the_total() {
     let (dir, data) = workdir("chat.jsonl");
     let launch = trl_launch(dir.path(), &data, 25);
-    let out = start(dir.path(), &launch, false)
-        .wait_with_output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let stdout = run_to_end(dir.path(), &launch);
     let metrics: Vec<serde_json::Value> = stdout
         .lines()
         .filter(|l| l.starts_with('{'))
@@ -289,14 +297,7 @@ fn the_trainers_logs_become_metrics_lines_with_the_step_and_the_total() {
 fn a_hub_dataset_name_passes_through_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     let launch = trl_launch(dir.path(), Path::new("trl-lib/Capybara"), 3);
-    let child = start(dir.path(), &launch, false);
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_to_end(dir.path(), &launch);
     assert!(
         stdout.contains("dataset trl-lib/Capybara not a directory"),
         "{stdout}"
@@ -317,11 +318,7 @@ fn a_restart_resumes_from_the_newest_complete_checkpoint() {
         }
     }
     let launch = trl_launch(dir.path(), &data, 3);
-    let out = start(dir.path(), &launch, false)
-        .wait_with_output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let stdout = run_to_end(dir.path(), &launch);
     let resume = format!("resume {}", ckpt.join("checkpoint-40").display());
     assert!(stdout.lines().any(|l| l == resume), "{stdout}");
 }
