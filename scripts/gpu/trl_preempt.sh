@@ -9,7 +9,9 @@
 # multiprocess as wheels in .whl/ (installed here); the ferry binary ($FERRY, default
 # .carry/ferry); the demo model in .carry/demo-model (a `ferry demo --keep` checkpoint's
 # config, weights and tokenizer files); GPUS GPUs (default 1). Results: $OUT/results.tgz and
-# $OUT/report.txt. Knobs: STEPS (1500), WAIT_TRAIN / WAIT_DONE (seconds), and for a dry run
+# $OUT/report.txt. Knobs: ENGINE (torchrun, or deepspeed: ZeRO stage ZERO, default 2, through the
+# HF Trainer under torchrun; needs the deepspeed wheel and its pure-Python dependencies in
+# .whl/), STEPS (1500), WAIT_TRAIN / WAIT_DONE (seconds), and for a dry run
 # without GPUs SKIP_INSTALL=1 SITE=<stand-in packages> UP_ARGS="--gpus 1" with a stand-in
 # torchrun on PATH.
 set -u
@@ -28,14 +30,28 @@ log() { echo "[$(date -u +%T) +$(( $(date +%s) - T0 ))s] $*"; }
 
 SITE=${SITE:-/tmp/site}
 if [ -z "${SKIP_INSTALL:-}" ]; then
+# By name from .whl/: pip picks the wheel built for this python where there are several.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
-  .whl/trl-*.whl .whl/datasets-*.whl .whl/dill-*.whl .whl/multiprocess-*.whl || exit 1
+  --find-links .whl trl datasets dill multiprocess || exit 1
+if [ "${ENGINE:-torchrun}" = deepspeed ]; then
+  # Only what this python lacks: the wheels of other Python versions are skipped by pip.
+  for m in deepspeed:deepspeed hjson:hjson cpuinfo:py_cpuinfo einops:einops msgpack:msgpack ninja:ninja \
+    "pydantic:pydantic pydantic_core annotated_types typing_inspection typing_extensions"; do
+    python3 -c "import ${m%%:*}" 2>/dev/null && continue
+    # shellcheck disable=SC2086 # several wheel names
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
+      --find-links .whl ${m#*:} || exit 1
+  done
+fi
 fi
 export PYTHONPATH=$SITE
 python3 - <<'EOF' > "$OUT/versions.txt" 2>&1
 import importlib, inspect
-for m in ["torch", "transformers", "trl", "datasets", "peft", "accelerate", "pyarrow", "fsspec"]:
-    print(m, importlib.import_module(m).__version__)
+for m in ["torch", "transformers", "trl", "datasets", "peft", "accelerate", "pyarrow", "fsspec", "deepspeed"]:
+    try:
+        print(m, importlib.import_module(m).__version__)
+    except Exception as e:
+        print(m, "not importable:", e)
 import transformers
 print("TrainingArguments.enable_jit_checkpoint:", "enable_jit_checkpoint" in inspect.signature(transformers.TrainingArguments).parameters)
 try:
@@ -60,7 +76,7 @@ apiVersion: ferry.dev/v1alpha1
 kind: TrainJob
 metadata: {name: sft-low}
 spec:
-  engine: torchrun
+  engine: ${ENGINE:-torchrun}
   method: lora
   model: {source: path, path: $W/model}
   data: {path: $W/chat.jsonl, format: chat}
@@ -68,6 +84,7 @@ spec:
   resources: {nodes: 1, gpusPerNode: ${GPUS:-1}, gpu: H200}
   train: {seqLen: 256, lr: 2e-4, steps: $STEPS}
   checkpoint: {every: 500, keep: 3}
+$( [ "${ENGINE:-torchrun}" = deepspeed ] && echo "  parallelism: {zero: ${ZERO:-2}}" )
   onFailure: {maxRestarts: 0, graceSeconds: 60, resume: latest}
   env: {PYTHONPATH: $SITE, HF_HUB_OFFLINE: "1", HF_DATASETS_OFFLINE: "1", PYTHONUNBUFFERED: "1"}
 EOF
@@ -112,6 +129,8 @@ done
 (cd "$FERRY_HOME" && find jobs \( -name '*.log' -o -name trainer_state.json -o -name '*.json' -path '*attempt-*' \) -size -2M \
   | tar czf "$OUT/jobs.tgz" -T -)
 find "$FERRY_HOME" -path '*checkpoint-*' -name trainer_state.json | sort > "$OUT/checkpoints.txt"
+find "$FERRY_HOME/jobs" -path '*/checkpoints/checkpoint-*' | sort > "$OUT/checkpoint-files.txt"
+find "$FERRY_HOME/jobs" -name ds_config.json -exec cp {} "$OUT/" \; -quit
 kill "$UP"; wait "$UP" 2>/dev/null
 case "$p" in *sft-low=Failed*) tail -n 60 "$(find "$FERRY_HOME/jobs" -name rank-0.log -path '*sft-low*' | sort | tail -n 1)";; esac
 python3 "$ROOT/scripts/gpu/trl_preempt_report.py" "$OUT" | tee "$OUT/report.txt"

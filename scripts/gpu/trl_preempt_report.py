@@ -59,6 +59,15 @@ final = max((int(s) for s in re.findall(r"checkpoint-(\d+)/trainer_state.json",
                                              (out / "checkpoints.txt").read_text())), default=0)
 check("training reached its last step", final == steps,
       f"newest checkpoint {final}")
+zero = re.search(r"zero: (\d+)", (out / "low.yaml").read_text())
+if zero:
+    files = (out / "checkpoint-files.txt").read_text()
+    config = json.loads((out / "ds_config.json").read_text())
+    check(f"DeepSpeed ZeRO-{zero.group(1)} ran and wrote that checkpoint",
+          config["zero_optimization"]["stage"] == int(zero.group(1))
+          and f"checkpoint-{saved}/global_step{saved}/" in files,
+          "; ".join(l.rsplit("/", 2)[-2] + "/" + l.rsplit("/", 1)[-1]
+                    for l in files.splitlines() if f"checkpoint-{saved}/global_step" in l)[:300])
 metrics = json.loads((out / "metrics-sft-low.json").read_text() or "[]")
 metrics = metrics["items"] if isinstance(metrics, dict) else metrics
 check("the Trainer's logs reached the store as metrics lines",

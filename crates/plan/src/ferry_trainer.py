@@ -1,9 +1,10 @@
 """Ferry's hooks into the Hugging Face Trainer: a checkpoint when the job is asked to stop,
 and the Trainer's logs as Ferry metrics lines.
 
-Usage (what Ferry renders): `torchrun ... -m ferry_trainer trl.scripts.sft ARGS...`, with this
-file's directory on PYTHONPATH. It adds one callback to every `transformers.Trainer` and then
-runs the named module as `__main__`, so the training script itself is unchanged.
+Usage (what Ferry renders): `torchrun ... -m ferry_trainer trl.scripts.sft ARGS...` (or
+`swift.cli.sft` for ms-swift), with this file's directory on PYTHONPATH. It adds one callback
+to every `transformers.Trainer` and then runs the named module as `__main__`, so the training
+script itself is unchanged.
 
 SIGTERM. Ferry stops a run with SIGTERM (preemption, a time limit, a failed rank elsewhere in
 the gang) and waits `onFailure.graceSeconds` before SIGKILL; the Trainer has no handler of its

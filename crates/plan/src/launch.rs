@@ -8,7 +8,10 @@ use std::collections::BTreeMap;
 use ferry_spec::{EngineKind, ResumePolicy, TrainJob};
 
 use crate::error::Result;
-use crate::render::{Launcher, RenderOptions, deepspeed_config, default_launcher, render_train};
+use crate::render::{
+    Launcher, RenderOptions, deepspeed_config, default_launcher, render_swift_torchrun,
+    render_train,
+};
 use crate::search::PlanReport;
 
 /// Where a job's files are, as its rank processes see them.
@@ -57,8 +60,8 @@ pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Resu
     let launcher = launcher_for(job, report);
     let mut opts = render_options(job, paths);
     let checkpoint_dir = opts.output_dir.clone();
-    let hf_trainer = matches!(launcher, Launcher::Torchrun | Launcher::Deepspeed);
-    if hf_trainer {
+    let trl = matches!(launcher, Launcher::Torchrun | Launcher::Deepspeed);
+    if trl {
         // TRL gets the data through `$FERRY_DATASET`, which the prelude below sets.
         opts.data = "\"$FERRY_DATASET\"".to_owned();
     }
@@ -75,19 +78,33 @@ pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Resu
                 opts.deepspeed_config_path
             )
         }
+        // ms-swift's CLI would start torchrun itself; started directly, its entry point can
+        // run under the same Trainer hooks as TRL's.
+        Launcher::Swift => render_swift_torchrun(report, &opts)?,
         other => render_train(report, other, &opts)?,
     };
     let mut prelude = String::new();
-    if hf_trainer {
-        // TRL's script runs under Ferry's Trainer hooks (checkpoint on SIGTERM, metrics lines),
-        // and a data file is given as the directory `datasets` can load (it takes directories
-        // and hub names only).
+    if let Some(entry) = match launcher {
+        Launcher::Torchrun | Launcher::Deepspeed => Some("trl.scripts.sft"),
+        Launcher::Swift => Some("swift.cli.sft"),
+        Launcher::Megatron => None,
+    } {
+        // The HF Trainer script (TRL's or ms-swift's) runs under Ferry's hooks: a checkpoint
+        // on SIGTERM, metrics lines.
         files.insert(TRAINER_MODULE_FILE.to_owned(), TRAINER_MODULE.to_owned());
         let config_dir = paths.config_dir.trim_end_matches('/');
         prelude.push_str(&format!(
             "export PYTHONPATH={}${{PYTHONPATH:+:$PYTHONPATH}}\n",
             shell_quote(config_dir)
         ));
+        text = text.replace(
+            &format!("-m {entry}"),
+            &format!("-m {TRAINER_MODULE_NAME} {entry}"),
+        );
+    }
+    if trl {
+        // `datasets` loads directories and hub names only: a data file is given to TRL as a
+        // one-file directory.
         prelude.push_str(&format!(
             "FERRY_DATASET={}\n\
              if [ -f \"$FERRY_DATASET\" ]; then \
@@ -95,10 +112,6 @@ pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Resu
              FERRY_DATASET=$d; fi\n",
             shell_quote(&paths.data)
         ));
-        text = text.replace(
-            "-m trl.scripts.sft",
-            &format!("-m {} trl.scripts.sft", TRAINER_MODULE_NAME),
-        );
     }
     Ok(JobLaunch {
         script: with_resume(

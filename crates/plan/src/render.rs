@@ -397,7 +397,29 @@ pub fn deepspeed_config(r: &PlanReport) -> Result<String> {
     Ok(serde_json::to_string_pretty(&config).expect("json") + "\n")
 }
 
+/// `swift sft` as users write it: ms-swift's CLI reads the gang's shape from the environment
+/// and starts `torchrun ... swift/cli/sft.py` itself.
 fn swift(r: &PlanReport, o: &RenderOptions) -> Result<String> {
+    let mut env = format!("NPROC_PER_NODE={}", r.gpus_per_node);
+    if r.nodes > 1 {
+        env.push_str(&format!(
+            " NNODES={} NODE_RANK=$NODE_RANK MASTER_ADDR=$MASTER_ADDR MASTER_PORT=29500",
+            r.nodes
+        ));
+    }
+    swift_args(r, o, Cmd::new(format!("{env} swift sft")))
+}
+
+/// The same run as [`render_train`]`(.., Launcher::Swift, ..)` with torchrun started directly
+/// on `-m swift.cli.sft` (what the `swift` CLI runs), so a wrapper module can be put in front
+/// of ms-swift's entry point as it is for TRL's.
+pub(crate) fn render_swift_torchrun(r: &PlanReport, o: &RenderOptions) -> Result<String> {
+    let mut head = torchrun_prefix(r);
+    head.arg("-m swift.cli.sft");
+    swift_args(r, o, head)
+}
+
+fn swift_args(r: &PlanReport, o: &RenderOptions, mut cmd: Cmd) -> Result<String> {
     let c = &r.chosen;
     let l = &c.layout;
     if l.tp > 1 || l.pp > 1 {
@@ -407,14 +429,6 @@ fn swift(r: &PlanReport, o: &RenderOptions) -> Result<String> {
              (render with megatron)",
         ));
     }
-    let mut env = format!("NPROC_PER_NODE={}", r.gpus_per_node);
-    if r.nodes > 1 {
-        env.push_str(&format!(
-            " NNODES={} NODE_RANK=$NODE_RANK MASTER_ADDR=$MASTER_ADDR MASTER_PORT=29500",
-            r.nodes
-        ));
-    }
-    let mut cmd = Cmd::new(format!("{env} swift sft"));
     cmd.arg(format!("--model {}", r.model_name)).arg(format!(
         "--train_type {}",
         if c.method == MethodKind::Full {
@@ -449,7 +463,10 @@ fn swift(r: &PlanReport, o: &RenderOptions) -> Result<String> {
     if c.dp > 1 && l.zero > 0 {
         cmd.arg(format!("--deepspeed zero{}", l.zero));
     }
-    cmd.arg(format!("--output_dir {}", o.output_dir));
+    // Checkpoints go to the output directory itself, not to a new `v<N>-<time>/` under it
+    // for every run, so a restart finds them (ms-swift adds that folder by default).
+    cmd.arg(format!("--output_dir {}", o.output_dir))
+        .arg("--add_version false");
     Ok(cmd.text())
 }
 

@@ -22,6 +22,7 @@ pub const RESERVED_ENV: &[&str] = &[
     "RANK",
     "LOCAL_RANK",
     "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
     "FERRY_JOB",
     "FERRY_ATTEMPT",
 ];

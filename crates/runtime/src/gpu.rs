@@ -13,9 +13,15 @@ pub struct Gpu {
     pub name: String,
     /// Total device memory in bytes (0 for virtual slots).
     pub memory_bytes: u64,
-    /// Stable id put in `CUDA_VISIBLE_DEVICES`: the NVML UUID (`GPU-…`), or the slot number
-    /// for virtual slots.
+    /// Stable id the control plane books GPUs by: the NVML UUID (`GPU-…`), or the slot
+    /// number for virtual slots.
     pub id: String,
+    /// The device's number for CUDA under `CUDA_DEVICE_ORDER=PCI_BUS_ID` (its place among
+    /// this machine's GPUs by PCI bus id), which is what ranks get in `CUDA_VISIBLE_DEVICES`:
+    /// CUDA takes UUIDs there, but tools that parse it (DeepSpeed's ZeRO-1/2) accept only
+    /// numbers. `None` for virtual slots, whose id is used as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_ordinal: Option<u32>,
 }
 
 /// Where an inventory came from.
@@ -57,6 +63,7 @@ impl Inventory {
                 name: "virtual".to_string(),
                 memory_bytes: 0,
                 id: index.to_string(),
+                cuda_ordinal: None,
             })
             .collect();
         Inventory {
@@ -76,9 +83,18 @@ impl Inventory {
         self.gpus.is_empty()
     }
 
-    /// The ids to put in `CUDA_VISIBLE_DEVICES`, in index order.
+    /// The GPUs' ids, in index order.
     pub fn ids(&self) -> Vec<String> {
         self.gpus.iter().map(|g| g.id.clone()).collect()
+    }
+
+    /// Id → what a rank's `CUDA_VISIBLE_DEVICES` names it by (its CUDA ordinal), for the GPUs
+    /// that have one (see [`crate::LocalRuntime::with_cuda_ordinals`]).
+    pub fn cuda_ordinals(&self) -> std::collections::HashMap<String, String> {
+        self.gpus
+            .iter()
+            .filter_map(|g| Some((g.id.clone(), g.cuda_ordinal?.to_string())))
+            .collect()
     }
 }
 
@@ -110,19 +126,32 @@ pub fn discover() -> Inventory {
         }
     };
     let mut gpus = Vec::new();
+    let mut bus_ids = Vec::new();
     let mut skipped = Vec::new();
     for index in 0..count {
         let described = nvml.device_by_index(index).and_then(|device| {
-            Ok(Gpu {
+            let gpu = Gpu {
                 index,
                 name: device.name()?,
                 memory_bytes: device.memory_info()?.total,
                 id: device.uuid()?,
-            })
+                cuda_ordinal: None,
+            };
+            Ok((gpu, device.pci_info()?.bus_id))
         });
         match described {
-            Ok(gpu) => gpus.push(gpu),
+            Ok((gpu, bus_id)) => {
+                gpus.push(gpu);
+                bus_ids.push(bus_id);
+            }
             Err(e) => skipped.push(format!("GPU {index}: {e}")),
+        }
+    }
+    // A device left out above still counts in CUDA's numbering, so ordinals are only given
+    // when every device was described.
+    if skipped.is_empty() {
+        for (gpu, ordinal) in gpus.iter_mut().zip(pci_order(&bus_ids)) {
+            gpu.cuda_ordinal = Some(ordinal);
         }
     }
     Inventory {
@@ -132,6 +161,19 @@ pub fn discover() -> Inventory {
         gpus,
         skipped,
     }
+}
+
+/// Each device's place in PCI bus order (CUDA's numbering under `CUDA_DEVICE_ORDER=PCI_BUS_ID`),
+/// given the devices' PCI bus ids (`domain:bus:device.function`, hexadecimal, as NVML writes
+/// them; compared case-insensitively).
+fn pci_order(bus_ids: &[String]) -> Vec<u32> {
+    let mut order: Vec<usize> = (0..bus_ids.len()).collect();
+    order.sort_by_key(|&i| bus_ids[i].to_ascii_lowercase());
+    let mut ordinals = vec![0; bus_ids.len()];
+    for (ordinal, i) in order.into_iter().enumerate() {
+        ordinals[i] = ordinal as u32;
+    }
+    ordinals
 }
 
 #[cfg(test)]
@@ -164,6 +206,19 @@ mod tests {
     }
 
     #[test]
+    fn cuda_ordinals_follow_the_pci_bus_order_not_nvmls() {
+        let ids = [
+            "00000000:9A:00.0",
+            "00000000:1B:00.0",
+            "00000000:c3:00.0",
+            "00000000:3c:00.0",
+        ];
+        let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+        assert_eq!(pci_order(&ids), [2, 0, 3, 1]);
+        assert!(Inventory::virtual_slots(2).cuda_ordinals().is_empty());
+    }
+
+    #[test]
     fn discovery_never_fails_and_is_consistent() {
         let inv = discover();
         match &inv.source {
@@ -178,6 +233,12 @@ mod tests {
                         "NVML UUIDs start with GPU-: {gpu:?}"
                     );
                     assert!(gpu.memory_bytes > 0, "{gpu:?}");
+                }
+                if inv.skipped.is_empty() {
+                    let mut ordinals: Vec<u32> =
+                        inv.gpus.iter().filter_map(|g| g.cuda_ordinal).collect();
+                    ordinals.sort_unstable();
+                    assert_eq!(ordinals, (0..inv.len() as u32).collect::<Vec<_>>());
                 }
             }
             GpuSource::Virtual => panic!("discover() must not invent virtual GPUs"),

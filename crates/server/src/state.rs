@@ -82,7 +82,7 @@ impl ControlPlane {
         Ok(Self::with_parts(
             config,
             store,
-            Arc::new(LocalRuntime::new()),
+            Arc::new(LocalRuntime::with_cuda_ordinals(inventory.cuda_ordinals())),
             inventory,
         ))
     }

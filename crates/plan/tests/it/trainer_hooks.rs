@@ -66,13 +66,16 @@ class Trainer:
         print("finished", flush=True)
 "#;
 
-/// Stands in for `trl.scripts.sft`: prints what it was given, waits if asked, then trains.
+/// Stands in for `trl.scripts.sft` and ms-swift's `swift.cli.sft`: prints what it was given,
+/// waits if asked, then trains.
 const FAKE_SFT: &str = r#"
 import os, sys, time
 import transformers
 args = sys.argv[1:]
 print("argv0", sys.argv[0], flush=True)
-data = args[args.index("--dataset_name") + 1]
+data = args[args.index("--dataset_name" if "--dataset_name" in args else "--dataset") + 1]
+if "--add_version" in args:
+    print("add_version", args[args.index("--add_version") + 1], flush=True)
 if "--resume_from_checkpoint" in args:
     print("resume", args[args.index("--resume_from_checkpoint") + 1], flush=True)
 print("dataset", data, sorted(os.listdir(data)) if os.path.isdir(data) else "not a directory", flush=True)
@@ -92,8 +95,13 @@ fn workdir(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
 
 /// The launch Ferry renders for a one-GPU TRL LoRA job of `steps` steps on `data`.
 fn trl_launch(dir: &Path, data: &Path, steps: u32) -> JobLaunch {
+    launch("torchrun", dir, data, steps)
+}
+
+/// The launch Ferry renders for a one-GPU LoRA job with `engine` (an HF Trainer engine).
+fn launch(engine: &str, dir: &Path, data: &Path, steps: u32) -> JobLaunch {
     let yaml = format!(
-        "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: j}}\nspec:\n  engine: torchrun\n  method: lora\n  model: {{source: hf, id: Qwen/Qwen2.5-0.5B}}\n  resources: {{nodes: 1, gpusPerNode: 1, gpu: H100-80GB}}\n  train: {{steps: {steps}}}\n  checkpoint: {{every: 100000}}\n"
+        "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: j}}\nspec:\n  engine: {engine}\n  method: lora\n  model: {{source: hf, id: Qwen/Qwen2.5-0.5B}}\n  resources: {{nodes: 1, gpusPerNode: 1, gpu: H100-80GB}}\n  train: {{steps: {steps}}}\n  checkpoint: {{every: 100000}}\n"
     );
     let job = match ferry_spec::parse_documents(&yaml, "j.yaml")
         .unwrap()
@@ -128,6 +136,10 @@ fn start(dir: &Path, launch: &JobLaunch, wait_before_training: bool) -> Child {
     std::fs::write(site.join("trl/__init__.py"), "").unwrap();
     std::fs::write(site.join("trl/scripts/__init__.py"), "").unwrap();
     std::fs::write(site.join("trl/scripts/sft.py"), FAKE_SFT).unwrap();
+    std::fs::create_dir_all(site.join("swift/cli")).unwrap();
+    std::fs::write(site.join("swift/__init__.py"), "").unwrap();
+    std::fs::write(site.join("swift/cli/__init__.py"), "").unwrap();
+    std::fs::write(site.join("swift/cli/sft.py"), FAKE_SFT).unwrap();
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     // torchrun's own flags end at `-m`; the worker is `python3 -m MODULE ARGS`.
@@ -208,12 +220,7 @@ fn finish(
 fn sigterm_during_training_saves_one_checkpoint_at_the_step_end_and_exits_143() {
     let (dir, data) = workdir("my chats.jsonl");
     let launch = trl_launch(dir.path(), &data, 100_000);
-    assert!(launch.files.contains_key("ferry_trainer.py"));
-    let mut child = start(dir.path(), &launch, false);
-    let mut lines = BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .map(Result::unwrap);
-    let head = read_until(&mut lines, "training");
+    let head = sigterm_mid_training(dir.path(), &launch);
     assert!(
         head[0].starts_with("argv0 ") && head[0].ends_with("/trl/scripts/sft.py"),
         "TRL's script runs as `python -m` would run it: {head:#?}"
@@ -223,6 +230,37 @@ fn sigterm_during_training_saves_one_checkpoint_at_the_step_end_and_exits_143() 
         dataset.ends_with("['train.jsonl']"),
         "the data file reaches TRL as a directory holding train.jsonl: {dataset}"
     );
+}
+
+#[test]
+fn an_ms_swift_job_checkpoints_on_sigterm_too_and_keeps_its_checkpoints_where_ferry_looks() {
+    let (dir, data) = workdir("chat.jsonl");
+    let launch = launch("swift", dir.path(), &data, 100_000);
+    let head = sigterm_mid_training(dir.path(), &launch);
+    assert!(
+        head[0].starts_with("argv0 ") && head[0].ends_with("/swift/cli/sft.py"),
+        "ms-swift's entry point runs as its CLI would run it: {head:#?}"
+    );
+    assert!(
+        head.iter().any(|l| l == "add_version false"),
+        "no per-run v<N>-<time>/ folder under the checkpoint directory: {head:#?}"
+    );
+    let dataset = head.iter().find(|l| l.starts_with("dataset ")).unwrap();
+    assert!(
+        dataset.ends_with("not a directory"),
+        "ms-swift loads data files itself: {dataset}"
+    );
+}
+
+/// Starts `launch`, sends SIGTERM once it trains, and asserts one checkpoint at a step end and
+/// exit 143; returns the lines printed before training.
+fn sigterm_mid_training(dir: &Path, launch: &JobLaunch) -> Vec<String> {
+    assert!(launch.files.contains_key("ferry_trainer.py"));
+    let mut child = start(dir, launch, false);
+    let mut lines = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map(Result::unwrap);
+    let head = read_until(&mut lines, "training");
     std::thread::sleep(Duration::from_millis(300));
     sigterm(&child);
     let (code, rest, err) = finish(child, lines);
@@ -241,6 +279,7 @@ fn sigterm_during_training_saves_one_checkpoint_at_the_step_end_and_exits_143() 
         )),
         "{err}"
     );
+    head
 }
 
 #[test]

@@ -57,6 +57,8 @@ pub struct LocalRuntime {
 #[derive(Default)]
 struct Inner {
     gangs: Mutex<HashMap<PathBuf, Vec<OwnedRank>>>,
+    /// GPU id → the CUDA ordinal ranks are given for it (ids not here are given as they are).
+    cuda_ordinals: HashMap<String, String>,
 }
 
 /// A rank this process spawned: its `Child` (so it gets reaped) and, once reaped, its end.
@@ -77,6 +79,18 @@ impl LocalRuntime {
     /// A runtime that owns no gangs yet.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A runtime that names GPUs to ranks by CUDA ordinal (`Inventory::cuda_ordinals`) rather
+    /// than by the ids the request books them by: `CUDA_VISIBLE_DEVICES=0,1` with
+    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID` instead of UUIDs, which some tools cannot parse.
+    pub fn with_cuda_ordinals(cuda_ordinals: HashMap<String, String>) -> Self {
+        LocalRuntime {
+            inner: Arc::new(Inner {
+                gangs: Mutex::default(),
+                cuda_ordinals,
+            }),
+        }
     }
 
     /// Reads the `gang.json` that `launch` leaves in `<run_dir>/attempt-<a>`: recovery for a
@@ -187,7 +201,7 @@ impl LocalRuntime {
         };
         let mut owned = Vec::with_capacity(world as usize);
         for rank in 0..world {
-            match spawn_rank(&req, &record, rank) {
+            match spawn_rank(&req, &record, rank, &self.inner.cuda_ordinals) {
                 Ok((rank_record, child)) => {
                     record.ranks.push(rank_record);
                     owned.push(OwnedRank { child, ended: None });
@@ -366,7 +380,12 @@ impl Runtime for LocalRuntime {
 }
 
 /// Starts rank `rank` of `req` under the wrapper and returns its record and child handle.
-fn spawn_rank(req: &LaunchRequest, gang: &GangRecord, rank: u32) -> Result<(RankRecord, Child)> {
+fn spawn_rank(
+    req: &LaunchRequest,
+    gang: &GangRecord,
+    rank: u32,
+    cuda_ordinals: &HashMap<String, String>,
+) -> Result<(RankRecord, Child)> {
     let dir = &gang.attempt_dir;
     let log_path = dir.join(format!("rank-{rank}.log"));
     let exit_path = dir.join(format!("rank-{rank}.exit"));
@@ -390,6 +409,10 @@ fn spawn_rank(req: &LaunchRequest, gang: &GangRecord, rank: u32) -> Result<(Rank
     let node_rank = rank / req.procs_per_node;
     let local_rank = rank % req.procs_per_node;
     let gpu_env: &[(&str, &str)] = if gpus.is_empty() { &[] } else { GPU_RANK_ENV };
+    let visible: Vec<&str> = gpus
+        .iter()
+        .map(|id| cuda_ordinals.get(id).unwrap_or(id).as_str())
+        .collect();
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(WRAPPER)
@@ -405,7 +428,10 @@ fn spawn_rank(req: &LaunchRequest, gang: &GangRecord, rank: u32) -> Result<(Rank
         .env("WORLD_SIZE", (req.nodes * req.procs_per_node).to_string())
         .env("RANK", rank.to_string())
         .env("LOCAL_RANK", local_rank.to_string())
-        .env("CUDA_VISIBLE_DEVICES", gpus.join(","))
+        .env("CUDA_VISIBLE_DEVICES", visible.join(","))
+        // Numbers in CUDA_VISIBLE_DEVICES count in PCI bus order (as nvidia-smi and NVML
+        // do), not CUDA's default fastest-first.
+        .env("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         .env("FERRY_JOB", &req.job)
         .env("FERRY_ATTEMPT", req.attempt.to_string())
         .envs(gpu_env.iter().copied())
@@ -620,39 +646,54 @@ mod tests {
     use crate::runtime::wait;
 
     const PRINT_ENV: &str = "import os, json; print(json.dumps({k: os.environ.get(k) for k in \
-        ('NCCL_NVLS_ENABLE','TORCH_SYMM_MEM_DISABLE_MULTICAST','NVSHMEM_DISABLE_NVLS','CARGO_PKG_NAME')}))";
+        ('NCCL_NVLS_ENABLE','TORCH_SYMM_MEM_DISABLE_MULTICAST','NVSHMEM_DISABLE_NVLS','CARGO_PKG_NAME',\
+        'CUDA_VISIBLE_DEVICES','CUDA_DEVICE_ORDER')}))";
 
-    #[tokio::test]
-    async fn ranks_on_gpus_always_run_with_nvlink_multicast_off() {
+    /// Runs one rank per entry of `gpus_per_rank` printing its environment; returns the gang
+    /// and each rank's printed environment.
+    async fn print_env(
+        rt: &LocalRuntime,
+        gpus_per_rank: Vec<Vec<String>>,
+        env: BTreeMap<String, String>,
+    ) -> (GangRecord, Vec<BTreeMap<String, Option<String>>>) {
         let dir = tempfile::tempdir().unwrap();
-        let mut env = BTreeMap::new();
-        // A spec asking for multicast does not get it on a GPU rank.
-        env.insert("NCCL_NVLS_ENABLE".to_string(), "1".to_string());
         let req = LaunchRequest {
-            job: "nvls-1".to_string(),
+            job: "env-1".to_string(),
             attempt: 0,
             nodes: 1,
-            procs_per_node: 2,
+            procs_per_node: gpus_per_rank.len() as u32,
             argv: ["python3", "-c", PRINT_ENV].map(String::from).to_vec(),
             env,
             working_dir: None,
-            gpus_per_rank: vec![vec!["0".to_string()], vec![]],
+            gpus_per_rank,
             run_dir: dir.path().to_path_buf(),
         };
-        let rt = LocalRuntime::new();
         let gang = rt.launch(req).await.unwrap();
         let status = tokio::time::timeout(
             Duration::from_secs(60),
-            wait(&rt, &gang, Duration::from_millis(20)),
+            wait(rt, &gang, Duration::from_millis(20)),
         )
         .await
         .expect("gang ended")
         .unwrap();
         assert_eq!(status, crate::GangStatus::Succeeded);
-        let read = |rank: u32| -> BTreeMap<String, Option<String>> {
-            let log = std::fs::read_to_string(gang.log_path(rank).unwrap()).unwrap();
-            serde_json::from_str(log.trim()).unwrap()
-        };
+        let envs = (0..gang.world_size())
+            .map(|rank| {
+                let log = std::fs::read_to_string(gang.log_path(rank).unwrap()).unwrap();
+                serde_json::from_str(log.trim()).unwrap()
+            })
+            .collect();
+        (gang, envs)
+    }
+
+    #[tokio::test]
+    async fn ranks_on_gpus_always_run_with_nvlink_multicast_off() {
+        let mut env = BTreeMap::new();
+        // A spec asking for multicast does not get it on a GPU rank.
+        env.insert("NCCL_NVLS_ENABLE".to_string(), "1".to_string());
+        let rt = LocalRuntime::new();
+        let (_gang, envs) = print_env(&rt, vec![vec!["0".to_string()], vec![]], env).await;
+        let read = |rank: usize| envs[rank].clone();
         let gpu_rank = read(0);
         for (key, value) in GPU_RANK_ENV {
             assert_eq!(gpu_rank[*key].as_deref(), Some(*value), "{key}");
@@ -665,5 +706,33 @@ mod tests {
         assert_eq!(cpu_rank["CARGO_PKG_NAME"], inherited);
         // Without a GPU, the request's own value stands.
         assert_eq!(cpu_rank["NCCL_NVLS_ENABLE"].as_deref(), Some("1"));
+    }
+
+    #[tokio::test]
+    async fn ranks_see_gpus_by_cuda_ordinal_while_the_gang_books_them_by_id() {
+        let ordinals = HashMap::from([
+            ("GPU-aaa".to_string(), "0".to_string()),
+            ("GPU-bbb".to_string(), "1".to_string()),
+        ]);
+        let rt = LocalRuntime::with_cuda_ordinals(ordinals);
+        let gpus = vec![
+            vec!["GPU-bbb".to_string()],
+            vec!["GPU-aaa".to_string(), "5".to_string()],
+        ];
+        let (gang, envs) = print_env(&rt, gpus.clone(), BTreeMap::new()).await;
+        assert_eq!(envs[0]["CUDA_VISIBLE_DEVICES"].as_deref(), Some("1"));
+        assert_eq!(
+            envs[1]["CUDA_VISIBLE_DEVICES"].as_deref(),
+            Some("0,5"),
+            "an id without an ordinal is given as it is"
+        );
+        for env in &envs {
+            assert_eq!(env["CUDA_DEVICE_ORDER"].as_deref(), Some("PCI_BUS_ID"));
+        }
+        let booked: Vec<Vec<String>> = gang.ranks.iter().map(|r| r.gpus.clone()).collect();
+        assert_eq!(
+            booked, gpus,
+            "the record keeps the ids the control plane booked"
+        );
     }
 }
