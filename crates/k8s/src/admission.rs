@@ -1,7 +1,8 @@
 //! Admission with Kueue's protocol, decided by Ferry's own scheduler (`ferry-sched`): gangs
 //! are created suspended, unsuspended (pinned to the nodes the scheduler chose) when
 //! admitted, suspended again to preempt, and reported `evicted` once their pods are gone and
-//! `finished` when they end.
+//! `finished` when they end. While they run, the end their measured pace predicts is passed
+//! on (`Scheduler::progress`), re-sent only when it moved enough.
 //!
 //! The scheduler's cluster comes from `Node` objects (allocatable `nvidia.com/gpu`, flavor,
 //! rack and NVLink labels), its queues from Ferry `Queue` objects; a queue named `q` in
@@ -96,6 +97,9 @@ pub trait Admission: Send + Sync + 'static {
     fn evicted(&self, _job: &TrainJobResource) {}
     /// The job ended (succeeded, failed, restarts as a new attempt, or was deleted).
     fn finished(&self, _job: &TrainJobResource) {}
+    /// The running job's measured pace says it needs `remaining_s` more seconds: when it
+    /// will really end, for reservations and backfill.
+    fn progress(&self, _job: &TrainJobResource, _remaining_s: u64) {}
 }
 
 /// Admits every job (a single team, or quotas enforced by `ResourceQuota` alone).
@@ -112,8 +116,21 @@ impl Admission for AdmitAll {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Entry {
     Pending,
-    Running(Vec<PodPlacement>),
+    /// Running on `placement`; `told` is the end its measured pace last told the scheduler.
+    Running {
+        placement: Vec<PodPlacement>,
+        told: Option<Time>,
+    },
     Preempting(String),
+}
+
+impl Entry {
+    fn running(placement: Vec<PodPlacement>) -> Entry {
+        Entry::Running {
+            placement,
+            told: None,
+        }
+    }
 }
 
 struct State {
@@ -153,7 +170,8 @@ pub fn workload(job: &TrainJobResource) -> Workload {
         gpus_per_pod: r.gpus_per_node.max(0) as u32,
         flavor: r.gpu.clone(),
         // The time limit: the scheduler plans reservations and backfill with it (an upper
-        // bound, so backfilling with it never delays a reservation).
+        // bound, so backfilling with it never delays a reservation) until the job's measured
+        // pace replaces it (`Admission::progress`).
         expected_duration_s: job.spec.max_runtime_seconds,
         created_at: job
             .metadata
@@ -285,7 +303,7 @@ impl SchedAdmission {
         let mut others = false;
         for d in decisions {
             let (id, entry) = match d {
-                Decision::Admit { id, placement, .. } => (id, Entry::Running(placement)),
+                Decision::Admit { id, placement, .. } => (id, Entry::running(placement)),
                 Decision::Preempt { id, reason } => (id, Entry::Preempting(reason_text(&reason))),
             };
             others |= current != Some(id.as_str());
@@ -335,7 +353,7 @@ impl Admission for SchedAdmission {
                     if let Err(e) = restore_running(&mut st.sched, w, p, at) {
                         return Admit::Preempt(e.to_string());
                     }
-                    st.entries.insert(id.clone(), Entry::Running(p.clone()));
+                    st.entries.insert(id.clone(), Entry::running(p.clone()));
                     return Admit::Run(p.clone());
                 }
                 _ => {
@@ -348,7 +366,7 @@ impl Admission for SchedAdmission {
         }
         self.cycle(&mut st, Some(&id));
         match st.entries.get(&id) {
-            Some(Entry::Running(p)) => Admit::Run(p.clone()),
+            Some(Entry::Running { placement, .. }) => Admit::Run(placement.clone()),
             Some(Entry::Preempting(why)) => Admit::Preempt(why.clone()),
             _ => {
                 let queue = job.spec.queue.as_deref().unwrap_or("default");
@@ -383,5 +401,28 @@ impl Admission for SchedAdmission {
             tracing::warn!(job = %id, error = %e, "scheduler did not know a finished job");
         }
         self.cycle(&mut st, Some(&id));
+    }
+
+    fn progress(&self, job: &TrainJobResource, remaining_s: u64) {
+        let id = workload_id(&job.namespace().unwrap_or_default(), &job.name_any());
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let now = (self.clock)();
+        let end = now.saturating_add(remaining_s);
+        let Some(Entry::Running { told, .. }) = st.entries.get_mut(&id) else {
+            return;
+        };
+        if !ferry_sched::pace::worth_telling(*told, end, remaining_s) {
+            return;
+        }
+        match st.sched.progress(&id, now, remaining_s) {
+            Ok(()) => {
+                *told = Some(end);
+                tracing::debug!(job = %id, left_s = remaining_s, "expected end from the measured pace");
+                // Work held back by a reservation may now fit before the new end, or no longer.
+                self.cycle(st, None);
+            }
+            Err(e) => tracing::debug!(job = %id, error = %e, "progress not taken"),
+        }
     }
 }

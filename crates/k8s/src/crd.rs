@@ -70,6 +70,11 @@ pub struct TrainJobClusterStatus {
     /// Latest metrics line the engine printed (step, loss, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Value>,
+    /// RFC 3339 time the running attempt is expected to reach `spec.train.steps` (else the
+    /// engine's `max_steps`) at the pace of rank 0's metrics lines; absent until that pace is
+    /// known, and once the attempt stops running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_completion_time: Option<String>,
     /// `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

@@ -6,8 +6,13 @@
 //! Idempotence: the gang object of attempt `a` is named `<job>-<a>`, and a restart writes
 //! the new restart count and attempt to the status *before* deleting the failed gang, so an
 //! operator that dies between the two steps neither loses nor double-counts a restart.
+//!
+//! Pace: each running attempt's steps over time (rank 0's metrics lines, read every
+//! reconcile) are kept in memory — an operator restart simply re-learns them — and give
+//! `status.estimatedCompletionTime` and the scheduler's expected end.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -24,6 +29,7 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
+use ferry_sched::pace::Pace;
 use ferry_spec::JobPhase;
 
 use crate::admission::{Admission, Admit, AdmitAll, Gang, wall_clock};
@@ -49,6 +55,17 @@ pub struct Context {
     pub admission: Arc<dyn Admission>,
     /// Event publisher.
     pub recorder: Recorder,
+    /// Each running job's attempt and that attempt's pace, by (namespace, name).
+    paces: Mutex<HashMap<(String, String), (u32, Pace)>>,
+    /// Milliseconds since the Unix epoch: when a metrics line was read.
+    clock: Box<dyn Fn() -> u64 + Send + Sync>,
+}
+
+/// Milliseconds since the Unix epoch (the pace's clock on a cluster).
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl Context {
@@ -63,7 +80,57 @@ impl Context {
             client,
             opts,
             admission,
+            paces: Mutex::new(HashMap::new()),
+            clock: Box::new(wall_clock_ms),
         }
+    }
+
+    /// Replaces the clock that times metrics lines, in Unix milliseconds (tests drive time by
+    /// hand).
+    pub fn with_clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
+        self.clock = Box::new(clock);
+        self
+    }
+
+    /// Feeds rank 0's metrics `line` of `attempt`, read at `now_ms`, to the job's pace (a new
+    /// attempt starts a new one); returns the seconds left to `target_steps` (else the
+    /// engine's `max_steps`) once the pace is known.
+    fn pace(
+        &self,
+        key: (String, String),
+        attempt: u32,
+        line: &Value,
+        target_steps: Option<i64>,
+        now_ms: u64,
+    ) -> Option<u64> {
+        let mut paces = self.paces.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = paces.entry(key).or_default();
+        if entry.0 != attempt {
+            *entry = (attempt, Pace::default());
+        }
+        let pace = &mut entry.1;
+        if let Some(step) = line["step"].as_i64() {
+            pace.observe(step, now_ms);
+        }
+        if let Some(total) = line["max_steps"].as_i64() {
+            pace.observe_total(total);
+        }
+        pace.time_left(target_steps, now_ms)
+    }
+
+    /// Drops the job's pace (a suspended or restarted gang's old pace would be wrong).
+    fn forget_pace(&self, ns: &str, name: &str) {
+        self.paces
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&(ns.to_owned(), name.to_owned()));
+    }
+
+    /// The job does not run (any more, or not yet in this attempt): its pace and its
+    /// estimated completion go.
+    fn not_running(&self, ns: &str, name: &str, status: &mut TrainJobClusterStatus) {
+        self.forget_pace(ns, name);
+        status.estimated_completion_time = None;
     }
 
     fn gang_api(&self, ns: &str) -> Api<DynamicObject> {
@@ -253,6 +320,7 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
 
     if job.metadata.deletion_timestamp.is_some() {
         ctx.admission.finished(&job);
+        ctx.forget_pace(&ns, &name);
         if has_finalizer {
             cleanup(&ctx, &job).await?;
             let rest: Vec<&String> = job
@@ -297,6 +365,8 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
 
     match gangs.get_opt(&gang_name).await? {
         None => {
+            // A new attempt starts: nothing of its pace is known.
+            ctx.not_running(&ns, &name, &mut status);
             if status.attempt > 0 {
                 // The failed attempt may survive an operator crash between the status
                 // update and its deletion: delete it now (a no-op when already gone).
@@ -420,6 +490,7 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                     );
                     status.message = Some(msg.clone());
                     set_condition(&mut status, "Running", false, "Restarting", &msg);
+                    ctx.not_running(&ns, &name, &mut status);
                     // Record first, then delete: see the module docs.
                     write_status(&jobs, &name, &status).await?;
                     publish(&ctx, &job, EventType::Warning, "Restarting", msg).await;
@@ -443,7 +514,7 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                     status.phase = Some(JobPhase::Queued);
                 } else {
                     status.phase = Some(JobPhase::Running);
-                    observe_progress(&ctx, &ns, &job.name_any(), &mut status).await;
+                    observe_progress(&ctx, &job, &mut status).await;
                 }
             } else {
                 match (
@@ -526,12 +597,16 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                     (true, Admit::Wait(_)) => {}
                     (false, _) => {
                         status.phase = Some(JobPhase::Running);
-                        observe_progress(&ctx, &ns, &job.name_any(), &mut status).await;
+                        observe_progress(&ctx, &job, &mut status).await;
                         action = Action::requeue(Duration::from_secs(30));
                     }
                 }
             }
         }
+    }
+    if status.phase != Some(JobPhase::Running) {
+        // Succeeded, failed, preempted, requeued or queued: no completion to estimate.
+        ctx.not_running(&ns, &name, &mut status);
     }
     if status != old {
         write_status(&jobs, &name, &status).await?;
@@ -539,13 +614,41 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
     Ok(action)
 }
 
-/// Copies rank 0's latest metrics line into `status.progress`; an unreadable log is
-/// logged, never fatal (progress is informative).
-async fn observe_progress(ctx: &Context, ns: &str, job: &str, status: &mut TrainJobClusterStatus) {
-    match crate::progress::read(&ctx.client, ns, job, status.attempt).await {
-        Ok(Some(p)) => status.progress = Some(p),
-        Ok(None) => {}
-        Err(e) => tracing::warn!(job, error = %e, "could not read rank 0's metrics"),
+/// Copies rank 0's latest metrics line into `status.progress` and feeds its step to the
+/// attempt's pace; once the pace is known, sets `status.estimatedCompletionTime` and tells
+/// Ferry's scheduler the time left (Kueue has none). An unreadable log is logged, never
+/// fatal (progress is informative).
+async fn observe_progress(
+    ctx: &Context,
+    job: &TrainJobResource,
+    status: &mut TrainJobClusterStatus,
+) {
+    let (ns, name) = (job.namespace().unwrap_or_default(), job.name_any());
+    let line = match crate::progress::read(&ctx.client, &ns, &name, status.attempt).await {
+        Ok(Some(line)) => line,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(job = %name, error = %e, "could not read rank 0's metrics");
+            return;
+        }
+    };
+    let now_ms = (ctx.clock)();
+    let left = ctx.pace(
+        (ns, name),
+        status.attempt,
+        &line,
+        job.spec.train.steps,
+        now_ms,
+    );
+    status.progress = Some(line);
+    let Some(left) = left else { return };
+    let end_s = (now_ms / 1000).saturating_add(left);
+    status.estimated_completion_time = i64::try_from(end_s)
+        .ok()
+        .and_then(|s| Timestamp::from_second(s).ok())
+        .map(|t| t.to_string());
+    if !ctx.opts.cluster.kueue {
+        ctx.admission.progress(job, left);
     }
 }
 
@@ -579,7 +682,12 @@ async fn write_status(
     name: &str,
     status: &TrainJobClusterStatus,
 ) -> Result<()> {
-    let patch = json!({"status": status});
+    let mut patch = json!({"status": status});
+    if status.estimated_completion_time.is_none() {
+        // A merge patch keeps what it does not name: an estimate that no longer holds is
+        // removed by name.
+        patch["status"]["estimatedCompletionTime"] = Value::Null;
+    }
     jobs.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())

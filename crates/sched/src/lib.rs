@@ -44,6 +44,7 @@
 
 pub mod config;
 pub mod error;
+pub mod pace;
 mod pool;
 pub mod scheduler;
 pub mod sim;

@@ -597,9 +597,9 @@ async fn sync(
 }
 
 /// Tells the scheduler when a running job will end, from the pace of its steps towards
-/// `spec.train.steps` (or the total its engine reports), whenever that moved by more than a
-/// tenth of the time left (at least 30 s) since it was last told (`told`); returns the end
-/// it was last told.
+/// `spec.train.steps` (or the total its engine reports), whenever that moved enough since it
+/// was last told (`told`; `ferry_sched::pace::worth_telling`); returns the end it was last
+/// told.
 fn report_pace(
     plane: &ControlPlane,
     adm: &mut Admission,
@@ -615,7 +615,7 @@ fn report_pace(
     };
     let t = now();
     let end = t + left;
-    if told.is_some_and(|e| e.abs_diff(end) <= (left / 10).max(30)) {
+    if !ferry_sched::pace::worth_telling(told, end, left) {
         return told;
     }
     match adm.sched.progress(&job.uid, t, left) {

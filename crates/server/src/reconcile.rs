@@ -11,6 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use ferry_runtime::{GangRecord, GangStatus, LocalRuntime, RankState};
+use ferry_sched::pace::Pace;
 use ferry_spec::{JobPhase, ModelSource, ResumePolicy};
 use ferry_store::{JobFilter, JobRecord, StatusPatch, StoreError};
 
@@ -20,7 +21,6 @@ use crate::engines::{LaunchContext, adapter_for};
 use crate::error::ApiError;
 use crate::export;
 use crate::metrics;
-use crate::pace::Pace;
 use crate::state::{ControlPlane, ExportState, LiveGang};
 
 /// Runs forever: one recovery pass, then a reconcile pass per tick or wake-up.

@@ -23,7 +23,7 @@ pub(crate) struct LiveGang {
     /// Highest metrics step stored for this attempt (lines at or below are skipped).
     pub(crate) last_step: Option<i64>,
     /// Steps over time seen in this attempt's metrics, for the scheduler's expected end.
-    pub(crate) pace: crate::pace::Pace,
+    pub(crate) pace: ferry_sched::pace::Pace,
 }
 
 /// Handle to the control plane; cheap to clone.

@@ -610,3 +610,50 @@ async fn a_changed_node_or_queue_set_ends_the_operator_for_a_clean_rebuild() {
         .unwrap();
     finish(task).await;
 }
+
+#[test]
+fn a_measured_pace_lets_short_work_backfill_before_a_reserved_gang() {
+    let (admission, mut rx) = admission();
+    let sized = |name: &str, gpus: i32, created: &str| {
+        let mut r = resource(name, "low", None);
+        r.spec.resources.gpus_per_node = gpus;
+        r.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            created.parse().unwrap(),
+        ));
+        r
+    };
+    // Half the node runs a job given in epochs (no time limit: nobody knows when it ends).
+    let running = sized("running", 4, "2026-01-01T00:00:00Z");
+    assert!(matches!(
+        admission.decide(&running, &Gang::Absent),
+        Admit::Run(_)
+    ));
+    // A whole-node gang waits for it and holds the node; a 10-minute job may not take the
+    // free half, for it might delay the gang.
+    let gang = sized("gang", 8, "2026-01-01T00:00:01Z");
+    assert!(matches!(
+        admission.decide(&gang, &Gang::Absent),
+        Admit::Wait(_)
+    ));
+    let mut short = sized("short", 4, "2026-01-01T00:00:02Z");
+    short.spec.max_runtime_seconds = Some(600);
+    assert!(matches!(
+        admission.decide(&short, &Gang::Absent),
+        Admit::Wait(_)
+    ));
+    woke(&mut rx);
+
+    // Its measured pace says 2,000 s more: the short job ends before the gang can start.
+    admission.progress(&running, 2_000);
+    assert!(woke(&mut rx), "the backfill admission wakes the operator");
+    assert!(matches!(
+        admission.decide(&short, &Gang::Suspended),
+        Admit::Run(p) if p[0].node == NODE
+    ));
+    assert!(matches!(
+        admission.decide(&gang, &Gang::Suspended),
+        Admit::Wait(_)
+    ));
+    // A job the scheduler does not run is not told anything (and nothing breaks).
+    admission.progress(&gang, 10);
+}

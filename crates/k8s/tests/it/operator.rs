@@ -3,6 +3,7 @@
 //! and an operator that died mid-restart.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ferry_k8s::crd::{TrainJobClusterStatus, TrainJobResource};
 use ferry_k8s::{Admission, Admit, Context, Gang, RenderOptions};
@@ -530,4 +531,139 @@ async fn running_gang_mirrors_rank_zeros_latest_metrics_line_into_progress() {
         ],
     )
     .await;
+}
+
+/// Admits everything and records every time left it is told (job name, seconds).
+#[derive(Default)]
+struct Recording(std::sync::Mutex<Vec<(String, u64)>>);
+impl Admission for Recording {
+    fn decide(&self, _job: &TrainJobResource, _gang: &Gang) -> Admit {
+        ADMIT
+    }
+    fn progress(&self, job: &TrainJobResource, remaining_s: u64) {
+        use kube::ResourceExt;
+        self.0.lock().unwrap().push((job.name_any(), remaining_s));
+    }
+}
+
+/// 2026-01-01T00:00:00Z in Unix milliseconds: the operator's clock when a scenario starts.
+const T0_MS: u64 = 1_767_225_600_000;
+
+/// Steps of a reconcile of the running gang that reads rank 0's log, `log`, and writes the
+/// status.
+fn read_metrics(job: &TrainJobResource, log: &str) -> Vec<Step> {
+    let rank0 = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
+        {"metadata": {"name": "qwen-lora-0-0-abcde"}, "status": {"phase": "Running"}}]});
+    vec![
+        get_gang(0, false, None),
+        step("GET", PODS, 200, rank0),
+        step("GET", RANK0_LOG, 200, Value::String(log.into())),
+        patch_status(job),
+    ]
+}
+
+/// What a pace scenario saw: the body of every status patch, and every time left the
+/// admission was told.
+struct Paced {
+    patches: Vec<Value>,
+    told: Vec<(String, u64)>,
+}
+
+impl Paced {
+    /// The status the `i`-th status patch wrote.
+    fn status(&self, i: usize) -> TrainJobClusterStatus {
+        serde_json::from_value(self.patches[i].clone()).unwrap()
+    }
+}
+
+/// One operator (one `Context`, its clock starting at `T0_MS`) reconciles the running gang
+/// of `job` once per log in `logs`, `apart_s` seconds apart on its clock, then once more
+/// after the gang completed.
+async fn pace_scenario(job: &TrainJobResource, kueue: bool, logs: &[&str], apart_s: u64) -> Paced {
+    let mut steps: Vec<Step> = logs.iter().flat_map(|l| read_metrics(job, l)).collect();
+    steps.extend([
+        get_gang(0, false, Some("Complete")),
+        event(),
+        patch_status(job),
+    ]);
+    let (client, task) = server(steps);
+    let clock = Arc::new(AtomicU64::new(T0_MS));
+    let admission = Arc::new(Recording::default());
+    let mut opts = RenderOptions::default();
+    opts.cluster.kueue = kueue;
+    let read = clock.clone();
+    let ctx = Context::new(client, opts, admission.clone())
+        .with_clock(move || read.load(Ordering::SeqCst));
+    let ctx = Arc::new(ctx);
+    for _ in logs {
+        ferry_k8s::reconcile(Arc::new(job.clone()), ctx.clone())
+            .await
+            .unwrap();
+        clock.fetch_add(apart_s * 1000, Ordering::SeqCst);
+    }
+    ferry_k8s::reconcile(Arc::new(job.clone()), ctx)
+        .await
+        .unwrap();
+    let patches = finish(task)
+        .await
+        .into_iter()
+        .filter(|s| s.uri.starts_with(&format!("{TJ}/status")))
+        .map(|s| s.body["status"].clone())
+        .collect();
+    let told = admission.0.lock().unwrap().clone();
+    Paced { patches, told }
+}
+
+/// The operator's clock (as `estimatedCompletionTime` writes it) `s` seconds after `T0_MS`.
+fn at(s: u64) -> String {
+    k8s_openapi::jiff::Timestamp::from_second((T0_MS / 1000 + s) as i64)
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_measured_pace_sets_the_estimated_completion_and_tells_the_scheduler() {
+    let job = resource(true, Some(running(0, 0)));
+    // The HF Trainer's lines under ferry_trainer.py: the job is given in epochs, so the
+    // engine's `max_steps` is the target.
+    let logs = [
+        "{\"step\":100,\"max_steps\":1100,\"loss\":2.0}\n",
+        "{\"step\":150,\"max_steps\":1100,\"loss\":1.9}\n",
+        "{\"step\":300,\"max_steps\":1100,\"loss\":1.5}\n",
+    ];
+    let seen = pace_scenario(&job, false, &logs, 5).await;
+    let eta = |i: usize| seen.status(i).estimated_completion_time;
+    assert_eq!(eta(0), None, "one read is no pace");
+    assert_eq!(eta(1), None, "5 s is too short a base");
+    // Read at 10 s: 800 steps at 50 ms a step (200 steps in 10 s) end 40 s later.
+    assert_eq!(eta(2), Some(at(50)));
+    assert_eq!(seen.status(2).progress.unwrap()["step"], 300);
+    assert_eq!(seen.told, [("qwen-lora".to_owned(), 40)]);
+    // It succeeded: the estimate is removed by name (a merge patch keeps what it omits).
+    let last = &seen.patches[3];
+    assert_eq!(last["phase"], "Succeeded");
+    assert_eq!(
+        last.as_object().unwrap().get("estimatedCompletionTime"),
+        Some(&Value::Null)
+    );
+
+    // The job's own `spec.train.steps` wins over the engine's total: 1,700 steps to go.
+    let mut capped = job.clone();
+    capped.spec.train.steps = Some(2_000);
+    let seen = pace_scenario(&capped, false, &[logs[0], logs[2]], 10).await;
+    assert_eq!(seen.status(1).estimated_completion_time, Some(at(10 + 85)));
+    assert_eq!(seen.told, [("qwen-lora".to_owned(), 85)]);
+}
+
+#[tokio::test]
+async fn under_kueue_the_estimate_is_set_but_no_scheduler_is_told() {
+    let job = resource(true, Some(running(0, 0)));
+    let logs = [
+        "{\"step\":0,\"max_steps\":100}\n",
+        "{\"step\":10,\"max_steps\":100}\n",
+    ];
+    let seen = pace_scenario(&job, true, &logs, 30).await;
+    // 3 s a step, 90 to go.
+    assert_eq!(seen.status(1).estimated_completion_time, Some(at(30 + 270)));
+    assert!(seen.told.is_empty(), "{:?}", seen.told);
 }
