@@ -52,13 +52,16 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
         "gpus" | "gpu" => {
             let inv: Value = client.get("/api/v1/gpus").await?;
             if !output::structured(&inv, args.output)? {
-                let mut t = Table::new(&["INDEX", "NAME", "MEMORY", "ID"]);
+                // CUDA: what a rank given this GPU finds in CUDA_VISIBLE_DEVICES.
+                let mut t = Table::new(&["INDEX", "NAME", "MEMORY", "CUDA", "ID"]);
                 for g in inv["gpus"].as_array().into_iter().flatten() {
                     let gib = g["memory_bytes"].as_u64().unwrap_or(0) as f64 / (1u64 << 30) as f64;
+                    let cuda = g.get("cuda_ordinal").unwrap_or(&g["id"]);
                     t.row(vec![
                         cell(&g["index"]),
                         cell(&g["name"]),
                         format!("{gib:.0} GiB"),
+                        cell(cuda),
                         cell(&g["id"]),
                     ]);
                 }

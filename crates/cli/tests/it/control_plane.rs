@@ -148,6 +148,19 @@ fn one_gpu_is_never_given_to_two_jobs() {
     let (b_start, b_end, b_gpus) = span(&plane.ok(&["logs", "gpu-b"]));
     assert_eq!(a_gpus, "0");
     assert_eq!(b_gpus, "0");
+    let table = plane.ok(&["get", "gpus"]);
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            vec!["INDEX", "NAME", "MEMORY", "CUDA", "ID"],
+            vec!["0", "virtual", "0", "GiB", "0", "0"]
+        ],
+        "the GPU and what its ranks see in CUDA_VISIBLE_DEVICES: {table}"
+    );
     assert!(
         a_end <= b_start || b_end <= a_start,
         "overlap: a {a_start}..{a_end}, b {b_start}..{b_end}"
