@@ -18,24 +18,27 @@ pub fn latest_checkpoint(dir: &Path) -> Option<PathBuf> {
     if dir.join("latest_checkpointed_iteration.txt").is_file() {
         return Some(dir.to_path_buf());
     }
-    const TRAINER_STATE: &str = "trainer_state.json";
-    let entries: Vec<std::fs::DirEntry> = std::fs::read_dir(dir).ok()?.flatten().collect();
-    let is_trainer_checkpoint =
-        |e: &std::fs::DirEntry| e.file_name().to_string_lossy().starts_with("checkpoint-");
-    let trainer_dir = entries
-        .iter()
-        .any(|e| is_trainer_checkpoint(e) && e.path().join(TRAINER_STATE).is_file());
+    // Each entry with, for a `checkpoint-*` one, whether its trainer state was written.
+    let entries: Vec<(std::fs::DirEntry, Option<bool>)> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| {
+            let trainer = e.file_name().to_string_lossy().starts_with("checkpoint-");
+            let state = trainer.then(|| e.path().join("trainer_state.json").is_file());
+            (e, state)
+        })
+        .collect();
+    let trainer_dir = entries.iter().any(|(_, state)| *state == Some(true));
     entries
         .into_iter()
-        .filter_map(|e| {
+        .filter_map(|(e, state)| {
             let name = e.file_name().to_string_lossy().into_owned();
             let unfinished = [".tmp", ".partial", ".incomplete"]
                 .iter()
                 .any(|s| name.ends_with(s));
             // Checkpoints are directories; files beside them (a shared tokenizer) are not.
             let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-            let cut_off =
-                trainer_dir && is_trainer_checkpoint(&e) && !e.path().join(TRAINER_STATE).is_file();
+            let cut_off = trainer_dir && state == Some(false);
             if name.starts_with('.') || unfinished || !is_dir || cut_off {
                 return None;
             }
