@@ -1265,6 +1265,7 @@ impl Scheduler {
         f: usize,
         loans_only: bool,
         reserved: Option<(&[u32], Time)>,
+        now: Time,
         out: &mut Vec<Decision>,
     ) -> bool {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
@@ -1481,12 +1482,24 @@ impl Scheduler {
             }
         }
         // Commit: victims stop counting against quota now; their GPUs stay theirs until evicted.
+        let mut unlaunched: Vec<String> = Vec::new();
         for &(v, reclaim) in &keep {
             self.stop_running(v);
             let vj = self.jobs[v as usize].as_mut().expect("job exists");
             vj.state = St::Evicting;
             vj.preemptor = Some(j);
             vj.preempted_by.push(j);
+            if let Some(at) = out
+                .iter()
+                .position(|d| matches!(d, Decision::Admit { id, .. } if *id == vj.id))
+            {
+                // Admitted earlier in this very cycle: nothing was launched, so the admission is
+                // taken back rather than a start followed by a preemption (no work lost, no
+                // restart, and never "admitted into a slot that at once preempts it").
+                out.remove(at);
+                unlaunched.push(vj.id.clone());
+                continue;
+            }
             let preemptor = self.jobs[j as usize]
                 .as_ref()
                 .expect("job exists")
@@ -1564,6 +1577,14 @@ impl Scheduler {
                 *h = None;
             }
         }
+        let undone = !unlaunched.is_empty();
+        for id in unlaunched {
+            self.evicted(&id).expect("an unlaunched victim is evicting");
+        }
+        if undone && let Some(at) = self.ready.iter().position(|&x| x == j) {
+            self.ready.remove(at);
+            self.start_nominated(j, now, out);
+        }
         true
     }
 
@@ -1600,29 +1621,7 @@ impl Scheduler {
         self.fair_tried.resize(self.queues.len(), false);
         // Preemptors whose victims are gone start first, on the GPUs promised to them.
         for j in std::mem::take(&mut self.ready) {
-            let Some(job) = self.jobs[j as usize].as_ref() else {
-                continue;
-            };
-            if job.state != St::Nominated {
-                continue;
-            }
-            let (f, q, prio) = (job.flavor as usize, job.queue, job.prio);
-            let pods = job.pods_at.clone();
-            for &(n, m) in &pods {
-                let node = &mut self.pools[f].nodes[n as usize];
-                debug_assert_eq!(node.held & m, m);
-                node.held &= !m;
-                node.nominated &= !m;
-            }
-            self.start(
-                j,
-                f,
-                pods,
-                self.jobs[j as usize].as_ref().is_some_and(|x| x.borrowed),
-                now,
-                &mut out,
-            );
-            self.queues[q as usize].running.insert((prio, j));
+            self.start_nominated(j, now, &mut out);
         }
         let mut budget = self.opts.max_candidates_per_cycle.max(1);
         let mut preempt_budget = self.opts.max_preemption_attempts_per_cycle;
@@ -1688,6 +1687,26 @@ impl Scheduler {
         }
         self.snapshot();
         out
+    }
+
+    /// Starts a preemptor whose victims are gone on the GPUs nominated for it.
+    fn start_nominated(&mut self, j: u32, now: Time, out: &mut Vec<Decision>) {
+        let Some(job) = self.jobs[j as usize].as_ref() else {
+            return;
+        };
+        if job.state != St::Nominated {
+            return;
+        }
+        let (f, q, prio, borrowed) = (job.flavor as usize, job.queue, job.prio, job.borrowed);
+        let pods = job.pods_at.clone();
+        for &(n, m) in &pods {
+            let node = &mut self.pools[f].nodes[n as usize];
+            debug_assert_eq!(node.held & m, m);
+            node.held &= !m;
+            node.nominated &= !m;
+        }
+        self.start(j, f, pods, borrowed, now, out);
+        self.queues[q as usize].running.insert((prio, j));
     }
 
     /// Brings every queue's fairness deficit up to `now`, from the state the last cycle left
@@ -2084,7 +2103,7 @@ impl Scheduler {
         if self.holder[f] == Some(j)
             && self.opts.preemption
             && !self.loans[f].is_empty()
-            && self.try_preempt(j, f, true, None, out)
+            && self.try_preempt(j, f, true, None, now, out)
         {
             return Some(Outcome::Preempting);
         }
@@ -2123,6 +2142,7 @@ impl Scheduler {
                 f,
                 false,
                 reserved.as_ref().map(|(n, s)| (n.as_slice(), *s)),
+                now,
                 out,
             ) {
                 return Some(Outcome::Preempting);
@@ -2643,6 +2663,31 @@ mod tests {
         assert!(preempted(&d).iter().all(|(id, _)| id != "a1"));
         let usage = s.queue_usage();
         assert!(usage.iter().all(|u| u.usage[0].1 <= 8));
+    }
+
+    /// A gang that must borrow holds the machine; when it could start, an owner's job that
+    /// waited through the drain would reclaim it at once. The admission is taken back inside
+    /// the cycle: no `Admit` + `Preempt` pair, the owner starts, the gang waits and runs after.
+    #[test]
+    fn a_start_that_would_be_reclaimed_at_once_is_taken_back_not_preempted() {
+        let mut s = Scheduler::new(
+            Cluster::local(4, "gpu"),
+            vec![queue("a", Some("c"), 3), queue("b", Some("c"), 1)],
+            prios(),
+        )
+        .unwrap();
+        s.submit(wl("first", "a", 1, 1, 0, None)).unwrap();
+        assert_eq!(admitted(&s.cycle(0)), vec!["first"]);
+        s.submit(wl("gang", "a", 1, 4, 1, None)).unwrap();
+        s.submit(wl("owner", "b", 1, 1, 2, None)).unwrap();
+        assert!(s.cycle(2).is_empty(), "the gang holds the machine");
+        s.finished("first").unwrap();
+        let d = s.cycle(100);
+        assert_eq!(admitted(&d), vec!["owner"], "{d:?}");
+        assert!(preempted(&d).is_empty(), "{d:?}");
+        assert_eq!(s.pending_len(), 1);
+        s.finished("owner").unwrap();
+        assert_eq!(admitted(&s.cycle(200)), vec!["gang"]);
     }
 
     /// A borrowed job on a node reserved for another team's gang, still running when the gang

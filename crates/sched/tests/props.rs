@@ -361,6 +361,7 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
             }
         }
         let decisions = s.cycle(t);
+        let mut admitted_now: HashSet<&str> = HashSet::new();
         for d in &decisions {
             match d {
                 Decision::Admit { id, placement, .. } => {
@@ -392,10 +393,16 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
                         }
                     }
                     running.insert(id.clone(), (t, t + remaining[id]));
+                    admitted_now.insert(id);
                 }
                 Decision::Preempt { id, reason } => {
                     prop_assert!(running.contains_key(id), "preempted {id} is not running");
                     prop_assert!(!evicting.contains(id));
+                    // Never admitted into a slot that at once preempts it (a wasted start).
+                    prop_assert!(
+                        !admitted_now.contains(id.as_str()),
+                        "{id} admitted and preempted in one cycle"
+                    );
                     let by = match reason {
                         ferry_sched::PreemptReason::Priority { preemptor }
                         | ferry_sched::PreemptReason::Reclaim { preemptor }

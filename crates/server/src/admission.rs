@@ -446,9 +446,6 @@ pub(crate) async fn schedule(
     // Admitted jobs launch, and preempted ones stop, in the next pass: run it at once.
     let acted = !decisions.is_empty();
     let names: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.uid.as_str(), j)).collect();
-    // Jobs this cycle admitted: a `Preempt` of one in the same cycle (an owner reclaiming a
-    // gang as it starts) stops it from `Admitted`, before it was ever launched.
-    let mut admitted_now: Vec<String> = Vec::new();
     for d in decisions {
         match d {
             Decision::Admit { id, placement, .. } => {
@@ -483,9 +480,6 @@ pub(crate) async fn schedule(
                         },
                     )
                     .await;
-                if res.is_ok() {
-                    admitted_now.push(id.clone());
-                }
                 ignore_conflict(res)?;
             }
             Decision::Preempt { id, reason } => {
@@ -493,11 +487,7 @@ pub(crate) async fn schedule(
                     continue;
                 };
                 adm.tracked.insert(id.clone(), Tracked::Evicting);
-                let mut job = job.clone();
-                if admitted_now.contains(&id) {
-                    job.phase = JobPhase::Admitted;
-                }
-                preempt(plane, &job, &reason, &names).await?;
+                preempt(plane, job, &reason, &names).await?;
             }
         }
     }
