@@ -1,0 +1,92 @@
+//! Fair-share order of queue heads and the opt-in time-averaged fairness deficits.
+
+use super::Scheduler;
+use crate::config::Time;
+
+impl Scheduler {
+    pub(super) fn share(&self, q: u32) -> u64 {
+        let qs = &self.queues[q as usize];
+        let borrowed: u64 = qs
+            .quota
+            .iter()
+            .zip(&qs.usage)
+            .map(|(qq, u)| u.saturating_sub(qq.map_or(0, |x| x.nominal)))
+            .sum();
+        ((borrowed as f64 / qs.weight) * 1000.0) as u64
+    }
+
+    /// Brings every queue's fairness deficit up to `now`, from the state the last cycle left
+    /// (nothing changes between cycles but events, and a cycle follows each): within a cohort
+    /// where at least two members were saturated, each saturated member is owed the busy GPUs
+    /// of the saturated members split by entitlement, and accrues what it is owed minus what it
+    /// used; all deficits decay with `deficit_half_life_s`.
+    pub(super) fn accrue(&mut self, now: Time) {
+        let hl = self.opts.deficit_half_life_s;
+        if hl == 0 {
+            return;
+        }
+        let Some(last) = self.last_accrual.replace(now) else {
+            return;
+        };
+        if now <= last {
+            return;
+        }
+        let dt = (now - last) as f64;
+        let decay = 0.5f64.powf(dt / hl as f64);
+        // Exact integral of a constant rate under exponential decay over `dt`.
+        let gain = hl as f64 / std::f64::consts::LN_2 * (1.0 - decay);
+        for co in &self.cohorts {
+            let sat: Vec<u32> = co
+                .members
+                .iter()
+                .copied()
+                .filter(|&m| self.queues[m as usize].saturated)
+                .collect();
+            let (mut busy, mut owed) = (0.0, 0.0);
+            for &m in &sat {
+                busy += self.queues[m as usize].used as f64;
+                owed += self.queues[m as usize].entitled;
+            }
+            for &m in &co.members {
+                let qs = &mut self.queues[m as usize];
+                qs.deficit *= decay;
+                if sat.len() >= 2 && owed > 0.0 && qs.saturated {
+                    qs.deficit += (qs.entitled / owed * busy - qs.used as f64) * gain;
+                }
+            }
+        }
+    }
+
+    /// Records, for `accrue`, which queues are saturated (work waiting, and running plus
+    /// waiting GPUs at least the entitlement) and the GPUs each uses.
+    pub(super) fn snapshot(&mut self) {
+        if self.opts.deficit_half_life_s == 0 {
+            return;
+        }
+        for qs in &mut self.queues {
+            qs.used = qs.usage.iter().sum();
+            qs.saturated = qs.cohort.is_some()
+                && qs.pending_gpus > 0
+                && (qs.used + qs.pending_gpus) as f64 >= qs.entitled;
+        }
+    }
+
+    /// Whether queue `a` is owed more GPU-time than `b` by more than `deficit_threshold_s`
+    /// times `gpus` (then `b` may not reclaim a `gpus`-GPU job from `a`).
+    pub(super) fn deficit_ahead(&self, a: u32, b: u32, gpus: u64) -> bool {
+        let t = self.opts.deficit_threshold_s;
+
+        self.opts.deficit_half_life_s > 0
+            && t > 0
+            && self.queues[a as usize].deficit - self.queues[b as usize].deficit > (t * gpus) as f64
+    }
+
+    /// Whether queue `q` got more than its due by at least `deficit_threshold_s` times `gpus`
+    /// (then a `gpus`-GPU job of it does not take a new reservation).
+    pub(super) fn deficit_overserved(&self, q: u32, gpus: u64) -> bool {
+        let t = self.opts.deficit_threshold_s;
+        self.opts.deficit_half_life_s > 0
+            && t > 0
+            && self.queues[q as usize].deficit <= -((t * gpus) as f64)
+    }
+}

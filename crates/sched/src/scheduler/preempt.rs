@@ -1,0 +1,414 @@
+//! Preemption: choosing victims that lose the least work, and the rules that keep
+//! preemptions from chasing each other (priority, reclaim, fair sharing, loans).
+
+use std::cmp::Reverse;
+use std::collections::{HashMap, HashSet};
+
+use super::{Fit, Kind, QueueState, Scheduler, St};
+use crate::config::{Decision, PreemptReason, Time};
+
+impl Scheduler {
+    /// Tries to preempt for `j` in flavor `f`; returns true if victims were chosen.
+    /// With `loans_only`, the only victims are jobs running on nodes lent from `j`'s reservation.
+    /// `reserved`: another gang's reserved nodes and start time this cycle (see
+    /// `Options::reclaim_through_reservation`).
+    pub(super) fn try_preempt(
+        &mut self,
+        j: u32,
+        f: usize,
+        loans_only: bool,
+        reserved: Option<(&[u32], Time)>,
+        now: Time,
+        out: &mut Vec<Decision>,
+    ) -> bool {
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let (q, prio, r, pods, g) = (job.queue, job.prio, job.gpus(), job.pods, job.g);
+        let guard = self.preemption_ancestors(j);
+        let critical = self.critical.contains(&j);
+        let qs = &self.queues[q as usize];
+        let mut cands: Vec<(u32, Kind)> = Vec::new();
+        if loans_only {
+            cands.extend(self.loans[f].iter().map(|&v| (v, Kind::Loan)));
+        } else {
+            for &(_, v) in qs.running.range(..(prio, 0)) {
+                cands.push((v, Kind::Priority));
+            }
+            let within_nominal = qs.quota[f].is_some_and(|qq| qs.usage[f] + r <= qq.nominal);
+            // Fair sharing: a queue below its nominal quota whose head would take it over may
+            // take borrowed work from a queue whose share of its own quota is higher than the
+            // preemptor's will be (checked again on the final victim set below).
+            let fair_after = (self.opts.fair_preemption && !within_nominal)
+                .then(|| Self::ratio(qs, f, r as i64))
+                .flatten()
+                .filter(|_| qs.quota[f].is_some_and(|qq| qs.usage[f] < qq.nominal));
+            if (within_nominal || fair_after.is_some())
+                && let Some(c) = qs.cohort
+            {
+                for &m in &self.cohorts[c as usize].members {
+                    let ms = &self.queues[m as usize];
+                    if m == q || ms.quota[f].is_none_or(|qq| ms.usage[f] <= qq.nominal) {
+                        continue;
+                    }
+                    if let Some(after) = fair_after
+                        && Self::ratio(ms, f, 0).is_none_or(|v| v <= after)
+                    {
+                        continue;
+                    }
+                    for &(_, v) in &ms.running {
+                        cands.push((v, Kind::Reclaim));
+                    }
+                }
+            }
+        }
+        cands.retain(|&(v, kind)| {
+            let vj = self.jobs[v as usize].as_ref().expect("running job exists");
+            vj.state == St::Running
+                && vj.flavor as usize == f
+                && !guard.contains(&v)
+                && !vj.preempted_by.contains(&j)
+                && match kind {
+                    Kind::Priority => true,
+                    // Reclaiming never takes from more urgent work: with priority preemption
+                    // only going strictly down, preemptions cannot chase each other in a circle.
+                    // With deficits, nominal quota is a time-averaged guarantee: a queue does not
+                    // reclaim from one owed more GPU-time than itself.
+                    Kind::Reclaim => {
+                        vj.borrowed
+                            && !vj.protected
+                            && vj.prio <= prio
+                            && (critical || !self.deficit_ahead(vj.queue, q, vj.gpus()))
+                    }
+                    Kind::Loan => vj.on_loan && vj.prio <= prio,
+                }
+        });
+        if cands.is_empty() {
+            return false;
+        }
+        cands.sort_by_key(|&(v, _)| {
+            let vj = self.jobs[v as usize].as_ref().expect("job exists");
+            (
+                vj.prio,
+                Reverse(vj.last_ckpt.unwrap_or(vj.admitted_at)),
+                Reverse(vj.admitted_at),
+                v,
+            )
+        });
+        cands.truncate(256);
+        // Reclaiming within nominal quota may also use, on nodes reserved for another gang, the
+        // GPUs of victims that would still run when that gang can start: the gang never counted
+        // on them, so its start does not move.
+        let qs = &self.queues[q as usize];
+        let through = reserved.filter(|_| {
+            !loans_only
+                && self.opts.reclaim_through_reservation
+                && qs.quota[f].is_some_and(|qq| qs.usage[f] + r <= qq.nominal)
+        });
+        let mut late: Vec<(u32, u64)> = Vec::new();
+        // Add victims in order until quota and placement both fit.
+        let mut freed: Vec<(u32, u64)> = Vec::new();
+        let mut chosen: Vec<(u32, Kind)> = Vec::new();
+        let mut touched: Vec<(u32, u64)> = Vec::new();
+        let mut plan = None;
+        for &(v, reclaim) in &cands {
+            let vj = self.jobs[v as usize].as_ref().expect("job exists");
+            freed.push((vj.queue, vj.gpus()));
+            chosen.push((v, reclaim));
+            // A single-node victim restarts by backfill; a gang would need a drain of its own.
+            let runs_past =
+                vj.pods == 1 && through.is_some_and(|(_, s)| vj.end().is_none_or(|e| e > s));
+            for &(n, m) in &vj.pods_at.clone() {
+                let node = &self.pools[f].nodes[n as usize];
+                touched.push((n, node.free));
+                let free = node.free | m;
+                self.pools[f].set_free(n, free);
+                if runs_past && through.is_some_and(|(rn, _)| rn.contains(&n)) {
+                    match late.iter_mut().find(|(x, _)| *x == n) {
+                        Some((_, b)) => *b |= m,
+                        None => late.push((n, m)),
+                    }
+                }
+            }
+            if self.quota_fit(q, f, r, &freed) == Fit::No {
+                continue;
+            }
+            if let Some(p) = self.pools[f].find(pods, g) {
+                plan = Some(p);
+                late.clear();
+                break;
+            }
+            if !late.is_empty() {
+                // Offer the reserved nodes with only those GPUs free.
+                let saved: Vec<(u32, u64)> = late
+                    .iter()
+                    .map(|&(n, _)| (n, self.pools[f].nodes[n as usize].free))
+                    .collect();
+                for &(n, b) in &late {
+                    self.pools[f].nodes[n as usize].free = b;
+                    self.pools[f].index_insert(n);
+                }
+                let p = self.pools[f].find(pods, g);
+                for &(n, old) in &saved {
+                    self.pools[f].index_remove(n);
+                    self.pools[f].nodes[n as usize].free = old;
+                }
+                if p.is_some() {
+                    plan = p;
+                    break;
+                }
+            }
+        }
+        // Undo the trial release (restore original free masks, oldest first wins).
+        for &(n, old) in touched.iter().rev() {
+            self.pools[f].set_free(n, old);
+        }
+        let Some(plan) = plan else { return false };
+        // Drop victims whose GPUs the plan does not use, if quota still fits without them.
+        let plan_nodes: Vec<u32> = plan.iter().map(|(n, _)| *n).collect();
+        let mut keep: Vec<(u32, Kind)> = chosen.clone();
+        for &(v, _) in chosen.iter().rev() {
+            let vj = self.jobs[v as usize].as_ref().expect("job exists");
+            // On a reserved node the plan uses only the GPUs of victims that outlast the gang.
+            let used = |&(n, m): &(u32, u64)| {
+                plan_nodes.contains(&n)
+                    && late
+                        .iter()
+                        .find(|(x, _)| *x == n)
+                        .is_none_or(|(_, b)| b & m != 0)
+            };
+            if vj.pods_at.iter().any(used) {
+                continue;
+            }
+            let without: Vec<(u32, u64)> = keep
+                .iter()
+                .filter(|(x, _)| *x != v)
+                .map(|&(x, _)| {
+                    let xj = self.jobs[x as usize].as_ref().expect("job exists");
+                    (xj.queue, xj.gpus())
+                })
+                .collect();
+            if self.quota_fit(q, f, r, &without) != Fit::No {
+                keep.retain(|(x, _)| *x != v);
+            }
+        }
+        // Never take from another queue something it would at once reclaim: if the preemptor ends
+        // up borrowing, no victim of another queue may fit back within its own nominal quota.
+        let freed: Vec<(u32, u64)> = keep
+            .iter()
+            .map(|&(x, _)| {
+                let xj = self.jobs[x as usize].as_ref().expect("job exists");
+                (xj.queue, xj.gpus())
+            })
+            .collect();
+        let qs = &self.queues[q as usize];
+        if self.opts.fair_preemption
+            && !loans_only
+            && qs.quota[f].is_some_and(|qq| qs.usage[f] + r > qq.nominal)
+            && let Some(after) = Self::ratio(qs, f, r as i64)
+        {
+            // No loop: every victim queue keeps at least the share the preemptor ends with, so
+            // it could not preempt back under the same rule.
+            for (&(vq, _), &(_, kind)) in freed.iter().zip(&keep) {
+                if vq == q || kind != Kind::Reclaim {
+                    continue;
+                }
+                let left: u64 = freed.iter().filter(|(y, _)| *y == vq).map(|(_, a)| a).sum();
+                let vs = &self.queues[vq as usize];
+                if Self::ratio(vs, f, -(left as i64)).is_none_or(|v| v < after) {
+                    return false;
+                }
+            }
+        }
+        let drains = self.drains(j, f);
+        if !drains && self.quota_fit(q, f, r, &freed) == Fit::Borrow {
+            if self.reclaim_pending(q, f) {
+                return false;
+            }
+            for &(vq, vg) in &freed {
+                if vq == q {
+                    continue;
+                }
+                let left: u64 = freed.iter().filter(|(y, _)| *y == vq).map(|(_, a)| a).sum();
+                let vs = &self.queues[vq as usize];
+                if vs.quota[f].is_some_and(|qq| vs.usage[f] - left + vg <= qq.nominal) {
+                    return false;
+                }
+            }
+        }
+        // Commit: victims stop counting against quota now; their GPUs stay theirs until evicted.
+        let mut unlaunched: Vec<String> = Vec::new();
+        for &(v, reclaim) in &keep {
+            self.stop_running(v);
+            let vj = self.jobs[v as usize].as_mut().expect("job exists");
+            vj.state = St::Evicting;
+            vj.preemptor = Some(j);
+            vj.preempted_by.push(j);
+            if let Some(at) = out
+                .iter()
+                .position(|d| matches!(d, Decision::Admit { id, .. } if *id == vj.id))
+            {
+                // Admitted earlier in this very cycle: nothing was launched, so the admission is
+                // taken back rather than a start followed by a preemption (no work lost, no
+                // restart, and never "admitted into a slot that at once preempts it").
+                out.remove(at);
+                unlaunched.push(vj.id.clone());
+                continue;
+            }
+            let preemptor = self.jobs[j as usize]
+                .as_ref()
+                .expect("job exists")
+                .id
+                .clone();
+            let vj = self.jobs[v as usize].as_ref().expect("job exists");
+            let reason = match reclaim {
+                Kind::Reclaim => PreemptReason::Reclaim { preemptor },
+                Kind::Priority => PreemptReason::Priority { preemptor },
+                Kind::Loan => PreemptReason::LoanEnded { preemptor },
+            };
+            out.push(Decision::Preempt {
+                id: vj.id.clone(),
+                reason,
+            });
+        }
+        // Nominate GPUs for the preemptor: idle ones first, then the victims' ones.
+        let mut victim_bits: HashMap<u32, u64> = HashMap::new();
+        for &(v, _) in &keep {
+            for &(n, m) in &self.jobs[v as usize].as_ref().expect("job exists").pods_at {
+                *victim_bits.entry(n).or_default() |= m;
+            }
+        }
+        let mut pods_at = Vec::new();
+        for &(n, count) in &plan {
+            let node = &self.pools[f].nodes[n as usize];
+            let mut avail_free = node.free;
+            let mut avail_victim = victim_bits.get(&n).copied().unwrap_or(0) & !node.nominated;
+            if let Some(&(_, b)) = late.iter().find(|(x, _)| *x == n) {
+                // A reserved node: only the GPUs of victims that outlast the gang's start.
+                avail_free = 0;
+                avail_victim &= b;
+            }
+            let mut took_free = 0u64;
+            let mut took_victim = 0u64;
+            for _ in 0..count {
+                let mut m = 0u64;
+                for _ in 0..g {
+                    let src = if avail_free != 0 {
+                        &mut avail_free
+                    } else {
+                        &mut avail_victim
+                    };
+                    let bit = *src & src.wrapping_neg();
+                    *src &= !bit;
+                    m |= bit;
+                }
+                took_free |= m & node.free;
+                took_victim |= m & !node.free;
+                pods_at.push((n, m));
+            }
+            let new_free = node.free & !took_free;
+            let node = &mut self.pools[f].nodes[n as usize];
+            node.nominated |= took_free | took_victim;
+            node.held |= took_free;
+            self.pools[f].set_free(n, new_free);
+        }
+        let fit = self.quota_fit(q, f, r, &[]);
+        let job = self.jobs[j as usize].as_mut().expect("job exists");
+        let key = job.key(j);
+        job.state = St::Nominated;
+        job.flavor = f as u16;
+        job.pods_at = pods_at;
+        job.borrowed = fit == Fit::Borrow;
+        job.protected = drains && fit == Fit::Borrow;
+        job.victims_left = keep.len() as u32;
+        self.queues[q as usize].pending.remove(&key);
+        self.pend_remove(j);
+        self.charge(q, f, r as i64);
+        if keep.is_empty() {
+            self.ready.push(j);
+        }
+        for h in &mut self.holder {
+            if *h == Some(j) {
+                *h = None;
+            }
+        }
+        let undone = !unlaunched.is_empty();
+        for id in unlaunched {
+            self.evicted(&id).expect("an unlaunched victim is evicting");
+        }
+        if undone && let Some(at) = self.ready.iter().position(|&x| x == j) {
+            self.ready.remove(at);
+            self.start_nominated(j, now, out);
+        }
+        true
+    }
+
+    /// Every unfinished job that preempted `j`, or preempted one of those, and so on: `j` may
+    /// not preempt any of them, so preemptions of any kind (priority, reclaim, fair share, loans)
+    /// can never close a cycle. A completion ends a chain (finished jobs are gone).
+    pub(super) fn preemption_ancestors(&self, j: u32) -> HashSet<u32> {
+        let mut seen: HashSet<u32> = HashSet::new();
+        let mut stack: Vec<u32> = vec![j];
+        while let Some(x) = stack.pop() {
+            let Some(xj) = self.jobs[x as usize].as_ref() else {
+                continue;
+            };
+            for &p in &xj.preempted_by {
+                if p != j && seen.insert(p) {
+                    stack.push(p);
+                }
+            }
+        }
+        seen
+    }
+
+    /// Whether another cohort member below its nominal quota has a waiting head that fits in it
+    /// (and so would reclaim anything lent now), or, with `hold_for_owed`, a single-pod head.
+    pub(super) fn reclaim_pending(&self, q: u32, f: usize) -> bool {
+        let Some(c) = self.queues[q as usize].cohort else {
+            return false;
+        };
+        let qs = &self.queues[q as usize];
+        let at_quota = qs.quota[f].is_some_and(|qq| qs.usage[f] >= qq.nominal);
+        self.cohorts[c as usize].members.iter().any(|&m| {
+            let ms = &self.queues[m as usize];
+            if m == q {
+                return false;
+            }
+            let (Some(qq), Some(head)) = (ms.quota[f], ms.pending.first()) else {
+                return false;
+            };
+            let hj = self.jobs[head.3 as usize]
+                .as_ref()
+                .expect("pending job exists");
+            // A single-pod head of a queue below its quota can use the next GPUs that free up
+            // on any node: they are kept for it rather than lent beyond the borrower's quota.
+            // Only a queue already at its quota waits so (two owed queues never wait for each
+            // other).
+            let owed =
+                self.opts.hold_for_owed && at_quota && ms.usage[f] < qq.nominal && hj.pods == 1;
+            hj.flavors.contains(&(f as u16))
+                && (ms.usage[f] + hj.gpus() <= qq.nominal || owed)
+                // `m` would not reclaim from `q` if `q` is owed more GPU-time (see `try_preempt`).
+                && !self.deficit_ahead(q, m, hj.gpus())
+        })
+    }
+
+    /// A queue's usage of flavor `f`, changed by `delta` GPUs, over its nominal quota there
+    /// (weighted); `None` without a nominal quota.
+    pub(super) fn ratio(qs: &QueueState, f: usize, delta: i64) -> Option<f64> {
+        let qq = qs.quota[f].filter(|x| x.nominal > 0)?;
+        let u = (qs.usage[f] as i64 + delta).max(0) as f64;
+        Some(u / qq.nominal as f64 / qs.weight)
+    }
+
+    pub(super) fn may_reclaim(&self, q: u32, f: usize, r: u64, fair: bool) -> bool {
+        let qs = &self.queues[q as usize];
+        let (Some(c), Some(qq)) = (qs.cohort, qs.quota[f]) else {
+            return false;
+        };
+        (qs.usage[f] + r <= qq.nominal || fair)
+            && self.cohorts[c as usize].members.iter().any(|&m| {
+                let ms = &self.queues[m as usize];
+                m != q && ms.quota[f].is_some_and(|x| ms.usage[f] > x.nominal)
+            })
+    }
+}

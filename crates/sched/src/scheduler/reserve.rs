@@ -1,0 +1,175 @@
+//! Reservations for blocked heads: which nodes a gang waits for, when its quota and
+//! nodes free up, and whether its claim binds the whole cohort (draining).
+
+use std::cmp::Reverse;
+
+use super::{Fit, Job, Reservation, Scheduler};
+use crate::config::Time;
+
+impl Scheduler {
+    /// Pending jobs on the critical path: expected to run longer than `critical_path_factor`
+    /// times the time the cluster needs to clear all known work (running and pending), so
+    /// starting them later stretches the makespan (longest first, at most 8).
+    pub(super) fn critical_jobs(&self, now: Time) -> Vec<u32> {
+        if self.opts.critical_path_factor == 0 || self.long_pending.is_empty() {
+            return Vec::new();
+        }
+        let mut work = self.pending_work;
+        for ends in &self.ends {
+            for &(e, r) in ends {
+                let g = self.jobs[r as usize].as_ref().map_or(0, Job::gpus);
+                work += (e.saturating_sub(now) * g) as f64;
+            }
+        }
+        let clear = work / self.total_gpus.max(1.0) * f64::from(self.opts.critical_path_factor);
+        // Priorities still come first, and a blocked gang keeps its claim: a critical job only
+        // goes early when it is of the most urgent pending priority, and each flavor it may use
+        // already has its reservation holder (who went before it this cycle) or the oldest
+        // pending job is no larger than it (so no gang is passed before it could reserve).
+        let oldest = self.by_age.first().copied();
+        let top = oldest.map(|(Reverse(p), _, _)| p);
+        let oldest_gpus =
+            oldest.and_then(|(_, _, o)| self.jobs[o as usize].as_ref().map(Job::gpus));
+        self.long_pending
+            .iter()
+            .take_while(|(Reverse(e), _)| *e as f64 > clear)
+            .take(8)
+            .map(|&(_, j)| j)
+            .filter(|&j| {
+                let job = self.jobs[j as usize].as_ref().expect("pending job exists");
+                top.is_none_or(|t| job.prio >= t)
+                    && (oldest_gpus.is_none_or(|g| g <= job.gpus())
+                        || job
+                            .flavors
+                            .iter()
+                            .all(|&f| self.holder[usize::from(f)].is_some()))
+            })
+            .collect()
+    }
+
+    /// Picks nodes for the blocked head `j` and takes them out of the index for this cycle.
+    pub(super) fn reserve(&mut self, j: u32, f: usize, now: Time) -> Reservation {
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let (pods, g) = (u64::from(job.pods), job.g);
+        let pool = &self.pools[f];
+        let mut fs: Vec<u32> = pool
+            .nodes
+            .iter()
+            .map(|n| if n.in_index { n.free.count_ones() } else { 0 })
+            .collect();
+        // Lent GPUs come back whenever the gang needs them.
+        for &l in &self.loans[f] {
+            let lj = self.jobs[l as usize].as_ref().expect("loaned job exists");
+            for &(n, m) in &lj.pods_at {
+                if pool.nodes[n as usize].in_index {
+                    fs[n as usize] += m.count_ones();
+                }
+            }
+        }
+        let mut cap: u64 = fs.iter().map(|k| u64::from(k / g)).sum();
+        let mut shadow = None;
+        if cap >= pods {
+            shadow = Some(now);
+        } else {
+            for &(end, r) in &self.ends[f] {
+                let rj = self.jobs[r as usize].as_ref().expect("running job exists");
+                if rj.on_loan {
+                    continue;
+                }
+                for &(n, m) in &rj.pods_at {
+                    let node = &pool.nodes[n as usize];
+                    if !node.in_index {
+                        continue;
+                    }
+                    let k = &mut fs[n as usize];
+                    cap -= u64::from(*k / g);
+                    *k = (*k + m.count_ones()).min(node.cap);
+                    cap += u64::from(*k / g);
+                }
+                if cap >= pods {
+                    shadow = Some(end.max(now));
+                    break;
+                }
+            }
+        }
+        let mut order: Vec<u32> = (0..fs.len() as u32)
+            .filter(|&n| fs[n as usize] >= g)
+            .collect();
+        order.sort_by_key(|&n| {
+            (
+                Reverse(fs[n as usize]),
+                pool.nodes[n as usize].free.count_ones(),
+                n,
+            )
+        });
+        let mut got = 0u64;
+        let mut nodes = Vec::new();
+        for n in order {
+            if got >= pods {
+                break;
+            }
+            got += u64::from(fs[n as usize] / g);
+            nodes.push(n);
+        }
+        for &n in &nodes {
+            self.pools[f].index_remove(n);
+        }
+        Reservation {
+            nodes,
+            shadow,
+            quota_queue: None,
+            quota_shadow: None,
+            quota_guaranteed: false,
+            holder_share: 0,
+            drain: false,
+        }
+    }
+
+    /// When the quota `j` needs will be free, counting only known ends of work sharing it.
+    pub(super) fn quota_shadow(&self, j: u32, f: usize, now: Time) -> Option<Time> {
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let (q, r) = (job.queue, job.gpus());
+        if self.quota_fit(q, f, r, &[]) != Fit::No {
+            return Some(now);
+        }
+        let mut freed: Vec<(u32, u64)> = Vec::new();
+        for &(end, x) in &self.ends[f] {
+            let xq = self.jobs[x as usize]
+                .as_ref()
+                .expect("running job exists")
+                .queue;
+            if !self.shares_quota(q, xq) {
+                continue;
+            }
+            let gpus = self.jobs[x as usize].as_ref().expect("job exists").gpus();
+            match freed.iter_mut().find(|(y, _)| *y == xq) {
+                Some((_, a)) => *a += gpus,
+                None => freed.push((xq, gpus)),
+            }
+            if self.quota_fit(q, f, r, &freed) != Fit::No {
+                return Some(end.max(now));
+            }
+        }
+        None
+    }
+
+    /// Whether `j` holds (or, with no holder yet, would hold) flavor `f`'s reservation with a
+    /// binding claim on its cohort: its queue gets less than its nominal quota, so it is owed
+    /// capacity that others are using, and the gang would not take it further past that
+    /// quota than `Options::drain_overshoot_pct` allows.
+    pub(super) fn drains(&self, j: u32, f: usize) -> bool {
+        self.opts.drain_for_holder
+            && self.opts.backfill
+            && self.holder[f].is_none_or(|h| h == j)
+            && self.jobs[j as usize].as_ref().is_some_and(|job| {
+                let qs = &self.queues[job.queue as usize];
+                let (u, r) = (qs.usage[f], job.gpus());
+                qs.quota[f].is_some_and(|qq| {
+                    u < qq.nominal
+                        && self.opts.drain_overshoot_pct.is_none_or(|pct| {
+                            u + r <= qq.nominal.max(r) + qq.nominal * u64::from(pct) / 100
+                        })
+                })
+            })
+    }
+}

@@ -1,0 +1,891 @@
+//! Unit tests of the scheduler state machine: one scenario per rule, decisions asserted.
+
+use super::*;
+use crate::config::{ANY_FLAVOR, FlavorQuota, Options, PreemptReason};
+
+fn queue(name: &str, cohort: Option<&str>, nominal: u32) -> QueueSpec {
+    QueueSpec {
+        name: name.into(),
+        cohort: cohort.map(Into::into),
+        quotas: vec![FlavorQuota {
+            flavor: "gpu".into(),
+            nominal,
+            borrowing_limit: None,
+            lending_limit: None,
+        }],
+        fair_share_weight: 1.0,
+    }
+}
+
+fn wl(id: &str, q: &str, pods: u32, g: u32, t: Time, dur: Option<u64>) -> Workload {
+    Workload {
+        id: id.into(),
+        queue: q.into(),
+        priority: None,
+        pods,
+        gpus_per_pod: g,
+        flavor: None,
+        expected_duration_s: dur,
+        created_at: t,
+    }
+}
+
+fn admitted(d: &[Decision]) -> Vec<String> {
+    d.iter()
+        .filter_map(|x| match x {
+            Decision::Admit { id, .. } => Some(id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn local(gpus: u32) -> Scheduler {
+    let q = QueueSpec {
+        name: "default".into(),
+        cohort: None,
+        quotas: vec![FlavorQuota {
+            flavor: ANY_FLAVOR.into(),
+            nominal: gpus,
+            borrowing_limit: None,
+            lending_limit: None,
+        }],
+        fair_share_weight: 1.0,
+    };
+    Scheduler::new(
+        Cluster::local(gpus, "local"),
+        vec![q],
+        PriorityClass::standard(),
+    )
+    .unwrap()
+}
+
+fn on(gpus: &[u32]) -> Vec<PodPlacement> {
+    vec![PodPlacement {
+        node: "local".into(),
+        gpus: gpus.to_vec(),
+    }]
+}
+
+#[test]
+fn restored_work_holds_its_gpus_and_can_still_be_preempted() {
+    let mut s = local(4);
+    let low = Workload::single("low", "default", Some("low"), 2, 0);
+    s.restore(low, &on(&[1, 2]), 5).unwrap();
+    assert!(s.cycle(10).is_empty(), "restoring emits no decision");
+    assert_eq!(s.queue_usage()[0].usage, vec![("local".to_string(), 2)]);
+    // The two GPUs left go to a normal job; the ones the restored job holds are not reused.
+    s.submit(Workload::single("mid", "default", None, 2, 11))
+        .unwrap();
+    let d = s.cycle(12);
+    let [Decision::Admit { placement, .. }] = &d[..] else {
+        panic!("{d:?}")
+    };
+    assert_eq!(placement[0].gpus, [0, 3]);
+    // A high-priority job still preempts the restored low one (the lowest priority).
+    s.submit(Workload::single("high", "default", Some("high"), 2, 20))
+        .unwrap();
+    let d = s.cycle(21);
+    assert!(
+        matches!(&d[..], [Decision::Preempt { id, .. }] if id == "low"),
+        "{d:?}"
+    );
+    s.evicted("low").unwrap();
+    let d = s.cycle(22);
+    assert!(
+        matches!(&d[..], [Decision::Admit { id, placement, .. }] if id == "high" && placement[0].gpus == [1, 2]),
+        "{d:?}"
+    );
+}
+
+#[test]
+fn restore_refuses_gpus_that_are_held_or_do_not_exist() {
+    let mut s = local(4);
+    s.restore(
+        Workload::single("a", "default", None, 2, 0),
+        &on(&[0, 1]),
+        0,
+    )
+    .unwrap();
+    let taken = s.restore(
+        Workload::single("b", "default", None, 2, 0),
+        &on(&[1, 2]),
+        0,
+    );
+    assert!(
+        matches!(&taken, Err(SchedError::InvalidWorkload { field, problem, .. })
+            if field == "placement" && problem.contains("already held")),
+        "{taken:?}"
+    );
+    let missing = s.restore(Workload::single("c", "default", None, 1, 0), &on(&[7]), 0);
+    assert!(
+        matches!(&missing, Err(SchedError::InvalidWorkload { problem, .. }) if problem.contains("no GPU 7")),
+        "{missing:?}"
+    );
+    let wrong_node = s.restore(
+        Workload::single("d", "default", None, 1, 0),
+        &[PodPlacement {
+            node: "elsewhere".into(),
+            gpus: vec![3],
+        }],
+        0,
+    );
+    assert!(wrong_node.is_err());
+    // Failed restores left nothing behind: the two free GPUs are still free.
+    s.submit(Workload::single("e", "default", None, 2, 1))
+        .unwrap();
+    assert!(
+        matches!(&s.cycle(2)[..], [Decision::Admit { placement, .. }] if placement[0].gpus == [2, 3])
+    );
+}
+
+#[test]
+fn a_long_job_that_would_stretch_the_makespan_starts_before_shorter_ones() {
+    let run = |factor: u32, gang: bool| {
+        let opts = Options {
+            critical_path_factor: factor,
+            ..Options::default()
+        };
+        let mut s = Scheduler::with_options(
+            Cluster::uniform(1, 4, "gpu"),
+            vec![queue("a", None, 4)],
+            vec![],
+            opts,
+        )
+        .unwrap();
+        s.submit(wl("busy", "a", 1, 4, 0, Some(100))).unwrap();
+        assert_eq!(admitted(&s.cycle(0)), vec!["busy"]);
+        if gang {
+            s.submit(wl("gang", "a", 1, 4, 1, Some(50))).unwrap();
+        }
+        for i in 0..4 {
+            s.submit(wl(&format!("short{i}"), "a", 1, 1, 2 + i, Some(100)))
+                .unwrap();
+        }
+        s.submit(wl("long", "a", 1, 1, 6, Some(10_000))).unwrap();
+        assert!(admitted(&s.cycle(6)).is_empty());
+        s.finished("busy").unwrap();
+        let mut got = admitted(&s.cycle(100));
+        got.sort();
+        got
+    };
+    // Duration weighting (and age) alone run the four short jobs first and leave the long one
+    // (which alone needs 10,000 s, more than twice the 2,600 s the backlog takes) to the end.
+    assert_eq!(run(0, false), ["short0", "short1", "short2", "short3"]);
+    assert_eq!(run(2, false), ["long", "short0", "short1", "short2"]);
+    // It does not pass an older gang that holds the reservation.
+    assert_eq!(run(2, true), ["gang"]);
+}
+
+/// One queue `a` owning `nodes` 8-GPU nodes, without preemption or loans: only
+/// reservations and backfill decide what runs.
+fn backfill_only(nodes: usize) -> Scheduler {
+    let opts = Options {
+        preemption: false,
+        lend_reserved_nodes: false,
+        ..Options::default()
+    };
+    Scheduler::with_options(
+        Cluster::uniform(nodes, 8, "gpu"),
+        vec![queue("a", None, 8 * nodes as u32)],
+        vec![],
+        opts,
+    )
+    .unwrap()
+}
+
+#[test]
+fn blocked_large_gang_gets_a_reservation_and_only_short_jobs_backfill() {
+    let mut s = backfill_only(4);
+    s.submit(wl("small-long", "a", 1, 8, 0, Some(1000)))
+        .unwrap();
+    assert_eq!(admitted(&s.cycle(0)), vec!["small-long"]);
+    s.submit(wl("big", "a", 4, 8, 1, Some(100))).unwrap();
+    s.submit(wl("short", "a", 1, 8, 2, Some(500))).unwrap();
+    s.submit(wl("long", "a", 1, 8, 3, Some(5000))).unwrap();
+    // big waits for small-long (ends at 1000); short ends at 510 < 1000 and may run.
+    assert_eq!(admitted(&s.cycle(10)), vec!["short"]);
+    assert_eq!(s.holders(), vec![Some("big")]);
+    assert!(s.cycle(11).is_empty());
+    s.finished("short").unwrap();
+    assert!(admitted(&s.cycle(510)).is_empty());
+    s.finished("small-long").unwrap();
+    assert_eq!(admitted(&s.cycle(1000)), vec!["big"]);
+    assert_eq!(
+        s.holders(),
+        vec![Some("long")],
+        "the next blocked job holds now"
+    );
+}
+
+/// A running job submitted without a duration reports its progress: the blocked gang's
+/// reservation then knows when the job ends, and work that ends before then backfills.
+/// Progress that moves the end later takes that room away again.
+#[test]
+fn measured_progress_sets_when_a_running_job_ends_and_what_may_backfill() {
+    let mut s = backfill_only(2);
+    s.submit(wl("unknown", "a", 1, 8, 0, None)).unwrap();
+    assert_eq!(admitted(&s.cycle(0)), vec!["unknown"]);
+    s.submit(wl("big", "a", 2, 8, 1, Some(100))).unwrap();
+    s.submit(wl("short", "a", 1, 8, 2, Some(500))).unwrap();
+    // Nobody knows when `unknown` ends: nothing may take the node held for `big`.
+    assert!(s.cycle(10).is_empty());
+    assert_eq!(s.holders(), vec![Some("big")]);
+    // Its step rate says 2,000 s more (until 2,010): `short` ends at 510, before that.
+    s.progress("unknown", 10, 2_000).unwrap();
+    assert_eq!(admitted(&s.cycle(10)), vec!["short"]);
+    s.finished("short").unwrap();
+    s.submit(wl("short2", "a", 1, 8, 600, Some(500))).unwrap();
+    // It slowed down: now ends at 700, and `short2` (600 + 500) would delay `big`.
+    s.progress("unknown", 600, 100).unwrap();
+    assert!(s.cycle(600).is_empty());
+    s.finished("unknown").unwrap();
+    assert_eq!(admitted(&s.cycle(700)), vec!["big"]);
+    assert!(s.progress("big", 700, 50).is_ok());
+    let err = s.progress("short2", 700, 50).unwrap_err().to_string();
+    assert!(err.contains("not running"), "{err}");
+    assert!(s.progress("nope", 700, 50).is_err());
+}
+
+fn prios() -> Vec<PriorityClass> {
+    vec![
+        PriorityClass {
+            name: "low".into(),
+            value: 0,
+        },
+        PriorityClass {
+            name: "high".into(),
+            value: 10,
+        },
+    ]
+}
+
+fn with_prio(mut w: Workload, p: &str) -> Workload {
+    w.priority = Some(p.into());
+    w
+}
+
+fn preempted(d: &[Decision]) -> Vec<(String, PreemptReason)> {
+    d.iter()
+        .filter_map(|x| match x {
+            Decision::Preempt { id, reason } => Some((id.clone(), reason.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn high_priority_preempts_low_gracefully_and_low_resumes_after() {
+    // The issue's end-to-end scenario on one 4-GPU machine.
+    let mut s = Scheduler::new(
+        Cluster::uniform(1, 4, "gpu"),
+        vec![queue("a", None, 4)],
+        prios(),
+    )
+    .unwrap();
+    s.submit(with_prio(wl("low", "a", 1, 4, 0, None), "low"))
+        .unwrap();
+    let d = s.cycle(0);
+    let Decision::Admit { placement, .. } = &d[0] else {
+        panic!("{d:?}")
+    };
+    assert_eq!(placement[0].gpus, vec![0, 1, 2, 3]);
+    s.checkpointed("low", 50).unwrap();
+    s.submit(with_prio(wl("high", "a", 1, 2, 60, None), "high"))
+        .unwrap();
+    let d = s.cycle(60);
+    assert_eq!(
+        preempted(&d),
+        vec![(
+            "low".to_string(),
+            PreemptReason::Priority {
+                preemptor: "high".into()
+            }
+        )]
+    );
+    assert!(
+        admitted(&d).is_empty(),
+        "high must wait for the GPUs to be released"
+    );
+    // Until the runtime reports the exit, nothing else may take the GPUs.
+    assert!(s.cycle(61).is_empty());
+    s.evicted("low").unwrap();
+    let d = s.cycle(90);
+    assert_eq!(admitted(&d), vec!["high"]);
+    let Decision::Admit { placement, .. } = &d[0] else {
+        unreachable!()
+    };
+    assert_eq!(placement[0].gpus.len(), 2);
+    // The low job needs 4 GPUs: it resumes only once high is done, and is not preempted again.
+    assert!(s.cycle(91).is_empty());
+    s.finished("high").unwrap();
+    assert_eq!(admitted(&s.cycle(200)), vec!["low"]);
+    assert!(
+        s.evicted("low").is_err(),
+        "evicted only applies after a Preempt"
+    );
+}
+
+#[test]
+fn preempt_is_emitted_once_per_victim_and_the_evicted_job_keeps_its_age() {
+    let mut s = Scheduler::new(
+        Cluster::local(4, "gpu"),
+        vec![queue("a", None, 4)],
+        PriorityClass::standard(),
+    )
+    .unwrap();
+    s.submit(Workload::single("low", "a", Some("low"), 4, 0))
+        .unwrap();
+    assert_eq!(admitted(&s.cycle(0)), vec!["low"]);
+    s.submit(Workload::single("high", "a", Some("high"), 2, 10))
+        .unwrap();
+    assert_eq!(preempted(&s.cycle(10)).len(), 1);
+    // More urgent work arriving while the victim checkpoints adds no second Preempt for it.
+    s.submit(Workload::single("high2", "a", Some("high"), 2, 11))
+        .unwrap();
+    for t in 11..20 {
+        let d = s.cycle(t);
+        assert!(
+            preempted(&d).iter().all(|(id, _)| id != "low"),
+            "second Preempt for low at {t}: {d:?}"
+        );
+        assert!(admitted(&d).is_empty(), "GPUs still held by low: {d:?}");
+    }
+    s.evicted("low").unwrap();
+    let mut d = admitted(&s.cycle(20));
+    d.sort();
+    assert_eq!(d, vec!["high", "high2"]);
+    // A younger low-priority job of the same size queues behind the evicted one.
+    s.submit(Workload::single("low-young", "a", Some("low"), 4, 30))
+        .unwrap();
+    s.finished("high").unwrap();
+    s.finished("high2").unwrap();
+    assert_eq!(admitted(&s.cycle(40)), vec!["low"]);
+}
+
+#[test]
+fn an_any_flavor_quota_covers_flavors_not_named() {
+    let mut cluster = Cluster::uniform(1, 8, "h100");
+    cluster.nodes.extend(Cluster::local(4, "a100").nodes);
+    let mut q = queue("a", None, 6);
+    q.quotas[0].flavor = ANY_FLAVOR.into();
+    q.quotas.insert(
+        0,
+        FlavorQuota {
+            flavor: "h100".into(),
+            nominal: 8,
+            borrowing_limit: None,
+            lending_limit: None,
+        },
+    );
+    let s = Scheduler::new(cluster.clone(), vec![q.clone()], vec![]).unwrap();
+    assert_eq!(s.quota_limits("a", "h100"), Some((8, 8)));
+    assert_eq!(s.quota_limits("a", "a100"), Some((6, 6)));
+    let mut twice = q.clone();
+    twice.quotas.push(twice.quotas[1].clone());
+    let msg = Scheduler::new(cluster, vec![twice], vec![])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("queues[0].quotas[2].flavor") && msg.contains("merge"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn owner_reclaims_lent_quota_taking_the_least_work_first() {
+    let mut s = Scheduler::new(
+        Cluster::uniform(2, 4, "gpu"),
+        vec![queue("a", Some("c"), 4), queue("b", Some("c"), 4)],
+        prios(),
+    )
+    .unwrap();
+    // b borrows a's idle quota with two 2-GPU jobs and its own.
+    s.submit(wl("b-own", "b", 1, 4, 0, None)).unwrap();
+    s.submit(wl("b-old", "b", 1, 2, 1, None)).unwrap();
+    s.submit(wl("b-new", "b", 1, 2, 2, None)).unwrap();
+    assert_eq!(admitted(&s.cycle(10)).len(), 3);
+    s.checkpointed("b-old", 100).unwrap();
+    s.checkpointed("b-new", 40).unwrap();
+    // a wants 2 of its 4 GPUs back: exactly one borrowed job goes, the most recently checkpointed.
+    s.submit(wl("a1", "a", 1, 2, 110, None)).unwrap();
+    let d = s.cycle(110);
+    assert_eq!(
+        preempted(&d),
+        vec![(
+            "b-old".to_string(),
+            PreemptReason::Reclaim {
+                preemptor: "a1".into()
+            }
+        )]
+    );
+    s.evicted("b-old").unwrap();
+    assert_eq!(admitted(&s.cycle(111)), vec!["a1"]);
+    // b-old may not borrow again while a has waiting work that fits in a's quota.
+    s.submit(wl("a2", "a", 1, 2, 112, None)).unwrap();
+    let d = s.cycle(112);
+    assert!(preempted(&d).iter().all(|(id, _)| id != "a1"));
+    let usage = s.queue_usage();
+    assert!(usage.iter().all(|u| u.usage[0].1 <= 8));
+}
+
+/// A gang that must borrow holds the machine; when it could start, an owner's job that
+/// waited through the drain would reclaim it at once. The admission is taken back inside
+/// the cycle: no `Admit` + `Preempt` pair, the owner starts, the gang waits and runs after.
+#[test]
+fn a_start_that_would_be_reclaimed_at_once_is_taken_back_not_preempted() {
+    let mut s = Scheduler::new(
+        Cluster::local(4, "gpu"),
+        vec![queue("a", Some("c"), 3), queue("b", Some("c"), 1)],
+        prios(),
+    )
+    .unwrap();
+    s.submit(wl("first", "a", 1, 1, 0, None)).unwrap();
+    assert_eq!(admitted(&s.cycle(0)), vec!["first"]);
+    s.submit(wl("gang", "a", 1, 4, 1, None)).unwrap();
+    s.submit(wl("owner", "b", 1, 1, 2, None)).unwrap();
+    assert!(s.cycle(2).is_empty(), "the gang holds the machine");
+    s.finished("first").unwrap();
+    let d = s.cycle(100);
+    assert_eq!(admitted(&d), vec!["owner"], "{d:?}");
+    assert!(preempted(&d).is_empty(), "{d:?}");
+    assert_eq!(s.pending_len(), 1);
+    s.finished("owner").unwrap();
+    assert_eq!(admitted(&s.cycle(200)), vec!["gang"]);
+}
+
+/// A borrowed job on a node reserved for another team's gang, still running when the gang
+/// can start, is reclaimed by an owner that fits in its nominal quota: with
+/// `reclaim_through_reservation` at once, on that job's GPUs, without moving the gang's start;
+/// without it the owner waits for the drain.
+fn reclaim_through_a_reservation(on: bool) -> (Vec<Decision>, Scheduler, PodPlacement) {
+    let opts = Options {
+        reclaim_through_reservation: on,
+        ..Options::default()
+    };
+    let mut s = Scheduler::with_options(
+        Cluster::uniform(2, 8, "gpu"),
+        vec![
+            queue("a", Some("org"), 4),
+            queue("b", Some("org"), 4),
+            queue("c", Some("org"), 8),
+        ],
+        vec![],
+        opts,
+    )
+    .unwrap();
+    // One at a time, tightest node first: c1 and b1 share one node, b2 and c2 the other.
+    let mut b2 = None;
+    for (id, q, dur) in [
+        ("c1", "c", 100),
+        ("b1", "b", 10_000),
+        ("b2", "b", 10_000),
+        ("c2", "c", 100),
+    ] {
+        s.submit(wl(id, q, 1, 4, 0, Some(dur))).unwrap();
+        let d = s.cycle(0);
+        assert_eq!(admitted(&d), vec![id]);
+        if let Decision::Admit { placement, .. } = &d[0]
+            && id == "b2"
+        {
+            b2 = Some(placement[0].clone());
+        }
+    }
+    let b2 = b2.expect("b2 admitted");
+    // c's 8-GPU gang waits for c1 and c2 (t = 100) and reserves both nodes; b2 borrows a's
+    // quota on one of them until t = 10,000.
+    s.submit(wl("gang", "c", 2, 4, 1, Some(100))).unwrap();
+    assert!(s.cycle(1).is_empty());
+    assert_eq!(s.holders(), vec![Some("gang")]);
+    s.submit(wl("a1", "a", 1, 4, 2, Some(50))).unwrap();
+    (s.cycle(2), s, b2)
+}
+
+#[test]
+fn an_owner_reclaims_a_borrower_on_reserved_nodes_that_outlasts_the_gangs_start() {
+    let (d, mut s, b2) = reclaim_through_a_reservation(true);
+    assert_eq!(
+        preempted(&d),
+        vec![(
+            "b2".to_string(),
+            PreemptReason::Reclaim {
+                preemptor: "a1".into()
+            }
+        )]
+    );
+    s.evicted("b2").unwrap();
+    let d = s.cycle(62);
+    assert_eq!(admitted(&d), vec!["a1"]);
+    let Decision::Admit { placement, .. } = &d[0] else {
+        unreachable!()
+    };
+    // a1 runs on b2's GPUs: the node keeps the 4 GPUs the gang needs.
+    assert_eq!(placement[0], b2);
+    s.finished("c1").unwrap();
+    s.finished("c2").unwrap();
+    let d = s.cycle(100);
+    assert_eq!(admitted(&d), vec!["gang"], "the gang starts on time");
+    assert_eq!(s.pending_len(), 1, "b2 waits, requeued");
+
+    let (d, _, _) = reclaim_through_a_reservation(false);
+    assert!(d.is_empty(), "without the switch the owner waits: {d:?}");
+}
+
+fn with_deficits(half_life: u64) -> Scheduler {
+    let opts = Options {
+        deficit_half_life_s: half_life,
+        deficit_threshold_s: 60,
+        ..Options::default()
+    };
+    Scheduler::with_options(
+        Cluster::uniform(2, 4, "gpu"),
+        vec![queue("a", Some("c"), 4), queue("b", Some("c"), 4)],
+        prios(),
+        opts,
+    )
+    .unwrap()
+}
+
+#[test]
+fn deficits_accrue_while_two_queues_are_saturated_and_decay_otherwise() {
+    let mut s = with_deficits(3600);
+    // b takes the whole cluster and keeps work waiting; a's 8-GPU gang cannot reclaim.
+    for id in ["b1", "b2"] {
+        s.submit(wl(id, "b", 1, 4, 0, Some(1000))).unwrap();
+    }
+    assert_eq!(admitted(&s.cycle(0)).len(), 2);
+    s.submit(wl("a1", "a", 2, 4, 0, Some(1000))).unwrap();
+    s.submit(wl("b3", "b", 1, 4, 1, Some(1000))).unwrap();
+    assert!(s.cycle(1).is_empty());
+    s.cycle(501);
+    // Both saturated for 500 s; each is owed 4 of the 8 busy GPUs: a got 0, b got 8.
+    let owed = 4.0 * 3600.0 / std::f64::consts::LN_2 * (1.0 - 0.5f64.powf(500.0 / 3600.0));
+    let (da, db) = (s.queues[0].deficit, s.queues[1].deficit);
+    assert!(
+        (da - owed).abs() < 1.0 && (db + owed).abs() < 1.0,
+        "{da} {db} {owed}"
+    );
+    s.finished("b1").unwrap();
+    s.finished("b2").unwrap();
+    assert_eq!(admitted(&s.cycle(1000)), vec!["a1"]);
+    let (da, db) = (s.queues[0].deficit, s.queues[1].deficit);
+    assert!(da > owed && db < -owed);
+    // Only b is saturated now: nothing accrues, both decay by half in one half-life.
+    s.cycle(1000 + 3600);
+    assert!((s.queues[0].deficit - da / 2.0).abs() < 1e-6);
+    assert!((s.queues[1].deficit - db / 2.0).abs() < 1e-6);
+}
+
+#[test]
+fn with_deficits_a_queue_does_not_reclaim_from_one_owed_more_gpu_time() {
+    for (half_life, a_deficit, reclaims) in [
+        (0, 0.0, true),      // deficits off: plain reclaim
+        (3600, 0.0, true),   // on, nobody owed: plain reclaim
+        (3600, -1e6, false), // a had far more than its due: b keeps its borrowed job
+    ] {
+        let mut s = with_deficits(half_life);
+        s.submit(wl("b-own", "b", 1, 4, 0, None)).unwrap();
+        s.submit(wl("b-lent", "b", 1, 4, 1, None)).unwrap();
+        assert_eq!(admitted(&s.cycle(10)).len(), 2);
+        s.queues[0].deficit = a_deficit;
+        s.queues[1].deficit = -a_deficit;
+        s.submit(wl("a1", "a", 1, 4, 20, None)).unwrap();
+        let d = s.cycle(20);
+        assert_eq!(
+            preempted(&d).iter().any(|(id, _)| id == "b-lent"),
+            reclaims,
+            "half-life {half_life}, a's deficit {a_deficit}: {d:?}"
+        );
+        if !reclaims {
+            // a's job still runs as soon as b's work ends.
+            s.finished("b-lent").unwrap();
+            assert_eq!(admitted(&s.cycle(30)), vec!["a1"]);
+        }
+    }
+}
+
+#[test]
+fn a_queue_below_its_quota_takes_from_one_far_above_it_but_never_below_its_own_share() {
+    let cluster = Cluster::uniform(4, 8, "gpu");
+    let queues: Vec<QueueSpec> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| queue(n, Some("org"), 8))
+        .collect();
+    let run = |fair: bool, a_pods: u32| {
+        let opts = Options {
+            fair_preemption: fair,
+            ..Options::default()
+        };
+        let mut s =
+            Scheduler::with_options(cluster.clone(), queues.clone(), prios(), opts).unwrap();
+        // b uses the whole cluster: 4x its quota (c and d are idle).
+        for i in 0..4 {
+            s.submit(wl(&format!("b{i}"), "b", 1, 8, i, None)).unwrap();
+        }
+        assert_eq!(admitted(&s.cycle(10)).len(), 4);
+        s.checkpointed("b3", 50).unwrap();
+        s.checkpointed("b2", 40).unwrap();
+        // a (0 of 8) wants a gang larger than its quota.
+        s.submit(wl("a", "a", a_pods, 8, 60, None)).unwrap();
+        (s.cycle(60), s)
+    };
+    // 16 GPUs: a ends at 2x its quota, b keeps 16 = 2x: allowed, and the two most recently
+    // checkpointed borrowed jobs go.
+    let (d, mut s) = run(true, 2);
+    let mut victims = preempted(&d);
+    victims.sort_by(|x, y| x.0.cmp(&y.0));
+    let reclaim = PreemptReason::Reclaim {
+        preemptor: "a".into(),
+    };
+    assert_eq!(
+        victims,
+        vec![("b2".into(), reclaim.clone()), ("b3".into(), reclaim)]
+    );
+    s.evicted("b2").unwrap();
+    s.evicted("b3").unwrap();
+    assert_eq!(admitted(&s.cycle(61)), vec!["a"]);
+    // b, now at its own share, does not preempt back.
+    for t in 62..70 {
+        assert!(preempted(&s.cycle(t)).is_empty());
+    }
+    // 24 GPUs: a would end at 3x its quota and b at 1x: refused, a waits.
+    let (d, _) = run(true, 3);
+    assert!(preempted(&d).is_empty(), "{d:?}");
+    // Without fair-sharing preemption a waits in both cases.
+    let (d, _) = run(false, 2);
+    assert!(preempted(&d).is_empty(), "{d:?}");
+}
+
+#[test]
+fn with_hold_for_owed_a_team_at_its_quota_does_not_take_the_gpu_an_owed_team_waits_for() {
+    let run = |hold: bool| {
+        let opts = Options {
+            hold_for_owed: hold,
+            ..Options::default()
+        };
+        let mut s = Scheduler::with_options(
+            Cluster::uniform(2, 4, "gpu"),
+            vec![queue("a", Some("c"), 4), queue("b", Some("c"), 4)],
+            prios(),
+            opts,
+        )
+        .unwrap();
+        s.submit(wl("a-run", "a", 1, 3, 0, Some(100))).unwrap();
+        s.submit(wl("b-run", "b", 1, 4, 0, Some(100))).unwrap();
+        assert_eq!(admitted(&s.cycle(0)).len(), 2);
+        // a (3 of 4) waits for 2 GPUs; b (at its 4) would borrow the one idle GPU.
+        s.submit(wl("a-next", "a", 1, 2, 10, Some(100))).unwrap();
+        s.submit(wl("b-next", "b", 1, 1, 11, Some(100))).unwrap();
+        let first = admitted(&s.cycle(12));
+        s.finished("a-run").unwrap();
+        (first, admitted(&s.cycle(100)))
+    };
+    assert_eq!(run(false).0, vec!["b-next"]);
+    let (first, then) = run(true);
+    assert!(first.is_empty(), "{first:?}");
+    assert!(then.contains(&"a-next".to_string()), "{then:?}");
+}
+
+#[test]
+fn reserved_nodes_are_lent_and_taken_back_when_the_gang_can_start() {
+    let opts = Options {
+        min_loan_s: 100,
+        ..Options::default()
+    };
+    let mut s = Scheduler::with_options(
+        Cluster::uniform(2, 8, "gpu"),
+        vec![queue("a", None, 16)],
+        vec![],
+        opts,
+    )
+    .unwrap();
+    s.submit(wl("runner", "a", 1, 8, 0, Some(1000))).unwrap();
+    assert_eq!(admitted(&s.cycle(0)), vec!["runner"]);
+    s.submit(wl("gang", "a", 2, 8, 1, Some(100))).unwrap();
+    s.submit(wl("long", "a", 1, 8, 2, Some(5000))).unwrap();
+    // gang waits for runner (ends at 1000); long would not finish in time but borrows the node.
+    assert_eq!(admitted(&s.cycle(10)), vec!["long"]);
+    s.finished("runner").unwrap();
+    let d = s.cycle(1000);
+    assert_eq!(
+        preempted(&d),
+        vec![(
+            "long".to_string(),
+            PreemptReason::LoanEnded {
+                preemptor: "gang".into()
+            }
+        )]
+    );
+    s.checkpointed("long", 1030).unwrap();
+    s.evicted("long").unwrap();
+    assert_eq!(admitted(&s.cycle(1030)), vec!["gang"]);
+}
+
+#[test]
+fn gangs_land_on_the_fewest_nodes_in_one_rack() {
+    let mut cluster = Cluster::uniform(8, 8, "gpu");
+    for (i, n) in cluster.nodes.iter_mut().enumerate() {
+        n.rack = Some(format!("r{}", i % 2));
+    }
+    let mut s = Scheduler::new(cluster, vec![queue("a", None, 64)], vec![]).unwrap();
+    s.submit(wl("small", "a", 1, 2, 0, None)).unwrap();
+    s.submit(wl("gang", "a", 3, 8, 1, None)).unwrap();
+    s.submit(wl("tiny", "a", 1, 2, 2, None)).unwrap();
+    let d = s.cycle(0);
+    let nodes = |id: &str| -> Vec<String> {
+        d.iter()
+            .find_map(|x| match x {
+                Decision::Admit {
+                    id: i, placement, ..
+                } if i == id => Some(placement.iter().map(|p| p.node.clone()).collect()),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let gang = nodes("gang");
+    assert_eq!(gang.len(), 3);
+    let racks: std::collections::HashSet<_> = gang
+        .iter()
+        .map(|n| n.trim_start_matches("node-").parse::<usize>().unwrap() % 2)
+        .collect();
+    assert_eq!(racks.len(), 1, "gang split across racks: {gang:?}");
+    // Small jobs share a node instead of fragmenting another.
+    assert_eq!(nodes("small"), nodes("tiny"));
+}
+
+#[test]
+fn bad_config_names_the_field_and_the_fix() {
+    let c = || Cluster::uniform(2, 8, "gpu");
+    let mut q = queue("a", Some("c"), 8);
+    q.quotas[0].borrowing_limit = Some(9);
+    let err = Scheduler::new(c(), vec![q, queue("b", Some("c"), 8)], vec![]).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("queues[0].quotas[0].borrowingLimit") && msg.contains("at most 8"),
+        "{msg}"
+    );
+    let mut q = queue("a", None, 8);
+    q.quotas[0].flavor = "h100".into();
+    let msg = Scheduler::new(c(), vec![q], vec![])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("queues[0].quotas[0].flavor") && msg.contains("gpu"),
+        "{msg}"
+    );
+    let mut q = queue("a", None, 8);
+    q.quotas[0].borrowing_limit = Some(2);
+    let msg = Scheduler::new(c(), vec![q], vec![])
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("no cohort"), "{msg}");
+    let msg = Scheduler::new(c(), vec![queue("a", None, 8), queue("a", None, 8)], vec![])
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("queues[1].name"), "{msg}");
+    let msg = Scheduler::new(
+        c(),
+        vec![
+            queue("a", Some("org"), 8),
+            queue("b", Some("org"), 8),
+            queue("x", Some("orgg"), 8),
+        ],
+        vec![],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        msg.contains("queues[2].cohort") && msg.contains("`orgg`") && msg.contains("(org)"),
+        "{msg}"
+    );
+    let msg = Scheduler::new(Cluster::default(), vec![], vec![])
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("cluster.nodes"), "{msg}");
+}
+
+#[test]
+fn workloads_that_could_never_run_are_refused_at_submit() {
+    let mut s = Scheduler::new(
+        Cluster::uniform(2, 8, "gpu"),
+        vec![queue("a", Some("c"), 8), queue("b", Some("c"), 4)],
+        prios(),
+    )
+    .unwrap();
+    let msg = s
+        .submit(wl("x", "nope", 1, 1, 0, None))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("workload.queue") && msg.contains("a, b"),
+        "{msg}"
+    );
+    let msg = s
+        .submit(wl("x", "a", 3, 8, 0, None))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("can never be admitted") && msg.contains("at most 2 pods"),
+        "{msg}"
+    );
+    let msg = s
+        .submit(wl("x", "a", 1, 16, 0, None))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("at most 0 pods"), "{msg}");
+    let msg = s
+        .submit(with_prio(wl("x", "a", 1, 1, 0, None), "urgent"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("workload.priority") && msg.contains("high, low"),
+        "{msg}"
+    );
+    // b may use 4 + 8 lent by a = 12, not 16.
+    let msg = s
+        .submit(wl("x", "b", 2, 8, 0, None))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("at most 12"), "{msg}");
+    s.submit(wl("ok", "b", 1, 8, 0, None)).unwrap();
+    assert!(
+        s.submit(wl("ok", "b", 1, 8, 0, None)).is_err(),
+        "duplicate id"
+    );
+    assert!(s.finished("ghost").is_err());
+    assert!(s.checkpointed("ghost", 1).is_err());
+}
+
+#[test]
+fn config_types_use_camel_case_json() {
+    let q = QueueSpec {
+        name: "team-a".into(),
+        cohort: Some("org".into()),
+        quotas: vec![FlavorQuota {
+            flavor: "H100-80GB".into(),
+            nominal: 16,
+            borrowing_limit: Some(8),
+            lending_limit: Some(4),
+        }],
+        fair_share_weight: 2.0,
+    };
+    let json = serde_json::to_string(&q).unwrap();
+    assert!(
+        json.contains("\"borrowingLimit\":8") && json.contains("\"fairShareWeight\":2.0"),
+        "{json}"
+    );
+    let back: QueueSpec =
+        serde_json::from_str(r#"{"name":"t","quotas":[{"flavor":"f","nominal":4}]}"#).unwrap();
+    assert_eq!(back.fair_share_weight, 1.0);
+    assert_eq!(back.cohort, None);
+    let d = Decision::Preempt {
+        id: "w".into(),
+        reason: PreemptReason::LoanEnded {
+            preemptor: "g".into(),
+        },
+    };
+    let json = serde_json::to_string(&d).unwrap();
+    assert_eq!(
+        json,
+        r#"{"type":"preempt","id":"w","reason":{"kind":"loanEnded","preemptor":"g"}}"#
+    );
+}
