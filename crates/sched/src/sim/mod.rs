@@ -1,0 +1,658 @@
+//! Trace simulator: replays a job trace in virtual time through the same `Scheduler`,
+//! under Ferry's policy and under baselines built from the same code (FIFO, EASY backfill).
+
+mod generate;
+mod render;
+mod setup;
+mod trace;
+
+pub use generate::{GenSpec, SizeMix, generated_trace};
+pub use render::{render_svg, render_table};
+pub use setup::{
+    DEFAULT_FLAVOR, DEFAULT_GPUS_PER_NODE, cluster_with_gpus, default_cluster, default_queues,
+    describe_setup, entitlements, offered_load,
+};
+pub use trace::{MAX_SECONDS, MAX_TRACE_ROWS, TRACE_COLUMNS, TraceJob, parse_trace, read_trace};
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Cluster, Decision, FlavorQuota, Options, QueueSpec, Time, Workload};
+use crate::error::Result;
+use crate::scheduler::Scheduler;
+use trace::trace_err;
+
+/// How often a running job checkpoints in the simulation (lost work on preemption is since then).
+pub const CHECKPOINT_EVERY_S: u64 = 1800;
+
+/// Grace period between SIGTERM and the victim's exit; the engine writes a checkpoint in it.
+pub const GRACE_S: u64 = 60;
+
+/// Time a resumed job spends reloading its checkpoint before it makes progress again.
+pub const RESUME_OVERHEAD_S: u64 = 300;
+
+/// Which policy a simulation runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// Ferry: team queues, quota + borrowing, fair sharing, reservation + backfill, preemption.
+    Ferry,
+    /// One global queue, strict first-come first-served: the head blocks everything.
+    Fifo,
+    /// One global queue by age (Slurm-style priority), EASY backfill around one reservation.
+    EasyBackfill,
+    /// Kueue-style: team queues with quota and borrowing, StrictFIFO per queue, preemption
+    /// (priority and reclaim), no reservation or backfill.
+    KueueStrict,
+}
+
+impl Policy {
+    /// Every policy, Ferry first.
+    pub const ALL: [Policy; 4] = [
+        Policy::Ferry,
+        Policy::Fifo,
+        Policy::EasyBackfill,
+        Policy::KueueStrict,
+    ];
+
+    /// Stable name used in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Ferry => "ferry",
+            Policy::Fifo => "fifo",
+            Policy::EasyBackfill => "easy-backfill",
+            Policy::KueueStrict => "kueue-strict",
+        }
+    }
+
+    /// The scheduler switches this policy runs with (`Options::default()` for Ferry).
+    pub fn options(self) -> Options {
+        match self {
+            Policy::Ferry => Options::default(),
+            Policy::Fifo => Options {
+                backfill: false,
+                strict_fifo: true,
+                preemption: false,
+                fair_sharing: false,
+                duration_weight: 0,
+                critical_path_factor: 0,
+                ..Options::default()
+            },
+            Policy::EasyBackfill => Options {
+                backfill: true,
+                strict_fifo: false,
+                preemption: false,
+                fair_sharing: false,
+                duration_weight: 0,
+                critical_path_factor: 0,
+                ..Options::default()
+            },
+            Policy::KueueStrict => Options {
+                backfill: false,
+                strict_fifo: true,
+                preemption: true,
+                fair_sharing: true,
+                lend_reserved_nodes: false,
+                duration_weight: 0,
+                reclaim_patience_s: 0,
+                critical_path_factor: 0,
+                fair_preemption: false,
+                hold_for_owed: false,
+                deficit_half_life_s: 0,
+                ..Options::default()
+            },
+        }
+    }
+}
+
+/// Completion statistics of one job-size bucket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct BucketStats {
+    /// Bucket label, e.g. `9-16`.
+    pub gpus: String,
+    /// Jobs in it.
+    pub jobs: usize,
+    /// Mean job completion time (submit to end), seconds.
+    pub mean_jct_s: f64,
+    /// Median JCT.
+    pub p50_jct_s: f64,
+    /// 99th percentile JCT.
+    pub p99_jct_s: f64,
+    /// Mean queueing delay (time not running), seconds.
+    pub mean_wait_s: f64,
+}
+
+/// Largest relative gap between a team's share and its entitlement that counts as fair (10%).
+pub const FAIRNESS_TOLERANCE: f64 = 0.10;
+
+/// Shortest all-saturated time (seconds) over which shares are judged; a shorter window is
+/// reported as not measurable rather than as pass or fail.
+pub const MIN_SATURATED_S: u64 = 3600;
+
+/// A team's share of used GPU time while every team was saturated, against its entitlement.
+///
+/// A team is *saturated* while it has work waiting and its running plus waiting GPUs are at
+/// least its entitlement times the cluster's GPUs. Over the time every team is saturated, its
+/// *share* is its busy GPU-seconds over all teams' busy GPU-seconds; its *entitlement* is
+/// `entitlements()` (nominal quota, plus a weighted part of any GPUs no quota covers, over the
+/// cluster).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct TeamShare {
+    /// Fraction of busy GPU-seconds the team got while all teams were saturated.
+    pub share: f64,
+    /// Fraction of the cluster the team is owed when all teams are saturated.
+    pub entitlement: f64,
+    /// `share / entitlement` (1.0 is exact).
+    pub ratio: f64,
+    /// Whether `ratio` is within `FAIRNESS_TOLERANCE` of 1; `None` when all teams were saturated
+    /// together for less than `MIN_SATURATED_S`.
+    pub within_tolerance: Option<bool>,
+    /// Why the share differs from the entitlement (diagnosis only, not serialized).
+    #[serde(skip)]
+    pub breakdown: ShareBreakdown,
+}
+
+/// Where a team's deviation from its entitlement came from, over the all-saturated window:
+/// GPU-seconds it used minus GPU-seconds it was owed (its entitlement times all teams' busy
+/// GPUs), split by the team's situation in each interval. The parts sum to `(share −
+/// entitlement)` times all teams' busy GPU-seconds in the window. For diagnosing fairness misses;
+/// not part of the JSON output. "Fits" means its smallest waiting job fits in the GPUs left of
+/// its entitlement.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ShareBreakdown {
+    /// Under its due while every job it had waiting was larger than the GPUs left of its
+    /// entitlement (a lumpy team waiting for a drain).
+    pub lumpy_wait: f64,
+    /// Under its due, a waiting job fits and idle GPUs would hold it, but another team's job
+    /// held the reservation (the idle GPUs were kept for that gang).
+    pub behind_reservation: f64,
+    /// Under its due, a waiting job fits and idle GPUs would hold it, no other team holding the
+    /// reservation (fragmentation: no node had room).
+    pub fits_not_placed: f64,
+    /// Under its due, a waiting job fits but too few GPUs were idle: others held them (only
+    /// reclaiming or preempting would have served it).
+    pub cluster_full: f64,
+    /// Over its due in share terms while using no more than its entitlement in GPUs: others
+    /// left GPUs idle (drains, fragments), so the same GPUs are a larger share.
+    pub over_within_entitlement: f64,
+    /// Over its entitlement in GPUs while a team under its due had a waiting job that fits
+    /// (borrowing that was not reclaimed).
+    pub over_while_owed_fits: f64,
+    /// Over its entitlement in GPUs while every team under its due waited only for jobs larger
+    /// than the GPUs left of its entitlement (using GPUs no owed team could use then).
+    pub over_filling: f64,
+}
+
+/// The outcome of one simulated policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct SimReport {
+    /// Policy name.
+    pub policy: String,
+    /// Useful GPU-seconds over (GPUs x makespan).
+    pub utilization: f64,
+    /// Useful busy GPU-seconds between the first and the last submit over (GPUs x that span):
+    /// the steady state, without the drain at the end that `utilization` includes.
+    pub utilization_in_window: f64,
+    /// Busy GPUs over capacity, averaged over the time some job was waiting.
+    pub utilization_while_waiting: f64,
+    /// Mean job completion time, seconds.
+    pub mean_jct_s: f64,
+    /// Median JCT.
+    pub p50_jct_s: f64,
+    /// 99th percentile JCT.
+    pub p99_jct_s: f64,
+    /// Mean queueing delay.
+    pub mean_wait_s: f64,
+    /// Per size bucket.
+    pub buckets: Vec<BucketStats>,
+    /// Preemptions issued.
+    pub preemptions: u64,
+    /// GPU-hours of work lost to preemption (since the victims' last checkpoints).
+    pub lost_gpu_hours: f64,
+    /// Team → share vs entitlement while all teams were saturated (each had work waiting).
+    pub team_share: BTreeMap<String, TeamShare>,
+    /// Seconds all teams were saturated together.
+    pub saturated_s: u64,
+    /// First submit to last completion, seconds.
+    pub makespan_s: u64,
+    /// Busy GPUs over time: (time, busy GPUs) at each change.
+    pub timeline: Vec<(Time, u64)>,
+}
+
+struct SimJob {
+    team: usize,
+    gpus: u64,
+    submit: Time,
+    remaining: u64,
+    duration: u64,
+    start: Option<Time>,
+    epoch: u64,
+    end: Option<Time>,
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+const BUCKETS: [(u32, u32, &str); 9] = [
+    (1, 1, "1"),
+    (2, 2, "2"),
+    (3, 4, "3-4"),
+    (5, 8, "5-8"),
+    (9, 16, "9-16"),
+    (17, 32, "17-32"),
+    (33, 64, "33-64"),
+    (65, 128, "65-128"),
+    (129, u32::MAX, ">128"),
+];
+
+/// Replays `trace` on `cluster` under `policy`. `queues` define teams' entitlements (and, for
+/// Ferry, the real queues; every trace team needs a queue of the same name); the baselines run
+/// one queue holding the whole cluster. Expected durations given to the scheduler are exact.
+pub fn simulate(
+    trace: &[TraceJob],
+    cluster: &Cluster,
+    queues: &[QueueSpec],
+    policy: Policy,
+) -> Result<SimReport> {
+    simulate_with(trace, cluster, queues, policy, policy.options())
+}
+
+/// `simulate` with explicit scheduler switches (for policy experiments): `policy` decides the
+/// queue layout (team queues for Ferry and Kueue, one global queue for the others) and the name.
+pub fn simulate_with(
+    trace: &[TraceJob],
+    cluster: &Cluster,
+    queues: &[QueueSpec],
+    policy: Policy,
+    options: Options,
+) -> Result<SimReport> {
+    let team_idx: HashMap<&str, usize> = queues
+        .iter()
+        .enumerate()
+        .map(|(i, q)| (q.name.as_str(), i))
+        .collect();
+    let entitled = entitlements(queues, cluster);
+    let team_queues = matches!(policy, Policy::Ferry | Policy::KueueStrict);
+    let sched_queues = match policy {
+        Policy::Ferry | Policy::KueueStrict => queues.to_vec(),
+        _ => {
+            let mut caps: Vec<(String, u64)> = Vec::new();
+            for n in &cluster.nodes {
+                match caps.iter_mut().find(|(f, _)| *f == n.flavor) {
+                    Some((_, c)) => *c += u64::from(n.gpus),
+                    None => caps.push((n.flavor.clone(), u64::from(n.gpus))),
+                }
+            }
+            vec![QueueSpec {
+                name: "all".into(),
+                cohort: None,
+                quotas: caps
+                    .into_iter()
+                    .map(|(f, c)| FlavorQuota {
+                        flavor: f,
+                        nominal: c as u32,
+                        borrowing_limit: None,
+                        lending_limit: None,
+                    })
+                    .collect(),
+                fair_share_weight: 1.0,
+            }]
+        }
+    };
+    let mut sched = Scheduler::with_options(cluster.clone(), sched_queues, Vec::new(), options)?;
+    let mut order: Vec<usize> = (0..trace.len()).collect();
+    order.sort_by_key(|&i| (trace[i].submit_s, i));
+    let mut jobs: Vec<SimJob> = Vec::with_capacity(trace.len());
+    for (i, t) in trace.iter().enumerate() {
+        let Some(&team) = team_idx.get(t.team.as_str()) else {
+            return Err(trace_err(
+                "<trace>",
+                i + 2,
+                format!("team `{}` has no queue", t.team),
+                "add a queue with that name or omit --queues",
+            ));
+        };
+        jobs.push(SimJob {
+            team,
+            gpus: u64::from(t.gpus),
+            submit: t.submit_s,
+            remaining: t.duration_s,
+            duration: t.duration_s,
+            start: None,
+            epoch: 0,
+            end: None,
+        });
+    }
+    let ids: HashMap<String, usize> = trace
+        .iter()
+        .enumerate()
+        .map(|(i, _)| (format!("{i}"), i))
+        .collect();
+    let capacity = cluster.total_gpus() as f64;
+    let mut completions: BinaryHeap<Reverse<(Time, usize, u64)>> = BinaryHeap::new();
+    let mut evictions: BinaryHeap<Reverse<(Time, usize)>> = BinaryHeap::new();
+    let mut next = 0usize;
+    let mut now: Time = trace.iter().map(|t| t.submit_s).min().unwrap_or(0);
+    let t0 = now;
+    let nteams = queues.len();
+    let mut busy: u64 = 0;
+    let mut team_busy = vec![0u64; nteams];
+    let mut team_pending = vec![0usize; nteams];
+    // Sizes of each team's waiting jobs (GPUs → count), for the share breakdown.
+    let mut pend_sizes: Vec<BTreeMap<u64, usize>> = vec![BTreeMap::new(); nteams];
+    let mut breakdown = vec![ShareBreakdown::default(); nteams];
+    let mut pending_total = 0usize;
+    let mut team_sat_gpu_s = vec![0f64; nteams];
+    let mut sat_gpu_s = 0f64;
+    let mut saturated_s = 0u64;
+    let mut waiting_busy = 0f64;
+    let last_submit = trace.iter().map(|t| t.submit_s).max().unwrap_or(0);
+    let mut window_busy = 0f64;
+    let mut waiting_s = 0u64;
+    let mut timeline = vec![(now, 0u64)];
+    let mut preemptions = 0u64;
+    let mut lost_gpu_s = 0f64;
+    let mut running: Vec<usize> = Vec::new();
+    let active_teams: Vec<bool> = (0..nteams)
+        .map(|q| jobs.iter().any(|j| j.team == q))
+        .collect();
+    loop {
+        // Handle everything at `now`.
+        while let Some(&Reverse((t, i, epoch))) = completions.peek() {
+            if t > now {
+                break;
+            }
+            completions.pop();
+            if jobs[i].epoch != epoch || jobs[i].end.is_some() {
+                continue;
+            }
+            jobs[i].end = Some(t);
+            busy -= jobs[i].gpus;
+            team_busy[jobs[i].team] -= jobs[i].gpus;
+            running.retain(|&r| r != i);
+            sched.finished(&format!("{i}"))?;
+        }
+        while let Some(&Reverse((t, i))) = evictions.peek() {
+            if t > now {
+                break;
+            }
+            evictions.pop();
+            if jobs[i].end.is_some() {
+                continue;
+            }
+            let id = format!("{i}");
+            sched.checkpointed(&id, t)?;
+            sched.evicted(&id)?;
+            let j = &mut jobs[i];
+            j.start = None;
+            busy -= j.gpus;
+            team_busy[j.team] -= j.gpus;
+            team_pending[j.team] += j.gpus as usize;
+            *pend_sizes[j.team].entry(j.gpus).or_default() += 1;
+            pending_total += 1;
+            running.retain(|&r| r != i);
+        }
+        while next < order.len() && trace[order[next]].submit_s <= now {
+            let i = order[next];
+            next += 1;
+            let t = &trace[i];
+            let (pods, per) = t.shape();
+            let queue = if team_queues {
+                t.team.clone()
+            } else {
+                "all".into()
+            };
+            sched.submit(Workload {
+                id: format!("{i}"),
+                queue,
+                priority: None,
+                pods,
+                gpus_per_pod: per,
+                flavor: None,
+                expected_duration_s: Some(t.duration_s.max(1)),
+                created_at: t.submit_s,
+            })?;
+            team_pending[jobs[i].team] += jobs[i].gpus as usize;
+            *pend_sizes[jobs[i].team].entry(jobs[i].gpus).or_default() += 1;
+            pending_total += 1;
+        }
+        if team_queues {
+            for &i in &running {
+                if let Some(s) = jobs[i].start {
+                    let done = now - s;
+                    if done >= CHECKPOINT_EVERY_S {
+                        sched.checkpointed(
+                            &format!("{i}"),
+                            s + done / CHECKPOINT_EVERY_S * CHECKPOINT_EVERY_S,
+                        )?;
+                    }
+                }
+            }
+        }
+        for _ in 0..64 {
+            let decisions = sched.cycle(now);
+            if decisions.is_empty() {
+                break;
+            }
+            for d in decisions {
+                match d {
+                    Decision::Admit { id, .. } => {
+                        let i = ids[&id];
+                        let j = &mut jobs[i];
+                        j.start = Some(now);
+                        j.epoch += 1;
+                        completions.push(Reverse((now + j.remaining, i, j.epoch)));
+                        busy += j.gpus;
+                        team_busy[j.team] += j.gpus;
+                        team_pending[j.team] -= j.gpus as usize;
+                        if let Some(c) = pend_sizes[j.team].get_mut(&j.gpus) {
+                            *c -= 1;
+                            if *c == 0 {
+                                pend_sizes[j.team].remove(&j.gpus);
+                            }
+                        }
+                        pending_total -= 1;
+                        running.push(i);
+                    }
+                    Decision::Preempt { id, .. } => {
+                        // SIGTERM now; the engine checkpoints and exits after the grace period.
+                        let i = ids[&id];
+                        let j = &mut jobs[i];
+                        let s = j.start.expect("preempted job was running");
+                        preemptions += 1;
+                        if s + j.remaining > now + GRACE_S {
+                            j.remaining = j.remaining - (now - s) + RESUME_OVERHEAD_S;
+                            j.epoch += 1;
+                            let lost = (GRACE_S + RESUME_OVERHEAD_S) as f64 * j.gpus as f64;
+                            lost_gpu_s += lost;
+                            if now < last_submit {
+                                window_busy -= lost;
+                            }
+                            evictions.push(Reverse((now + GRACE_S, i)));
+                        } else {
+                            // Finishes within the grace period: its completion stands.
+                            evictions.push(Reverse((s + j.remaining, i)));
+                        }
+                    }
+                }
+            }
+        }
+        if timeline.last().is_some_and(|l| l.1 != busy) {
+            timeline.push((now, busy));
+        }
+        // Advance to the next event.
+        let next_submit = order.get(next).map(|&i| trace[i].submit_s);
+        let next_done = completions
+            .peek()
+            .map(|Reverse((t, _, _))| *t)
+            .into_iter()
+            .chain(evictions.peek().map(|Reverse((t, _))| *t))
+            .min();
+        let t_next = match (next_submit, next_done) {
+            (None, None) => break,
+            (a, b) => a.into_iter().chain(b).min().expect("one is set"),
+        };
+        let dt = t_next - now;
+        if pending_total > 0 {
+            waiting_s += dt;
+            waiting_busy += busy as f64 * dt as f64;
+        }
+        if now < last_submit {
+            window_busy += busy as f64 * (t_next.min(last_submit) - now) as f64;
+        }
+        // A team is saturated when it asks for at least its entitled GPUs (running + waiting).
+        let all_sat = (0..nteams).all(|q| {
+            !active_teams[q]
+                || (team_pending[q] > 0
+                    && (team_busy[q] + team_pending[q] as u64) as f64 >= entitled[q] * capacity)
+        });
+        if all_sat && dt > 0 {
+            saturated_s += dt;
+            sat_gpu_s += busy as f64 * dt as f64;
+            for q in 0..nteams {
+                team_sat_gpu_s[q] += team_busy[q] as f64 * dt as f64;
+            }
+            // Attribute each team's deviation in this interval to its situation.
+            let holder_teams: Vec<usize> = sched
+                .holders()
+                .into_iter()
+                .flatten()
+                .filter_map(|id| ids.get(id).map(|&i| jobs[i].team))
+                .collect();
+            let under = |q: usize| (team_busy[q] as f64) < entitled[q] * busy as f64;
+            let fits = |q: usize| {
+                pend_sizes[q]
+                    .keys()
+                    .next()
+                    .is_some_and(|&g| g as f64 <= entitled[q] * capacity - team_busy[q] as f64)
+            };
+            for q in (0..nteams).filter(|&q| active_teams[q]) {
+                let d = (team_busy[q] as f64 - entitled[q] * busy as f64) * dt as f64;
+                let b = &mut breakdown[q];
+                let smallest = pend_sizes[q].keys().next().copied().unwrap_or(u64::MAX);
+                if d < 0.0 {
+                    if !fits(q) {
+                        b.lumpy_wait += d;
+                    } else if (capacity as u64).saturating_sub(busy) < smallest {
+                        b.cluster_full += d;
+                    } else if holder_teams.iter().any(|&h| h != q) {
+                        b.behind_reservation += d;
+                    } else {
+                        b.fits_not_placed += d;
+                    }
+                } else if team_busy[q] as f64 <= entitled[q] * capacity {
+                    b.over_within_entitlement += d;
+                } else if (0..nteams).any(|p| p != q && active_teams[p] && under(p) && fits(p)) {
+                    b.over_while_owed_fits += d;
+                } else {
+                    b.over_filling += d;
+                }
+            }
+        }
+        now = t_next;
+    }
+    if pending_total > 0 {
+        return Err(trace_err(
+            "<trace>",
+            0,
+            format!("{pending_total} jobs never started under {}", policy.name()),
+            "this is a scheduler bug; report it with the trace",
+        ));
+    }
+    // The last completion, not the last event: a preempted job's stale completion event (from
+    // before it was preempted) may come later and must not stretch the makespan.
+    let makespan = jobs.iter().filter_map(|j| j.end).max().unwrap_or(t0) - t0;
+    let useful: f64 = jobs.iter().map(|j| j.gpus as f64 * j.duration as f64).sum();
+    let mut jct: Vec<f64> = Vec::new();
+    let mut wait = 0f64;
+    let mut bucket_rows = Vec::new();
+    for (lo, hi, label) in BUCKETS {
+        let mut b: Vec<f64> = Vec::new();
+        let mut bw = 0f64;
+        for j in jobs
+            .iter()
+            .filter(|j| j.gpus >= u64::from(lo) && j.gpus <= u64::from(hi))
+        {
+            let end = j.end.expect("every job completed");
+            b.push((end - j.submit) as f64);
+            bw += (end - j.submit) as f64 - j.duration as f64;
+        }
+        if b.is_empty() {
+            continue;
+        }
+        b.sort_by(f64::total_cmp);
+        let n = b.len() as f64;
+        bucket_rows.push(BucketStats {
+            gpus: label.into(),
+            jobs: b.len(),
+            mean_jct_s: b.iter().sum::<f64>() / n,
+            p50_jct_s: pct(&b, 0.5),
+            p99_jct_s: pct(&b, 0.99),
+            mean_wait_s: bw / n,
+        });
+        jct.extend(b);
+        wait += bw;
+    }
+    jct.sort_by(f64::total_cmp);
+    let n = jct.len().max(1) as f64;
+    let team_share = queues
+        .iter()
+        .enumerate()
+        .filter(|(q, _)| active_teams[*q])
+        .map(|(q, spec)| {
+            let share = if sat_gpu_s > 0.0 {
+                team_sat_gpu_s[q] / sat_gpu_s
+            } else {
+                0.0
+            };
+            let entitlement = entitled[q];
+            let ratio = if entitlement > 0.0 {
+                share / entitlement
+            } else {
+                0.0
+            };
+            (
+                spec.name.clone(),
+                TeamShare {
+                    share,
+                    entitlement,
+                    ratio,
+                    within_tolerance: (saturated_s >= MIN_SATURATED_S)
+                        .then_some((ratio - 1.0).abs() <= FAIRNESS_TOLERANCE),
+                    breakdown: breakdown[q],
+                },
+            )
+        })
+        .collect();
+    Ok(SimReport {
+        policy: policy.name().into(),
+        utilization: useful / (capacity * makespan.max(1) as f64),
+        utilization_in_window: window_busy.max(0.0) / (capacity * (last_submit - t0).max(1) as f64),
+        utilization_while_waiting: if waiting_s > 0 {
+            waiting_busy / (capacity * waiting_s as f64)
+        } else {
+            0.0
+        },
+        mean_jct_s: jct.iter().sum::<f64>() / n,
+        p50_jct_s: pct(&jct, 0.5),
+        p99_jct_s: pct(&jct, 0.99),
+        mean_wait_s: wait / n,
+        buckets: bucket_rows,
+        preemptions,
+        lost_gpu_hours: lost_gpu_s / 3600.0,
+        team_share,
+        saturated_s,
+        makespan_s: makespan,
+        timeline,
+    })
+}

@@ -1,0 +1,152 @@
+//! Output of a simulation: the side-by-side table and the utilization-over-time SVG.
+
+use std::fmt::Write as _;
+
+use super::SimReport;
+
+/// Side-by-side table of the policies' headline numbers, size buckets and team shares.
+pub fn render_table(reports: &[SimReport]) -> String {
+    let mut s = String::new();
+    let _ = write!(s, "{:<28}", "metric");
+    for r in reports {
+        let _ = write!(s, "{:>16}", r.policy);
+    }
+    s.push('\n');
+    let row = |s: &mut String, name: &str, f: &dyn Fn(&SimReport) -> String| {
+        let _ = write!(s, "{name:<28}");
+        for r in reports {
+            let _ = write!(s, "{:>16}", f(r));
+        }
+        s.push('\n');
+    };
+    row(&mut s, "utilization", &|r| format!("{:.3}", r.utilization));
+    row(&mut s, "utilization first-last submit", &|r| {
+        format!("{:.3}", r.utilization_in_window)
+    });
+    row(&mut s, "utilization while waiting", &|r| {
+        format!("{:.3}", r.utilization_while_waiting)
+    });
+    row(&mut s, "mean JCT (s)", &|r| format!("{:.0}", r.mean_jct_s));
+    row(&mut s, "p50 JCT (s)", &|r| format!("{:.0}", r.p50_jct_s));
+    row(&mut s, "p99 JCT (s)", &|r| format!("{:.0}", r.p99_jct_s));
+    row(&mut s, "mean wait (s)", &|r| {
+        format!("{:.0}", r.mean_wait_s)
+    });
+    row(&mut s, "preemptions", &|r| r.preemptions.to_string());
+    row(&mut s, "lost GPU-hours", &|r| {
+        format!("{:.1}", r.lost_gpu_hours)
+    });
+    row(&mut s, "makespan (s)", &|r| r.makespan_s.to_string());
+    row(&mut s, "all-saturated time (s)", &|r| {
+        r.saturated_s.to_string()
+    });
+    if let Some(first) = reports.first() {
+        for b in &first.buckets {
+            let label = b.gpus.clone();
+            row(&mut s, &format!("mean JCT {label} GPUs (s)"), &|r| {
+                r.buckets
+                    .iter()
+                    .find(|x| x.gpus == label)
+                    .map_or("-".into(), |x| format!("{:.0}", x.mean_jct_s))
+            });
+            row(&mut s, &format!("mean wait {label} GPUs (s)"), &|r| {
+                r.buckets
+                    .iter()
+                    .find(|x| x.gpus == label)
+                    .map_or("-".into(), |x| format!("{:.0}", x.mean_wait_s))
+            });
+        }
+        for team in first.team_share.keys() {
+            row(&mut s, &format!("share/entitled {team}"), &|r| {
+                r.team_share.get(team).map_or("-".into(), |t| {
+                    let verdict = match t.within_tolerance {
+                        Some(true) => "ok",
+                        Some(false) => "OUT",
+                        None => "n/a",
+                    };
+                    format!("{:.3}/{:.3} {verdict}", t.share, t.entitlement)
+                })
+            });
+        }
+    }
+    if let [first, peers @ ..] = reports
+        && !peers.is_empty()
+    {
+        let _ = writeln!(
+            s,
+            "{} / peer (mean JCT and wait: lower is better; utilization: higher is better)",
+            first.policy
+        );
+        let ratio = |a: f64, b: f64| {
+            if b > 0.0 {
+                format!("{:.3}x", a / b)
+            } else {
+                "-".to_owned()
+            }
+        };
+        for peer in peers {
+            let _ = writeln!(
+                s,
+                "  vs {:<16} mean JCT {}  p99 JCT {}  mean wait {}  utilization {}",
+                peer.policy,
+                ratio(first.mean_jct_s, peer.mean_jct_s),
+                ratio(first.p99_jct_s, peer.p99_jct_s),
+                ratio(first.mean_wait_s, peer.mean_wait_s),
+                ratio(first.utilization, peer.utilization),
+            );
+        }
+    }
+    s
+}
+
+/// An SVG line plot of busy-GPU fraction over time, one line per policy.
+pub fn render_svg(reports: &[SimReport], capacity: u64) -> String {
+    let (w, h, pad) = (900.0, 300.0, 40.0);
+    let t_end = reports
+        .iter()
+        .filter_map(|r| r.timeline.last().map(|x| x.0))
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let t_start = reports
+        .iter()
+        .filter_map(|r| r.timeline.first().map(|x| x.0))
+        .min()
+        .unwrap_or(0) as f64;
+    let span = (t_end - t_start).max(1.0);
+    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n"
+    );
+    let _ = writeln!(s, "<rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>");
+    let _ = writeln!(
+        s,
+        "<text x=\"{pad}\" y=\"20\">GPU utilization over time ({capacity} GPUs, {:.1} days)</text>",
+        span / 86400.0
+    );
+    for (k, r) in reports.iter().enumerate() {
+        let mut pts = String::new();
+        let mut last_y = h - pad;
+        for &(t, b) in &r.timeline {
+            let x = pad + (t as f64 - t_start) / span * (w - 2.0 * pad);
+            let y = h - pad - (b as f64 / capacity.max(1) as f64) * (h - 2.0 * pad);
+            let _ = write!(pts, "{x:.1},{last_y:.1} {x:.1},{y:.1} ");
+            last_y = y;
+        }
+        let c = colors[k % colors.len()];
+        let _ = writeln!(
+            s,
+            "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"1\" opacity=\"0.7\" points=\"{pts}\"/>"
+        );
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{}\" fill=\"{c}\">{} ({:.3})</text>",
+            w - 220.0,
+            40.0 + 16.0 * k as f64,
+            r.policy,
+            r.utilization
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}

@@ -1,0 +1,174 @@
+//! The simulated cluster and queues when the user gives none: a contended cluster sized by the
+//! trace's offered load, quotas proportional to each team's GPU-hours, and entitlements.
+
+use std::collections::BTreeMap;
+
+use super::{GRACE_S, MIN_SATURATED_S, RESUME_OVERHEAD_S, TraceJob};
+use crate::config::{Cluster, FlavorQuota, QueueSpec};
+
+/// GPUs per node assumed for the default contended cluster.
+pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
+
+/// Flavor name of the default cluster.
+pub const DEFAULT_FLAVOR: &str = "gpu";
+
+/// Offered load of a trace: GPU-seconds over the submit span, in GPUs.
+pub fn offered_load(trace: &[TraceJob]) -> f64 {
+    let gpu_s: f64 = trace
+        .iter()
+        .map(|j| f64::from(j.gpus) * j.duration_s as f64)
+        .sum();
+    let first = trace.iter().map(|j| j.submit_s).min().unwrap_or(0);
+    let last = trace.iter().map(|j| j.submit_s).max().unwrap_or(0);
+    gpu_s / ((last - first).max(1) as f64)
+}
+
+/// A contended cluster for a trace: its mean offered load rounded up to whole 8-GPU nodes,
+/// and at least its largest job.
+pub fn default_cluster(trace: &[TraceJob]) -> Cluster {
+    let g = f64::from(DEFAULT_GPUS_PER_NODE);
+    let by_load = (offered_load(trace) / g).ceil() as usize;
+    let largest = trace
+        .iter()
+        .map(|j| j.gpus.div_ceil(DEFAULT_GPUS_PER_NODE))
+        .max()
+        .unwrap_or(1) as usize;
+    Cluster::uniform(
+        by_load.max(largest).max(1),
+        DEFAULT_GPUS_PER_NODE,
+        DEFAULT_FLAVOR,
+    )
+}
+
+/// One queue per team, nominal quota proportional to its share of the trace's GPU-hours
+/// (largest remainder, summing to the cluster), all in one cohort with unlimited borrowing.
+pub fn default_queues(trace: &[TraceJob], cluster: &Cluster) -> Vec<QueueSpec> {
+    let mut hours: BTreeMap<&str, f64> = BTreeMap::new();
+    for j in trace {
+        *hours.entry(&j.team).or_default() += f64::from(j.gpus) * j.duration_s as f64;
+    }
+    let total: f64 = hours.values().sum::<f64>().max(1.0);
+    let mut flavors: Vec<(String, u64)> = Vec::new();
+    for n in &cluster.nodes {
+        match flavors.iter_mut().find(|(f, _)| *f == n.flavor) {
+            Some((_, c)) => *c += u64::from(n.gpus),
+            None => flavors.push((n.flavor.clone(), u64::from(n.gpus))),
+        }
+    }
+    let teams: Vec<&str> = hours.keys().copied().collect();
+    // One team alone has nobody to borrow from: no cohort.
+    let cohort = (teams.len() > 1).then(|| "all".to_string());
+    let mut quotas: Vec<Vec<FlavorQuota>> = vec![Vec::new(); teams.len()];
+    for (flavor, cap) in &flavors {
+        let exact: Vec<f64> = teams
+            .iter()
+            .map(|t| hours[t] / total * *cap as f64)
+            .collect();
+        let mut base: Vec<u64> = exact.iter().map(|x| x.floor() as u64).collect();
+        let mut left = cap - base.iter().sum::<u64>();
+        let mut order: Vec<usize> = (0..teams.len()).collect();
+        order.sort_by(|&a, &b| {
+            (exact[b] - exact[b].floor())
+                .total_cmp(&(exact[a] - exact[a].floor()))
+                .then(a.cmp(&b))
+        });
+        for i in order {
+            if left == 0 {
+                break;
+            }
+            base[i] += 1;
+            left -= 1;
+        }
+        for (i, n) in base.into_iter().enumerate() {
+            quotas[i].push(FlavorQuota {
+                flavor: flavor.clone(),
+                nominal: n as u32,
+                borrowing_limit: None,
+                lending_limit: None,
+            });
+        }
+    }
+    teams
+        .into_iter()
+        .zip(quotas)
+        .map(|(t, q)| QueueSpec {
+            name: t.to_string(),
+            cohort: cohort.clone(),
+            quotas: q,
+            fair_share_weight: 1.0,
+        })
+        .collect()
+}
+
+/// A cluster of `gpus` GPUs in 8-GPU nodes (the last node smaller if needed), for `--gpus N`.
+pub fn cluster_with_gpus(gpus: u32) -> Cluster {
+    let full = (gpus / DEFAULT_GPUS_PER_NODE) as usize;
+    let mut c = Cluster::uniform(full, DEFAULT_GPUS_PER_NODE, DEFAULT_FLAVOR);
+    let rest = gpus % DEFAULT_GPUS_PER_NODE;
+    if rest > 0 {
+        let mut last = Cluster::uniform(1, rest, DEFAULT_FLAVOR).nodes.remove(0);
+        last.name = format!("node-{full}");
+        c.nodes.push(last);
+    }
+    c
+}
+
+/// One paragraph stating the simulation's setup (cluster size, quotas, assumptions).
+pub fn describe_setup(trace: &[TraceJob], cluster: &Cluster, queues: &[QueueSpec]) -> String {
+    let quotas: Vec<String> = queues
+        .iter()
+        .map(|q| {
+            let n: u32 = q.quotas.iter().map(|x| x.nominal).sum();
+            format!(
+                "{}={}{}",
+                q.name,
+                n,
+                q.cohort
+                    .as_ref()
+                    .map_or(String::new(), |c| format!(" (cohort {c})"))
+            )
+        })
+        .collect();
+    format!(
+        "trace: {} jobs, offered load {:.1} GPUs; cluster: {} GPUs on {} nodes; nominal quotas: {}; \
+         expected durations given to the schedulers are exact; preemption is graceful \
+         (SIGTERM, {GRACE_S} s grace to checkpoint, {RESUME_OVERHEAD_S} s to resume); \
+         a team is saturated while it has work waiting and asks for at least its entitled GPUs; \
+         shares are judged (ok / OUT of 10%) over the time all teams are saturated together, \
+         when that is at least {MIN_SATURATED_S} s (else n/a)",
+        trace.len(),
+        offered_load(trace),
+        cluster.total_gpus(),
+        cluster.nodes.len(),
+        quotas.join(", ")
+    )
+}
+
+/// Each queue's entitlement: the fraction of the cluster's GPUs it is owed when every queue is
+/// saturated. A queue is owed its nominal quota; GPUs no quota covers are split by fair-share
+/// weight; when the quotas add up to more than the cluster, every quota is scaled down alike.
+/// In symbols, with `n` a queue's nominal GPUs (all flavors), `N` their sum, `w` its weight, `W`
+/// the sum of weights and `C` the cluster's GPUs: `(n + w / W * max(0, C - N)) / max(C, N)`.
+pub fn entitlements(queues: &[QueueSpec], cluster: &Cluster) -> Vec<f64> {
+    let nominal: Vec<f64> = queues
+        .iter()
+        .map(|q| q.quotas.iter().map(|x| f64::from(x.nominal)).sum::<f64>())
+        .collect();
+    let n: f64 = nominal.iter().sum();
+    let c = cluster.total_gpus() as f64;
+    let w: f64 = queues.iter().map(|q| q.fair_share_weight).sum::<f64>();
+    let spare = (c - n).max(0.0);
+    let denom = c.max(n).max(1e-9);
+    queues
+        .iter()
+        .zip(&nominal)
+        .map(|(q, nom)| {
+            let extra = if w > 0.0 {
+                q.fair_share_weight / w * spare
+            } else {
+                0.0
+            };
+            (nom + extra) / denom
+        })
+        .collect()
+}
