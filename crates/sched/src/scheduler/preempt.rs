@@ -5,6 +5,16 @@ use std::cmp::Reverse;
 use std::collections::{HashMap, HashSet};
 
 use super::{Fit, Kind, QueueState, Scheduler, St};
+
+/// Victims chosen for a preemptor and where it will run.
+struct Pick {
+    /// Nodes and pod counts of the preemptor's placement.
+    plan: Vec<(u32, u32)>,
+    /// The victims, each with why it may be taken.
+    keep: Vec<(u32, Kind)>,
+    /// On nodes reserved for another gang: the only GPUs the placement may use there.
+    late: Vec<(u32, u64)>,
+}
 use crate::config::{Decision, PreemptReason, Time};
 
 impl Scheduler {
@@ -21,8 +31,36 @@ impl Scheduler {
         now: Time,
         out: &mut Vec<Decision>,
     ) -> bool {
+        let cands = self.victim_candidates(j, f, loans_only);
+        if cands.is_empty() {
+            return false;
+        }
+        // Reclaiming within nominal quota may also use, on nodes reserved for another gang, the
+        // GPUs of victims that would still run when that gang can start: the gang never counted
+        // on them, so its start does not move.
         let job = self.jobs[j as usize].as_ref().expect("job exists");
-        let (q, prio, r, pods, g) = (job.queue, job.prio, job.gpus(), job.pods, job.g);
+        let qs = &self.queues[job.queue as usize];
+        let through = reserved.filter(|_| {
+            !loans_only
+                && self.opts.reclaim_through_reservation
+                && qs.quota[f].is_some_and(|qq| qs.usage[f] + job.gpus() <= qq.nominal)
+        });
+        let Some(pick) = self.pick_victims(j, f, &cands, through) else {
+            return false;
+        };
+        let drains = self.drains(j, f);
+        if self.would_be_preempted_back(j, f, loans_only, drains, &pick.keep) {
+            return false;
+        }
+        self.commit_preemption(j, f, pick, drains, now, out);
+        true
+    }
+
+    /// Running jobs `j` may preempt in flavor `f`, least work lost first: lower priority, then
+    /// most recently checkpointed, then youngest (at most 256).
+    fn victim_candidates(&self, j: u32, f: usize, loans_only: bool) -> Vec<(u32, Kind)> {
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let (q, prio, r) = (job.queue, job.prio, job.gpus());
         let guard = self.preemption_ancestors(j);
         let critical = self.critical.contains(&j);
         let qs = &self.queues[q as usize];
@@ -36,7 +74,8 @@ impl Scheduler {
             let within_nominal = qs.quota[f].is_some_and(|qq| qs.usage[f] + r <= qq.nominal);
             // Fair sharing: a queue below its nominal quota whose head would take it over may
             // take borrowed work from a queue whose share of its own quota is higher than the
-            // preemptor's will be (checked again on the final victim set below).
+            // preemptor's will be (checked again on the final victim set, see
+            // `would_be_preempted_back`).
             let fair_after = (self.opts.fair_preemption && !within_nominal)
                 .then(|| Self::ratio(qs, f, r as i64))
                 .flatten()
@@ -81,9 +120,6 @@ impl Scheduler {
                     Kind::Loan => vj.on_loan && vj.prio <= prio,
                 }
         });
-        if cands.is_empty() {
-            return false;
-        }
         cands.sort_by_key(|&(v, _)| {
             let vj = self.jobs[v as usize].as_ref().expect("job exists");
             (
@@ -94,22 +130,27 @@ impl Scheduler {
             )
         });
         cands.truncate(256);
-        // Reclaiming within nominal quota may also use, on nodes reserved for another gang, the
-        // GPUs of victims that would still run when that gang can start: the gang never counted
-        // on them, so its start does not move.
-        let qs = &self.queues[q as usize];
-        let through = reserved.filter(|_| {
-            !loans_only
-                && self.opts.reclaim_through_reservation
-                && qs.quota[f].is_some_and(|qq| qs.usage[f] + r <= qq.nominal)
-        });
+        cands
+    }
+
+    /// Takes candidates in order until `j`'s quota and a placement both fit, then drops those
+    /// whose GPUs the placement does not use (if quota still fits without them). The pool is
+    /// left as it was.
+    fn pick_victims(
+        &mut self,
+        j: u32,
+        f: usize,
+        cands: &[(u32, Kind)],
+        through: Option<(&[u32], Time)>,
+    ) -> Option<Pick> {
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let (q, r, pods, g) = (job.queue, job.gpus(), job.pods, job.g);
         let mut late: Vec<(u32, u64)> = Vec::new();
-        // Add victims in order until quota and placement both fit.
         let mut freed: Vec<(u32, u64)> = Vec::new();
         let mut chosen: Vec<(u32, Kind)> = Vec::new();
         let mut touched: Vec<(u32, u64)> = Vec::new();
         let mut plan = None;
-        for &(v, reclaim) in &cands {
+        for &(v, reclaim) in cands {
             let vj = self.jobs[v as usize].as_ref().expect("job exists");
             freed.push((vj.queue, vj.gpus()));
             chosen.push((v, reclaim));
@@ -161,8 +202,7 @@ impl Scheduler {
         for &(n, old) in touched.iter().rev() {
             self.pools[f].set_free(n, old);
         }
-        let Some(plan) = plan else { return false };
-        // Drop victims whose GPUs the plan does not use, if quota still fits without them.
+        let plan = plan?;
         let plan_nodes: Vec<u32> = plan.iter().map(|(n, _)| *n).collect();
         let mut keep: Vec<(u32, Kind)> = chosen.clone();
         for &(v, _) in chosen.iter().rev() {
@@ -181,62 +221,84 @@ impl Scheduler {
             let without: Vec<(u32, u64)> = keep
                 .iter()
                 .filter(|(x, _)| *x != v)
-                .map(|&(x, _)| {
-                    let xj = self.jobs[x as usize].as_ref().expect("job exists");
-                    (xj.queue, xj.gpus())
-                })
+                .map(|&(x, _)| self.queue_and_gpus(x))
                 .collect();
             if self.quota_fit(q, f, r, &without) != Fit::No {
                 keep.retain(|(x, _)| *x != v);
             }
         }
-        // Never take from another queue something it would at once reclaim: if the preemptor ends
-        // up borrowing, no victim of another queue may fit back within its own nominal quota.
-        let freed: Vec<(u32, u64)> = keep
-            .iter()
-            .map(|&(x, _)| {
-                let xj = self.jobs[x as usize].as_ref().expect("job exists");
-                (xj.queue, xj.gpus())
-            })
-            .collect();
+        Some(Pick { plan, keep, late })
+    }
+
+    /// The no-loop conditions on a victim set: with fair sharing, every victim queue keeps at
+    /// least the share the preemptor ends with; and a preemptor that ends up borrowing never
+    /// takes from another queue something that queue would at once reclaim.
+    fn would_be_preempted_back(
+        &self,
+        j: u32,
+        f: usize,
+        loans_only: bool,
+        drains: bool,
+        keep: &[(u32, Kind)],
+    ) -> bool {
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let (q, r) = (job.queue, job.gpus());
+        let freed: Vec<(u32, u64)> = keep.iter().map(|&(x, _)| self.queue_and_gpus(x)).collect();
+        let left_in =
+            |vq: u32| -> u64 { freed.iter().filter(|(y, _)| *y == vq).map(|(_, a)| a).sum() };
         let qs = &self.queues[q as usize];
         if self.opts.fair_preemption
             && !loans_only
             && qs.quota[f].is_some_and(|qq| qs.usage[f] + r > qq.nominal)
             && let Some(after) = Self::ratio(qs, f, r as i64)
         {
-            // No loop: every victim queue keeps at least the share the preemptor ends with, so
-            // it could not preempt back under the same rule.
-            for (&(vq, _), &(_, kind)) in freed.iter().zip(&keep) {
+            for (&(vq, _), &(_, kind)) in freed.iter().zip(keep) {
                 if vq == q || kind != Kind::Reclaim {
                     continue;
                 }
-                let left: u64 = freed.iter().filter(|(y, _)| *y == vq).map(|(_, a)| a).sum();
                 let vs = &self.queues[vq as usize];
-                if Self::ratio(vs, f, -(left as i64)).is_none_or(|v| v < after) {
-                    return false;
+                if Self::ratio(vs, f, -(left_in(vq) as i64)).is_none_or(|v| v < after) {
+                    return true;
                 }
             }
         }
-        let drains = self.drains(j, f);
         if !drains && self.quota_fit(q, f, r, &freed) == Fit::Borrow {
             if self.reclaim_pending(q, f) {
-                return false;
+                return true;
             }
             for &(vq, vg) in &freed {
                 if vq == q {
                     continue;
                 }
-                let left: u64 = freed.iter().filter(|(y, _)| *y == vq).map(|(_, a)| a).sum();
                 let vs = &self.queues[vq as usize];
-                if vs.quota[f].is_some_and(|qq| vs.usage[f] - left + vg <= qq.nominal) {
-                    return false;
+                if vs.quota[f].is_some_and(|qq| vs.usage[f] - left_in(vq) + vg <= qq.nominal) {
+                    return true;
                 }
             }
         }
-        // Commit: victims stop counting against quota now; their GPUs stay theirs until evicted.
+        false
+    }
+
+    /// Stops the victims (a `Preempt` each, or, for one admitted earlier in this very cycle,
+    /// its admission taken back) and nominates GPUs for `j`, which starts once they are gone.
+    fn commit_preemption(
+        &mut self,
+        j: u32,
+        f: usize,
+        pick: Pick,
+        drains: bool,
+        now: Time,
+        out: &mut Vec<Decision>,
+    ) {
+        let Pick { plan, keep, late } = pick;
+        let preemptor = self.jobs[j as usize]
+            .as_ref()
+            .expect("job exists")
+            .id
+            .clone();
+        // Victims stop counting against quota now; their GPUs stay theirs until evicted.
         let mut unlaunched: Vec<String> = Vec::new();
-        for &(v, reclaim) in &keep {
+        for &(v, kind) in &keep {
             self.stop_running(v);
             let vj = self.jobs[v as usize].as_mut().expect("job exists");
             vj.state = St::Evicting;
@@ -253,13 +315,8 @@ impl Scheduler {
                 unlaunched.push(vj.id.clone());
                 continue;
             }
-            let preemptor = self.jobs[j as usize]
-                .as_ref()
-                .expect("job exists")
-                .id
-                .clone();
-            let vj = self.jobs[v as usize].as_ref().expect("job exists");
-            let reason = match reclaim {
+            let preemptor = preemptor.clone();
+            let reason = match kind {
                 Kind::Reclaim => PreemptReason::Reclaim { preemptor },
                 Kind::Priority => PreemptReason::Priority { preemptor },
                 Kind::Loan => PreemptReason::LoanEnded { preemptor },
@@ -269,47 +326,9 @@ impl Scheduler {
                 reason,
             });
         }
-        // Nominate GPUs for the preemptor: idle ones first, then the victims' ones.
-        let mut victim_bits: HashMap<u32, u64> = HashMap::new();
-        for &(v, _) in &keep {
-            for &(n, m) in &self.jobs[v as usize].as_ref().expect("job exists").pods_at {
-                *victim_bits.entry(n).or_default() |= m;
-            }
-        }
-        let mut pods_at = Vec::new();
-        for &(n, count) in &plan {
-            let node = &self.pools[f].nodes[n as usize];
-            let mut avail_free = node.free;
-            let mut avail_victim = victim_bits.get(&n).copied().unwrap_or(0) & !node.nominated;
-            if let Some(&(_, b)) = late.iter().find(|(x, _)| *x == n) {
-                // A reserved node: only the GPUs of victims that outlast the gang's start.
-                avail_free = 0;
-                avail_victim &= b;
-            }
-            let mut took_free = 0u64;
-            let mut took_victim = 0u64;
-            for _ in 0..count {
-                let mut m = 0u64;
-                for _ in 0..g {
-                    let src = if avail_free != 0 {
-                        &mut avail_free
-                    } else {
-                        &mut avail_victim
-                    };
-                    let bit = *src & src.wrapping_neg();
-                    *src &= !bit;
-                    m |= bit;
-                }
-                took_free |= m & node.free;
-                took_victim |= m & !node.free;
-                pods_at.push((n, m));
-            }
-            let new_free = node.free & !took_free;
-            let node = &mut self.pools[f].nodes[n as usize];
-            node.nominated |= took_free | took_victim;
-            node.held |= took_free;
-            self.pools[f].set_free(n, new_free);
-        }
+        let pods_at = self.nominate(j, f, &plan, &keep, &late);
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let (q, r) = (job.queue, job.gpus());
         let fit = self.quota_fit(q, f, r, &[]);
         let job = self.jobs[j as usize].as_mut().expect("job exists");
         let key = job.key(j);
@@ -338,7 +357,66 @@ impl Scheduler {
             self.ready.remove(at);
             self.start_nominated(j, now, out);
         }
-        true
+    }
+
+    /// GPUs for `j`'s pods on the planned nodes, idle ones first, then the victims' ones (on a
+    /// reserved node only those of victims that outlast the gang's start); marks them
+    /// nominated, and the idle ones held, so nothing else takes them meanwhile.
+    fn nominate(
+        &mut self,
+        j: u32,
+        f: usize,
+        plan: &[(u32, u32)],
+        keep: &[(u32, Kind)],
+        late: &[(u32, u64)],
+    ) -> Vec<(u32, u64)> {
+        let g = self.jobs[j as usize].as_ref().expect("job exists").g;
+        let mut victim_bits: HashMap<u32, u64> = HashMap::new();
+        for &(v, _) in keep {
+            for &(n, m) in &self.jobs[v as usize].as_ref().expect("job exists").pods_at {
+                *victim_bits.entry(n).or_default() |= m;
+            }
+        }
+        let mut pods_at = Vec::new();
+        for &(n, count) in plan {
+            let node = &self.pools[f].nodes[n as usize];
+            let mut avail_free = node.free;
+            let mut avail_victim = victim_bits.get(&n).copied().unwrap_or(0) & !node.nominated;
+            if let Some(&(_, b)) = late.iter().find(|(x, _)| *x == n) {
+                avail_free = 0;
+                avail_victim &= b;
+            }
+            let mut took_free = 0u64;
+            let mut took_victim = 0u64;
+            for _ in 0..count {
+                let mut m = 0u64;
+                for _ in 0..g {
+                    let src = if avail_free != 0 {
+                        &mut avail_free
+                    } else {
+                        &mut avail_victim
+                    };
+                    let bit = *src & src.wrapping_neg();
+                    *src &= !bit;
+                    m |= bit;
+                }
+                took_free |= m & node.free;
+                took_victim |= m & !node.free;
+                pods_at.push((n, m));
+            }
+            let new_free = node.free & !took_free;
+            let node = &mut self.pools[f].nodes[n as usize];
+            node.nominated |= took_free | took_victim;
+            node.held |= took_free;
+            self.pools[f].set_free(n, new_free);
+        }
+        pods_at
+    }
+
+    /// A job's queue and GPUs (what it frees of that queue's quota).
+    fn queue_and_gpus(&self, x: u32) -> (u32, u64) {
+        let xj = self.jobs[x as usize].as_ref().expect("job exists");
+        (xj.queue, xj.gpus())
     }
 
     /// Every unfinished job that preempted `j`, or preempted one of those, and so on: `j` may
