@@ -255,6 +255,223 @@ const BUCKETS: [(u32, u32, &str); 9] = [
     (129, u32::MAX, ">128"),
 ];
 
+/// The single queue holding the whole cluster that the baselines run with.
+fn whole_cluster_queue(cluster: &Cluster) -> QueueSpec {
+    let mut caps: Vec<(String, u64)> = Vec::new();
+    for n in &cluster.nodes {
+        match caps.iter_mut().find(|(f, _)| *f == n.flavor) {
+            Some((_, c)) => *c += u64::from(n.gpus),
+            None => caps.push((n.flavor.clone(), u64::from(n.gpus))),
+        }
+    }
+    QueueSpec {
+        name: "all".into(),
+        cohort: None,
+        quotas: caps
+            .into_iter()
+            .map(|(f, c)| FlavorQuota {
+                flavor: f,
+                nominal: c as u32,
+                borrowing_limit: None,
+                lending_limit: None,
+            })
+            .collect(),
+        fair_share_weight: 1.0,
+    }
+}
+
+/// What each team runs and has waiting, as the replay goes.
+struct Teams {
+    busy: Vec<u64>,
+    pending: Vec<usize>,
+    /// Sizes of each team's waiting jobs (GPUs → count), for the share breakdown.
+    pend_sizes: Vec<BTreeMap<u64, usize>>,
+    pending_total: usize,
+}
+
+impl Teams {
+    fn new(n: usize) -> Teams {
+        Teams {
+            busy: vec![0; n],
+            pending: vec![0; n],
+            pend_sizes: vec![BTreeMap::new(); n],
+            pending_total: 0,
+        }
+    }
+
+    /// A job of `team` on `gpus` GPUs waits (submitted, or requeued after preemption).
+    fn queued(&mut self, team: usize, gpus: u64) {
+        self.pending[team] += gpus as usize;
+        *self.pend_sizes[team].entry(gpus).or_default() += 1;
+        self.pending_total += 1;
+    }
+
+    /// A waiting job of `team` started.
+    fn started(&mut self, team: usize, gpus: u64) {
+        self.busy[team] += gpus;
+        self.pending[team] -= gpus as usize;
+        if let Some(c) = self.pend_sizes[team].get_mut(&gpus) {
+            *c -= 1;
+            if *c == 0 {
+                self.pend_sizes[team].remove(&gpus);
+            }
+        }
+        self.pending_total -= 1;
+    }
+}
+
+/// Shares measured while every team is saturated, and where each team's deviation came from.
+struct Fairness {
+    entitled: Vec<f64>,
+    capacity: f64,
+    /// Teams with at least one job in the trace (the others are never saturated).
+    active: Vec<bool>,
+    saturated_s: u64,
+    sat_gpu_s: f64,
+    team_sat_gpu_s: Vec<f64>,
+    breakdown: Vec<ShareBreakdown>,
+}
+
+impl Fairness {
+    fn new(entitled: Vec<f64>, capacity: f64, jobs: &[SimJob]) -> Fairness {
+        let n = entitled.len();
+        Fairness {
+            active: (0..n).map(|q| jobs.iter().any(|j| j.team == q)).collect(),
+            entitled,
+            capacity,
+            saturated_s: 0,
+            sat_gpu_s: 0.0,
+            team_sat_gpu_s: vec![0.0; n],
+            breakdown: vec![ShareBreakdown::default(); n],
+        }
+    }
+
+    /// A team is saturated when it has work waiting and asks for at least its entitled GPUs
+    /// (running + waiting); this is whether every active team is.
+    fn all_saturated(&self, teams: &Teams) -> bool {
+        (0..self.entitled.len()).all(|q| {
+            !self.active[q]
+                || (teams.pending[q] > 0
+                    && (teams.busy[q] + teams.pending[q] as u64) as f64
+                        >= self.entitled[q] * self.capacity)
+        })
+    }
+
+    /// Adds an all-saturated interval of `dt` seconds with `busy` GPUs in use, attributing each
+    /// team's deviation to its situation (`holder_teams`: teams holding a reservation).
+    fn account(&mut self, teams: &Teams, busy: u64, dt: u64, holder_teams: &[usize]) {
+        let (entitled, capacity) = (&self.entitled, self.capacity);
+        let nteams = entitled.len();
+        self.saturated_s += dt;
+        self.sat_gpu_s += busy as f64 * dt as f64;
+        for q in 0..nteams {
+            self.team_sat_gpu_s[q] += teams.busy[q] as f64 * dt as f64;
+        }
+        let under = |q: usize| (teams.busy[q] as f64) < entitled[q] * busy as f64;
+        let fits = |q: usize| {
+            teams.pend_sizes[q]
+                .keys()
+                .next()
+                .is_some_and(|&g| g as f64 <= entitled[q] * capacity - teams.busy[q] as f64)
+        };
+        for q in (0..nteams).filter(|&q| self.active[q]) {
+            let d = (teams.busy[q] as f64 - entitled[q] * busy as f64) * dt as f64;
+            let b = &mut self.breakdown[q];
+            let smallest = teams.pend_sizes[q]
+                .keys()
+                .next()
+                .copied()
+                .unwrap_or(u64::MAX);
+            if d < 0.0 {
+                if !fits(q) {
+                    b.lumpy_wait += d;
+                } else if (capacity as u64).saturating_sub(busy) < smallest {
+                    b.cluster_full += d;
+                } else if holder_teams.iter().any(|&h| h != q) {
+                    b.behind_reservation += d;
+                } else {
+                    b.fits_not_placed += d;
+                }
+            } else if teams.busy[q] as f64 <= entitled[q] * capacity {
+                b.over_within_entitlement += d;
+            } else if (0..nteams).any(|p| p != q && self.active[p] && under(p) && fits(p)) {
+                b.over_while_owed_fits += d;
+            } else {
+                b.over_filling += d;
+            }
+        }
+    }
+
+    /// Each active team's share against its entitlement over the all-saturated time.
+    fn shares(&self, queues: &[QueueSpec]) -> BTreeMap<String, TeamShare> {
+        queues
+            .iter()
+            .enumerate()
+            .filter(|(q, _)| self.active[*q])
+            .map(|(q, spec)| {
+                let share = if self.sat_gpu_s > 0.0 {
+                    self.team_sat_gpu_s[q] / self.sat_gpu_s
+                } else {
+                    0.0
+                };
+                let entitlement = self.entitled[q];
+                let ratio = if entitlement > 0.0 {
+                    share / entitlement
+                } else {
+                    0.0
+                };
+                (
+                    spec.name.clone(),
+                    TeamShare {
+                        share,
+                        entitlement,
+                        ratio,
+                        within_tolerance: (self.saturated_s >= MIN_SATURATED_S)
+                            .then_some((ratio - 1.0).abs() <= FAIRNESS_TOLERANCE),
+                        breakdown: self.breakdown[q],
+                    },
+                )
+            })
+            .collect()
+    }
+}
+
+/// Every job's completion time (sorted), the summed waits, and the per-size-bucket rows.
+fn completion_times(jobs: &[SimJob]) -> (Vec<f64>, f64, Vec<BucketStats>) {
+    let mut jct: Vec<f64> = Vec::new();
+    let mut wait = 0f64;
+    let mut bucket_rows = Vec::new();
+    for (lo, hi, label) in BUCKETS {
+        let mut b: Vec<f64> = Vec::new();
+        let mut bw = 0f64;
+        for j in jobs
+            .iter()
+            .filter(|j| j.gpus >= u64::from(lo) && j.gpus <= u64::from(hi))
+        {
+            let end = j.end.expect("every job completed");
+            b.push((end - j.submit) as f64);
+            bw += (end - j.submit) as f64 - j.duration as f64;
+        }
+        if b.is_empty() {
+            continue;
+        }
+        b.sort_by(f64::total_cmp);
+        let n = b.len() as f64;
+        bucket_rows.push(BucketStats {
+            gpus: label.into(),
+            jobs: b.len(),
+            mean_jct_s: b.iter().sum::<f64>() / n,
+            p50_jct_s: pct(&b, 0.5),
+            p99_jct_s: pct(&b, 0.99),
+            mean_wait_s: bw / n,
+        });
+        jct.extend(b);
+        wait += bw;
+    }
+    jct.sort_by(f64::total_cmp);
+    (jct, wait, bucket_rows)
+}
+
 /// Replays `trace` on `cluster` under `policy`. `queues` define teams' entitlements (and, for
 /// Ferry, the real queues; every trace team needs a queue of the same name); the baselines run
 /// one queue holding the whole cluster. Expected durations given to the scheduler are exact.
@@ -281,33 +498,11 @@ pub fn simulate_with(
         .enumerate()
         .map(|(i, q)| (q.name.as_str(), i))
         .collect();
-    let entitled = entitlements(queues, cluster);
     let team_queues = matches!(policy, Policy::Ferry | Policy::KueueStrict);
-    let sched_queues = match policy {
-        Policy::Ferry | Policy::KueueStrict => queues.to_vec(),
-        _ => {
-            let mut caps: Vec<(String, u64)> = Vec::new();
-            for n in &cluster.nodes {
-                match caps.iter_mut().find(|(f, _)| *f == n.flavor) {
-                    Some((_, c)) => *c += u64::from(n.gpus),
-                    None => caps.push((n.flavor.clone(), u64::from(n.gpus))),
-                }
-            }
-            vec![QueueSpec {
-                name: "all".into(),
-                cohort: None,
-                quotas: caps
-                    .into_iter()
-                    .map(|(f, c)| FlavorQuota {
-                        flavor: f,
-                        nominal: c as u32,
-                        borrowing_limit: None,
-                        lending_limit: None,
-                    })
-                    .collect(),
-                fair_share_weight: 1.0,
-            }]
-        }
+    let sched_queues = if team_queues {
+        queues.to_vec()
+    } else {
+        vec![whole_cluster_queue(cluster)]
     };
     let mut sched = Scheduler::with_options(cluster.clone(), sched_queues, Vec::new(), options)?;
     let mut order: Vec<usize> = (0..trace.len()).collect();
@@ -344,17 +539,9 @@ pub fn simulate_with(
     let mut next = 0usize;
     let mut now: Time = trace.iter().map(|t| t.submit_s).min().unwrap_or(0);
     let t0 = now;
-    let nteams = queues.len();
     let mut busy: u64 = 0;
-    let mut team_busy = vec![0u64; nteams];
-    let mut team_pending = vec![0usize; nteams];
-    // Sizes of each team's waiting jobs (GPUs → count), for the share breakdown.
-    let mut pend_sizes: Vec<BTreeMap<u64, usize>> = vec![BTreeMap::new(); nteams];
-    let mut breakdown = vec![ShareBreakdown::default(); nteams];
-    let mut pending_total = 0usize;
-    let mut team_sat_gpu_s = vec![0f64; nteams];
-    let mut sat_gpu_s = 0f64;
-    let mut saturated_s = 0u64;
+    let mut teams = Teams::new(queues.len());
+    let mut fair = Fairness::new(entitlements(queues, cluster), capacity, &jobs);
     let mut waiting_busy = 0f64;
     let last_submit = trace.iter().map(|t| t.submit_s).max().unwrap_or(0);
     let mut window_busy = 0f64;
@@ -363,9 +550,6 @@ pub fn simulate_with(
     let mut preemptions = 0u64;
     let mut lost_gpu_s = 0f64;
     let mut running: Vec<usize> = Vec::new();
-    let active_teams: Vec<bool> = (0..nteams)
-        .map(|q| jobs.iter().any(|j| j.team == q))
-        .collect();
     loop {
         // Handle everything at `now`.
         while let Some(&Reverse((t, i, epoch))) = completions.peek() {
@@ -378,7 +562,7 @@ pub fn simulate_with(
             }
             jobs[i].end = Some(t);
             busy -= jobs[i].gpus;
-            team_busy[jobs[i].team] -= jobs[i].gpus;
+            teams.busy[jobs[i].team] -= jobs[i].gpus;
             running.retain(|&r| r != i);
             sched.finished(&format!("{i}"))?;
         }
@@ -396,10 +580,8 @@ pub fn simulate_with(
             let j = &mut jobs[i];
             j.start = None;
             busy -= j.gpus;
-            team_busy[j.team] -= j.gpus;
-            team_pending[j.team] += j.gpus as usize;
-            *pend_sizes[j.team].entry(j.gpus).or_default() += 1;
-            pending_total += 1;
+            teams.busy[j.team] -= j.gpus;
+            teams.queued(j.team, j.gpus);
             running.retain(|&r| r != i);
         }
         while next < order.len() && trace[order[next]].submit_s <= now {
@@ -422,9 +604,7 @@ pub fn simulate_with(
                 expected_duration_s: Some(t.duration_s.max(1)),
                 created_at: t.submit_s,
             })?;
-            team_pending[jobs[i].team] += jobs[i].gpus as usize;
-            *pend_sizes[jobs[i].team].entry(jobs[i].gpus).or_default() += 1;
-            pending_total += 1;
+            teams.queued(jobs[i].team, jobs[i].gpus);
         }
         if team_queues {
             for &i in &running {
@@ -453,15 +633,7 @@ pub fn simulate_with(
                         j.epoch += 1;
                         completions.push(Reverse((now + j.remaining, i, j.epoch)));
                         busy += j.gpus;
-                        team_busy[j.team] += j.gpus;
-                        team_pending[j.team] -= j.gpus as usize;
-                        if let Some(c) = pend_sizes[j.team].get_mut(&j.gpus) {
-                            *c -= 1;
-                            if *c == 0 {
-                                pend_sizes[j.team].remove(&j.gpus);
-                            }
-                        }
-                        pending_total -= 1;
+                        teams.started(j.team, j.gpus);
                         running.push(i);
                     }
                     Decision::Preempt { id, .. } => {
@@ -503,69 +675,33 @@ pub fn simulate_with(
             (a, b) => a.into_iter().chain(b).min().expect("one is set"),
         };
         let dt = t_next - now;
-        if pending_total > 0 {
+        if teams.pending_total > 0 {
             waiting_s += dt;
             waiting_busy += busy as f64 * dt as f64;
         }
         if now < last_submit {
             window_busy += busy as f64 * (t_next.min(last_submit) - now) as f64;
         }
-        // A team is saturated when it asks for at least its entitled GPUs (running + waiting).
-        let all_sat = (0..nteams).all(|q| {
-            !active_teams[q]
-                || (team_pending[q] > 0
-                    && (team_busy[q] + team_pending[q] as u64) as f64 >= entitled[q] * capacity)
-        });
-        if all_sat && dt > 0 {
-            saturated_s += dt;
-            sat_gpu_s += busy as f64 * dt as f64;
-            for q in 0..nteams {
-                team_sat_gpu_s[q] += team_busy[q] as f64 * dt as f64;
-            }
-            // Attribute each team's deviation in this interval to its situation.
+        if dt > 0 && fair.all_saturated(&teams) {
             let holder_teams: Vec<usize> = sched
                 .holders()
                 .into_iter()
                 .flatten()
                 .filter_map(|id| ids.get(id).map(|&i| jobs[i].team))
                 .collect();
-            let under = |q: usize| (team_busy[q] as f64) < entitled[q] * busy as f64;
-            let fits = |q: usize| {
-                pend_sizes[q]
-                    .keys()
-                    .next()
-                    .is_some_and(|&g| g as f64 <= entitled[q] * capacity - team_busy[q] as f64)
-            };
-            for q in (0..nteams).filter(|&q| active_teams[q]) {
-                let d = (team_busy[q] as f64 - entitled[q] * busy as f64) * dt as f64;
-                let b = &mut breakdown[q];
-                let smallest = pend_sizes[q].keys().next().copied().unwrap_or(u64::MAX);
-                if d < 0.0 {
-                    if !fits(q) {
-                        b.lumpy_wait += d;
-                    } else if (capacity as u64).saturating_sub(busy) < smallest {
-                        b.cluster_full += d;
-                    } else if holder_teams.iter().any(|&h| h != q) {
-                        b.behind_reservation += d;
-                    } else {
-                        b.fits_not_placed += d;
-                    }
-                } else if team_busy[q] as f64 <= entitled[q] * capacity {
-                    b.over_within_entitlement += d;
-                } else if (0..nteams).any(|p| p != q && active_teams[p] && under(p) && fits(p)) {
-                    b.over_while_owed_fits += d;
-                } else {
-                    b.over_filling += d;
-                }
-            }
+            fair.account(&teams, busy, dt, &holder_teams);
         }
         now = t_next;
     }
-    if pending_total > 0 {
+    if teams.pending_total > 0 {
         return Err(trace_err(
             "<trace>",
             0,
-            format!("{pending_total} jobs never started under {}", policy.name()),
+            format!(
+                "{} jobs never started under {}",
+                teams.pending_total,
+                policy.name()
+            ),
             "this is a scheduler bug; report it with the trace",
         ));
     }
@@ -573,67 +709,8 @@ pub fn simulate_with(
     // before it was preempted) may come later and must not stretch the makespan.
     let makespan = jobs.iter().filter_map(|j| j.end).max().unwrap_or(t0) - t0;
     let useful: f64 = jobs.iter().map(|j| j.gpus as f64 * j.duration as f64).sum();
-    let mut jct: Vec<f64> = Vec::new();
-    let mut wait = 0f64;
-    let mut bucket_rows = Vec::new();
-    for (lo, hi, label) in BUCKETS {
-        let mut b: Vec<f64> = Vec::new();
-        let mut bw = 0f64;
-        for j in jobs
-            .iter()
-            .filter(|j| j.gpus >= u64::from(lo) && j.gpus <= u64::from(hi))
-        {
-            let end = j.end.expect("every job completed");
-            b.push((end - j.submit) as f64);
-            bw += (end - j.submit) as f64 - j.duration as f64;
-        }
-        if b.is_empty() {
-            continue;
-        }
-        b.sort_by(f64::total_cmp);
-        let n = b.len() as f64;
-        bucket_rows.push(BucketStats {
-            gpus: label.into(),
-            jobs: b.len(),
-            mean_jct_s: b.iter().sum::<f64>() / n,
-            p50_jct_s: pct(&b, 0.5),
-            p99_jct_s: pct(&b, 0.99),
-            mean_wait_s: bw / n,
-        });
-        jct.extend(b);
-        wait += bw;
-    }
-    jct.sort_by(f64::total_cmp);
+    let (jct, wait, bucket_rows) = completion_times(&jobs);
     let n = jct.len().max(1) as f64;
-    let team_share = queues
-        .iter()
-        .enumerate()
-        .filter(|(q, _)| active_teams[*q])
-        .map(|(q, spec)| {
-            let share = if sat_gpu_s > 0.0 {
-                team_sat_gpu_s[q] / sat_gpu_s
-            } else {
-                0.0
-            };
-            let entitlement = entitled[q];
-            let ratio = if entitlement > 0.0 {
-                share / entitlement
-            } else {
-                0.0
-            };
-            (
-                spec.name.clone(),
-                TeamShare {
-                    share,
-                    entitlement,
-                    ratio,
-                    within_tolerance: (saturated_s >= MIN_SATURATED_S)
-                        .then_some((ratio - 1.0).abs() <= FAIRNESS_TOLERANCE),
-                    breakdown: breakdown[q],
-                },
-            )
-        })
-        .collect();
     Ok(SimReport {
         policy: policy.name().into(),
         utilization: useful / (capacity * makespan.max(1) as f64),
@@ -650,8 +727,8 @@ pub fn simulate_with(
         buckets: bucket_rows,
         preemptions,
         lost_gpu_hours: lost_gpu_s / 3600.0,
-        team_share,
-        saturated_s,
+        team_share: fair.shares(queues),
+        saturated_s: fair.saturated_s,
         makespan_s: makespan,
         timeline,
     })
