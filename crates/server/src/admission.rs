@@ -207,8 +207,18 @@ fn workload_of(id: &str, job: &TrainJob, created_at: i64) -> Workload {
         gpus_per_pod: u32::try_from(r.gpus_per_node.max(0)).unwrap_or(0),
         flavor: None,
         // A limit is an upper bound: backfilling with it never delays a reservation.
-        expected_duration_s: job.spec.max_runtime_seconds,
+        expected_duration_s: time_limit(job),
         created_at: u64::try_from(created_at).unwrap_or(0),
+    }
+}
+
+/// The tighter of the job's time limits (one run, or all runs together), an upper bound on
+/// how long a run can last.
+fn time_limit(job: &TrainJob) -> Option<u64> {
+    let spec = &job.spec;
+    match (spec.max_runtime_seconds, spec.max_total_runtime_seconds) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

@@ -7,7 +7,6 @@
 //! whose processes still run is stopped.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
 use std::time::Duration;
 
 use ferry_runtime::{GangRecord, GangStatus, LocalRuntime, RankState};
@@ -20,6 +19,7 @@ use crate::checkpoint::latest_checkpoint;
 use crate::engines::{LaunchContext, adapter_for};
 use crate::error::ApiError;
 use crate::export;
+use crate::limits::{self, Overrun};
 use crate::metrics;
 use crate::state::{ControlPlane, ExportState, LiveGang};
 
@@ -124,6 +124,7 @@ pub(crate) async fn recover(plane: &ControlPlane) -> Result<(), ApiError> {
                         metrics_offset: 0,
                         last_step,
                         pace: Pace::default(),
+                        past_run_s: None,
                     },
                 );
             }
@@ -169,6 +170,7 @@ async fn adopt_and_stop(plane: &ControlPlane, uid: &str, gang: GangRecord) -> Re
                 metrics_offset: 0,
                 last_step: None,
                 pace: Pace::default(),
+                past_run_s: None,
             },
         );
         stop(plane, uid, Duration::from_secs(5));
@@ -457,6 +459,7 @@ async fn launch(plane: &ControlPlane, job: &JobRecord, from: JobPhase) -> Result
                     metrics_offset: 0,
                     last_step: None,
                     pace: Pace::default(),
+                    past_run_s: None,
                 },
             );
         }
@@ -499,10 +502,17 @@ async fn observe(plane: &ControlPlane, job: &JobRecord) -> Result<(), StoreError
     };
     ingest_metrics(plane, job, &live).await?;
     match status {
-        GangStatus::Running => match over_deadline(job, &live, &plane.checkpoint_dir(job)) {
-            Some(message) => fail(plane, job, "DeadlineExceeded", &message).await,
-            None => Ok(()),
-        },
+        GangStatus::Running => {
+            let past_s = past_runs(plane, job, &live).await?;
+            let now_ms = u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0);
+            match limits::overrun(job, &live, past_s, now_ms, &plane.checkpoint_dir(job)) {
+                Some(Overrun::Run(message)) => fail(plane, job, "DeadlineExceeded", &message).await,
+                Some(Overrun::Total(message)) => {
+                    give_up(plane, job, "BudgetExhausted", &message).await
+                }
+                None => Ok(()),
+            }
+        }
         GangStatus::Succeeded => {
             if store_succeeded(plane, job, &live).await? {
                 plane.live().remove(&job.uid);
@@ -514,19 +524,24 @@ async fn observe(plane: &ControlPlane, job: &JobRecord) -> Result<(), StoreError
     }
 }
 
-/// Why a running attempt must stop: it has run `spec.maxRuntimeSeconds`.
-fn over_deadline(job: &JobRecord, live: &LiveGang, checkpoints: &Path) -> Option<String> {
-    let limit = job.job.spec.max_runtime_seconds?;
-    let now_ms = u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0);
-    let ran_s = now_ms.saturating_sub(live.gang.launched_at_unix_ms) / 1000;
-    (ran_s >= limit).then(|| {
-        format!(
-            "attempt {} ran {ran_s} s, past spec.maxRuntimeSeconds ({limit} s); its ranks get SIGTERM and {} s to checkpoint into {}",
-            job.attempt,
-            grace_of(job).as_secs_f64(),
-            checkpoints.display(),
-        )
-    })
+/// Seconds the job's earlier runs used, for a job with `spec.maxTotalRuntimeSeconds` (0
+/// without one): read from its events the first time this attempt is checked, then kept.
+async fn past_runs(
+    plane: &ControlPlane,
+    job: &JobRecord,
+    live: &LiveGang,
+) -> Result<u64, StoreError> {
+    if job.job.spec.max_total_runtime_seconds.is_none() {
+        return Ok(0);
+    }
+    if let Some(s) = live.past_run_s {
+        return Ok(s);
+    }
+    let s = limits::past_run_seconds(&plane.store().events(&job.uid).await?);
+    if let Some(entry) = plane.live().get_mut(&job.uid) {
+        entry.past_run_s = Some(s);
+    }
+    Ok(s)
 }
 
 /// The ranks all exited 0: export the model when the spec asks, then record success.
@@ -665,24 +680,36 @@ async fn fail(
                 },
             )
             .await?;
+        stop(plane, &job.uid, grace_of(job));
+        Ok(())
     } else {
         let note = if max == 0 {
             "no restarts allowed (spec.onFailure.maxRestarts is 0)".to_owned()
         } else {
             format!("all {max} restarts used")
         };
-        plane
-            .store()
-            .transition(
-                &job.uid,
-                JobPhase::Running,
-                JobPhase::Failed,
-                reason,
-                &format!("{message}; {note}"),
-                StatusPatch::default(),
-            )
-            .await?;
+        give_up(plane, job, reason, &format!("{message}; {note}")).await
     }
+}
+
+/// The running job fails for good (no restart); its ranks get SIGTERM and the grace period.
+async fn give_up(
+    plane: &ControlPlane,
+    job: &JobRecord,
+    reason: &str,
+    message: &str,
+) -> Result<(), StoreError> {
+    plane
+        .store()
+        .transition(
+            &job.uid,
+            JobPhase::Running,
+            JobPhase::Failed,
+            reason,
+            message,
+            StatusPatch::default(),
+        )
+        .await?;
     stop(plane, &job.uid, grace_of(job));
     Ok(())
 }

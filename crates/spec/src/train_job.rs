@@ -85,6 +85,12 @@ pub struct TrainJobSpec {
     /// latest checkpoint while restarts remain. A restart or a resume is a new run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_runtime_seconds: Option<u64>,
+    /// Wall-clock budget of all runs together (Kueue's `maximumExecutionTimeSeconds`):
+    /// restarts and resumes after preemption carry what the earlier runs used. When the
+    /// runs reach it, the running one gets SIGTERM and `onFailure.graceSeconds` to
+    /// checkpoint, and the job fails with `BudgetExhausted`, without a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_total_runtime_seconds: Option<u64>,
     /// Export the final checkpoint as a registered model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub export: Option<ExportSpec>,
@@ -670,15 +676,23 @@ impl TrainJobSpec {
         {
             p.push("spec.queue", msg);
         }
-        if let Some(limit) = self.max_runtime_seconds
-            && !(1..=MAX_RUNTIME_LIMIT_S).contains(&limit)
-        {
-            p.push(
-                "spec.maxRuntimeSeconds",
-                format!(
-                    "must be between 1 and {MAX_RUNTIME_LIMIT_S} (a year; got {limit}); leave it out for no limit"
-                ),
-            );
+        for (field, limit) in [
+            ("spec.maxRuntimeSeconds", self.max_runtime_seconds),
+            (
+                "spec.maxTotalRuntimeSeconds",
+                self.max_total_runtime_seconds,
+            ),
+        ] {
+            if let Some(limit) = limit
+                && !(1..=MAX_RUNTIME_LIMIT_S).contains(&limit)
+            {
+                p.push(
+                    field,
+                    format!(
+                        "must be between 1 and {MAX_RUNTIME_LIMIT_S} (a year; got {limit}); leave it out for no limit"
+                    ),
+                );
+            }
         }
         if let Some(export) = &self.export {
             if export.format != "hf" {

@@ -277,6 +277,46 @@ fn a_run_past_its_time_limit_is_stopped_gracefully_and_fails() {
     assert!(!log.contains("\"step\": 30"), "{log}");
 }
 
+/// `spec.maxTotalRuntimeSeconds` counts every run: a job whose runs each fail after 2 s, with
+/// restarts to spare, is stopped for good (`BudgetExhausted`, no restart) once its runs add up
+/// to the 5 s budget, whatever its `onFailure.maxRestarts`.
+#[test]
+fn runs_add_up_against_the_total_runtime_budget() {
+    let plane = Plane::start(None);
+    let spec = "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: budgeted}\nspec:\n  engine: command\n  command: [sh, -c, 'sleep 2; exit 1']\n  maxTotalRuntimeSeconds: 5\n  onFailure: {maxRestarts: 8, backoffSeconds: 0.1, graceSeconds: 2}\n";
+    plane.apply("budgeted.yaml", spec);
+    let job = plane.wait_phase("budgeted", "Failed", MIN);
+    let events = plane.events("budgeted");
+    let failed = events
+        .iter()
+        .find(|e| e["to"] == "Failed")
+        .expect("a Failed event");
+    assert_eq!(failed["reason"], "BudgetExhausted", "{events:#?}");
+    let message = failed["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.maxTotalRuntimeSeconds (5 s)") && message.contains("no restart"),
+        "{message}"
+    );
+    // Earlier runs were counted: at least one ended by its own failure and was restarted,
+    // and restarts were left when the budget ended the job.
+    let restarts = job["status"]["restarts"].as_u64().unwrap();
+    assert!((1..8).contains(&restarts), "{job}");
+    let runs = events
+        .iter()
+        .filter(|e| e["to"] == "Running" && e["from"] != "Running")
+        .count();
+    assert_eq!(runs as u64, restarts + 1, "{events:#?}");
+    let past: u64 = message
+        .split(" s of earlier runs")
+        .next()
+        .and_then(|m| m.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no earlier-run time in {message:?}"));
+    // Each earlier run lasted about 2 s (whole seconds are summed, so at least 1 s each), and
+    // together they stayed under the budget the last run then reached.
+    assert!(past >= restarts && past < 5, "{message}");
+}
+
 /// A running job's expected completion comes from the pace of its metrics lines towards
 /// `spec.train.steps`: shown in `get -o json`, `get -o wide` and `describe`, and gone once
 /// it has finished.
@@ -355,6 +395,14 @@ fn bad_input_is_refused_with_one_clear_line() {
                 "  engine: command\n  maxRuntimeSeconds: 0\n",
             ),
             "spec.maxRuntimeSeconds: must be between 1 and",
+        ),
+        (
+            "zero-budget",
+            good.replace(
+                "  engine: command\n",
+                "  engine: command\n  maxTotalRuntimeSeconds: 0\n",
+            ),
+            "spec.maxTotalRuntimeSeconds: must be between 1 and",
         ),
         ("missing-file", String::new(), "cannot read"),
     ];
