@@ -954,7 +954,12 @@ mod tests {
             panic!("not a TrainJob");
         };
         assert_eq!(workload_of("j", &job, 0).expected_duration_s, Some(900));
+        // The budget of all runs bounds a run too: the tighter limit counts.
+        job.spec.max_total_runtime_seconds = Some(600);
+        assert_eq!(workload_of("j", &job, 0).expected_duration_s, Some(600));
         job.spec.max_runtime_seconds = None;
+        assert_eq!(workload_of("j", &job, 0).expected_duration_s, Some(600));
+        job.spec.max_total_runtime_seconds = None;
         assert_eq!(workload_of("j", &job, 0).expected_duration_s, None);
         // A user's command gives no prediction.
         assert_eq!(planned_workload_of("j", &job, 0).expected_duration_s, None);
