@@ -88,6 +88,8 @@ struct Verdict {
     fair: Option<bool>,
     /// The same check for EASY backfill (for context: whether the band is held at all).
     fair_easy: Option<bool>,
+    /// The lowest team's `quota_kept` under Ferry, FIFO and EASY.
+    kept: [f64; 3],
 }
 
 fn run(case: &Case, opts: &Options) -> (Verdict, String) {
@@ -174,6 +176,12 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
         util_easy: f.utilization > easy.utilization,
         fair,
         fair_easy,
+        kept: [&f, fifo, easy].map(|r| {
+            r.team_share
+                .values()
+                .map(|s| s.quota_kept)
+                .fold(1.0, f64::min)
+        }),
     };
     // Why a team is out of the band: most of its GPU-hours come in jobs larger than the GPUs it
     // is owed ("lumpy": it can hold its share only on average, through drains), or not.
@@ -204,7 +212,7 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
         })
         .collect();
     let line = format!(
-        "{:<36} jct {:>8.0} {:>8.0} {:>8.0} util {:.3} {:.3} {:.3} pre {:>4} lost {:>6.1} sat {:>7} {}{}{}{} {} [{}]",
+        "{:<36} jct {:>8.0} {:>8.0} {:>8.0} util {:.3} {:.3} {:.3} pre {:>4} lost {:>6.1} sat {:>7} kept {:.3} {:.3} {:.3} {}{}{}{} {} [{}]",
         case.name,
         f.mean_jct_s,
         fifo.mean_jct_s,
@@ -215,6 +223,9 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
         f.preemptions,
         f.lost_gpu_hours,
         f.saturated_s,
+        v.kept[0],
+        v.kept[1],
+        v.kept[2],
         if v.jct_fifo { "" } else { "JCT<FIFO-LOSE " },
         if v.jct_easy { "" } else { "JCT<EASY-LOSE " },
         if v.util_fifo { "" } else { "U>FIFO-LOSE " },
@@ -459,7 +470,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "fair ok/OUT/na",
         "EASY fair ok/OUT/na"
     );
-    for g in groups {
+    for &g in &groups {
         let vs: Vec<Verdict> = cases
             .iter()
             .zip(&results)
@@ -480,6 +491,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             count(&|v| v.fair_easy == Some(true)),
             count(&|v| v.fair_easy == Some(false)),
             count(&|v| v.fair_easy.is_none()),
+        );
+    }
+    // The lowest team's share of the GPU-time owed within its nominal quota that it got, over
+    // the whole replay (`TeamShare::quota_kept`).
+    println!(
+        "{:<10} {:>6} {:>22} {:>14} {:>14}",
+        "set", "traces", "quota kept ferry/fifo/easy", ">= EASY", ">= FIFO"
+    );
+    for g in &groups {
+        let vs: Vec<Verdict> = cases
+            .iter()
+            .zip(&results)
+            .filter(|(c, _)| c.group == *g)
+            .map(|(_, r)| r.as_ref().expect("ran").0)
+            .collect();
+        let n = vs.len();
+        let mean = |k: usize| vs.iter().map(|v| v.kept[k]).sum::<f64>() / n.max(1) as f64;
+        println!(
+            "{g:<10} {n:>6} {:>8.3}/{:.3}/{:.3} {:>14} {:>14}",
+            mean(0),
+            mean(1),
+            mean(2),
+            vs.iter().filter(|v| v.kept[0] >= v.kept[2]).count(),
+            vs.iter().filter(|v| v.kept[0] >= v.kept[1]).count(),
         );
     }
     let total = |k: usize| {

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use ferry_sched::{
-    Cluster, FlavorQuota, Policy, QueueSpec, SchedError, TraceJob, default_cluster, default_queues,
-    parse_trace, read_trace, render_svg, render_table, simulate,
+    Cluster, FlavorQuota, Policy, QueueSpec, SchedError, SimReport, TraceJob, default_cluster,
+    default_queues, parse_trace, read_trace, render_svg, render_table, simulate,
 };
 
 fn fixture() -> PathBuf {
@@ -50,6 +50,18 @@ fn ferry_beats_fifo_and_easy_backfill_on_the_helios_trace() {
     for s in ferry.team_share.values() {
         assert_ne!(s.within_tolerance, Some(false), "{table}");
     }
+    // Over the whole replay, each team gets the GPU-time owed within its nominal quota at
+    // least as well under Ferry as under any baseline (the worst-served team's part).
+    let lowest = |r: &SimReport| {
+        r.team_share
+            .values()
+            .map(|s| s.quota_kept)
+            .fold(1.0, f64::min)
+    };
+    for peer in [fifo, easy, kueue] {
+        assert!(lowest(ferry) >= lowest(peer), "{} {table}", peer.policy);
+    }
+    assert!(lowest(fifo) < 0.99, "FIFO keeps no quota: {table}");
     // Makespan ends at the last completion (the timeline's last change), not at a stale event
     // of a preempted job.
     assert!(ferry.preemptions > 0, "{table}");
@@ -105,6 +117,47 @@ fn saturated_trace() -> Vec<TraceJob> {
         });
     }
     jobs
+}
+
+/// `quota_kept`: team B's 4-GPU job fits its quota of 4 from t = 10 but waits, under FIFO,
+/// behind team A's 8-GPU job until t = 100: B got 40 of the 400 GPU-seconds its quota owed
+/// it; A, asking for more than its quota, got all it was owed. Ferry takes back the 4 GPUs A
+/// borrowed, so B waits only for A's grace period.
+#[test]
+fn quota_kept_is_the_part_of_owed_quota_time_a_team_got() {
+    let trace = parse_trace(
+        "job_id,submit_s,duration_s,gpus,nodes,team,status\n\
+         a,0,100,8,1,A,COMPLETED\n\
+         b,10,10,4,1,B,COMPLETED\n",
+        "two.csv",
+    )
+    .unwrap();
+    let cluster = Cluster::uniform(1, 8, "gpu");
+    let q = |name: &str| QueueSpec {
+        name: name.into(),
+        cohort: Some("all".into()),
+        quotas: vec![FlavorQuota {
+            flavor: "gpu".into(),
+            nominal: 4,
+            borrowing_limit: None,
+            lending_limit: None,
+        }],
+        fair_share_weight: 1.0,
+    };
+    let queues = vec![q("A"), q("B")];
+    let fifo = simulate(&trace, &cluster, &queues, Policy::Fifo).unwrap();
+    assert!(
+        (fifo.team_share["B"].quota_kept - 0.1).abs() < 1e-9,
+        "{fifo:?}"
+    );
+    assert_eq!(fifo.team_share["A"].quota_kept, 1.0);
+    let ferry = simulate(&trace, &cluster, &queues, Policy::Ferry).unwrap();
+    assert_eq!(ferry.preemptions, 1, "{ferry:?}");
+    // Owed 4 GPUs from 10 to its end at 80 (60 s of grace, then 10 s of running): 40 of 280.
+    assert!(
+        (ferry.team_share["B"].quota_kept - 40.0 / 280.0).abs() < 1e-9,
+        "{ferry:?}"
+    );
 }
 
 #[test]

@@ -151,6 +151,12 @@ pub struct TeamShare {
     /// Whether `ratio` is within `FAIRNESS_TOLERANCE` of 1; `None` when all teams were saturated
     /// together for less than `MIN_SATURATED_S`.
     pub within_tolerance: Option<bool>,
+    /// Over the whole replay, not only while every team is saturated: the part of the
+    /// GPU-time owed within the team's nominal quota that it got. Owed, at each moment, is
+    /// what it runs plus what it waits for, capped at its nominal quota, while its smallest
+    /// waiting job fits in what is left of that quota (a waiting job larger than that cannot
+    /// be owed within quota). 1.0 means the quota was honoured whenever the team asked.
+    pub quota_kept: f64,
     /// Why the share differs from the entitlement (diagnosis only, not serialized).
     #[serde(skip)]
     pub breakdown: ShareBreakdown,
@@ -330,12 +336,23 @@ struct Fairness {
     sat_gpu_s: f64,
     team_sat_gpu_s: Vec<f64>,
     breakdown: Vec<ShareBreakdown>,
+    /// Each team's nominal quota (GPUs, all flavors) and the GPU-seconds owed within it and
+    /// got (`TeamShare::quota_kept`).
+    nominal: Vec<u64>,
+    owed_gpu_s: Vec<f64>,
+    kept_gpu_s: Vec<f64>,
 }
 
 impl Fairness {
-    fn new(entitled: Vec<f64>, capacity: f64, jobs: &[SimJob]) -> Fairness {
+    fn new(entitled: Vec<f64>, capacity: f64, jobs: &[SimJob], queues: &[QueueSpec]) -> Fairness {
         let n = entitled.len();
         Fairness {
+            nominal: queues
+                .iter()
+                .map(|q| q.quotas.iter().map(|x| u64::from(x.nominal)).sum())
+                .collect(),
+            owed_gpu_s: vec![0.0; n],
+            kept_gpu_s: vec![0.0; n],
             active: (0..n).map(|q| jobs.iter().any(|j| j.team == q)).collect(),
             entitled,
             capacity,
@@ -355,6 +372,25 @@ impl Fairness {
                     && (teams.busy[q] + teams.pending[q] as u64) as f64
                         >= self.entitled[q] * self.capacity)
         })
+    }
+
+    /// Adds an interval of `dt` seconds to each team's owed and kept quota GPU-time.
+    fn keep_quota(&mut self, teams: &Teams, dt: u64) {
+        for q in 0..self.nominal.len() {
+            let (busy, nominal) = (teams.busy[q], self.nominal[q]);
+            let room = nominal.saturating_sub(busy);
+            let fits = teams.pend_sizes[q]
+                .keys()
+                .next()
+                .is_some_and(|&g| g <= room);
+            let owed = if fits {
+                (busy + teams.pending[q] as u64).min(nominal)
+            } else {
+                busy.min(nominal)
+            };
+            self.owed_gpu_s[q] += (owed * dt) as f64;
+            self.kept_gpu_s[q] += (busy.min(owed) * dt) as f64;
+        }
     }
 
     /// Adds an all-saturated interval of `dt` seconds with `busy` GPUs in use, attributing each
@@ -428,6 +464,11 @@ impl Fairness {
                         ratio,
                         within_tolerance: (self.saturated_s >= MIN_SATURATED_S)
                             .then_some((ratio - 1.0).abs() <= FAIRNESS_TOLERANCE),
+                        quota_kept: if self.owed_gpu_s[q] > 0.0 {
+                            self.kept_gpu_s[q] / self.owed_gpu_s[q]
+                        } else {
+                            1.0
+                        },
                         breakdown: self.breakdown[q],
                     },
                 )
@@ -541,7 +582,7 @@ pub fn simulate_with(
     let t0 = now;
     let mut busy: u64 = 0;
     let mut teams = Teams::new(queues.len());
-    let mut fair = Fairness::new(entitlements(queues, cluster), capacity, &jobs);
+    let mut fair = Fairness::new(entitlements(queues, cluster), capacity, &jobs, queues);
     let mut waiting_busy = 0f64;
     let last_submit = trace.iter().map(|t| t.submit_s).max().unwrap_or(0);
     let mut window_busy = 0f64;
@@ -682,6 +723,7 @@ pub fn simulate_with(
         if now < last_submit {
             window_busy += busy as f64 * (t_next.min(last_submit) - now) as f64;
         }
+        fair.keep_quota(&teams, dt);
         if dt > 0 && fair.all_saturated(&teams) {
             let holder_teams: Vec<usize> = sched
                 .holders()

@@ -68,6 +68,13 @@ pub fn render_table(reports: &[SimReport]) -> String {
                 })
             });
         }
+        for team in first.team_share.keys() {
+            row(&mut s, &format!("quota kept {team}"), &|r| {
+                r.team_share
+                    .get(team)
+                    .map_or("-".into(), |t| format!("{:.3}", t.quota_kept))
+            });
+        }
     }
     if let [first, peers @ ..] = reports
         && !peers.is_empty()
