@@ -11,7 +11,9 @@
 # config, weights and tokenizer files); GPUS GPUs (default 1). Results: $OUT/results.tgz and
 # $OUT/report.txt. Knobs: ENGINE (torchrun, or deepspeed: ZeRO stage ZERO, default 2, through the
 # HF Trainer under torchrun; needs the deepspeed wheel and its pure-Python dependencies in
-# .whl/), STEPS (1500), WAIT_TRAIN / WAIT_DONE (seconds), and for a dry run
+# .whl/; or swift: ms-swift's `swift sft` under Ferry's torchrun launch, with ms-swift 4.6 and
+# the versions it pins — TRL < 1.0, PEFT < 0.21, datasets < 4.8.5 — as wheels in WHL, default
+# .whl), FERRY_GZ (a gzipped ferry binary, unpacked to $FERRY), STEPS (1500), WAIT_TRAIN / WAIT_DONE (seconds), and for a dry run
 # without GPUs SKIP_INSTALL=1 SITE=<stand-in packages> UP_ARGS="--gpus 1" with a stand-in
 # torchrun on PATH.
 set -u
@@ -23,6 +25,8 @@ OUT=$(mktemp -d)
 trap 'tar czf "$FINAL/results.tgz" -C "$OUT" . 2>/dev/null; cp "$OUT/report.txt" "$FINAL/" 2>/dev/null' EXIT
 mkdir -p "$FINAL"
 FERRY=${FERRY:-$ROOT/.carry/ferry}
+if [ -n "${FERRY_GZ:-}" ]; then gunzip -c "$FERRY_GZ" > "$FERRY" && chmod +x "$FERRY" || exit 1; fi
+WHL=${WHL:-.whl}
 STEPS=${STEPS:-1500}
 mkdir -p "$OUT"
 T0=$(date +%s)
@@ -32,7 +36,14 @@ SITE=${SITE:-/tmp/site}
 if [ -z "${SKIP_INSTALL:-}" ]; then
 # By name from .whl/: pip picks the wheel built for this python where there are several.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
-  --find-links .whl trl datasets dill multiprocess || exit 1
+  --find-links "$WHL" trl datasets dill multiprocess || exit 1
+if [ "${ENGINE:-torchrun}" = swift ]; then
+  # ms-swift and what it imports that this python lacks, or has in a version it refuses.
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+    --find-links "$WHL" ms-swift peft addict attrdict binpacking cpm-kernels dacite json-repair \
+    modelscope nltk openai distro jiter sniffio rouge uvicorn fastapi starlette pydantic \
+    pydantic-core annotated-types typing-inspection importlib-metadata || exit 1
+fi
 if [ "${ENGINE:-torchrun}" = deepspeed ]; then
   # Only what this python lacks: the wheels of other Python versions are skipped by pip.
   for m in deepspeed:deepspeed hjson:hjson cpuinfo:py_cpuinfo einops:einops msgpack:msgpack ninja:ninja \
@@ -47,7 +58,7 @@ fi
 export PYTHONPATH=$SITE
 python3 - <<'EOF' > "$OUT/versions.txt" 2>&1
 import importlib, inspect
-for m in ["torch", "transformers", "trl", "datasets", "peft", "accelerate", "pyarrow", "fsspec", "deepspeed"]:
+for m in ["torch", "transformers", "trl", "datasets", "peft", "accelerate", "pyarrow", "fsspec", "deepspeed", "swift"]:
     try:
         print(m, importlib.import_module(m).__version__)
     except Exception as e:

@@ -83,6 +83,11 @@ pub fn job_launch(job: &TrainJob, report: &PlanReport, paths: &JobPaths) -> Resu
         Launcher::Swift => render_swift_torchrun(report, &opts)?,
         other => render_train(report, other, &opts)?,
     };
+    if !spec.extra_args.is_empty() {
+        // After Ferry's own flags, each one shell word as written.
+        let extra: Vec<String> = spec.extra_args.iter().map(|a| shell_quote(a)).collect();
+        text = format!("{} \\\n  {}\n", text.trim_end(), extra.join(" "));
+    }
     let mut prelude = String::new();
     if let Some(entry) = match launcher {
         Launcher::Torchrun | Launcher::Deepspeed => Some("trl.scripts.sft"),

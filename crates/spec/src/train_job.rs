@@ -36,6 +36,12 @@ pub struct TrainJobSpec {
     /// For `engine: command`: the program and its arguments, run once per rank.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
+    /// For launcher engines whose command Ferry renders (torchrun, deepspeed, swift, and
+    /// megatron without `spec.command`): arguments appended, after Ferry's own, to the
+    /// training program's command line, e.g. `[--model_type, llama, --template, chatml]` for
+    /// ms-swift on a local model it cannot identify by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_args: Vec<String>,
     /// Extra environment variables for every rank.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
@@ -579,6 +585,25 @@ impl TrainJobSpec {
         for (i, arg) in self.command.iter().enumerate() {
             if arg.contains('\0') {
                 p.push(format!("spec.command[{i}]"), "must not contain NUL bytes");
+            }
+        }
+        let rendered = matches!(
+            self.engine,
+            EngineKind::Torchrun | EngineKind::Deepspeed | EngineKind::Swift | EngineKind::Megatron
+        ) && self.command.is_empty();
+        if !self.extra_args.is_empty() && !rendered {
+            p.push(
+                "spec.extraArgs",
+                format!(
+                    "is only for launcher engines whose command Ferry renders (torchrun, deepspeed, swift, megatron without spec.command), not engine: {}{}; put the arguments in spec.command",
+                    self.engine.as_str(),
+                    if self.command.is_empty() { "" } else { " with spec.command" }
+                ),
+            );
+        }
+        for (i, arg) in self.extra_args.iter().enumerate() {
+            if arg.contains('\0') {
+                p.push(format!("spec.extraArgs[{i}]"), "must not contain NUL bytes");
             }
         }
         for key in self.env.keys() {

@@ -404,6 +404,14 @@ fn bad_input_is_refused_with_one_clear_line() {
             ),
             "spec.maxTotalRuntimeSeconds: must be between 1 and",
         ),
+        (
+            "extra-args-on-command",
+            good.replace(
+                "  engine: command\n",
+                "  engine: command\n  extraArgs: [--lr, '1']\n",
+            ),
+            "spec.extraArgs: is only for launcher engines whose command Ferry renders",
+        ),
         ("missing-file", String::new(), "cannot read"),
     ];
     for (name, text, expect) in cases {

@@ -76,6 +76,9 @@ print("argv0", sys.argv[0], flush=True)
 data = args[args.index("--dataset_name" if "--dataset_name" in args else "--dataset") + 1]
 if "--add_version" in args:
     print("add_version", args[args.index("--add_version") + 1], flush=True)
+if "--model_type" in args:
+    import json
+    print("extra", json.dumps(args[args.index("--model_type"):]), flush=True)
 if "--resume_from_checkpoint" in args:
     print("resume", args[args.index("--resume_from_checkpoint") + 1], flush=True)
 print("dataset", data, sorted(os.listdir(data)) if os.path.isdir(data) else "not a directory", flush=True)
@@ -100,8 +103,13 @@ fn trl_launch(dir: &Path, data: &Path, steps: u32) -> JobLaunch {
 
 /// The launch Ferry renders for a one-GPU LoRA job with `engine` (an HF Trainer engine).
 fn launch(engine: &str, dir: &Path, data: &Path, steps: u32) -> JobLaunch {
+    launch_with(engine, dir, data, steps, "")
+}
+
+/// [`launch`] with more spec lines (`extra`, indented as spec fields).
+fn launch_with(engine: &str, dir: &Path, data: &Path, steps: u32, extra: &str) -> JobLaunch {
     let yaml = format!(
-        "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: j}}\nspec:\n  engine: {engine}\n  method: lora\n  model: {{source: hf, id: Qwen/Qwen2.5-0.5B}}\n  resources: {{nodes: 1, gpusPerNode: 1, gpu: H100-80GB}}\n  train: {{steps: {steps}}}\n  checkpoint: {{every: 100000}}\n"
+        "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: j}}\nspec:\n  engine: {engine}\n  method: lora\n  model: {{source: hf, id: Qwen/Qwen2.5-0.5B}}\n  resources: {{nodes: 1, gpusPerNode: 1, gpu: H100-80GB}}\n  train: {{steps: {steps}}}\n  checkpoint: {{every: 100000}}\n{extra}"
     );
     let job = match ferry_spec::parse_documents(&yaml, "j.yaml")
         .unwrap()
@@ -235,8 +243,21 @@ fn sigterm_during_training_saves_one_checkpoint_at_the_step_end_and_exits_143() 
 #[test]
 fn an_ms_swift_job_checkpoints_on_sigterm_too_and_keeps_its_checkpoints_where_ferry_looks() {
     let (dir, data) = workdir("chat.jsonl");
-    let launch = launch("swift", dir.path(), &data, 100_000);
+    // A local model ms-swift cannot name needs its model type and template: `extraArgs`
+    // reach the program as written, after Ferry's flags.
+    let launch = launch_with(
+        "swift",
+        dir.path(),
+        &data,
+        100_000,
+        "  extraArgs: [--model_type, llama, --template, \"chat ml's $HOME\"]\n",
+    );
     let head = sigterm_mid_training(dir.path(), &launch);
+    assert!(
+        head.iter()
+            .any(|l| l == r#"extra ["--model_type", "llama", "--template", "chat ml's $HOME"]"#),
+        "{head:#?}"
+    );
     assert!(
         head[0].starts_with("argv0 ") && head[0].ends_with("/swift/cli/sft.py"),
         "ms-swift's entry point runs as its CLI would run it: {head:#?}"
