@@ -38,11 +38,11 @@ if [ -z "${SKIP_INSTALL:-}" ]; then
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
   --find-links "$WHL" trl datasets dill multiprocess || exit 1
 if [ "${ENGINE:-torchrun}" = swift ]; then
-  # ms-swift and what it imports that this python lacks, or has in a version it refuses.
+  # WHL holds ms-swift and what it needs that this python lacks, or has in a version it
+  # refuses (the resolver's closure less the host's packages; oss2's chain left out).
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
-    --find-links "$WHL" ms-swift peft addict attrdict binpacking cpm-kernels dacite json-repair \
-    modelscope nltk openai distro jiter sniffio rouge uvicorn fastapi starlette pydantic \
-    pydantic-core annotated-types typing-inspection importlib-metadata || exit 1
+    "$WHL"/*.whl || exit 1
+  PYTHONPATH=$SITE python3 -c "from swift.pipelines import sft_main" || { log "ms-swift does not import"; exit 1; }
 fi
 if [ "${ENGINE:-torchrun}" = deepspeed ]; then
   # Only what this python lacks: the wheels of other Python versions are skipped by pip.
@@ -96,6 +96,7 @@ spec:
   train: {seqLen: 256, lr: 2e-4, steps: $STEPS}
   checkpoint: {every: 500, keep: 3}
 $( [ "${ENGINE:-torchrun}" = deepspeed ] && echo "  parallelism: {zero: ${ZERO:-2}}" )
+$( [ "${ENGINE:-torchrun}" = swift ] && echo "  extraArgs: [--model_type, llama, --template, chatml]" )
   onFailure: {maxRestarts: 0, graceSeconds: 60, resume: latest}
   env: {PYTHONPATH: $SITE, HF_HUB_OFFLINE: "1", HF_DATASETS_OFFLINE: "1", PYTHONUNBUFFERED: "1"}
 EOF

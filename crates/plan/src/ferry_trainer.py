@@ -13,7 +13,10 @@ SIGTERM a flag is set; at the end of the current optimizer step the ranks agree 
 of the flag over a CPU group, so no rank saves alone), the Trainer saves its usual
 `checkpoint-<step>` (model, optimizer, scheduler, RNG, trainer state) and every rank exits with
 143 (128 + SIGTERM), so the run counts as stopped, not finished. A SIGTERM before training
-starts exits at once: there is nothing to save yet.
+starts exits at once: there is nothing to save yet. Ferry signals the whole process group, so
+`torch.utils.data.DataLoader` worker processes (ms-swift starts one by default) get SIGTERM
+too; they ignore it (their parent ends them when it exits), or the first batch after the
+signal would fail on a dead worker before the checkpoint is written.
 
 Metrics. Each time the Trainer logs, rank 0 prints one JSON line with `step`, `max_steps` (the
 Trainer's own total, also for jobs given in epochs) and the logged numbers, which is the format
@@ -21,6 +24,7 @@ Ferry's control plane reads: loss curves in the store, and the pace that tells t
 when the job will end.
 """
 
+import functools
 import json
 import math
 import os
@@ -83,6 +87,38 @@ class _Agreement:
             self.dist.barrier(group=self.group)
 
 
+class _IgnoreSigterm:
+    """A DataLoader `worker_init_fn` that makes the worker ignore SIGTERM, then runs the
+    loader's own one (a class, not a closure, so spawned workers can unpickle it; it is
+    pickled by the module's import name, which `main` registers)."""
+
+    __module__ = "ferry_trainer"
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __call__(self, worker_id):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if self.inner is not None:
+            self.inner(worker_id)
+
+
+def _quiet_dataloader_workers():
+    try:
+        import torch.utils.data as data
+    except ImportError:
+        return
+    original = data.DataLoader.__init__
+
+    @functools.wraps(original)
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if self.num_workers > 0 and not isinstance(self.worker_init_fn, _IgnoreSigterm):
+            self.worker_init_fn = _IgnoreSigterm(self.worker_init_fn)
+
+    data.DataLoader.__init__ = init
+
+
 def _metrics_line(step, max_steps, logs):
     """One JSON object: the step, the total, and every finite number in `logs`."""
     line = {"step": int(step), "max_steps": int(max_steps)}
@@ -138,6 +174,9 @@ def _install():
 
     original = transformers.Trainer.__init__
 
+    # `wraps` keeps the original signature visible: trainers built on this one inspect it
+    # (ms-swift 4 passes `processing_class` or `tokenizer` by what it finds there).
+    @functools.wraps(original)
     def init(self, *args, **kwargs):
         original(self, *args, **kwargs)
         self.add_callback(FerryHooks())
@@ -150,7 +189,11 @@ def main():
         sys.exit("usage: python -m ferry_trainer MODULE [ARGS...]")
     module = sys.argv[1]
     sys.argv = [module] + sys.argv[2:]
+    # Run as `__main__`, which the training module is about to replace: objects defined
+    # here are found (by pickle too) under the import name.
+    sys.modules.setdefault("ferry_trainer", sys.modules[__name__])
     signal.signal(signal.SIGTERM, _on_sigterm)
+    _quiet_dataloader_workers()
     _install()
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 

@@ -429,8 +429,9 @@ fn swift_args(r: &PlanReport, o: &RenderOptions, mut cmd: Cmd) -> Result<String>
              (render with megatron)",
         ));
     }
+    // ms-swift 4 names it `--tuner_type` (3.x: `--train_type`, which 4 refuses).
     cmd.arg(format!("--model {}", r.model_name)).arg(format!(
-        "--train_type {}",
+        "--tuner_type {}",
         if c.method == MethodKind::Full {
             "full"
         } else {

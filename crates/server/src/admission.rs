@@ -20,7 +20,7 @@ use ferry_sched::{
 use ferry_spec::{FieldError, JobPhase, Queue, Resource, TrainJob};
 use ferry_store::{JobRecord, StatusPatch, StoreError};
 
-use crate::checkpoint::latest_checkpoint;
+use crate::checkpoint::{Layout, latest_checkpoint};
 use crate::error::ApiError;
 use crate::state::ControlPlane;
 
@@ -277,9 +277,9 @@ fn now() -> Time {
     u64::try_from(chrono::Utc::now().timestamp()).unwrap_or(0)
 }
 
-/// When the newest checkpoint in `dir` was written.
-fn checkpoint_time(dir: &Path) -> Option<Time> {
-    let latest = latest_checkpoint(dir)?;
+/// When the newest checkpoint in `dir` (laid out as `layout`) was written.
+fn checkpoint_time(dir: &Path, layout: Layout) -> Option<Time> {
+    let latest = latest_checkpoint(dir, layout)?;
     let modified = std::fs::metadata(latest).ok()?.modified().ok()?;
     let secs = modified
         .duration_since(std::time::UNIX_EPOCH)
@@ -578,7 +578,7 @@ async fn sync(
                 requeue(plane, job).await?;
             }
             (Some(Tracked::Running { ckpt, end }), phase) if phase.holds_resources() => {
-                let latest = checkpoint_time(&plane.checkpoint_dir(job));
+                let latest = checkpoint_time(&plane.checkpoint_dir(job), Layout::of(&job.job));
                 let ckpt = match latest.filter(|_| latest != ckpt) {
                     Some(at) => {
                         adm.sched.checkpointed(uid, at).ok();
@@ -770,7 +770,7 @@ async fn preempt(
 
 /// A preempted job whose ranks have all exited goes back to its queue.
 async fn requeue(plane: &ControlPlane, job: &JobRecord) -> Result<(), ApiError> {
-    let message = match latest_checkpoint(&plane.checkpoint_dir(job)) {
+    let message = match latest_checkpoint(&plane.checkpoint_dir(job), Layout::of(&job.job)) {
         Some(c) => format!(
             "stopped after preemption; back in the queue, will resume from {}",
             c.display()

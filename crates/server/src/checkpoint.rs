@@ -2,6 +2,32 @@
 
 use std::path::{Path, PathBuf};
 
+use ferry_spec::{EngineKind, TrainJob};
+
+/// How a job's engine lays out its checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// The Hugging Face Trainer's `checkpoint-<step>/` (TRL, DeepSpeed and ms-swift jobs
+    /// whose launch Ferry renders): nothing else in the output directory is a checkpoint
+    /// (ms-swift also writes `images/`, `runs/` and `logging.jsonl` there).
+    HfTrainer,
+    /// Whatever the engine writes (Ferry's own engine, user commands, Megatron).
+    Any,
+}
+
+impl Layout {
+    /// The layout `job`'s engine writes.
+    pub fn of(job: &TrainJob) -> Layout {
+        let rendered = job.spec.command.is_empty();
+        match job.spec.engine {
+            EngineKind::Torchrun | EngineKind::Deepspeed | EngineKind::Swift if rendered => {
+                Layout::HfTrainer
+            }
+            _ => Layout::Any,
+        }
+    }
+}
+
 /// The newest complete checkpoint in `dir`, if any.
 ///
 /// Megatron-style directories (`latest_checkpointed_iteration.txt`) resume from the
@@ -11,10 +37,12 @@ use std::path::{Path, PathBuf};
 /// `.incomplete` suffixes) are never chosen: engines write to a temporary name and
 /// rename, so whatever has its final name is complete. The Hugging Face Trainer is the
 /// exception: it writes `checkpoint-<step>` in place, `trainer_state.json` last, so in a
-/// directory of its checkpoints (some `checkpoint-*` has that file) one without it was cut
-/// off (the launch prelude in `ferry-plan` skips it the same way). Other engines' own
-/// `checkpoint-*` layouts are taken as they are.
-pub fn latest_checkpoint(dir: &Path) -> Option<PathBuf> {
+/// directory of its checkpoints ([`Layout::HfTrainer`], or some `checkpoint-*` has that
+/// file) only a `checkpoint-*` with it counts: one without was cut off, and the Trainer's
+/// other output (`runs/`, ms-swift's `images/`) is no checkpoint (the launch prelude in
+/// `ferry-plan` looks the same way). Other engines' own `checkpoint-*` layouts are taken as
+/// they are.
+pub fn latest_checkpoint(dir: &Path, layout: Layout) -> Option<PathBuf> {
     if dir.join("latest_checkpointed_iteration.txt").is_file() {
         return Some(dir.to_path_buf());
     }
@@ -28,7 +56,8 @@ pub fn latest_checkpoint(dir: &Path) -> Option<PathBuf> {
             (e, state)
         })
         .collect();
-    let trainer_dir = entries.iter().any(|(_, state)| *state == Some(true));
+    let trainer_dir =
+        layout == Layout::HfTrainer || entries.iter().any(|(_, state)| *state == Some(true));
     entries
         .into_iter()
         .filter_map(|(e, state)| {
@@ -38,7 +67,7 @@ pub fn latest_checkpoint(dir: &Path) -> Option<PathBuf> {
                 .any(|s| name.ends_with(s));
             // Checkpoints are directories; files beside them (a shared tokenizer) are not.
             let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-            let cut_off = trainer_dir && state == Some(false);
+            let cut_off = trainer_dir && state != Some(true);
             if name.starts_with('.') || unfinished || !is_dir || cut_off {
                 return None;
             }
@@ -66,15 +95,37 @@ fn trailing_number(name: &str) -> Option<u64> {
 mod tests {
     use super::*;
 
+    /// ms-swift writes `images/` and `runs/` beside its checkpoints: before its first
+    /// checkpoint, an HF Trainer job has none (found on an H200 run, where the requeue
+    /// message named `images/`).
+    #[test]
+    fn an_hf_trainer_job_resumes_only_from_complete_checkpoint_dirs() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["images", "runs", "checkpoint-8"] {
+            std::fs::create_dir(dir.path().join(name)).unwrap();
+        }
+        assert_eq!(latest_checkpoint(dir.path(), Layout::HfTrainer), None);
+        // Any other engine's directory is its checkpoint, whatever its name.
+        assert!(latest_checkpoint(dir.path(), Layout::Any).is_some());
+        std::fs::create_dir(dir.path().join("checkpoint-5")).unwrap();
+        std::fs::write(dir.path().join("checkpoint-5/trainer_state.json"), "{}").unwrap();
+        for layout in [Layout::HfTrainer, Layout::Any] {
+            assert_eq!(
+                latest_checkpoint(dir.path(), layout),
+                Some(dir.path().join("checkpoint-5"))
+            );
+        }
+    }
+
     #[test]
     fn highest_step_wins_and_unfinished_ones_are_skipped() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(latest_checkpoint(dir.path()), None);
+        assert_eq!(latest_checkpoint(dir.path(), Layout::Any), None);
         for name in ["step-9", "step-10", "step-11.tmp", ".step-12"] {
             std::fs::create_dir(dir.path().join(name)).unwrap();
         }
         assert_eq!(
-            latest_checkpoint(dir.path()),
+            latest_checkpoint(dir.path(), Layout::Any),
             Some(dir.path().join("step-10"))
         );
     }
@@ -89,7 +140,7 @@ mod tests {
             }
         }
         assert_eq!(
-            latest_checkpoint(dir.path()),
+            latest_checkpoint(dir.path(), Layout::Any),
             Some(dir.path().join("checkpoint-5"))
         );
     }
@@ -101,7 +152,7 @@ mod tests {
             std::fs::create_dir(dir.path().join(name)).unwrap();
         }
         assert_eq!(
-            latest_checkpoint(dir.path()),
+            latest_checkpoint(dir.path(), Layout::Any),
             Some(dir.path().join("checkpoint-40"))
         );
     }
@@ -112,13 +163,16 @@ mod tests {
         std::fs::create_dir(dir.path().join("iter_0000100")).unwrap();
         std::fs::write(dir.path().join("latest_checkpointed_iteration.txt"), "100").unwrap();
         assert_eq!(
-            latest_checkpoint(dir.path()),
+            latest_checkpoint(dir.path(), Layout::Any),
             Some(dir.path().to_path_buf())
         );
     }
 
     #[test]
     fn a_missing_directory_has_no_checkpoint() {
-        assert_eq!(latest_checkpoint(Path::new("/nonexistent/ferry")), None);
+        assert_eq!(
+            latest_checkpoint(Path::new("/nonexistent/ferry"), Layout::Any),
+            None
+        );
     }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use ferry_spec::EngineKind;
 use ferry_store::{JobRecord, ModelRecord, StoreError};
 
-use crate::checkpoint::latest_checkpoint;
+use crate::checkpoint::{Layout, latest_checkpoint};
 use crate::engines::resolve_engine;
 use crate::state::ControlPlane;
 
@@ -33,7 +33,7 @@ pub(crate) async fn export(
         return Ok(None);
     };
     let checkpoint_root = plane.checkpoint_dir(job);
-    let checkpoint = latest_checkpoint(&checkpoint_root).ok_or_else(|| {
+    let checkpoint = latest_checkpoint(&checkpoint_root, Layout::of(&job.job)).ok_or_else(|| {
         format!(
             "the job asked for an export but wrote no checkpoint under {}; have the engine save one at the end",
             checkpoint_root.display()

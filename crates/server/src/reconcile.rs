@@ -15,7 +15,7 @@ use ferry_spec::{JobPhase, ModelSource, ResumePolicy};
 use ferry_store::{JobFilter, JobRecord, StatusPatch, StoreError};
 
 use crate::admission::{self, Admission};
-use crate::checkpoint::latest_checkpoint;
+use crate::checkpoint::{Layout, latest_checkpoint};
 use crate::engines::{LaunchContext, adapter_for};
 use crate::error::ApiError;
 use crate::export;
@@ -354,7 +354,9 @@ async fn launch(plane: &ControlPlane, job: &JobRecord, from: JobPhase) -> Result
     let attempt = job.attempt + 1;
     let checkpoint_dir = plane.checkpoint_dir(job);
     let resume_from = match job.job.spec.on_failure.resume {
-        ResumePolicy::Latest if attempt > 1 => latest_checkpoint(&checkpoint_dir),
+        ResumePolicy::Latest if attempt > 1 => {
+            latest_checkpoint(&checkpoint_dir, Layout::of(&job.job))
+        }
         _ => None,
     };
     let model_dir = match resolve_model_dir(plane, job).await {

@@ -76,6 +76,12 @@ print("argv0", sys.argv[0], flush=True)
 data = args[args.index("--dataset_name" if "--dataset_name" in args else "--dataset") + 1]
 if "--add_version" in args:
     print("add_version", args[args.index("--add_version") + 1], flush=True)
+import inspect
+# Trainers built on this one read its signature (ms-swift picks `processing_class` by it).
+print("trainer params", list(inspect.signature(transformers.Trainer.__init__).parameters), flush=True)
+if "--tuner_type" in args or "--train_type" in args:
+    # ms-swift 4 refuses the 3.x name.
+    print("tuner", "--tuner_type" in args and "--train_type" not in args, flush=True)
 if "--model_type" in args:
     import json
     print("extra", json.dumps(args[args.index("--model_type"):]), flush=True)
@@ -87,6 +93,77 @@ if os.environ.get("FAKE_WAIT"):
     time.sleep(60)
 transformers.Trainer(int(args[args.index("--max_steps") + 1])).train()
 "#;
+
+/// Stands in for `torch.utils.data`: a DataLoader keeps its worker count and init function.
+const FAKE_TORCH_DATA: &str = r#"
+class DataLoader:
+    def __init__(self, dataset=None, num_workers=0, worker_init_fn=None):
+        self.num_workers = num_workers
+        self.worker_init_fn = worker_init_fn
+"#;
+
+/// Run under `ferry_trainer` as the training module would be: makes a DataLoader with a
+/// worker, sends its init function through pickle (as a spawned worker gets it), runs it in
+/// a forked worker and sends that worker SIGTERM, as Ferry's signal to the process group does.
+const WORKER_PROBE: &str = r#"
+import os, pickle, signal, sys, time
+import torch.utils.data as data
+seen = []
+loader = data.DataLoader([], num_workers=1, worker_init_fn=seen.append)
+init = pickle.loads(pickle.dumps(data.DataLoader([], num_workers=1).worker_init_fn))
+pid = os.fork()
+if pid == 0:
+    init(0)
+    loader.worker_init_fn(3)
+    print("loader's own init ran", seen == [3], flush=True)
+    time.sleep(10)
+    os._exit(0)
+time.sleep(1)
+os.kill(pid, signal.SIGTERM)
+time.sleep(1)
+done, status = os.waitpid(pid, os.WNOHANG)
+print("worker alive after SIGTERM", done == 0, flush=True)
+os.kill(pid, signal.SIGKILL)
+os.waitpid(pid, 0)
+"#;
+
+/// Ferry signals the whole process group: a DataLoader worker (ms-swift starts one by
+/// default) must outlive SIGTERM so the checkpoint is written (found on an H200: the dead
+/// worker failed the next batch before the save), and the loader's own init still runs.
+#[test]
+fn dataloader_workers_ignore_sigterm_and_their_init_still_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let site = dir.path().join("site");
+    std::fs::create_dir_all(site.join("transformers")).unwrap();
+    std::fs::create_dir_all(site.join("torch/utils/data")).unwrap();
+    std::fs::write(site.join("transformers/__init__.py"), FAKE_TRANSFORMERS).unwrap();
+    std::fs::write(site.join("torch/__init__.py"), "").unwrap();
+    std::fs::write(site.join("torch/utils/__init__.py"), "").unwrap();
+    std::fs::write(site.join("torch/utils/data/__init__.py"), FAKE_TORCH_DATA).unwrap();
+    std::fs::write(site.join("probe.py"), WORKER_PROBE).unwrap();
+    let launch = trl_launch(dir.path(), &dir.path().join("d.jsonl"), 1);
+    std::fs::write(
+        site.join("ferry_trainer.py"),
+        &launch.files["ferry_trainer.py"],
+    )
+    .unwrap();
+    let out = Command::new("python3")
+        .args(["-m", "ferry_trainer", "probe"])
+        .env("PYTHONPATH", &site)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("loader's own init ran True"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("worker alive after SIGTERM True"),
+        "{stdout}\n{stderr}"
+    );
+}
 
 /// A scratch directory with a one-line chat data file called `name`.
 fn workdir(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
@@ -261,6 +338,14 @@ fn an_ms_swift_job_checkpoints_on_sigterm_too_and_keeps_its_checkpoints_where_fe
     assert!(
         head[0].starts_with("argv0 ") && head[0].ends_with("/swift/cli/sft.py"),
         "ms-swift's entry point runs as its CLI would run it: {head:#?}"
+    );
+    assert!(
+        head.iter().any(|l| l == "trainer params ['self', 'steps']"),
+        "the hooked Trainer keeps its signature: {head:#?}"
+    );
+    assert!(
+        head.iter().any(|l| l == "tuner True"),
+        "ms-swift 4's --tuner_type: {head:#?}"
     );
     assert!(
         head.iter().any(|l| l == "add_version false"),
