@@ -14,9 +14,10 @@ of the flag over a CPU group, so no rank saves alone), the Trainer saves its usu
 `checkpoint-<step>` (model, optimizer, scheduler, RNG, trainer state) and every rank exits with
 143 (128 + SIGTERM), so the run counts as stopped, not finished. A SIGTERM before training
 starts exits at once: there is nothing to save yet. Ferry signals the whole process group, so
-`torch.utils.data.DataLoader` worker processes (ms-swift starts one by default) get SIGTERM
-too; they ignore it (their parent ends them when it exits), or the first batch after the
-signal would fail on a dead worker before the checkpoint is written.
+`torch.utils.data.DataLoader` worker processes (ms-swift starts one by default) would get
+SIGTERM too and die, and the next batch would fail before the checkpoint is written: they
+leave the group as they start. Their parent still stops them as usual (they keep SIGTERM's
+default action for that), and they exit by themselves if it dies (PyTorch's watchdog).
 
 Metrics. Each time the Trainer logs, rank 0 prints one JSON line with `step`, `max_steps` (the
 Trainer's own total, also for jobs given in epochs) and the logged numbers, which is the format
@@ -87,10 +88,11 @@ class _Agreement:
             self.dist.barrier(group=self.group)
 
 
-class _IgnoreSigterm:
-    """A DataLoader `worker_init_fn` that makes the worker ignore SIGTERM, then runs the
-    loader's own one (a class, not a closure, so spawned workers can unpickle it; it is
-    pickled by the module's import name, which `main` registers)."""
+class _OwnProcessGroup:
+    """A DataLoader `worker_init_fn` that moves the worker out of the rank's process group
+    (out of reach of the group SIGTERM) with SIGTERM's default action, then runs the loader's
+    own one (a class, not a closure, so spawned workers can unpickle it; it is pickled by
+    the module's import name, which `main` registers)."""
 
     __module__ = "ferry_trainer"
 
@@ -98,7 +100,8 @@ class _IgnoreSigterm:
         self.inner = inner
 
     def __call__(self, worker_id):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.setpgid(0, 0)
         if self.inner is not None:
             self.inner(worker_id)
 
@@ -113,8 +116,8 @@ def _quiet_dataloader_workers():
     @functools.wraps(original)
     def init(self, *args, **kwargs):
         original(self, *args, **kwargs)
-        if self.num_workers > 0 and not isinstance(self.worker_init_fn, _IgnoreSigterm):
-            self.worker_init_fn = _IgnoreSigterm(self.worker_init_fn)
+        if self.num_workers > 0 and not isinstance(self.worker_init_fn, _OwnProcessGroup):
+            self.worker_init_fn = _OwnProcessGroup(self.worker_init_fn)
 
     data.DataLoader.__init__ = init
 
