@@ -7,6 +7,21 @@ use ferry_sched::{
     default_queues, parse_trace, read_trace, render_svg, render_table, simulate,
 };
 
+/// A queue of `nominal` GPUs of flavor `gpu` in the cohort `all`.
+fn cohort_queue(name: &str, nominal: u32) -> QueueSpec {
+    QueueSpec {
+        name: name.into(),
+        cohort: Some("all".into()),
+        quotas: vec![FlavorQuota {
+            flavor: "gpu".into(),
+            nominal,
+            borrowing_limit: None,
+            lending_limit: None,
+        }],
+        fair_share_weight: 1.0,
+    }
+}
+
 fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -133,18 +148,7 @@ fn quota_kept_is_the_part_of_owed_quota_time_a_team_got() {
     )
     .unwrap();
     let cluster = Cluster::uniform(1, 8, "gpu");
-    let q = |name: &str| QueueSpec {
-        name: name.into(),
-        cohort: Some("all".into()),
-        quotas: vec![FlavorQuota {
-            flavor: "gpu".into(),
-            nominal: 4,
-            borrowing_limit: None,
-            lending_limit: None,
-        }],
-        fair_share_weight: 1.0,
-    };
-    let queues = vec![q("A"), q("B")];
+    let queues = vec![cohort_queue("A", 4), cohort_queue("B", 4)];
     let fifo = simulate(&trace, &cluster, &queues, Policy::Fifo).unwrap();
     assert!(
         (fifo.team_share["B"].quota_kept - 0.1).abs() < 1e-9,
@@ -164,18 +168,11 @@ fn quota_kept_is_the_part_of_owed_quota_time_a_team_got() {
 fn saturated_teams_get_their_entitlement_within_ten_percent() {
     let trace = saturated_trace();
     let cluster = Cluster::uniform(8, 8, "gpu");
-    let q = |name: &str, nominal: u32| QueueSpec {
-        name: name.into(),
-        cohort: Some("all".into()),
-        quotas: vec![FlavorQuota {
-            flavor: "gpu".into(),
-            nominal,
-            borrowing_limit: None,
-            lending_limit: None,
-        }],
-        fair_share_weight: 1.0,
-    };
-    let queues = vec![q("big", 32), q("mid", 16), q("small", 16)];
+    let queues = vec![
+        cohort_queue("big", 32),
+        cohort_queue("mid", 16),
+        cohort_queue("small", 16),
+    ];
     let ferry = simulate(&trace, &cluster, &queues, Policy::Ferry).unwrap();
     let fifo = simulate(&trace, &cluster, &queues, Policy::Fifo).unwrap();
     let table = render_table(&[ferry.clone(), fifo]);
