@@ -119,7 +119,8 @@ fn throughput_model_is_within_2x_of_fixture_step_times() {
 }
 
 /// Multi-GPU rows (issue 9): DDP and FSDP2 full shard through torchrun, Megatron-Core at TP/PP,
-/// measured on 2 H200s with `scripts/gpu/` and predicted by `plan()` for the same fixed layout.
+/// measured on 2 and 4 H200s with `scripts/gpu/` and predicted by `plan()` for the same fixed
+/// layout.
 /// DDP rows are predicted with the second bucket copy of its iteration-2 rebuild; a rank holds it
 /// at its peak or not depending on when NCCL releases the old buckets, so a DDP row passes when
 /// either the prediction or the prediction without that copy is within 10%.
@@ -141,7 +142,8 @@ fn multi_gpu_measurements_meet_the_bars() {
         let checks = check_rows(&rows, GpuKind::H200, shape).unwrap();
         let summary = summarize(&checks, GpuKind::H200.spec().memory_bytes);
         println!("{}\n{}", file.display(), render_table(&checks, &summary));
-        assert!(summary.measured >= 10);
+        // x2: 18 rows; x4: the 6 DDP/FSDP rows at dp=4 (its Megatron rows are not run yet).
+        assert!(summary.measured >= 6);
         assert!(
             summary.median_abs_error <= 0.05,
             "bar 1: median {summary:?}"
