@@ -18,12 +18,11 @@ pub enum Layout {
 impl Layout {
     /// The layout `job`'s engine writes.
     pub fn of(job: &TrainJob) -> Layout {
-        let rendered = job.spec.command.is_empty();
-        match job.spec.engine {
-            EngineKind::Torchrun | EngineKind::Deepspeed | EngineKind::Swift if rendered => {
-                Layout::HfTrainer
-            }
-            _ => Layout::Any,
+        // Every rendered launch but Megatron's runs the HF Trainer.
+        if job.spec.renders_launch() && job.spec.engine != EngineKind::Megatron {
+            Layout::HfTrainer
+        } else {
+            Layout::Any
         }
     }
 }

@@ -7,6 +7,7 @@ use std::path::Path;
 use ferry_spec::JobPhase;
 use ferry_store::{Event, JobRecord};
 
+use crate::reconcile::grace_of;
 use crate::state::LiveGang;
 
 /// Seconds the job spent `Running` in its earlier runs, from its event log: each interval
@@ -49,9 +50,9 @@ pub(crate) fn overrun(
 ) -> Option<Overrun> {
     let ran_s = now_ms.saturating_sub(live.gang.launched_at_unix_ms) / 1000;
     let spec = &job.job.spec;
-    let grace = job.job.spec.on_failure.grace_seconds.max(0.0);
     let stop = format!(
-        "its ranks get SIGTERM and {grace} s to checkpoint into {}",
+        "its ranks get SIGTERM and {} s to checkpoint into {}",
+        grace_of(job).as_secs_f64(),
         checkpoints.display()
     );
     if let Some(budget) = spec.max_total_runtime_seconds

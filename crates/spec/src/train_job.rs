@@ -517,6 +517,15 @@ impl TrainJob {
 }
 
 impl TrainJobSpec {
+    /// Whether Ferry renders the launch (a launcher engine without the user's own
+    /// `spec.command`): where `spec.extraArgs` applies and the planner's command runs.
+    pub fn renders_launch(&self) -> bool {
+        matches!(
+            self.engine,
+            EngineKind::Torchrun | EngineKind::Deepspeed | EngineKind::Swift | EngineKind::Megatron
+        ) && self.command.is_empty()
+    }
+
     fn validate(&self, p: &mut Problems) {
         let r = &self.resources;
         p.at_least("spec.resources.nodes", i64::from(r.nodes), 1);
@@ -587,11 +596,7 @@ impl TrainJobSpec {
                 p.push(format!("spec.command[{i}]"), "must not contain NUL bytes");
             }
         }
-        let rendered = matches!(
-            self.engine,
-            EngineKind::Torchrun | EngineKind::Deepspeed | EngineKind::Swift | EngineKind::Megatron
-        ) && self.command.is_empty();
-        if !self.extra_args.is_empty() && !rendered {
+        if !self.extra_args.is_empty() && !self.renders_launch() {
             p.push(
                 "spec.extraArgs",
                 format!(
