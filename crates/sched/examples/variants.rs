@@ -1,10 +1,14 @@
 //! Ferry vs FIFO and EASY backfill on two disjoint sets of traces:
-//! `cargo run --release -p ferry-sched --example variants -- tune|heldout [TRACE.csv]`.
+//! `cargo run --release -p ferry-sched --example variants -- tune|heldout|wide [TRACE.csv]`.
 //!
 //! * `tune`: the set the policy was tuned on — variants of the trace and generated traces with
 //!   seeds 1–12 (job-size mixes Small / Mixed / Gangs, loads 0.8 / 1.0 / 1.3, 128 GPUs).
 //! * `heldout`: never used while tuning — other variants and time windows of the trace, and
 //!   generated traces with seeds 1001–1010 at other loads, cluster sizes and team counts.
+//! * `wide`: a larger validation set, to judge a change on more than the tuning set's noise:
+//!   40 random resamples of the trace (a random window of half to all of its submit span, a
+//!   random half to all of its rows, 0.8–1.2× the default cluster) and 240 generated traces
+//!   (seeds 2001–2040, loads 1.0 / 1.4, 64 / 128 / 256 GPUs, 2–6 teams).
 //!
 //! `FERRY_OPTS='{"durationWeight": 0}'` overrides Ferry's options (JSON, merged over the
 //! defaults) for experiments. Prints one line per trace, the pass counts per comparison, and
@@ -323,6 +327,50 @@ fn helios_heldout(trace: &[TraceJob], out: &mut Vec<Case>) {
     );
 }
 
+/// A small deterministic generator for the `wide` set's resamples (splitmix64).
+struct Mix64(u64);
+
+impl Mix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[lo, hi)` (permille resolution is enough here).
+    fn frac(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * (self.next() % 1000) as f64 / 1000.0
+    }
+}
+
+fn helios_wide(trace: &[TraceJob], out: &mut Vec<Case>) {
+    let span = trace.iter().map(|j| j.submit_s).max().unwrap_or(0) + 1;
+    for k in 0..40u64 {
+        let mut rng = Mix64(7000 + k);
+        let len = rng.frac(0.5, 1.0);
+        let lo = (rng.frac(0.0, 1.0 - len) * span as f64) as u64;
+        let hi = lo + (len * span as f64) as u64;
+        let keep = rng.frac(0.5, 1.0);
+        let t: Vec<TraceJob> = trace
+            .iter()
+            .filter(|j| j.submit_s >= lo && j.submit_s < hi)
+            .filter(|_| (rng.next() % 1000) as f64 / 1000.0 < keep)
+            .cloned()
+            .collect();
+        let size = rng.frac(0.8, 1.2);
+        let gpus = (default_cluster(&t).total_gpus() as f64 * size / 8.0).round() as u32 * 8;
+        let largest = t.iter().map(|j| j.gpus).max().unwrap_or(8);
+        out.push(Case {
+            name: format!("helios resample {k}"),
+            group: "helios",
+            trace: t,
+            cluster: Some(cluster_with_gpus(gpus.max(largest))),
+        });
+    }
+}
+
 fn scale_submit(trace: &[TraceJob], num: u64, den: u64) -> Vec<TraceJob> {
     trace
         .iter()
@@ -375,6 +423,28 @@ fn generated(set: &str, out: &mut Vec<Case>) {
                 }
             }
         }
+    } else if set == "wide" {
+        for seed in 2001..=2040u64 {
+            let gpus = [64, 128, 256][seed as usize % 3];
+            for mix in mixes {
+                for load in [1.0, 1.4] {
+                    let spec = GenSpec {
+                        seed,
+                        jobs: 500,
+                        teams: 2 + (seed as usize % 5),
+                        gpus,
+                        load,
+                        mix,
+                    };
+                    out.push(Case {
+                        name: format!("gen s{seed} {mix:?} load {load} {gpus} GPUs"),
+                        group: group(mix),
+                        trace: generated_trace(&spec),
+                        cluster: Some(cluster_with_gpus(gpus)),
+                    });
+                }
+            }
+        }
     } else {
         for seed in 1001..=1010u64 {
             let gpus = [64, 128, 256][seed as usize % 3];
@@ -403,8 +473,8 @@ fn generated(set: &str, out: &mut Vec<Case>) {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let set = args.get(1).map_or("tune", String::as_str);
-    if set != "tune" && set != "heldout" {
-        return Err("usage: variants tune|heldout [TRACE.csv]".into());
+    if !["tune", "heldout", "wide"].contains(&set) {
+        return Err("usage: variants tune|heldout|wide [TRACE.csv]".into());
     }
     let mut opts = serde_json::to_value(Options::default())?;
     if let Ok(o) = std::env::var("FERRY_OPTS") {
@@ -419,6 +489,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let trace = ferry_sched::read_trace(Path::new(path))?;
         if set == "tune" {
             helios_tune(&trace, &mut cases);
+        } else if set == "wide" {
+            helios_wide(&trace, &mut cases);
         } else {
             helios_heldout(&trace, &mut cases);
         }

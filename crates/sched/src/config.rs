@@ -253,6 +253,11 @@ pub struct Options {
     /// return quota instead of draining the cohort for a gang that would take it far above
     /// (`None`: no bound, the policy before; docs/scheduler.md).
     pub drain_overshoot_pct: Option<u32>,
+    /// Reclaiming lent quota may take a borrowed job only while its queue borrows at least this
+    /// percentage of the job's GPUs. At the default 50, a reclaim never leaves the victim's queue
+    /// owed more than it was borrowing, and never restarts a large gang to return a few GPUs
+    /// (0: any borrowed job, the policy before; docs/scheduler.md).
+    pub reclaim_min_borrowed_pct: u32,
 }
 
 impl Default for Options {
@@ -276,6 +281,7 @@ impl Default for Options {
             deficit_threshold_s: 3_600,
             reclaim_through_reservation: false,
             drain_overshoot_pct: Some(50),
+            reclaim_min_borrowed_pct: 50,
         }
     }
 }

@@ -61,10 +61,12 @@ fn case() -> impl Strategy<Value = Case> {
         // Fairness deficits: off, or a half-life on the scale of the jobs (1-60 s).
         prop::sample::select(vec![0u64, 30]),
         // Reclaims through another gang's reservation: off (the default) or on; how far past
-        // its quota a draining holder may go: unbounded, not at all, or the default half.
+        // its quota a draining holder may go: unbounded, not at all, or the default half; how
+        // much of a reclaim victim its queue must borrow: any part, or the default half.
         (
             any::<bool>(),
             prop::sample::select(vec![None, Some(0u32), Some(50)]),
+            prop::sample::select(vec![0u32, 50]),
         ),
     );
     (nodes, queues, jobs, opts).prop_map(
@@ -72,7 +74,7 @@ fn case() -> impl Strategy<Value = Case> {
             nodes,
             queues,
             jobs,
-            (backfill, preemption, fair, loan, deficit, (through, overshoot)),
+            (backfill, preemption, fair, loan, deficit, (through, overshoot, borrowed)),
         )| {
             let cluster = Cluster {
                 nodes: nodes
@@ -172,6 +174,7 @@ fn case() -> impl Strategy<Value = Case> {
                 deficit_threshold_s: 1,
                 reclaim_through_reservation: through,
                 drain_overshoot_pct: overshoot,
+                reclaim_min_borrowed_pct: borrowed,
                 ..Options::default()
             };
             Case {
@@ -208,10 +211,11 @@ fn fair_case() -> impl Strategy<Value = Case> {
         (
             any::<bool>(),
             prop::sample::select(vec![None, Some(0u32), Some(50)]),
+            prop::sample::select(vec![0u32, 50]),
         ),
     );
     (2usize..4, quotas, jobs, switches).prop_map(
-        |(nodes, quotas, jobs, (backfill, hold, deficit, (through, overshoot)))| {
+        |(nodes, quotas, jobs, (backfill, hold, deficit, (through, overshoot, borrowed)))| {
             let cluster = Cluster::uniform(nodes, 4, flavors()[0]);
             let cap = cluster.total_gpus() as u32;
             let total: u32 = quotas.iter().map(|(n, _)| n).sum();
@@ -271,6 +275,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
                     deficit_threshold_s: 1,
                     reclaim_through_reservation: through,
                     drain_overshoot_pct: overshoot,
+                    reclaim_min_borrowed_pct: borrowed,
                     ..Options::default()
                 },
             }

@@ -267,11 +267,12 @@ fn queued_sleeper(name: &str, queue: &str, gpus: u32, steps: u32) -> String {
 #[test]
 fn a_gang_an_owner_would_reclaim_at_once_is_not_started_before_the_owner() {
     let plane = Plane::start(Some(4));
-    let queues = "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: a}\nspec: {cohort: c, quotas: [{flavor: any, nominal: 3}]}\n---\napiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: b}\nspec: {cohort: c, quotas: [{flavor: any, nominal: 1}]}\n";
+    let queues = "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: a}\nspec: {cohort: c, quotas: [{flavor: any, nominal: 2}]}\n---\napiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: b}\nspec: {cohort: c, quotas: [{flavor: any, nominal: 2}]}\n";
     plane.apply("queues.yaml", queues);
     plane.apply("first.yaml", &queued_sleeper("first", "a", 1, 6));
     plane.wait_phase("first", "Running", LIMIT);
-    // The 4-GPU gang needs 1 GPU of b's quota: it waits for `first` and holds the machine.
+    // The 4-GPU gang needs 2 GPUs of b's quota (half of it is borrowed, so an owner may take it
+    // back): it waits for `first` and holds the machine.
     plane.apply("gang.yaml", &queued_sleeper("gang", "a", 4, 3));
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(plane.job("gang")["status"]["phase"], "Queued");

@@ -114,6 +114,7 @@ impl Scheduler {
                     Kind::Reclaim => {
                         vj.borrowed
                             && !vj.protected
+                            && self.mostly_borrowed(vj.queue, f, vj.gpus())
                             && vj.prio <= prio
                             && (critical || !self.deficit_ahead(vj.queue, q, vj.gpus()))
                     }
@@ -131,6 +132,15 @@ impl Scheduler {
         });
         cands.truncate(256);
         cands
+    }
+
+    /// Whether queue `vq` borrows enough of flavor `f` for a job of `gpus` GPUs to be taken
+    /// back (`Options::reclaim_min_borrowed_pct`): a reclaim returns lent GPUs; a job mostly
+    /// inside its queue's own quota is not lent, and taking it would make its queue the owed one.
+    fn mostly_borrowed(&self, vq: u32, f: usize, gpus: u64) -> bool {
+        let vs = &self.queues[vq as usize];
+        let over = vs.quota[f].map_or(0, |qq| vs.usage[f].saturating_sub(qq.nominal));
+        over * 100 >= gpus * u64::from(self.opts.reclaim_min_borrowed_pct)
     }
 
     /// Takes candidates in order until `j`'s quota and a placement both fit, then drops those

@@ -428,6 +428,52 @@ fn owner_reclaims_lent_quota_taking_the_least_work_first() {
     assert!(usage.iter().all(|u| u.usage[0].1 <= 8));
 }
 
+/// Team a borrows 2 GPUs, but in a 16-GPU gang admitted by borrowing; its small jobs run
+/// within its quota. Team b's 8-GPU job, within b's quota, finds no free node. Taking the gang
+/// would restart 16 GPUs to return 2 and leave a owed 14: by default b waits for a's own work
+/// to end; with `reclaim_min_borrowed_pct: 0` (the policy before) the gang is preempted.
+fn reclaim_of_a_barely_borrowing_gang(min_borrowed_pct: u32) -> (Vec<Decision>, Scheduler) {
+    let mut s = Scheduler::with_options(
+        Cluster::uniform(5, 8, "gpu"),
+        vec![queue("a", Some("c"), 32), queue("b", Some("c"), 8)],
+        prios(),
+        Options {
+            reclaim_min_borrowed_pct: min_borrowed_pct,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    s.submit(wl("s1", "a", 1, 8, 0, Some(100))).unwrap();
+    s.submit(wl("s2", "a", 1, 8, 0, Some(5_000))).unwrap();
+    s.submit(wl("s3", "a", 1, 2, 0, Some(5_000))).unwrap();
+    s.submit(wl("gang", "a", 2, 8, 1, Some(10_000))).unwrap();
+    assert_eq!(admitted(&s.cycle(1)).len(), 4);
+    assert_eq!(s.queue_usage()[0].usage[0].1, 34, "a borrows 2 GPUs");
+    s.submit(wl("owner", "b", 1, 8, 10, Some(1_000))).unwrap();
+    let d = s.cycle(10);
+    (d, s)
+}
+
+#[test]
+fn a_reclaim_does_not_restart_a_gang_its_queue_barely_borrows() {
+    let (d, mut s) = reclaim_of_a_barely_borrowing_gang(50);
+    assert!(d.is_empty(), "{d:?}");
+    // The owner starts on the GPUs a's own work returns.
+    s.finished("s1").unwrap();
+    assert_eq!(admitted(&s.cycle(100)), vec!["owner"]);
+
+    let (d, _) = reclaim_of_a_barely_borrowing_gang(0);
+    assert_eq!(
+        preempted(&d),
+        vec![(
+            "gang".to_string(),
+            PreemptReason::Reclaim {
+                preemptor: "owner".into()
+            }
+        )]
+    );
+}
+
 /// A gang that must borrow holds the machine; when it could start, an owner's job that
 /// waited through the drain would reclaim it at once. The admission is taken back inside
 /// the cycle: no `Admit` + `Preempt` pair, the owner starts, the gang waits and runs after.
@@ -435,7 +481,7 @@ fn owner_reclaims_lent_quota_taking_the_least_work_first() {
 fn a_start_that_would_be_reclaimed_at_once_is_taken_back_not_preempted() {
     let mut s = Scheduler::new(
         Cluster::local(4, "gpu"),
-        vec![queue("a", Some("c"), 3), queue("b", Some("c"), 1)],
+        vec![queue("a", Some("c"), 2), queue("b", Some("c"), 2)],
         prios(),
     )
     .unwrap();
