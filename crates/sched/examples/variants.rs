@@ -327,39 +327,21 @@ fn helios_heldout(trace: &[TraceJob], out: &mut Vec<Case>) {
     );
 }
 
-/// A small deterministic generator for the `wide` set's resamples (splitmix64).
-struct Mix64(u64);
-
-impl Mix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[lo, hi)` (permille resolution is enough here).
-    fn frac(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * (self.next() % 1000) as f64 / 1000.0
-    }
-}
-
 fn helios_wide(trace: &[TraceJob], out: &mut Vec<Case>) {
     let span = trace.iter().map(|j| j.submit_s).max().unwrap_or(0) + 1;
     for k in 0..40u64 {
-        let mut rng = Mix64(7000 + k);
-        let len = rng.frac(0.5, 1.0);
-        let lo = (rng.frac(0.0, 1.0 - len) * span as f64) as u64;
+        let mut rng = fastrand::Rng::with_seed(7000 + k);
+        let len = 0.5 + 0.5 * rng.f64();
+        let lo = (rng.f64() * (1.0 - len) * span as f64) as u64;
         let hi = lo + (len * span as f64) as u64;
-        let keep = rng.frac(0.5, 1.0);
+        let keep = 0.5 + 0.5 * rng.f64();
         let t: Vec<TraceJob> = trace
             .iter()
             .filter(|j| j.submit_s >= lo && j.submit_s < hi)
-            .filter(|_| (rng.next() % 1000) as f64 / 1000.0 < keep)
+            .filter(|_| rng.f64() < keep)
             .cloned()
             .collect();
-        let size = rng.frac(0.8, 1.2);
+        let size = 0.8 + 0.4 * rng.f64();
         let gpus = (default_cluster(&t).total_gpus() as f64 * size / 8.0).round() as u32 * 8;
         let largest = t.iter().map(|j| j.gpus).max().unwrap_or(8);
         out.push(Case {
@@ -395,16 +377,20 @@ fn split_team(trace: &[TraceJob], parts: usize) -> Vec<TraceJob> {
         .collect()
 }
 
-fn generated(set: &str, out: &mut Vec<Case>) {
-    let mixes = [SizeMix::Small, SizeMix::Mixed, SizeMix::Gangs];
-    let group = |m: SizeMix| match m {
+const MIXES: [SizeMix; 3] = [SizeMix::Small, SizeMix::Mixed, SizeMix::Gangs];
+
+fn group(m: SizeMix) -> &'static str {
+    match m {
         SizeMix::Small => "gen-small",
         SizeMix::Mixed => "gen-mixed",
         SizeMix::Gangs => "gen-gangs",
-    };
+    }
+}
+
+fn generated(set: &str, out: &mut Vec<Case>) {
     if set == "tune" {
         for seed in 1..=12u64 {
-            for mix in mixes {
+            for mix in MIXES {
                 for load in [0.8, 1.0, 1.3] {
                     let spec = GenSpec {
                         seed,
@@ -424,47 +410,33 @@ fn generated(set: &str, out: &mut Vec<Case>) {
             }
         }
     } else if set == "wide" {
-        for seed in 2001..=2040u64 {
-            let gpus = [64, 128, 256][seed as usize % 3];
-            for mix in mixes {
-                for load in [1.0, 1.4] {
-                    let spec = GenSpec {
-                        seed,
-                        jobs: 500,
-                        teams: 2 + (seed as usize % 5),
-                        gpus,
-                        load,
-                        mix,
-                    };
-                    out.push(Case {
-                        name: format!("gen s{seed} {mix:?} load {load} {gpus} GPUs"),
-                        group: group(mix),
-                        trace: generated_trace(&spec),
-                        cluster: Some(cluster_with_gpus(gpus)),
-                    });
-                }
-            }
-        }
+        spread(2001..=2040, &[1.0, 1.4], out);
     } else {
-        for seed in 1001..=1010u64 {
-            let gpus = [64, 128, 256][seed as usize % 3];
-            for mix in mixes {
-                for load in [0.9, 1.15, 1.5] {
-                    let spec = GenSpec {
-                        seed,
-                        jobs: 500,
-                        teams: 2 + (seed as usize % 5),
-                        gpus,
-                        load,
-                        mix,
-                    };
-                    out.push(Case {
-                        name: format!("gen s{seed} {mix:?} load {load} {gpus} GPUs"),
-                        group: group(mix),
-                        trace: generated_trace(&spec),
-                        cluster: Some(cluster_with_gpus(gpus)),
-                    });
-                }
+        spread(1001..=1010, &[0.9, 1.15, 1.5], out);
+    }
+}
+
+/// Generated traces for the held-out and wide sets: each seed picks a cluster size (64, 128 or
+/// 256 GPUs) and 2–6 teams; every mix at every load; 500 jobs.
+fn spread(seeds: std::ops::RangeInclusive<u64>, loads: &[f64], out: &mut Vec<Case>) {
+    for seed in seeds {
+        let gpus = [64, 128, 256][seed as usize % 3];
+        for mix in MIXES {
+            for &load in loads {
+                let spec = GenSpec {
+                    seed,
+                    jobs: 500,
+                    teams: 2 + (seed as usize % 5),
+                    gpus,
+                    load,
+                    mix,
+                };
+                out.push(Case {
+                    name: format!("gen s{seed} {mix:?} load {load} {gpus} GPUs"),
+                    group: group(mix),
+                    trace: generated_trace(&spec),
+                    cluster: Some(cluster_with_gpus(gpus)),
+                });
             }
         }
     }
