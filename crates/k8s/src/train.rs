@@ -112,13 +112,6 @@ pub fn plan_request(job: &TrainJob) -> Result<PlanRequest> {
 pub fn launch(job: &TrainJob) -> Result<Launch> {
     let spec = &job.spec;
     match spec.engine {
-        EngineKind::Command => {
-            return Ok(Launch {
-                command: spec.command.clone(),
-                files: BTreeMap::new(),
-                launcher: "command",
-            });
-        }
         EngineKind::Builtin => {
             return Err(K8sError::invalid(
                 id(job),
@@ -126,6 +119,15 @@ pub fn launch(job: &TrainJob) -> Result<Launch> {
                 "builtin runs on the local runtime only; on Kubernetes use torchrun, megatron, \
                  deepspeed, swift, auto, or command with your own image",
             ));
+        }
+        // A launcher engine given the user's own launch script runs it as is, as on the local
+        // runtime (the planner's command would silently replace it).
+        _ if spec.engine == EngineKind::Command || !spec.command.is_empty() => {
+            return Ok(Launch {
+                command: spec.command.clone(),
+                files: BTreeMap::new(),
+                launcher: "command",
+            });
         }
         _ => {}
     }
@@ -485,6 +487,27 @@ pub fn pin(gang: &mut Value, placement: &[ferry_sched::PodPlacement], admitted_a
 mod tests {
     use super::*;
     use crate::options::Cluster;
+
+    /// A launcher engine with `spec.command` runs that command on every rank, as the local
+    /// runtime does: the planner's command would silently replace the user's launch script.
+    #[test]
+    fn a_launcher_engine_with_a_command_runs_that_command() {
+        for engine in ["torchrun", "deepspeed", "swift", "megatron", "auto"] {
+            let text = format!(
+                "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: own, namespace: team-a}}\nspec:\n  engine: {engine}\n  command: [bash, launch.sh, --lr, '1e-4']\n  resources: {{nodes: 2, gpusPerNode: 8}}\n"
+            );
+            let Some(ferry_spec::Resource::TrainJob(job)) =
+                ferry_spec::parse_documents(&text, "own.yaml")
+                    .unwrap()
+                    .pop()
+            else {
+                panic!("not a TrainJob");
+            };
+            let l = launch(&job).unwrap();
+            assert_eq!(l.launcher, "command", "{engine}");
+            assert_eq!(l.command, ["bash", "launch.sh", "--lr", "1e-4"], "{engine}");
+        }
+    }
 
     #[test]
     fn a_time_limit_becomes_the_child_jobs_active_deadline() {

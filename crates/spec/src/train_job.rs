@@ -33,7 +33,8 @@ pub struct TrainJobSpec {
     /// Which engine turns the job into processes.
     #[serde(default)]
     pub engine: EngineKind,
-    /// For `engine: command`: the program and its arguments, run once per rank.
+    /// For `engine: command`, or a launcher engine running your own launch script instead of
+    /// the one Ferry renders: the program and its arguments, run once per rank.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
     /// For launcher engines whose command Ferry renders (torchrun, deepspeed, swift, and
@@ -577,7 +578,11 @@ impl TrainJobSpec {
             ),
             // `auto` with a command is the command engine; launcher engines may run the
             // user's own launch script.
-            EngineKind::Auto | EngineKind::Megatron | EngineKind::Torchrun | EngineKind::Deepspeed
+            EngineKind::Auto
+            | EngineKind::Megatron
+            | EngineKind::Torchrun
+            | EngineKind::Deepspeed
+            | EngineKind::Swift
                 if !self.command.is_empty() => {}
             _ if self.model.is_none() => p.push(
                 "spec.model",

@@ -77,7 +77,9 @@ pub fn adapter_for(job: &TrainJob) -> Result<&'static dyn EngineAdapter, FieldEr
         EngineKind::Builtin | EngineKind::Auto => Ok(&builtin::BuiltinEngine),
         // Launcher engines with the user's own launch script run it like `command`.
         EngineKind::Megatron if !job.spec.command.is_empty() => Ok(&MegatronEngine),
-        EngineKind::Torchrun | EngineKind::Deepspeed if !job.spec.command.is_empty() => {
+        EngineKind::Torchrun | EngineKind::Deepspeed | EngineKind::Swift
+            if !job.spec.command.is_empty() =>
+        {
             Ok(&CommandEngine)
         }
         EngineKind::Megatron => Ok(&PlannedEngine { name: "megatron" }),
@@ -193,4 +195,34 @@ fn megatron_method_error(job: &TrainJob) -> Option<FieldError> {
             "Megatron-LM trains full weights; use method: full, or engine: torchrun or swift for LoRA",
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `spec.command` on a launcher engine is the user's own launch script: it runs as given
+    /// (Megatron keeps its checkpoint handling around it), never replaced by the rendered one.
+    #[test]
+    fn a_launcher_engine_with_a_command_runs_that_command() {
+        for (engine, adapter) in [
+            ("torchrun", "command"),
+            ("deepspeed", "command"),
+            ("swift", "command"),
+            ("auto", "command"),
+            ("megatron", "megatron"),
+        ] {
+            let text = format!(
+                "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: own}}\nspec:\n  engine: {engine}\n  command: [bash, launch.sh]\n  resources: {{nodes: 1, gpusPerNode: 1}}\n"
+            );
+            let Some(ferry_spec::Resource::TrainJob(job)) =
+                ferry_spec::parse_documents(&text, "own.yaml")
+                    .unwrap()
+                    .pop()
+            else {
+                panic!("not a TrainJob");
+            };
+            assert_eq!(adapter_for(&job).unwrap().name(), adapter, "{engine}");
+        }
+    }
 }
