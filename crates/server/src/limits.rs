@@ -39,6 +39,29 @@ pub(crate) enum Overrun {
     Total(String),
 }
 
+/// What ends a job whose runs are over `spec.maxTotalRuntimeSeconds`: no restart.
+pub(crate) const NO_RESTART: &str =
+    "no restart: raise the budget or submit a new job to go on from the checkpoint";
+
+/// How the running attempt `live` of `job` has spent `spec.maxTotalRuntimeSeconds` by `now_ms`
+/// (Unix milliseconds), given `past_s` seconds of earlier runs; `None` while some is left.
+pub(crate) fn budget_spent(
+    job: &JobRecord,
+    live: &LiveGang,
+    past_s: u64,
+    now_ms: u64,
+) -> Option<String> {
+    let budget = job.job.spec.max_total_runtime_seconds?;
+    let ran_s = now_ms.saturating_sub(live.gang.launched_at_unix_ms) / 1000;
+    (past_s + ran_s >= budget).then(|| {
+        format!(
+            "attempt {} ran {ran_s} s after {past_s} s of earlier runs, reaching \
+             spec.maxTotalRuntimeSeconds ({budget} s)",
+            job.attempt
+        )
+    })
+}
+
 /// Which limit, if any, the running attempt `live` of `job` has reached at `now_ms` (Unix
 /// milliseconds), given `past_s` seconds of earlier runs.
 pub(crate) fn overrun(
@@ -55,14 +78,8 @@ pub(crate) fn overrun(
         grace_of(job).as_secs_f64(),
         checkpoints.display()
     );
-    if let Some(budget) = spec.max_total_runtime_seconds
-        && past_s + ran_s >= budget
-    {
-        return Some(Overrun::Total(format!(
-            "attempt {} ran {ran_s} s after {past_s} s of earlier runs, reaching spec.maxTotalRuntimeSeconds ({budget} s); {stop}; \
-             no restart: raise the budget or submit a new job to go on from the checkpoint",
-            job.attempt
-        )));
+    if let Some(spent) = budget_spent(job, live, past_s, now_ms) {
+        return Some(Overrun::Total(format!("{spent}; {stop}; {NO_RESTART}")));
     }
     let limit = spec.max_runtime_seconds?;
     (ran_s >= limit).then(|| {

@@ -521,8 +521,33 @@ async fn observe(plane: &ControlPlane, job: &JobRecord) -> Result<(), StoreError
             }
             Ok(())
         }
-        GangStatus::Failed { message, .. } => fail(plane, job, "RankFailed", &message).await,
-        GangStatus::Lost { message, .. } => fail(plane, job, "RankLost", &message).await,
+        GangStatus::Failed { message, .. } => {
+            fail_within_budget(plane, job, &live, "RankFailed", &message).await
+        }
+        GangStatus::Lost { message, .. } => {
+            fail_within_budget(plane, job, &live, "RankLost", &message).await
+        }
+    }
+}
+
+/// A failed run restarts under `spec.onFailure` unless it has spent what is left of
+/// `spec.maxTotalRuntimeSeconds`: then the job ends (`BudgetExhausted`) rather than start a
+/// run the budget would stop at once.
+async fn fail_within_budget(
+    plane: &ControlPlane,
+    job: &JobRecord,
+    live: &LiveGang,
+    reason: &str,
+    message: &str,
+) -> Result<(), StoreError> {
+    let past_s = past_runs(plane, job, live).await?;
+    let now_ms = u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0);
+    match limits::budget_spent(job, live, past_s, now_ms) {
+        Some(spent) => {
+            let message = format!("{message}; {spent}; {}", limits::NO_RESTART);
+            give_up(plane, job, "BudgetExhausted", &message).await
+        }
+        None => fail(plane, job, reason, message).await,
     }
 }
 

@@ -279,7 +279,9 @@ fn a_run_past_its_time_limit_is_stopped_gracefully_and_fails() {
 
 /// `spec.maxTotalRuntimeSeconds` counts every run: a job whose runs each fail after 2 s, with
 /// restarts to spare, is stopped for good (`BudgetExhausted`, no restart) once its runs add up
-/// to the 5 s budget, whatever its `onFailure.maxRestarts`.
+/// to the 5 s budget, whatever its `onFailure.maxRestarts` — either while a run goes on, or when
+/// a run fails having spent the rest (no run is started that the budget would stop at once,
+/// which a slow machine once showed: "attempt 3 ran 0 s after 5 s of earlier runs").
 #[test]
 fn runs_add_up_against_the_total_runtime_budget() {
     let plane = Plane::start(None);
