@@ -169,10 +169,20 @@ pub fn workload(job: &TrainJobResource) -> Workload {
         pods: r.nodes.max(1) as u32,
         gpus_per_pod: r.gpus_per_node.max(0) as u32,
         flavor: r.gpu.clone(),
-        // The time limit: the scheduler plans reservations and backfill with it (an upper
-        // bound, so backfilling with it never delays a reservation) until the job's measured
-        // pace replaces it (`Admission::progress`).
-        expected_duration_s: job.spec.max_runtime_seconds,
+        // The time limit (of one run, or what is left of all runs' budget, whichever is
+        // tighter): the scheduler plans reservations and backfill with it (an upper bound, so
+        // backfilling with it never delays a reservation) until the job's measured pace
+        // replaces it (`Admission::progress`).
+        expected_duration_s: [
+            job.spec.max_runtime_seconds,
+            job.spec.max_total_runtime_seconds.map(|b| {
+                b.saturating_sub(job.status.as_ref().map_or(0, |s| s.run_seconds))
+                    .max(1)
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        .min(),
         created_at: job
             .metadata
             .creation_timestamp

@@ -75,6 +75,13 @@ pub struct TrainJobClusterStatus {
     /// known, and once the attempt stops running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_completion_time: Option<String>,
+    /// Seconds the job's ended runs were running: with the current run, what
+    /// `spec.maxTotalRuntimeSeconds` counts.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub run_seconds: u64,
+    /// RFC 3339 time the current run started running (absent while none runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_since: Option<String>,
     /// `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -491,4 +498,9 @@ fn convert(kind: &str, schema: &Value, defs: &Map<String, Value>, depth: usize) 
         out.insert("x-kubernetes-preserve-unknown-fields".into(), true.into());
     }
     Ok(Value::Object(out))
+}
+
+/// `skip_serializing_if` for counters that start at zero.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -133,6 +133,44 @@ impl Context {
         status.estimated_completion_time = None;
     }
 
+    /// Keeps `status.runSeconds` and `status.runningSince` in step with the phase: a run opens
+    /// when the job turns `Running` and closes (its seconds added) when it stops, whatever
+    /// stopped it (success, failure, preemption, a budget).
+    fn account_run(&self, status: &mut TrainJobClusterStatus) {
+        let now_ms = (self.clock)();
+        let running = status.phase == Some(JobPhase::Running);
+        match (&status.running_since, running) {
+            (None, true) => status.running_since = Some(timestamp(now_ms)),
+            (Some(since), false) => {
+                status.run_seconds += run_seconds(since, now_ms);
+                status.running_since = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// Where the job stands against `spec.maxTotalRuntimeSeconds` (its ended runs plus the
+    /// current one); `None` without a budget.
+    fn budget(&self, job: &TrainJobResource, status: &TrainJobClusterStatus) -> Option<Budget> {
+        let budget = job.spec.max_total_runtime_seconds?;
+        let current = status
+            .running_since
+            .as_deref()
+            .map_or(0, |since| run_seconds(since, (self.clock)()));
+        let used = status.run_seconds + current;
+        Some(if used < budget {
+            Budget::Left(budget - used)
+        } else {
+            Budget::Spent(format!(
+                "attempt {} ran {current} s after {} s of earlier runs, reaching \
+                 spec.maxTotalRuntimeSeconds ({budget} s); {}",
+                status.attempt,
+                status.run_seconds,
+                ferry_spec::BUDGET_NO_RESTART
+            ))
+        })
+    }
+
     fn gang_api(&self, ns: &str) -> Api<DynamicObject> {
         Api::namespaced_with(
             self.client.clone(),
@@ -179,6 +217,30 @@ pub fn gang_state(obj: &Value) -> GangState {
         failed: cond(&["Failed"]),
         succeeded: cond(&["Complete", "Completed"]),
     }
+}
+
+/// A job's standing against `spec.maxTotalRuntimeSeconds`.
+enum Budget {
+    /// Seconds of running left.
+    Left(u64),
+    /// All spent: why the job ends.
+    Spent(String),
+}
+
+/// Unix milliseconds as an RFC 3339 time.
+fn timestamp(ms: u64) -> String {
+    Timestamp::from_millisecond(i64::try_from(ms).unwrap_or(i64::MAX))
+        .unwrap_or(Timestamp::UNIX_EPOCH)
+        .to_string()
+}
+
+/// Whole seconds from the RFC 3339 time `since` to `now_ms` (0 when unreadable or later).
+fn run_seconds(since: &str, now_ms: u64) -> u64 {
+    since
+        .parse::<Timestamp>()
+        .ok()
+        .and_then(|t| u64::try_from(t.as_millisecond()).ok())
+        .map_or(0, |t| now_ms.saturating_sub(t) / 1000)
 }
 
 fn now() -> String {
@@ -480,7 +542,12 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                 action = Action::await_change();
             } else if state.failed {
                 let max = spec.spec.on_failure.max_restarts.max(0) as u32;
-                if status.restarts < max {
+                if let Some(Budget::Spent(why)) = ctx.budget(&job, &status) {
+                    // No restart the budget would stop at once.
+                    let msg = format!("{gang_name} failed; {why}");
+                    fail_for_good(&ctx, &job, &mut status, "BudgetExhausted", msg).await;
+                    action = Action::await_change();
+                } else if status.restarts < max {
                     status.restarts += 1;
                     status.attempt += 1;
                     status.phase = Some(JobPhase::Restarting);
@@ -491,6 +558,7 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                     status.message = Some(msg.clone());
                     set_condition(&mut status, "Running", false, "Restarting", &msg);
                     ctx.not_running(&ns, &name, &mut status);
+                    ctx.account_run(&mut status);
                     // Record first, then delete: see the module docs.
                     write_status(&jobs, &name, &status).await?;
                     publish(&ctx, &job, EventType::Warning, "Restarting", msg).await;
@@ -500,15 +568,12 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                     return Ok(Action::requeue(
                         spec.spec.on_failure.backoff(status.restarts),
                     ));
+                } else {
+                    let msg =
+                        format!("{gang_name} failed and no restarts are left ({max} allowed)");
+                    fail_for_good(&ctx, &job, &mut status, "RestartsExhausted", msg).await;
+                    action = Action::await_change();
                 }
-                status.phase = Some(JobPhase::Failed);
-                let msg = format!("{gang_name} failed and no restarts are left ({max} allowed)");
-                status.message = Some(msg.clone());
-                status.completion_time = Some(now());
-                set_condition(&mut status, "Failed", true, "RestartsExhausted", &msg);
-                publish(&ctx, &job, EventType::Warning, "Failed", msg).await;
-                ctx.admission.finished(&job);
-                action = Action::await_change();
             } else if kueue {
                 if state.suspended {
                     status.phase = Some(JobPhase::Queued);
@@ -604,10 +669,26 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
             }
         }
     }
+    if status.phase == Some(JobPhase::Running) {
+        ctx.account_run(&mut status);
+        match ctx.budget(&job, &status) {
+            Some(Budget::Spent(why)) => {
+                // Suspending deletes the pods: SIGTERM, then their grace period to checkpoint.
+                set_suspend(&ctx, &ns, &gang_name, true).await?;
+                fail_for_good(&ctx, &job, &mut status, "BudgetExhausted", why).await;
+                action = Action::await_change();
+            }
+            Some(Budget::Left(s)) => {
+                action = Action::requeue(Duration::from_secs(s.clamp(1, 30)));
+            }
+            None => {}
+        }
+    }
     if status.phase != Some(JobPhase::Running) {
         // Succeeded, failed, preempted, requeued or queued: no completion to estimate.
         ctx.not_running(&ns, &name, &mut status);
     }
+    ctx.account_run(&mut status);
     if status != old {
         write_status(&jobs, &name, &status).await?;
     }
@@ -677,16 +758,36 @@ fn gang_kind(ctx: &Context) -> &'static str {
     }
 }
 
+/// The job fails without restart (`reason`: `RestartsExhausted`, `BudgetExhausted`): status,
+/// condition and event; the scheduler forgets it.
+async fn fail_for_good(
+    ctx: &Context,
+    job: &TrainJobResource,
+    status: &mut TrainJobClusterStatus,
+    reason: &str,
+    msg: String,
+) {
+    status.phase = Some(JobPhase::Failed);
+    status.message = Some(msg.clone());
+    status.completion_time = Some(now());
+    set_condition(status, "Failed", true, reason, &msg);
+    publish(ctx, job, EventType::Warning, reason, msg).await;
+    ctx.admission.finished(job);
+}
+
 async fn write_status(
     jobs: &Api<TrainJobResource>,
     name: &str,
     status: &TrainJobClusterStatus,
 ) -> Result<()> {
     let mut patch = json!({"status": status});
+    // A merge patch keeps what it does not name: an estimate that no longer holds, and the
+    // start of a run that ended, are removed by name.
     if status.estimated_completion_time.is_none() {
-        // A merge patch keeps what it does not name: an estimate that no longer holds is
-        // removed by name.
         patch["status"]["estimatedCompletionTime"] = Value::Null;
+    }
+    if status.running_since.is_none() {
+        patch["status"]["runningSince"] = Value::Null;
     }
     jobs.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;

@@ -216,15 +216,6 @@ pub fn check(job: &TrainJob, opts: &RenderOptions) -> Vec<K8sError> {
             ));
         }
     }
-    if job.spec.max_total_runtime_seconds.is_some() {
-        errs.push(K8sError::invalid(
-            id(job),
-            "spec.maxTotalRuntimeSeconds",
-            "is not supported on Kubernetes yet (the operator does not carry run time across \
-             attempts); use spec.maxRuntimeSeconds, which bounds each run"
-                .to_owned(),
-        ));
-    }
     let max_index = r.nodes.max(1) - 1;
     let attempt_digits = 3; // room for up to 999 restarts
     let (host, _) = pod_hostname(job, 0, opts.cluster.jobset, max_index as u32);
@@ -549,17 +540,6 @@ mod tests {
                     .is_none()
             );
         }
-        let mut budget = job.clone();
-        budget.spec.max_total_runtime_seconds = Some(7200);
-        let first = Attempt {
-            number: 0,
-            suspend: false,
-        };
-        let err = render(&budget, first, &RenderOptions::default()).unwrap_err();
-        assert!(
-            err.to_string().contains("spec.maxTotalRuntimeSeconds"),
-            "{err}"
-        );
         let zero = text.replace("7200", "0");
         let err = ferry_spec::parse_documents(&zero, "capped.yaml").unwrap_err();
         assert!(err.to_string().contains("spec.maxRuntimeSeconds"), "{err}");

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use ferry_spec::JobPhase;
+use ferry_spec::{BUDGET_NO_RESTART, JobPhase};
 use ferry_store::{Event, JobRecord};
 
 use crate::reconcile::grace_of;
@@ -38,10 +38,6 @@ pub(crate) enum Overrun {
     /// All runs together reached `spec.maxTotalRuntimeSeconds`: the job fails for good.
     Total(String),
 }
-
-/// What ends a job whose runs are over `spec.maxTotalRuntimeSeconds`: no restart.
-pub(crate) const NO_RESTART: &str =
-    "no restart: raise the budget or submit a new job to go on from the checkpoint";
 
 /// How the running attempt `live` of `job` has spent `spec.maxTotalRuntimeSeconds` by `now_ms`
 /// (Unix milliseconds), given `past_s` seconds of earlier runs; `None` while some is left.
@@ -79,7 +75,9 @@ pub(crate) fn overrun(
         checkpoints.display()
     );
     if let Some(spent) = budget_spent(job, live, past_s, now_ms) {
-        return Some(Overrun::Total(format!("{spent}; {stop}; {NO_RESTART}")));
+        return Some(Overrun::Total(format!(
+            "{spent}; {stop}; {BUDGET_NO_RESTART}"
+        )));
     }
     let limit = spec.max_runtime_seconds?;
     (ran_s >= limit).then(|| {

@@ -544,7 +544,7 @@ async fn fail_within_budget(
     let now_ms = u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0);
     match limits::budget_spent(job, live, past_s, now_ms) {
         Some(spent) => {
-            let message = format!("{message}; {spent}; {}", limits::NO_RESTART);
+            let message = format!("{message}; {spent}; {}", ferry_spec::BUDGET_NO_RESTART);
             give_up(plane, job, "BudgetExhausted", &message).await
         }
         None => fail(plane, job, reason, message).await,

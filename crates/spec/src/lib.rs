@@ -29,7 +29,7 @@ pub use parse::{Resource, ResourceKind, parse_documents, parse_value};
 pub use queue::{FlavorQuota, Queue, QueueSpec};
 pub use schema::{json_schema, json_schema_all};
 pub use train_job::{
-    CheckpointSpec, DataFormat, DataSpec, EngineKind, ExportSpec, FailurePolicy, LoraSpec, Method,
-    ModelRef, ModelSource, Parallelism, Resources, ResumePolicy, Task, TrainJob, TrainJobSpec,
-    TrainJobStatus, TrainParams,
+    BUDGET_NO_RESTART, CheckpointSpec, DataFormat, DataSpec, EngineKind, ExportSpec, FailurePolicy,
+    LoraSpec, Method, ModelRef, ModelSource, Parallelism, Resources, ResumePolicy, Task, TrainJob,
+    TrainJobSpec, TrainJobStatus, TrainParams,
 };

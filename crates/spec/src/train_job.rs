@@ -26,6 +26,10 @@ pub struct TrainJob {
     pub status: Option<TrainJobStatus>,
 }
 
+/// What every runtime tells a user whose job's runs reached `spec.maxTotalRuntimeSeconds`.
+pub const BUDGET_NO_RESTART: &str =
+    "no restart: raise the budget or submit a new job to go on from the checkpoint";
+
 /// The desired state of a [`TrainJob`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -123,6 +123,16 @@ fn patch_job(job: &TrainJobResource) -> Step {
 }
 
 /// The operator patches the TrainJob's status; the server echoes `job`.
+/// What restarting attempt 0's failed gang sends: read it, record the restart, tell, delete.
+fn restart_of_failed(job: &TrainJobResource) -> Vec<Step> {
+    vec![
+        get_gang(0, false, Some("Failed")),
+        patch_status(job),
+        event(),
+        delete_gang(0, Some("Failed")),
+    ]
+}
+
 fn patch_status(job: &TrainJobResource) -> Step {
     step("PATCH", format!("{TJ}/status"), 200, ok_job(job))
 }
@@ -253,17 +263,7 @@ async fn not_admitted_is_created_suspended_then_unsuspended_on_admission() {
 #[tokio::test]
 async fn failed_gang_restarts_from_the_latest_checkpoint_and_counts_across_recreation() {
     let job = resource(true, Some(running(0, 0)));
-    let seen = run(
-        &job,
-        ADMIT,
-        vec![
-            get_gang(0, false, Some("Failed")),
-            patch_status(&job),
-            event(),
-            delete_gang(0, Some("Failed")),
-        ],
-    )
-    .await;
+    let seen = run(&job, ADMIT, restart_of_failed(&job)).await;
     let st = status_patch(&seen);
     assert_eq!(
         (st.phase, st.restarts, st.attempt),
@@ -331,12 +331,18 @@ async fn exhausted_restarts_fail_the_job() {
         ],
     )
     .await;
-    let st = status_patch(&seen);
-    assert_eq!((st.phase, st.restarts), (Some(JobPhase::Failed), 2));
+    assert_failed_for_good(&status_patch(&seen), 2, "RestartsExhausted");
+}
+
+/// The job failed with no restart after `restarts`, its `Failed` condition saying `reason`.
+fn assert_failed_for_good(st: &TrainJobClusterStatus, restarts: u32, reason: &str) {
+    assert_eq!((st.phase, st.restarts), (Some(JobPhase::Failed), restarts));
     assert!(
         st.conditions
             .iter()
-            .any(|c| c.type_ == "Failed" && c.reason == "RestartsExhausted")
+            .any(|c| c.type_ == "Failed" && c.reason == reason),
+        "{:?}",
+        st.conditions
     );
 }
 
@@ -666,4 +672,166 @@ async fn under_kueue_the_estimate_is_set_but_no_scheduler_is_told() {
     // 3 s a step, 90 to go.
     assert_eq!(seen.status(1).estimated_completion_time, Some(at(30 + 270)));
     assert!(seen.told.is_empty(), "{:?}", seen.told);
+}
+
+/// `job` with a total runtime budget of `budget_s`, running since `T0_MS` after earlier runs
+/// of `earlier_s` seconds.
+fn budgeted(budget_s: u64, earlier_s: u64) -> TrainJobResource {
+    let mut status = running(0, 0);
+    status.run_seconds = earlier_s;
+    status.running_since = Some(at(0));
+    let mut job = resource(true, Some(status));
+    job.spec.max_total_runtime_seconds = Some(budget_s);
+    job
+}
+
+/// Reconciles `job` once per `(clock_s, steps)`, on one operator whose clock reads `T0_MS +
+/// clock_s` at each; returns each reconcile's action and what the server saw.
+async fn at_times(
+    job: &TrainJobResource,
+    admit: Admit,
+    runs: Vec<(u64, Vec<Step>)>,
+) -> (Vec<kube::runtime::controller::Action>, Vec<Seen>) {
+    let times: Vec<u64> = runs.iter().map(|r| r.0).collect();
+    let (client, task) = server(runs.into_iter().flat_map(|r| r.1).collect());
+    let clock = Arc::new(AtomicU64::new(T0_MS));
+    let read = clock.clone();
+    let ctx = Arc::new(
+        Context::new(client, RenderOptions::default(), Arc::new(Fixed(admit)))
+            .with_clock(move || read.load(Ordering::SeqCst)),
+    );
+    let mut actions = Vec::new();
+    for t in times {
+        clock.store(T0_MS + t * 1000, Ordering::SeqCst);
+        actions.push(
+            ferry_k8s::reconcile(Arc::new(job.clone()), ctx.clone())
+                .await
+                .unwrap(),
+        );
+    }
+    (actions, finish(task).await)
+}
+
+/// `spec.maxTotalRuntimeSeconds` on Kubernetes: the operator keeps the seconds of ended runs
+/// (`status.runSeconds`) and when the current one started (`status.runningSince`); while the
+/// job runs it checks again no later than the budget's end, and once runs add up to the
+/// budget it suspends the gang (the pods get SIGTERM and their grace period) and the job fails
+/// for good, `BudgetExhausted`, whatever restarts are left.
+#[tokio::test]
+async fn runs_add_up_against_the_total_runtime_budget_and_the_last_is_stopped() {
+    let job = budgeted(100, 60);
+    let log = "{\"step\":10,\"loss\":1.9}\n";
+    // At 41 s the run reads its metrics as before, then the gang is suspended.
+    let mut reached = read_metrics(&job, log);
+    reached.pop();
+    reached.extend([patch_gang(0, true), event(), patch_status(&job)]);
+    let (actions, seen) = at_times(
+        &job,
+        ADMIT,
+        vec![(30, read_metrics(&job, log)), (41, reached)],
+    )
+    .await;
+    // 60 + 30 s used: checked again when the 10 s left are over.
+    assert_eq!(
+        actions[0],
+        kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(10))
+    );
+    let suspend = seen
+        .iter()
+        .find(|s| s.uri.starts_with(&gang_path(0)) && s.body == json!({"spec": {"suspend": true}}));
+    assert!(suspend.is_some(), "the gang is suspended: {seen:#?}");
+    let st = status_patch(&seen);
+    assert_eq!(st.phase, Some(JobPhase::Failed));
+    assert_eq!(st.restarts, 0);
+    assert_eq!(st.run_seconds, 101, "the last run's 41 s are counted");
+    let failed = st.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
+    assert_eq!(failed.reason, "BudgetExhausted");
+    assert!(
+        failed
+            .message
+            .contains("attempt 0 ran 41 s after 60 s of earlier runs")
+            && failed
+                .message
+                .contains("spec.maxTotalRuntimeSeconds (100 s)")
+            && failed.message.contains("no restart"),
+        "{}",
+        failed.message
+    );
+    let last = seen
+        .iter()
+        .rev()
+        .find(|s| s.uri.starts_with(&format!("{TJ}/status")))
+        .unwrap();
+    assert_eq!(
+        last.body["status"]["runningSince"],
+        Value::Null,
+        "removed by name"
+    );
+    assert_eq!(event_reasons(&seen), ["BudgetExhausted"]);
+}
+
+/// A gang that fails after its runs spent the budget is not restarted (a restart the budget
+/// would stop at once), though `onFailure.maxRestarts` allows it.
+#[tokio::test]
+async fn a_failure_that_spent_the_budget_is_not_restarted() {
+    let job = budgeted(100, 95);
+    assert!(job.spec.on_failure.max_restarts > 0);
+    let (_, seen) = at_times(
+        &job,
+        ADMIT,
+        vec![(
+            10,
+            vec![
+                get_gang(0, false, Some("Failed")),
+                event(),
+                patch_status(&job),
+            ],
+        )],
+    )
+    .await;
+    let st = status_patch(&seen);
+    assert_failed_for_good(&st, 0, "BudgetExhausted");
+    assert_eq!(st.run_seconds, 105);
+
+    // With budget left, the same failure restarts, and the ended run is counted.
+    let job = budgeted(100, 50);
+    let (_, seen) = at_times(&job, ADMIT, vec![(10, restart_of_failed(&job))]).await;
+    let st = status_patch(&seen);
+    assert_eq!((st.phase, st.restarts), (Some(JobPhase::Restarting), 1));
+    assert_eq!((st.run_seconds, st.running_since), (60, None));
+}
+
+/// A preempted run's seconds are kept, and the scheduler plans the job's next run with what
+/// is left of the budget when that is tighter than its per-run limit.
+#[tokio::test]
+async fn a_preempted_run_is_counted_and_the_scheduler_plans_with_what_is_left() {
+    let job = budgeted(100, 20);
+    let (_, seen) = at_times(
+        &job,
+        Admit::Preempt("team-b reclaims its quota".into()),
+        vec![(
+            50,
+            vec![
+                get_gang(0, false, None),
+                patch_gang(0, true),
+                event(),
+                patch_status(&job),
+            ],
+        )],
+    )
+    .await;
+    let st = status_patch(&seen);
+    assert_eq!(st.phase, Some(JobPhase::Preempted));
+    assert_eq!((st.run_seconds, st.running_since.clone()), (70, None));
+    let mut requeued = job.clone();
+    requeued.status = Some(st);
+    assert_eq!(
+        ferry_k8s::admission::workload(&requeued).expected_duration_s,
+        Some(30)
+    );
+    requeued.spec.max_runtime_seconds = Some(10);
+    assert_eq!(
+        ferry_k8s::admission::workload(&requeued).expected_duration_s,
+        Some(10)
+    );
 }
