@@ -364,6 +364,14 @@ impl Admission for SchedAdmission {
                         return Admit::Preempt(e.to_string());
                     }
                     st.entries.insert(id.clone(), Entry::running(p.clone()));
+                    // The pace an earlier operator measured (its paces lived in memory) stands
+                    // until this one has measured again.
+                    if let Some(end) = persisted_end(job) {
+                        let now = (self.clock)();
+                        if end > now {
+                            tell_end(&mut st, &id, now, end - now);
+                        }
+                    }
                     return Admit::Run(p.clone());
                 }
                 _ => {
@@ -419,20 +427,45 @@ impl Admission for SchedAdmission {
         let st = &mut *guard;
         let now = (self.clock)();
         let end = now.saturating_add(remaining_s);
-        let Some(Entry::Running { told, .. }) = st.entries.get_mut(&id) else {
+        let Some(Entry::Running { told, .. }) = st.entries.get(&id) else {
             return;
         };
         if !ferry_sched::pace::worth_telling(*told, end, remaining_s) {
             return;
         }
-        match st.sched.progress(&id, now, remaining_s) {
-            Ok(()) => {
-                *told = Some(end);
-                tracing::debug!(job = %id, left_s = remaining_s, "expected end from the measured pace");
-                // Work held back by a reservation may now fit before the new end, or no longer.
-                self.cycle(st, None);
-            }
-            Err(e) => tracing::debug!(job = %id, error = %e, "progress not taken"),
+        if tell_end(st, &id, now, remaining_s) {
+            // Work held back by a reservation may now fit before the new end, or no longer.
+            self.cycle(st, None);
         }
     }
+}
+
+/// Tells the scheduler that running workload `id` has `remaining_s` seconds left at `now` and
+/// records the end told; false when the scheduler did not take it.
+fn tell_end(st: &mut State, id: &str, now: Time, remaining_s: u64) -> bool {
+    match st.sched.progress(id, now, remaining_s) {
+        Ok(()) => {
+            if let Some(Entry::Running { told, .. }) = st.entries.get_mut(id) {
+                *told = Some(now.saturating_add(remaining_s));
+            }
+            tracing::debug!(job = %id, left_s = remaining_s, "expected end from the measured pace");
+            true
+        }
+        Err(e) => {
+            tracing::debug!(job = %id, error = %e, "progress not taken");
+            false
+        }
+    }
+}
+
+/// The end (Unix seconds) in `status.estimatedCompletionTime`, as the operator last wrote it.
+fn persisted_end(job: &TrainJobResource) -> Option<Time> {
+    let at: k8s_openapi::jiff::Timestamp = job
+        .status
+        .as_ref()?
+        .estimated_completion_time
+        .as_ref()?
+        .parse()
+        .ok()?;
+    u64::try_from(at.as_second()).ok()
 }

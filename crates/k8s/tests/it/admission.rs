@@ -611,17 +611,19 @@ async fn a_changed_node_or_queue_set_ends_the_operator_for_a_clean_rebuild() {
     finish(task).await;
 }
 
+/// A low-priority single-node job of `gpus` GPUs created at `created` (RFC 3339).
+fn sized(name: &str, gpus: i32, created: &str) -> TrainJobResource {
+    let mut r = resource(name, "low", None);
+    r.spec.resources.gpus_per_node = gpus;
+    r.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        created.parse().unwrap(),
+    ));
+    r
+}
+
 #[test]
 fn a_measured_pace_lets_short_work_backfill_before_a_reserved_gang() {
     let (admission, mut rx) = admission();
-    let sized = |name: &str, gpus: i32, created: &str| {
-        let mut r = resource(name, "low", None);
-        r.spec.resources.gpus_per_node = gpus;
-        r.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            created.parse().unwrap(),
-        ));
-        r
-    };
     // Half the node runs a job given in epochs (no time limit: nobody knows when it ends).
     let running = sized("running", 4, "2026-01-01T00:00:00Z");
     assert!(matches!(
@@ -656,4 +658,43 @@ fn a_measured_pace_lets_short_work_backfill_before_a_reserved_gang() {
     ));
     // A job the scheduler does not run is not told anything (and nothing breaks).
     admission.progress(&gang, 10);
+}
+
+/// After an operator restart the running job's pace is not measured yet (paces live in the
+/// operator's memory); the estimate the last operator wrote into `status.estimatedCompletionTime`
+/// stands for it, so the short job is admitted before the reserved gang as it was before.
+#[test]
+fn a_restored_job_keeps_its_persisted_estimate() {
+    let (admission, _rx) = admission();
+    let mut running = sized("running", 4, "2026-01-01T00:00:00Z");
+    running.status = Some(TrainJobClusterStatus {
+        phase: Some(JobPhase::Running),
+        // The test clock is at 1,000 s: 2,000 s left.
+        estimated_completion_time: Some("1970-01-01T00:50:00Z".into()),
+        ..TrainJobClusterStatus::default()
+    });
+    let placement = format!(r#"[{{"node":"{NODE}","gpus":[0,1,2,3]}}]"#);
+    let gang_view = Gang::Running {
+        placement: serde_json::from_str(&placement).unwrap(),
+        admitted_at: Some(900),
+    };
+    assert!(matches!(
+        admission.decide(&running, &gang_view),
+        Admit::Run(_)
+    ));
+    let gang = sized("gang", 8, "2026-01-01T00:00:01Z");
+    assert!(matches!(
+        admission.decide(&gang, &Gang::Absent),
+        Admit::Wait(_)
+    ));
+    let mut short = sized("short", 4, "2026-01-01T00:00:02Z");
+    short.spec.max_runtime_seconds = Some(600);
+    assert!(
+        matches!(admission.decide(&short, &Gang::Absent), Admit::Run(p) if p[0].node == NODE),
+        "the short job ends before the running one: it backfills"
+    );
+    assert!(matches!(
+        admission.decide(&gang, &Gang::Suspended),
+        Admit::Wait(_)
+    ));
 }
