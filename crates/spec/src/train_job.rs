@@ -26,9 +26,10 @@ pub struct TrainJob {
     pub status: Option<TrainJobStatus>,
 }
 
-/// What every runtime tells a user whose job's runs reached `spec.maxTotalRuntimeSeconds`.
+/// What every runtime tells a user whose job's runs reached `spec.maxTotalRuntimeSeconds`
+/// (a job's spec cannot be changed after apply, so the job cannot be given more).
 pub const BUDGET_NO_RESTART: &str =
-    "no restart: raise the budget or submit a new job to go on from the checkpoint";
+    "no restart: the budget covers all runs together; the checkpoints written so far are kept";
 
 /// The desired state of a [`TrainJob`].
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
