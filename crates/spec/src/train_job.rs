@@ -27,7 +27,7 @@ pub struct TrainJob {
 }
 
 /// What every runtime tells a user whose job's runs reached `spec.maxTotalRuntimeSeconds`
-/// (a job's spec cannot be changed after apply, so the job cannot be given more).
+/// (a job that ended is not started again, whatever its spec says later).
 pub const BUDGET_NO_RESTART: &str =
     "no restart: the budget covers all runs together; the checkpoints written so far are kept";
 
