@@ -135,14 +135,16 @@ impl Context {
 
     /// Keeps `status.runSeconds` and `status.runningSince` in step with the phase: a run opens
     /// when the job turns `Running` and closes (its seconds added) when it stops, whatever
-    /// stopped it (success, failure, preemption, a budget).
-    fn account_run(&self, status: &mut TrainJobClusterStatus) {
+    /// stopped it (success, failure, preemption, a budget); `ended_ms` is when the gang itself
+    /// ended, if it did (an operator that was down does not count its downtime as running).
+    fn account_run(&self, status: &mut TrainJobClusterStatus, ended_ms: Option<u64>) {
         let now_ms = (self.clock)();
         let running = status.phase == Some(JobPhase::Running);
         match (&status.running_since, running) {
             (None, true) => status.running_since = Some(timestamp(now_ms)),
             (Some(since), false) => {
-                status.run_seconds += run_seconds(since, now_ms);
+                status.run_seconds +=
+                    run_seconds(since, ended_ms.map_or(now_ms, |e| e.min(now_ms)));
                 status.running_since = None;
             }
             _ => {}
@@ -150,13 +152,18 @@ impl Context {
     }
 
     /// Where the job stands against `spec.maxTotalRuntimeSeconds` (its ended runs plus the
-    /// current one); `None` without a budget.
-    fn budget(&self, job: &TrainJobResource, status: &TrainJobClusterStatus) -> Option<Budget> {
+    /// current one, which ran until `ended_ms` if its gang ended); `None` without a budget.
+    fn budget(
+        &self,
+        job: &TrainJobResource,
+        status: &TrainJobClusterStatus,
+        ended_ms: Option<u64>,
+    ) -> Option<Budget> {
         let budget = job.spec.max_total_runtime_seconds?;
-        let current = status
-            .running_since
-            .as_deref()
-            .map_or(0, |since| run_seconds(since, (self.clock)()));
+        let now_ms = (self.clock)();
+        let current = status.running_since.as_deref().map_or(0, |since| {
+            run_seconds(since, ended_ms.map_or(now_ms, |e| e.min(now_ms)))
+        });
         let used = status.run_seconds + current;
         Some(if used < budget {
             Budget::Left(budget - used)
@@ -201,21 +208,29 @@ pub struct GangState {
     pub failed: bool,
     /// A `Complete` (Job) or `Completed` (JobSet) condition is true.
     pub succeeded: bool,
+    /// When the true `Failed` or `Complete(d)` condition last changed (Unix milliseconds): when
+    /// the gang ended, if it did.
+    pub ended_ms: Option<u64>,
 }
 
 /// Reads a gang's state from its JSON (Job or JobSet).
 pub fn gang_state(obj: &Value) -> GangState {
     let cond = |types: &[&str]| {
-        obj["status"]["conditions"].as_array().is_some_and(|cs| {
-            cs.iter().any(|c| {
+        obj["status"]["conditions"].as_array().and_then(|cs| {
+            cs.iter().find(|c| {
                 c["status"] == "True" && c["type"].as_str().is_some_and(|t| types.contains(&t))
             })
         })
     };
+    let (failed, succeeded) = (cond(&["Failed"]), cond(&["Complete", "Completed"]));
     GangState {
         suspended: obj["spec"]["suspend"].as_bool().unwrap_or(false),
-        failed: cond(&["Failed"]),
-        succeeded: cond(&["Complete", "Completed"]),
+        failed: failed.is_some(),
+        succeeded: succeeded.is_some(),
+        ended_ms: failed.or(succeeded).and_then(|c| {
+            let at: Timestamp = c["lastTransitionTime"].as_str()?.parse().ok()?;
+            u64::try_from(at.as_millisecond()).ok()
+        }),
     }
 }
 
@@ -424,6 +439,8 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
     let gangs = ctx.gang_api(&ns);
     let gang_name = train::child_name(&spec, status.attempt);
     let mut action = Action::requeue(Duration::from_secs(60));
+    // When the gang ended, if it has: the end of the current run.
+    let mut ended_ms = None;
 
     match gangs.get_opt(&gang_name).await? {
         None => {
@@ -519,6 +536,7 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                 source,
             })?;
             let state = gang_state(&value);
+            ended_ms = state.ended_ms;
             if state.succeeded {
                 status.phase = Some(JobPhase::Succeeded);
                 status.message = Some(format!("attempt {} finished", status.attempt));
@@ -542,7 +560,7 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                 action = Action::await_change();
             } else if state.failed {
                 let max = spec.spec.on_failure.max_restarts.max(0) as u32;
-                if let Some(Budget::Spent(why)) = ctx.budget(&job, &status) {
+                if let Some(Budget::Spent(why)) = ctx.budget(&job, &status, ended_ms) {
                     // No restart the budget would stop at once.
                     let msg = format!("{gang_name} failed; {why}");
                     fail_for_good(&ctx, &job, &mut status, "BudgetExhausted", msg).await;
@@ -558,7 +576,7 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
                     status.message = Some(msg.clone());
                     set_condition(&mut status, "Running", false, "Restarting", &msg);
                     ctx.not_running(&ns, &name, &mut status);
-                    ctx.account_run(&mut status);
+                    ctx.account_run(&mut status, ended_ms);
                     // Record first, then delete: see the module docs.
                     write_status(&jobs, &name, &status).await?;
                     publish(&ctx, &job, EventType::Warning, "Restarting", msg).await;
@@ -670,8 +688,8 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
         }
     }
     if status.phase == Some(JobPhase::Running) {
-        ctx.account_run(&mut status);
-        match ctx.budget(&job, &status) {
+        ctx.account_run(&mut status, None);
+        match ctx.budget(&job, &status, None) {
             Some(Budget::Spent(why)) => {
                 // Suspending deletes the pods: SIGTERM, then their grace period to checkpoint.
                 set_suspend(&ctx, &ns, &gang_name, true).await?;
@@ -688,7 +706,7 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
         // Succeeded, failed, preempted, requeued or queued: no completion to estimate.
         ctx.not_running(&ns, &name, &mut status);
     }
-    ctx.account_run(&mut status);
+    ctx.account_run(&mut status, ended_ms);
     if status != old {
         write_status(&jobs, &name, &status).await?;
     }

@@ -801,6 +801,22 @@ async fn a_failure_that_spent_the_budget_is_not_restarted() {
     assert_eq!((st.run_seconds, st.running_since), (60, None));
 }
 
+/// The run ends when its gang failed (the `Failed` condition's time), not when an operator
+/// that was down for minutes finally sees it: the downtime is not counted, and the budget it
+/// would have spent is still there for the restart.
+#[tokio::test]
+async fn a_run_is_counted_until_its_gang_failed_not_until_the_operator_saw_it() {
+    let job = budgeted(100, 50);
+    let mut steps = restart_of_failed(&job);
+    let mut failed = gang(0, false, Some("Failed"));
+    failed["status"]["conditions"][0]["lastTransitionTime"] = json!(at(30));
+    steps[0] = step("GET", gang_path(0), 200, failed);
+    let (_, seen) = at_times(&job, ADMIT, vec![(500, steps)]).await;
+    let st = status_patch(&seen);
+    assert_eq!((st.phase, st.restarts), (Some(JobPhase::Restarting), 1));
+    assert_eq!(st.run_seconds, 80, "50 s before, 30 s until the failure");
+}
+
 /// A preempted run's seconds are kept, and the scheduler plans the job's next run with what
 /// is left of the budget when that is tighter than its per-run limit.
 #[tokio::test]
