@@ -48,6 +48,19 @@ pub trait Store: Send + Sync {
         patch: StatusPatch,
     ) -> Result<JobRecord>;
 
+    /// Replaces the stored spec of a job that is still in phase `phase` (a compare-and-set,
+    /// [`crate::StoreError::Conflict`] otherwise) and appends an event (`reason`, `message`)
+    /// without a phase change, in one transaction. Callers decide which fields may change
+    /// (the API allows the time limits only); a job that has ended is never changed.
+    async fn replace_spec(
+        &self,
+        uid: &str,
+        phase: JobPhase,
+        job: &TrainJob,
+        reason: &str,
+        message: &str,
+    ) -> Result<JobRecord>;
+
     /// Appends an event without a phase change (`from = to =` the current phase),
     /// e.g. `ControlPlaneRestarted`.
     async fn note(&self, uid: &str, reason: &str, message: &str) -> Result<Event>;

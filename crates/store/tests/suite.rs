@@ -517,6 +517,85 @@ mod cases {
         );
     }
 
+    pub async fn a_live_jobs_spec_is_replaced_with_an_event(fx: &Fixture) {
+        let store = &*fx.store;
+        let rec = store
+            .create_job(&job("limits", "long"), "Applied")
+            .await
+            .unwrap();
+        walk(store, &rec.uid, &path_to(JobPhase::Running)).await;
+        let mut raised = rec.job.clone();
+        raised.spec.max_total_runtime_seconds = Some(7_200);
+        // Metadata stays the stored one whatever the caller sends.
+        raised.metadata.uid = Some("forged".into());
+        let after = store
+            .replace_spec(
+                &rec.uid,
+                JobPhase::Running,
+                &raised,
+                "LimitsChanged",
+                "more",
+            )
+            .await
+            .unwrap();
+        assert_eq!(after.job.spec.max_total_runtime_seconds, Some(7_200));
+        assert_eq!(after.job.metadata, rec.job.metadata);
+        assert_eq!(
+            (after.phase, after.attempt),
+            (JobPhase::Running, rec.attempt)
+        );
+        let last = store.events(&rec.uid).await.unwrap().pop().unwrap();
+        assert_eq!(
+            (
+                last.from,
+                last.to,
+                last.reason.as_str(),
+                last.message.as_str()
+            ),
+            (
+                Some(JobPhase::Running),
+                JobPhase::Running,
+                "LimitsChanged",
+                "more"
+            )
+        );
+        let got = store.get_job_by_uid(&rec.uid).await.unwrap().unwrap();
+        assert_eq!(got.job.spec.max_total_runtime_seconds, Some(7_200));
+
+        // A stale phase loses the compare-and-set; nothing changes.
+        let events = store.events(&rec.uid).await.unwrap().len();
+        let err = store
+            .replace_spec(&rec.uid, JobPhase::Queued, &rec.job, "LimitsChanged", "x")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::Conflict {
+                    actual: JobPhase::Running,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(store.events(&rec.uid).await.unwrap().len(), events);
+        // An ended job is never changed.
+        walk(store, &rec.uid, &[JobPhase::Running, JobPhase::Succeeded]).await;
+        let err = store
+            .replace_spec(
+                &rec.uid,
+                JobPhase::Succeeded,
+                &rec.job,
+                "LimitsChanged",
+                "x",
+            )
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("has ended (Succeeded)"), "{err}");
+        let got = store.get_job_by_uid(&rec.uid).await.unwrap().unwrap();
+        assert_eq!(got.job.spec.max_total_runtime_seconds, Some(7_200));
+    }
+
     pub async fn notes_keep_the_phase(fx: &Fixture) {
         let store = &*fx.store;
         let rec = store
@@ -1022,6 +1101,7 @@ suite!(
     racing_transitions_have_one_winner,
     events_are_appended_in_order,
     notes_keep_the_phase,
+    a_live_jobs_spec_is_replaced_with_an_event,
     patches_and_status,
     gang_round_trip,
     metrics_page_and_latest,

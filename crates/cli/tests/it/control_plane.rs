@@ -319,6 +319,56 @@ fn runs_add_up_against_the_total_runtime_budget() {
     assert!(past >= restarts && past < 5, "{message}");
 }
 
+/// A running job's time budget can be raised by applying it again with only its time limits
+/// changed (the one part of a stored spec that may change): the job goes on past the old
+/// budget, with a `LimitsChanged` event saying what changed. Any other change, and any change
+/// to a job that has ended, is refused naming the fields, and nothing is stored.
+#[test]
+fn a_running_jobs_budget_can_be_raised_by_applying_it_again() {
+    let plane = Plane::start(None);
+    let job = |budget: u64, sleep: u64| {
+        format!(
+            "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: extended}}\nspec:\n  engine: command\n  command: [sh, -c, 'sleep {sleep}']\n  maxTotalRuntimeSeconds: {budget}\n"
+        )
+    };
+    let first = plane.write("extended.yaml", &job(4, 7));
+    plane.ok(&["apply", "-f", &first]);
+    plane.wait_phase("extended", "Running", MIN);
+    let raised = plane.write("raised.yaml", &job(60, 7));
+    let out = plane.ok(&["apply", "-f", &raised]);
+    assert!(out.contains("configured"), "{out}");
+    let other = plane.write("other.yaml", &job(60, 9));
+    let refused = plane.ferry(&["apply", "-f", &other]);
+    assert!(!refused.status.success());
+    let err = refused.stderr_text();
+    assert!(
+        err.contains("spec.command cannot change") && err.contains("maxTotalRuntimeSeconds"),
+        "{err}"
+    );
+    // Past the old budget of 4 s, the job runs on to its end.
+    let done = plane.wait_phase("extended", "Succeeded", MIN);
+    let events = plane.events("extended");
+    let changed = events
+        .iter()
+        .find(|e| e["reason"] == "LimitsChanged")
+        .unwrap_or_else(|| panic!("no LimitsChanged event: {events:#?}"));
+    assert_eq!(
+        changed["message"], "spec.maxTotalRuntimeSeconds: 4 s -> 60 s",
+        "{changed}"
+    );
+    assert_eq!(
+        done["spec"]["command"][2], "sleep 7",
+        "the refused change stored nothing"
+    );
+    assert_eq!(done["spec"]["maxTotalRuntimeSeconds"], 60);
+    // An ended job's limits do not change.
+    let late = plane.write("late.yaml", &job(90, 7));
+    let refused = plane.ferry(&["apply", "-f", &late]);
+    assert!(!refused.status.success());
+    let err = refused.stderr_text();
+    assert!(err.contains("it has ended (Succeeded)"), "{err}");
+}
+
 /// A running job's expected completion comes from the pace of its metrics lines towards
 /// `spec.train.steps`: shown in `get -o json`, `get -o wide` and `describe`, and gone once
 /// it has finished.

@@ -73,27 +73,17 @@ pub(crate) async fn apply(
             .collect();
         return Err(ApiError::invalid(&source, problems));
     }
-    // Duplicate names are refused before anything is stored.
+    // A job that exists may only have its time limits changed; anything else is refused
+    // before anything is stored.
+    let mut limit_changes = Vec::with_capacity(resources.len());
     for r in &resources {
-        if let Resource::TrainJob(job) = r {
-            let m = &job.metadata;
-            if plane
-                .store()
-                .get_job(&m.namespace, &m.name)
-                .await?
-                .is_some()
-            {
-                return Err(ferry_store::StoreError::AlreadyExists {
-                    kind: "TrainJob".into(),
-                    namespace: m.namespace.clone(),
-                    name: m.name.clone(),
-                }
-                .into());
-            }
-        }
+        limit_changes.push(match r {
+            Resource::TrainJob(job) => limits_change(&plane, job).await?,
+            _ => None,
+        });
     }
     let mut out = Vec::with_capacity(resources.len());
-    for r in resources {
+    for (r, change) in resources.into_iter().zip(limit_changes) {
         let meta = r.metadata().clone();
         let kind = r.kind().as_str().to_owned();
         if query.dry_run {
@@ -106,12 +96,19 @@ pub(crate) async fn apply(
             });
             continue;
         }
-        let (uid, action) = match &r {
-            Resource::TrainJob(job) => {
+        let (uid, action) = match (&r, change) {
+            (Resource::TrainJob(job), Some((old, message))) => {
+                let store = plane.store();
+                let rec = store
+                    .replace_spec(&old.uid, old.phase, job, "LimitsChanged", &message)
+                    .await?;
+                (rec.uid, "configured")
+            }
+            (Resource::TrainJob(job), None) => {
                 let rec = plane.store().create_job(job, "Created").await?;
                 (rec.uid, "created")
             }
-            other => {
+            (other, _) => {
                 let existed = plane
                     .store()
                     .get_object(&kind, &meta.namespace, &meta.name)
@@ -164,5 +161,83 @@ fn check_against_cluster(
         Ok(())
     } else {
         Err(ApiError::invalid(source, problems))
+    }
+}
+
+/// The fields of a stored job's spec that `ferry apply` may change: its time limits, which a
+/// user raises when a long job needs more (Kueue lets a workload's maximum execution time be
+/// edited the same way).
+const CHANGEABLE: [&str; 2] = ["maxRuntimeSeconds", "maxTotalRuntimeSeconds"];
+
+/// For a job whose name is taken: the stored job and the event message when `job` differs from
+/// it only in its time limits and it has not ended; `None` when the name is free; an error
+/// naming what may not change otherwise (an identical spec is a duplicate, as before).
+async fn limits_change(
+    plane: &ControlPlane,
+    job: &ferry_spec::TrainJob,
+) -> Result<Option<(ferry_store::JobRecord, String)>, ApiError> {
+    let m = &job.metadata;
+    let Some(old) = plane.store().get_job(&m.namespace, &m.name).await? else {
+        return Ok(None);
+    };
+    let exists = || ferry_store::StoreError::AlreadyExists {
+        kind: "TrainJob".into(),
+        namespace: m.namespace.clone(),
+        name: m.name.clone(),
+    };
+    let (before, after) = (spec_fields(&old.job.spec), spec_fields(&job.spec));
+    let mut keys: Vec<&String> = before.keys().chain(after.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let changed: Vec<&String> = keys
+        .into_iter()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .collect();
+    if changed.is_empty() {
+        return Err(exists().into());
+    }
+    let fixed: Vec<String> = changed
+        .iter()
+        .filter(|k| !CHANGEABLE.contains(&k.as_str()))
+        .map(|k| format!("spec.{k}"))
+        .collect();
+    let why = if !fixed.is_empty() {
+        format!(
+            "its {} cannot change (only spec.maxRuntimeSeconds and spec.maxTotalRuntimeSeconds \
+             can, while it has not ended)",
+            fixed.join(", ")
+        )
+    } else if old.phase.is_terminal() {
+        format!(
+            "it has ended ({}), so its time limits no longer change anything",
+            old.phase
+        )
+    } else {
+        let show = |v: Option<&Value>| v.map_or_else(|| "none".to_owned(), |v| format!("{v} s"));
+        let message = changed
+            .iter()
+            .map(|k| {
+                format!(
+                    "spec.{k}: {} -> {}",
+                    show(before.get(*k)),
+                    show(after.get(*k))
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Ok(Some((old, message)));
+    };
+    Err(ApiError::conflict(format!(
+        "TrainJob {}/{} already exists and {why}; pick another metadata.name or remove the \
+         old one with `ferry delete job {}` first",
+        m.namespace, m.name, m.name
+    )))
+}
+
+/// A spec's fields by their YAML names (absent ones left out).
+fn spec_fields(spec: &ferry_spec::TrainJobSpec) -> serde_json::Map<String, Value> {
+    match serde_json::to_value(spec) {
+        Ok(Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
     }
 }

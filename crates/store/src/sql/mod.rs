@@ -501,6 +501,80 @@ impl Store for SqlStore {
         }
     }
 
+    async fn replace_spec(
+        &self,
+        uid: &str,
+        phase: JobPhase,
+        job: &TrainJob,
+        reason: &str,
+        message: &str,
+    ) -> Result<JobRecord> {
+        let Some(current) = self.get_job_by_uid(uid).await? else {
+            return Err(job_not_found(uid));
+        };
+        if phase.is_terminal() {
+            let m = &current.job.metadata;
+            return Err(StoreError::InvalidInput {
+                what: format!("TrainJob {}/{}", m.namespace, m.name),
+                detail: format!(
+                    "it has ended ({phase}) and an ended job's spec does not change; apply it \
+                     under a new metadata.name"
+                ),
+            });
+        }
+        let mut doc = job.clone();
+        doc.status = None;
+        doc.metadata = current.job.metadata.clone();
+        let label = format!("TrainJob {}/{}", doc.metadata.namespace, doc.metadata.name);
+        let text = to_json_text(&label, &doc)?;
+        let at = to_millis(now());
+        let updated: Option<JobRow> = on_db!(&self.pool, |db| {
+            let mut tx = db.begin_write().await.map_err(self.db())?;
+            let row: Option<JobRow> = sqlx::query_as(concat!(
+                "UPDATE jobs SET doc = $3, updated_at = $4 WHERE uid = $1 AND phase = $2 RETURNING ",
+                job_cols!()
+            ))
+            .bind(uid)
+            .bind(phase.as_str())
+            .bind(&text)
+            .bind(at)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(self.db())?;
+            if row.is_some() {
+                sqlx::query(
+                    "INSERT INTO events (job_uid, at, from_phase, to_phase, reason, message) \
+                     VALUES ($1, $2, $3, $3, $4, $5)",
+                )
+                .bind(uid)
+                .bind(at)
+                .bind(phase.as_str())
+                .bind(reason)
+                .bind(message)
+                .execute(&mut *tx)
+                .await
+                .map_err(self.db())?;
+                tx.commit().await.map_err(self.db())?;
+            }
+            row
+        });
+        match updated {
+            Some(row) => row.decode(&self.decoder()),
+            None => {
+                let now = self
+                    .get_job_by_uid(uid)
+                    .await?
+                    .ok_or_else(|| job_not_found(uid))?;
+                Err(StoreError::Conflict {
+                    namespace: now.job.metadata.namespace,
+                    name: now.job.metadata.name,
+                    expected: phase,
+                    actual: now.phase,
+                })
+            }
+        }
+    }
+
     async fn note(&self, uid: &str, reason: &str, message: &str) -> Result<Event> {
         let row: Option<EventRow> = on_db!(&self.pool, |db| {
             sqlx::query_as(concat!(
