@@ -479,6 +479,14 @@ mod tests {
     use super::*;
     use crate::options::Cluster;
 
+    /// The one TrainJob of a YAML text.
+    fn one_job(text: &str) -> TrainJob {
+        match ferry_spec::parse_documents(text, "job.yaml").unwrap().pop() {
+            Some(ferry_spec::Resource::TrainJob(job)) => job,
+            other => panic!("not a TrainJob: {other:?}"),
+        }
+    }
+
     /// A launcher engine with `spec.command` runs that command on every rank, as the local
     /// runtime does: the planner's command would silently replace the user's launch script.
     #[test]
@@ -487,13 +495,7 @@ mod tests {
             let text = format!(
                 "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: own, namespace: team-a}}\nspec:\n  engine: {engine}\n  command: [bash, launch.sh, --lr, '1e-4']\n  resources: {{nodes: 2, gpusPerNode: 8}}\n"
             );
-            let Some(ferry_spec::Resource::TrainJob(job)) =
-                ferry_spec::parse_documents(&text, "own.yaml")
-                    .unwrap()
-                    .pop()
-            else {
-                panic!("not a TrainJob");
-            };
+            let job = one_job(&text);
             let l = launch(&job).unwrap();
             assert_eq!(l.launcher, "command", "{engine}");
             assert_eq!(l.command, ["bash", "launch.sh", "--lr", "1e-4"], "{engine}");
@@ -503,13 +505,7 @@ mod tests {
     #[test]
     fn a_time_limit_becomes_the_child_jobs_active_deadline() {
         let text = "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {name: capped, namespace: team-a}\nspec:\n  engine: command\n  command: [python3, train.py]\n  resources: {nodes: 2, gpusPerNode: 8}\n  maxRuntimeSeconds: 7200\n";
-        let Some(ferry_spec::Resource::TrainJob(job)) =
-            ferry_spec::parse_documents(text, "capped.yaml")
-                .unwrap()
-                .pop()
-        else {
-            panic!("not a TrainJob");
-        };
+        let job = one_job(text);
         for jobset in [false, true] {
             let opts = RenderOptions {
                 cluster: Cluster {

@@ -65,6 +65,25 @@ macro_rules! on_db {
     };
 }
 
+/// Appends an event row inside transaction `$tx` (`$from`: `Option<&str>`, `None` for a job's
+/// first event); the one statement of how an event is written, for either backend.
+macro_rules! append_event {
+    ($tx:expr, $uid:expr, $at:expr, $from:expr, $to:expr, $reason:expr, $message:expr) => {
+        sqlx::query(
+            "INSERT INTO events (job_uid, at, from_phase, to_phase, reason, message) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind($uid)
+        .bind($at)
+        .bind($from)
+        .bind($to)
+        .bind($reason)
+        .bind($message)
+        .execute(&mut *$tx)
+        .await
+    };
+}
+
 /// Starting a transaction that already holds the write lock.
 trait BeginWrite {
     /// The backend.
@@ -287,17 +306,15 @@ impl Store for SqlStore {
                 }
                 Err(e) => return Err(self.db()(e)),
             };
-            sqlx::query(
-                "INSERT INTO events (job_uid, at, from_phase, to_phase, reason, message) \
-                 VALUES ($1, $2, NULL, $3, $4, $5)",
+            append_event!(
+                tx,
+                &uid,
+                to_millis(at),
+                None::<&str>,
+                JobPhase::Pending.as_str(),
+                reason,
+                &message
             )
-            .bind(&uid)
-            .bind(to_millis(at))
-            .bind(JobPhase::Pending.as_str())
-            .bind(reason)
-            .bind(&message)
-            .execute(&mut *tx)
-            .await
             .map_err(self.db())?;
             tx.commit().await.map_err(self.db())?;
             row
@@ -424,9 +441,8 @@ impl Store for SqlStore {
             .message
             .clone()
             .or_else(|| (!message.is_empty()).then(|| message.to_owned()));
-        let outcome: std::result::Result<JobRow, Option<(String, String, String)>> = on_db!(
-            &self.pool,
-            |db| {
+        let outcome: std::result::Result<JobRow, Option<(String, String, String)>> =
+            on_db!(&self.pool, |db| {
                 let mut tx = db.begin_write().await.map_err(self.db())?;
                 let updated: Option<JobRow> = sqlx::query_as(concat!(
                     "UPDATE jobs SET phase = $3, \
@@ -458,18 +474,15 @@ impl Store for SqlStore {
                 .map_err(self.db())?;
                 match updated {
                     Some(row) => {
-                        sqlx::query(
-                            "INSERT INTO events (job_uid, at, from_phase, to_phase, reason, message) \
-                             VALUES ($1, $2, $3, $4, $5, $6)",
+                        append_event!(
+                            tx,
+                            uid,
+                            to_millis(at),
+                            Some(from.as_str()),
+                            to.as_str(),
+                            reason,
+                            message
                         )
-                        .bind(uid)
-                        .bind(to_millis(at))
-                        .bind(from.as_str())
-                        .bind(to.as_str())
-                        .bind(reason)
-                        .bind(message)
-                        .execute(&mut *tx)
-                        .await
                         .map_err(self.db())?;
                         tx.commit().await.map_err(self.db())?;
                         Ok(row)
@@ -482,8 +495,7 @@ impl Store for SqlStore {
                     .await
                     .map_err(self.db())?),
                 }
-            }
-        );
+            });
         match outcome {
             Ok(row) => row.decode(&self.decoder()),
             Err(None) => Err(job_not_found(uid)),
@@ -542,17 +554,15 @@ impl Store for SqlStore {
             .await
             .map_err(self.db())?;
             if row.is_some() {
-                sqlx::query(
-                    "INSERT INTO events (job_uid, at, from_phase, to_phase, reason, message) \
-                     VALUES ($1, $2, $3, $3, $4, $5)",
+                append_event!(
+                    tx,
+                    uid,
+                    at,
+                    Some(phase.as_str()),
+                    phase.as_str(),
+                    reason,
+                    message
                 )
-                .bind(uid)
-                .bind(at)
-                .bind(phase.as_str())
-                .bind(reason)
-                .bind(message)
-                .execute(&mut *tx)
-                .await
                 .map_err(self.db())?;
                 tx.commit().await.map_err(self.db())?;
             }
