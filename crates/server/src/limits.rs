@@ -15,6 +15,12 @@ use crate::state::LiveGang;
 /// stay `Running` do not close it). The current run, still open, is left out: it is
 /// measured from its launch.
 pub(crate) fn past_run_seconds(events: &[Event]) -> u64 {
+    run_seconds(events, None)
+}
+
+/// Seconds the job spent `Running` by its `events`; with `now`, a run still open counts up to
+/// it (what the API shows), without, only ended runs count.
+pub(crate) fn run_seconds(events: &[Event], now: Option<chrono::DateTime<chrono::Utc>>) -> u64 {
     let mut total_ms = 0i64;
     let mut since = None;
     for e in events {
@@ -26,6 +32,9 @@ pub(crate) fn past_run_seconds(events: &[Event]) -> u64 {
             }
             _ => {}
         }
+    }
+    if let (Some(s), Some(now)) = (since, now) {
+        total_ms += (now - s).num_milliseconds().max(0);
     }
     u64::try_from(total_ms / 1000).unwrap_or(0)
 }
@@ -125,5 +134,9 @@ mod tests {
         // 2..12 and 21..25; the run opened at 27 is still going.
         assert_eq!(past_run_seconds(&events), 14);
         assert_eq!(past_run_seconds(&events[..3]), 0);
+        // What the API shows counts the open run up to now (30 s): 14 + 3.
+        let now = events[0].at + Duration::seconds(30);
+        assert_eq!(run_seconds(&events, Some(now)), 17);
+        assert_eq!(run_seconds(&events[..9], Some(now)), 14, "no run open");
     }
 }

@@ -513,6 +513,10 @@ pub struct TrainJobStatus {
     /// its metrics lines show (absent until that pace is known, and once it stops running).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_completion_time: Option<String>,
+    /// Seconds its runs have been running, the ended ones and the current one: what
+    /// `spec.maxTotalRuntimeSeconds` counts (shown for jobs with that budget).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_seconds: Option<u64>,
 }
 
 impl TrainJob {

@@ -293,6 +293,21 @@ pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()>
     if !s["progress"].is_null() {
         field("Progress", s["progress"].to_string());
     }
+    if let Some(limit) = spec["maxRuntimeSeconds"].as_u64() {
+        field(
+            "Time limit",
+            format!("{limit} s per run (spec.maxRuntimeSeconds)"),
+        );
+    }
+    if let Some(budget) = spec["maxTotalRuntimeSeconds"].as_u64() {
+        field(
+            "Run time",
+            format!(
+                "{} s of {budget} s (spec.maxTotalRuntimeSeconds, all runs together)",
+                cell(&s["runSeconds"])
+            ),
+        );
+    }
     if let Some(eta) = s["estimatedCompletionTime"].as_str() {
         field(
             "Expected done",

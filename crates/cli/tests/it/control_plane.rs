@@ -361,6 +361,15 @@ fn a_running_jobs_budget_can_be_raised_by_applying_it_again() {
         "the refused change stored nothing"
     );
     assert_eq!(done["spec"]["maxTotalRuntimeSeconds"], 60);
+    let ran = done["status"]["runSeconds"]
+        .as_u64()
+        .expect("runSeconds with a budget");
+    assert!((6..60).contains(&ran), "{done}");
+    let described = plane.ok(&["describe", "job", "extended"]);
+    assert!(
+        described.contains(&format!("{ran} s of 60 s (spec.maxTotalRuntimeSeconds")),
+        "{described}"
+    );
     // An ended job's limits do not change.
     let late = plane.write("late.yaml", &job(90, 7));
     let refused = plane.ferry(&["apply", "-f", &late]);

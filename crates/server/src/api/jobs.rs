@@ -33,6 +33,11 @@ async fn with_progress(plane: &ControlPlane, rec: &JobRecord) -> Result<TrainJob
     }
     if let Some(status) = job.status.as_mut() {
         status.estimated_completion_time = estimated_completion(plane, rec);
+        if rec.job.spec.max_total_runtime_seconds.is_some() {
+            let events = plane.store().events(&rec.uid).await?;
+            let now = chrono::Utc::now();
+            status.run_seconds = Some(crate::limits::run_seconds(&events, Some(now)));
+        }
     }
     Ok(job)
 }
