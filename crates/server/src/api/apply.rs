@@ -165,8 +165,7 @@ fn check_against_cluster(
 }
 
 /// The fields of a stored job's spec that `ferry apply` may change: its time limits, which a
-/// user raises when a long job needs more (Kueue lets a workload's maximum execution time be
-/// edited the same way).
+/// user raises when a long job needs more than was first asked.
 const CHANGEABLE: [&str; 2] = ["maxRuntimeSeconds", "maxTotalRuntimeSeconds"];
 
 /// For a job whose name is taken: the stored job and the event message when `job` differs from
@@ -180,11 +179,6 @@ async fn limits_change(
     let Some(old) = plane.store().get_job(&m.namespace, &m.name).await? else {
         return Ok(None);
     };
-    let exists = || ferry_store::StoreError::AlreadyExists {
-        kind: "TrainJob".into(),
-        namespace: m.namespace.clone(),
-        name: m.name.clone(),
-    };
     let (before, after) = (spec_fields(&old.job.spec), spec_fields(&job.spec));
     let mut keys: Vec<&String> = before.keys().chain(after.keys()).collect();
     keys.sort();
@@ -194,7 +188,12 @@ async fn limits_change(
         .filter(|k| before.get(*k) != after.get(*k))
         .collect();
     if changed.is_empty() {
-        return Err(exists().into());
+        return Err(ferry_store::StoreError::AlreadyExists {
+            kind: "TrainJob".into(),
+            namespace: m.namespace.clone(),
+            name: m.name.clone(),
+        }
+        .into());
     }
     let fixed: Vec<String> = changed
         .iter()
