@@ -138,17 +138,26 @@ impl Context {
     /// stopped it (success, failure, preemption, a budget); `ended_ms` is when the gang itself
     /// ended, if it did (an operator that was down does not count its downtime as running).
     fn account_run(&self, status: &mut TrainJobClusterStatus, ended_ms: Option<u64>) {
-        let now_ms = (self.clock)();
         let running = status.phase == Some(JobPhase::Running);
         match (&status.running_since, running) {
-            (None, true) => status.running_since = Some(timestamp(now_ms)),
-            (Some(since), false) => {
-                status.run_seconds +=
-                    run_seconds(since, ended_ms.map_or(now_ms, |e| e.min(now_ms)));
+            (None, true) => status.running_since = Some(timestamp((self.clock)())),
+            (Some(_), false) => {
+                status.run_seconds += self.current_run_s(status, ended_ms);
                 status.running_since = None;
             }
             _ => {}
         }
+    }
+
+    /// Whole seconds the current run (`status.runningSince`) has run: until its gang ended
+    /// (`ended_ms`) if it has, else until now; 0 while none runs.
+    fn current_run_s(&self, status: &TrainJobClusterStatus, ended_ms: Option<u64>) -> u64 {
+        let now_ms = (self.clock)();
+        let until = ended_ms.map_or(now_ms, |e| e.min(now_ms));
+        status
+            .running_since
+            .as_deref()
+            .map_or(0, |since| run_seconds(since, until))
     }
 
     /// Where the job stands against `spec.maxTotalRuntimeSeconds` (its ended runs plus the
@@ -160,10 +169,7 @@ impl Context {
         ended_ms: Option<u64>,
     ) -> Option<Budget> {
         let budget = job.spec.max_total_runtime_seconds?;
-        let now_ms = (self.clock)();
-        let current = status.running_since.as_deref().map_or(0, |since| {
-            run_seconds(since, ended_ms.map_or(now_ms, |e| e.min(now_ms)))
-        });
+        let current = self.current_run_s(status, ended_ms);
         let used = status.run_seconds + current;
         Some(if used < budget {
             Budget::Left(budget - used)
