@@ -136,6 +136,34 @@ impl Entry {
 struct State {
     sched: Scheduler,
     entries: BTreeMap<String, Entry>,
+    /// Each entry's expected duration from its spec's time limits when the scheduler was last
+    /// given it (`State::note_limits`: the limits of a live job may be edited).
+    limits: BTreeMap<String, Option<u64>>,
+}
+
+impl State {
+    /// A known job whose time limits (or what is left of its budget) changed since the
+    /// scheduler was given them: a pending job is ordered and backfilled by the new expected
+    /// duration, a running one's end moves, unless its measured pace already replaced it.
+    fn note_limits(&mut self, id: &str, expected: Option<u64>) {
+        let Some(told) = self.limits.get_mut(id) else {
+            return;
+        };
+        if *told == expected {
+            return;
+        }
+        *told = expected;
+        if matches!(
+            self.entries.get(id),
+            Some(Entry::Running { told: Some(_), .. })
+        ) {
+            return;
+        }
+        match self.sched.set_expected_duration(id, expected) {
+            Ok(()) => tracing::info!(job = %id, ?expected, "time limits changed: scheduler told"),
+            Err(e) => tracing::debug!(job = %id, error = %e, "expected duration not taken"),
+        }
+    }
 }
 
 /// Admission by `ferry-sched`: one scheduler for the whole cluster, driven by reconciles.
@@ -287,6 +315,7 @@ impl SchedAdmission {
             state: Mutex::new(State {
                 sched,
                 entries: BTreeMap::new(),
+                limits: BTreeMap::new(),
             }),
             clock: Box::new(wall_clock),
             wake,
@@ -351,9 +380,11 @@ impl Admission for SchedAdmission {
             return Admit::Run(Vec::new());
         }
         let w = workload(job);
-        let id = w.id.clone();
+        let (id, expected) = (w.id.clone(), w.expected_duration_s);
         let mut st = self.lock();
-        if !st.entries.contains_key(&id) {
+        if st.entries.contains_key(&id) {
+            st.note_limits(&id, expected);
+        } else {
             match gang {
                 Gang::Running {
                     placement: Some(p),
@@ -364,6 +395,7 @@ impl Admission for SchedAdmission {
                         return Admit::Preempt(e.to_string());
                     }
                     st.entries.insert(id.clone(), Entry::running(p.clone()));
+                    st.limits.insert(id.clone(), expected);
                     // The pace an earlier operator measured (its paces lived in memory) stands
                     // until this one has measured again.
                     if let Some(end) = persisted_end(job) {
@@ -379,6 +411,7 @@ impl Admission for SchedAdmission {
                         return Admit::Never(e.to_string());
                     }
                     st.entries.insert(id.clone(), Entry::Pending);
+                    st.limits.insert(id.clone(), expected);
                 }
             }
         }
@@ -412,6 +445,7 @@ impl Admission for SchedAdmission {
     fn finished(&self, job: &TrainJobResource) {
         let id = workload_id(&job.namespace().unwrap_or_default(), &job.name_any());
         let mut st = self.lock();
+        st.limits.remove(&id);
         if st.entries.remove(&id).is_none() {
             return;
         }

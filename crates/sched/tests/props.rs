@@ -365,6 +365,20 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
                 Err(e) => return Err(TestCaseError::fail(format!("unexpected error {e}"))),
             }
         }
+        // Some time limits change after submit (`ferry apply`): half of them grow, half shrink,
+        // whether the job waits, runs or is being preempted.
+        for (w, _) in accepted
+            .iter()
+            .filter(|(w, _)| w.created_at + 7 == t && !done.contains(&w.id))
+        {
+            let changed = match w.expected_duration_s {
+                Some(e) if e % 2 == 0 => Some(e / 2),
+                Some(e) => Some(e * 3),
+                None => Some(5),
+            };
+            s.set_expected_duration(&w.id, changed)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
         let decisions = s.cycle(t);
         let mut admitted_now: HashSet<&str> = HashSet::new();
         for d in &decisions {

@@ -55,6 +55,9 @@ pub(crate) struct Admission {
     /// The queue set it was built from; a change rebuilds it.
     queues: Vec<QueueSpec>,
     tracked: HashMap<String, Tracked>,
+    /// Each tracked job's time limit when the scheduler was last given its expected duration
+    /// (`note_limits`: `ferry apply` may change a live job's limits).
+    limits: HashMap<String, Option<u64>>,
 }
 
 /// The local machine as the scheduler's cluster: one node holding every GPU.
@@ -414,6 +417,7 @@ impl Admission {
             sched,
             queues,
             tracked: HashMap::new(),
+            limits: HashMap::new(),
         })
     }
 }
@@ -541,6 +545,7 @@ async fn sync(
         if job.job.spec.resources.total_gpus() == 0 && job.phase != JobPhase::Preempted {
             continue;
         }
+        note_limits(adm, job);
         let uid = job.uid.as_str();
         let draining = plane.live_gang(uid).is_some_and(|g| g.draining);
         match (adm.tracked.get(uid).cloned(), job.phase) {
@@ -593,7 +598,36 @@ async fn sync(
             _ => {}
         }
     }
+    let Admission {
+        tracked, limits, ..
+    } = adm;
+    limits.retain(|uid, _| tracked.contains_key(uid));
     Ok(())
+}
+
+/// A tracked job whose time limits changed since the scheduler was given its expected
+/// duration (`ferry apply` of new limits) gets the new one: a pending job is backfilled and
+/// ordered by it, a running one's end moves, unless its measured pace already replaced it.
+fn note_limits(adm: &mut Admission, job: &JobRecord) {
+    let limit = time_limit(&job.job);
+    let Some(told) = adm.limits.get_mut(&job.uid) else {
+        return;
+    };
+    if *told == limit {
+        return;
+    }
+    *told = limit;
+    if matches!(
+        adm.tracked.get(&job.uid),
+        Some(Tracked::Running { end: Some(_), .. })
+    ) {
+        return;
+    }
+    let expected = planned_workload(job).expected_duration_s;
+    match adm.sched.set_expected_duration(&job.uid, expected) {
+        Ok(()) => tracing::info!(job = %job.uid, ?expected, "time limit changed: scheduler told"),
+        Err(e) => tracing::debug!(job = %job.uid, error = %e, "expected duration not taken"),
+    }
 }
 
 /// Tells the scheduler when a running job will end, from the pace of its steps towards
@@ -639,6 +673,7 @@ async fn submit(
     match adm.sched.submit(planned_workload(job)) {
         Ok(()) => {
             adm.tracked.insert(job.uid.clone(), Tracked::Pending);
+            adm.limits.insert(job.uid.clone(), time_limit(&job.job));
             Ok(())
         }
         Err(e) => {
@@ -680,6 +715,7 @@ async fn restore(
     match result {
         Ok(()) => {
             adm.tracked.insert(job.uid.clone(), as_);
+            adm.limits.insert(job.uid.clone(), time_limit(&job.job));
             Ok(())
         }
         Err(e) => {

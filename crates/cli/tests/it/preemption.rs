@@ -296,3 +296,43 @@ fn a_gang_an_owner_would_reclaim_at_once_is_not_started_before_the_owner() {
     let gang_admitted = find(&events, "Admitted", |e| e["to"] == "Admitted");
     assert!(at(&plane.events("owner"), owner_ran) <= at(&events, gang_admitted));
 }
+
+/// A job in the default queue running `examples/sleeper.py STEPS` on `gpus` GPUs, with a time
+/// limit of `limit` seconds when given (the scheduler's expected duration).
+fn limited_sleeper(name: &str, gpus: u32, steps: u32, limit: Option<u64>) -> String {
+    let limit = limit.map_or(String::new(), |l| format!("  maxRuntimeSeconds: {l}\n"));
+    format!(
+        "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: {name}}}\nspec:\n  \
+         engine: command\n  command: [python3, examples/sleeper.py, '{steps}']\n{limit}  \
+         resources: {{nodes: 1, procsPerNode: 1, gpusPerNode: {gpus}}}\n  \
+         onFailure: {{maxRestarts: 0, graceSeconds: 10}}\n"
+    )
+}
+
+/// A running job without a time limit gives the scheduler no end to plan around: the gang
+/// waiting behind it holds the free GPU and nothing may backfill it. Once `ferry apply` gives
+/// the running job a limit, the scheduler knows when the gang can start at the latest, and a
+/// short job runs at once in that shadow, before the running job ends.
+#[test]
+fn a_limit_given_to_a_running_job_lets_short_work_backfill() {
+    let plane = Plane::start(Some(2));
+    plane.apply("first.yaml", &limited_sleeper("first", 1, 45, None));
+    plane.wait_phase("first", "Running", LIMIT);
+    plane.apply("gang.yaml", &limited_sleeper("gang", 2, 2, Some(600)));
+    plane.apply("short.yaml", &limited_sleeper("short", 1, 2, Some(60)));
+    std::thread::sleep(Duration::from_secs(3));
+    for name in ["gang", "short"] {
+        assert_eq!(plane.job(name)["status"]["phase"], "Queued", "{name}");
+    }
+    let out = plane.apply("first.yaml", &limited_sleeper("first", 1, 45, Some(600)));
+    assert!(out.contains("configured"), "{out}");
+    plane.wait_phase("short", "Succeeded", LIMIT);
+    assert_eq!(
+        plane.job("first")["status"]["phase"],
+        "Running",
+        "`short` ran in `first`'s shadow, not after it"
+    );
+    for name in ["first", "gang"] {
+        plane.wait_phase(name, "Succeeded", LIMIT);
+    }
+}

@@ -698,3 +698,38 @@ fn a_restored_job_keeps_its_persisted_estimate() {
         Admit::Wait(_)
     ));
 }
+
+/// An edited time limit reaches the scheduler: a running job without one gives no end to plan
+/// around, so the gang waiting behind it holds the free GPUs and nothing backfills them; once
+/// `spec.maxRuntimeSeconds` is set on it, a short job fits before the gang's latest start.
+#[test]
+fn a_limit_set_on_a_running_job_lets_short_work_backfill() {
+    let (admission, _rx) = admission();
+    let mut first = sized("first", 4, "2026-01-01T00:00:00Z");
+    assert!(matches!(
+        admission.decide(&first, &Gang::Absent),
+        Admit::Run(_)
+    ));
+    let gang = sized("gang", 8, "2026-01-01T00:00:01Z");
+    let mut short = sized("short", 4, "2026-01-01T00:00:02Z");
+    short.spec.max_runtime_seconds = Some(600);
+    for job in [&gang, &short] {
+        assert!(matches!(
+            admission.decide(job, &Gang::Absent),
+            Admit::Wait(_)
+        ));
+    }
+    first.spec.max_runtime_seconds = Some(3600);
+    assert!(matches!(
+        admission.decide(&first, &Gang::Absent),
+        Admit::Run(_)
+    ));
+    assert!(
+        matches!(admission.decide(&short, &Gang::Suspended), Admit::Run(_)),
+        "ends before the running job's limit: it backfills"
+    );
+    assert!(matches!(
+        admission.decide(&gang, &Gang::Suspended),
+        Admit::Wait(_)
+    ));
+}

@@ -836,6 +836,56 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Replaces a workload's expected duration, as when its time limit is raised or cut after
+    /// submit: a pending one re-sorts (duration weighting) and is backfilled by the new
+    /// duration; a running one is expected to end `expected_s` after its admission (`None`:
+    /// unknown, so reservations no longer count on its end). A measured pace
+    /// (`Scheduler::progress`) is the better estimate for a running job; callers give this
+    /// only while there is none.
+    pub fn set_expected_duration(&mut self, id: &str, expected_s: Option<u64>) -> Result<()> {
+        let j = self.lookup(id, "expected duration")?;
+        let job = self.jobs[j as usize].as_ref().expect("indexed job exists");
+        let expected_s = expected_s.map(|e| e.max(1));
+        if job.expected == expected_s {
+            return Ok(());
+        }
+        match job.state {
+            St::Pending => {
+                let (q, old_key) = (job.queue, job.key(j));
+                self.pend_remove(j);
+                self.queues[q as usize].pending.remove(&old_key);
+                let job = self.jobs[j as usize].as_mut().expect("indexed job exists");
+                job.expected = expected_s;
+                let order = self.order_of(self.jobs[j as usize].as_ref().expect("job exists"));
+                let job = self.jobs[j as usize].as_mut().expect("indexed job exists");
+                job.order = order;
+                let key = job.key(j);
+                self.queues[q as usize].pending.insert(key);
+                self.pend_add(j);
+            }
+            St::Running => {
+                let (f, old_end) = (job.flavor as usize, job.end());
+                if let Some(e) = old_end {
+                    self.ends[f].remove(&(e, j));
+                }
+                let job = self.jobs[j as usize].as_mut().expect("indexed job exists");
+                job.expected = expected_s;
+                if let Some(e) = job.end() {
+                    self.ends[f].insert((e, j));
+                }
+            }
+            // Not indexed by duration while it waits for victims or stops.
+            St::Nominated | St::Evicting => {
+                self.jobs[j as usize]
+                    .as_mut()
+                    .expect("indexed job exists")
+                    .expected = expected_s;
+            }
+        }
+        self.mark_all_dirty();
+        Ok(())
+    }
+
     fn charge(&mut self, q: u32, f: usize, delta: i64) {
         let qs = &mut self.queues[q as usize];
         let old = qs.usage[f];

@@ -246,6 +246,45 @@ fn measured_progress_sets_when_a_running_job_ends_and_what_may_backfill() {
     assert!(s.progress("nope", 700, 50).is_err());
 }
 
+/// A raised time limit is a longer expected duration: a job that could backfill before a
+/// gang's reservation with its old limit no longer may, and a cut one may again; a running
+/// job's new limit moves the end the reservation counts on.
+#[test]
+fn a_changed_time_limit_moves_backfill_and_the_reservation() {
+    let mut s = backfill_only(2);
+    s.submit(wl("running", "a", 1, 8, 0, Some(1000))).unwrap();
+    assert_eq!(admitted(&s.cycle(0)), vec!["running"]);
+    s.submit(wl("big", "a", 2, 8, 1, Some(100))).unwrap();
+    s.submit(wl("short", "a", 1, 8, 2, Some(500))).unwrap();
+    // Raised to 5,000 s before it started: it would now end after `running` (at 1,000).
+    s.set_expected_duration("short", Some(5_000)).unwrap();
+    assert!(s.cycle(10).is_empty());
+    assert_eq!(s.holders(), vec![Some("big")]);
+    // The running job's limit is raised to 10,000 s: room for `short` before the gang again.
+    s.set_expected_duration("running", Some(10_000)).unwrap();
+    assert_eq!(admitted(&s.cycle(20)), vec!["short"]);
+    // Cut back: unchanged decisions (nothing is taken back), and the call is idempotent.
+    s.set_expected_duration("running", Some(1_000)).unwrap();
+    s.set_expected_duration("running", Some(1_000)).unwrap();
+    assert!(s.cycle(30).is_empty());
+    assert!(s.set_expected_duration("nope", Some(1)).is_err());
+}
+
+/// With duration weighting, a pending job whose limit was cut sorts as the shorter job it is.
+#[test]
+fn a_cut_time_limit_resorts_a_pending_job() {
+    let mut s = local(8);
+    s.submit(wl("hog", "default", 1, 8, 0, Some(100))).unwrap();
+    assert_eq!(admitted(&s.cycle(0)), vec!["hog"]);
+    s.submit(wl("long", "default", 1, 8, 1, Some(100_000)))
+        .unwrap();
+    s.submit(wl("quick", "default", 1, 8, 2, Some(10_000)))
+        .unwrap();
+    s.set_expected_duration("long", Some(60)).unwrap();
+    s.finished("hog").unwrap();
+    assert_eq!(admitted(&s.cycle(100)), vec!["long"]);
+}
+
 fn prios() -> Vec<PriorityClass> {
     vec![
         PriorityClass {
