@@ -59,5 +59,5 @@ pub use sim::{
     FAIRNESS_TOLERANCE, GenSpec, MIN_SATURATED_S, Policy, ShareBreakdown, SimReport, SizeMix,
     TeamShare, TraceJob, cluster_with_gpus, default_cluster, default_queues, describe_setup,
     entitlements, generated_trace, parse_trace, read_trace, render_svg, render_table, simulate,
-    simulate_with,
+    simulate_with, with_load,
 };

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use ferry_sched::{
     Cluster, FlavorQuota, Policy, QueueSpec, SchedError, SimReport, TraceJob, default_cluster,
-    default_queues, parse_trace, read_trace, render_svg, render_table, simulate,
+    default_queues, parse_trace, read_trace, render_svg, render_table, simulate, with_load,
 };
 
 /// A queue of `nominal` GPUs of flavor `gpu` in the cohort `all`.
@@ -102,6 +102,30 @@ fn ferry_beats_fifo_and_easy_backfill_on_the_helios_trace() {
         "{vs_easy}"
     );
     assert!(jct < 1.0, "{vs_easy}");
+}
+
+/// `with_load`: arrivals come `factor` times as fast, measured from the first submit; nothing
+/// else of a job changes, so the same cluster sees more demand at once.
+#[test]
+fn a_load_factor_brings_arrivals_closer_and_changes_nothing_else() {
+    let trace = saturated_trace()
+        .into_iter()
+        .map(|j| TraceJob {
+            submit_s: 1_000 + j.submit_s,
+            ..j
+        })
+        .collect::<Vec<_>>();
+    let faster = with_load(&trace, 2.0);
+    for (a, b) in trace.iter().zip(&faster) {
+        assert_eq!(b.submit_s, 1_000 + (a.submit_s - 1_000).div_ceil(2));
+        assert_eq!(
+            (&b.job_id, b.duration_s, b.gpus),
+            (&a.job_id, a.duration_s, a.gpus)
+        );
+    }
+    assert_eq!(with_load(&trace, 1.0), trace);
+    let slower = with_load(&trace, 0.5);
+    assert_eq!(slower.last().unwrap().submit_s, 1_000 + 899 * 5 * 2);
 }
 
 /// Three teams, each submitting far more than the cluster holds, with different job sizes.

@@ -41,6 +41,10 @@ pub struct SimArgs {
     /// defaults. Applied before --fairness-half-life and --reclaim-through-reservation.
     #[arg(long, value_name = "FILE")]
     pub options: Option<PathBuf>,
+    /// Replay the trace's arrivals this many times as fast (2: submit times halved) on the
+    /// cluster and quotas sized for the trace as given: how the policies hold up as demand grows.
+    #[arg(long, value_name = "FACTOR", allow_negative_numbers = true)]
+    pub load: Option<f64>,
     /// Also write the utilization timeline as an SVG chart here.
     #[arg(long)]
     pub svg: Option<PathBuf>,
@@ -48,6 +52,9 @@ pub struct SimArgs {
     #[arg(short, long, value_enum)]
     pub output: Option<Output>,
 }
+
+/// Largest `--load`: beyond it the whole trace arrives within seconds anyway.
+const MAX_LOAD: f64 = 1000.0;
 
 fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> anyhow::Result<T> {
     let text = std::fs::read_to_string(path)
@@ -98,15 +105,23 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             "no trace given: pass --trace FILE.csv (columns job_id,submit_s,duration_s,gpus,nodes,team,status)"
         );
     };
-    let trace = ferry_sched::read_trace(trace_path)?;
+    let given = ferry_sched::read_trace(trace_path)?;
     let cluster = match (&args.cluster, args.gpus) {
         (Some(path), _) => read_yaml::<ferry_sched::Cluster>(path, "cluster")?,
         (None, Some(n)) => ferry_sched::cluster_with_gpus(n),
-        (None, None) => ferry_sched::default_cluster(&trace),
+        (None, None) => ferry_sched::default_cluster(&given),
     };
     let queues = match &args.queues {
         Some(path) => read_yaml::<Vec<ferry_sched::QueueSpec>>(path, "queues")?,
-        None => ferry_sched::default_queues(&trace, &cluster),
+        None => ferry_sched::default_queues(&given, &cluster),
+    };
+    let trace = match args.load {
+        None => given,
+        Some(f) if f.is_finite() && f > 0.0 && f <= MAX_LOAD => ferry_sched::with_load(&given, f),
+        Some(f) => anyhow::bail!(
+            "--load {f}: expected a factor above 0 and at most {MAX_LOAD} (2 replays the \
+             arrivals twice as fast); fix: pass e.g. --load 2"
+        ),
     };
     let ferry_options = match &args.options {
         Some(path) => policy_options(path)?,
@@ -137,6 +152,12 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("{}", ferry_sched::describe_setup(&trace, &cluster, &queues));
+    if let Some(f) = args.load {
+        println!(
+            "load: arrivals {f}x as fast as the trace's (submit times / {f}); the cluster and \
+             quotas are sized for the trace as given"
+        );
+    }
     if let Some(path) = &args.options {
         println!("ferry runs with the switches in {}", path.display());
     }

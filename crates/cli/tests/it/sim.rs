@@ -128,3 +128,37 @@ fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
         "{err}"
     );
 }
+
+/// `--load 5`: the same jobs arriving five times as fast on the cluster and quotas sized for
+/// the trace as given. Every team is then saturated for days (at load 1 under Ferry, for 2 s),
+/// so the 10% fairness check has a window to judge instead of `n/a`; a factor that is not a
+/// positive number is refused by name.
+#[test]
+fn a_load_factor_replays_the_trace_faster_on_the_same_cluster() {
+    let trace = repo_root().join("../shared/fixtures/traces/helios_venus_2vc_2020-09a.csv");
+    let trace = trace.to_str().unwrap();
+    let text = sim_ok(&["--trace", trace, "--load", "5"]);
+    assert!(
+        text.contains("load: arrivals 5x as fast as the trace's")
+            && text.contains("cluster: 176 GPUs"),
+        "{text}"
+    );
+    let out = sim_ok(&["--trace", trace, "--load", "5", "-o", "json"]);
+    let reports: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let ferry = &reports[0];
+    assert_eq!(ferry["policy"], "ferry");
+    assert!(
+        ferry["saturated_s"].as_u64().unwrap() > 86_400,
+        "{}",
+        ferry["saturated_s"]
+    );
+    for share in ferry["team_share"].as_object().unwrap().values() {
+        assert!(share["within_tolerance"].is_boolean(), "{share}");
+    }
+    for bad in ["0", "-2", "NaN"] {
+        let out = sim(&["--trace", trace, "--load", bad]);
+        assert!(!out.status.success(), "--load {bad} was taken");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--load"), "{err}");
+    }
+}

@@ -10,7 +10,7 @@ pub use generate::{GenSpec, SizeMix, generated_trace};
 pub use render::{render_svg, render_table};
 pub use setup::{
     DEFAULT_FLAVOR, DEFAULT_GPUS_PER_NODE, cluster_with_gpus, default_cluster, default_queues,
-    describe_setup, entitlements, offered_load,
+    describe_setup, entitlements, offered_load, with_load,
 };
 pub use trace::{MAX_SECONDS, MAX_TRACE_ROWS, TRACE_COLUMNS, TraceJob, parse_trace, read_trace};
 

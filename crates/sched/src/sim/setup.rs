@@ -23,6 +23,20 @@ pub fn offered_load(trace: &[TraceJob]) -> f64 {
     gpu_s / ((last - first).max(1) as f64)
 }
 
+/// The trace with its arrivals `factor` times as fast: each submit time's distance from the
+/// first divided by `factor` (rounded), durations and sizes unchanged. Replayed on the cluster
+/// and quotas sized for the trace as given, it asks how the policies hold up as demand grows.
+pub fn with_load(trace: &[TraceJob], factor: f64) -> Vec<TraceJob> {
+    let first = trace.iter().map(|j| j.submit_s).min().unwrap_or(0);
+    trace
+        .iter()
+        .map(|j| TraceJob {
+            submit_s: first + ((j.submit_s - first) as f64 / factor).round() as u64,
+            ..j.clone()
+        })
+        .collect()
+}
+
 /// A contended cluster for a trace: its mean offered load rounded up to whole 8-GPU nodes,
 /// and at least its largest job.
 pub fn default_cluster(trace: &[TraceJob]) -> Cluster {
