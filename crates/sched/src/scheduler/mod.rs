@@ -854,13 +854,11 @@ impl Scheduler {
                 let (q, old_key) = (job.queue, job.key(j));
                 self.pend_remove(j);
                 self.queues[q as usize].pending.remove(&old_key);
-                let job = self.jobs[j as usize].as_mut().expect("indexed job exists");
+                let mut job = self.jobs[j as usize].take().expect("indexed job exists");
                 job.expected = expected_s;
-                let order = self.order_of(self.jobs[j as usize].as_ref().expect("job exists"));
-                let job = self.jobs[j as usize].as_mut().expect("indexed job exists");
-                job.order = order;
-                let key = job.key(j);
-                self.queues[q as usize].pending.insert(key);
+                job.order = self.order_of(&job);
+                self.queues[q as usize].pending.insert(job.key(j));
+                self.jobs[j as usize] = Some(job);
                 self.pend_add(j);
             }
             St::Running => {
