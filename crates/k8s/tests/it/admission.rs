@@ -621,6 +621,36 @@ fn sized(name: &str, gpus: i32, created: &str) -> TrainJobResource {
     r
 }
 
+/// Behind a half-node job already running: a whole-node gang, which must wait for it and so
+/// holds the node, and a 10-minute half-node job created after the gang (not yet decided).
+fn gang_and_short(admission: &SchedAdmission) -> (TrainJobResource, TrainJobResource) {
+    let gang = sized("gang", 8, "2026-01-01T00:00:01Z");
+    assert!(matches!(
+        admission.decide(&gang, &Gang::Absent),
+        Admit::Wait(_)
+    ));
+    let mut short = sized("short", 4, "2026-01-01T00:00:02Z");
+    short.spec.max_runtime_seconds = Some(600);
+    (gang, short)
+}
+
+/// The short job backfills the free half of the node (`why`), and the gang still waits.
+fn short_backfills_and_gang_waits(
+    admission: &SchedAdmission,
+    gang: &TrainJobResource,
+    short: &TrainJobResource,
+    why: &str,
+) {
+    assert!(
+        matches!(admission.decide(short, &Gang::Suspended), Admit::Run(p) if p[0].node == NODE),
+        "{why}"
+    );
+    assert!(matches!(
+        admission.decide(gang, &Gang::Suspended),
+        Admit::Wait(_)
+    ));
+}
+
 #[test]
 fn a_measured_pace_lets_short_work_backfill_before_a_reserved_gang() {
     let (admission, mut rx) = admission();
@@ -632,13 +662,7 @@ fn a_measured_pace_lets_short_work_backfill_before_a_reserved_gang() {
     ));
     // A whole-node gang waits for it and holds the node; a 10-minute job may not take the
     // free half, for it might delay the gang.
-    let gang = sized("gang", 8, "2026-01-01T00:00:01Z");
-    assert!(matches!(
-        admission.decide(&gang, &Gang::Absent),
-        Admit::Wait(_)
-    ));
-    let mut short = sized("short", 4, "2026-01-01T00:00:02Z");
-    short.spec.max_runtime_seconds = Some(600);
+    let (gang, short) = gang_and_short(&admission);
     assert!(matches!(
         admission.decide(&short, &Gang::Absent),
         Admit::Wait(_)
@@ -648,14 +672,12 @@ fn a_measured_pace_lets_short_work_backfill_before_a_reserved_gang() {
     // Its measured pace says 2,000 s more: the short job ends before the gang can start.
     admission.progress(&running, 2_000);
     assert!(woke(&mut rx), "the backfill admission wakes the operator");
-    assert!(matches!(
-        admission.decide(&short, &Gang::Suspended),
-        Admit::Run(p) if p[0].node == NODE
-    ));
-    assert!(matches!(
-        admission.decide(&gang, &Gang::Suspended),
-        Admit::Wait(_)
-    ));
+    short_backfills_and_gang_waits(
+        &admission,
+        &gang,
+        &short,
+        "ends before the measured end: it backfills",
+    );
     // A job the scheduler does not run is not told anything (and nothing breaks).
     admission.progress(&gang, 10);
 }
@@ -682,21 +704,13 @@ fn a_restored_job_keeps_its_persisted_estimate() {
         admission.decide(&running, &gang_view),
         Admit::Run(_)
     ));
-    let gang = sized("gang", 8, "2026-01-01T00:00:01Z");
-    assert!(matches!(
-        admission.decide(&gang, &Gang::Absent),
-        Admit::Wait(_)
-    ));
-    let mut short = sized("short", 4, "2026-01-01T00:00:02Z");
-    short.spec.max_runtime_seconds = Some(600);
-    assert!(
-        matches!(admission.decide(&short, &Gang::Absent), Admit::Run(p) if p[0].node == NODE),
-        "the short job ends before the running one: it backfills"
+    let (gang, short) = gang_and_short(&admission);
+    short_backfills_and_gang_waits(
+        &admission,
+        &gang,
+        &short,
+        "the short job ends before the running one: it backfills",
     );
-    assert!(matches!(
-        admission.decide(&gang, &Gang::Suspended),
-        Admit::Wait(_)
-    ));
 }
 
 /// An edited time limit reaches the scheduler: a running job without one gives no end to plan
@@ -710,26 +724,20 @@ fn a_limit_set_on_a_running_job_lets_short_work_backfill() {
         admission.decide(&first, &Gang::Absent),
         Admit::Run(_)
     ));
-    let gang = sized("gang", 8, "2026-01-01T00:00:01Z");
-    let mut short = sized("short", 4, "2026-01-01T00:00:02Z");
-    short.spec.max_runtime_seconds = Some(600);
-    for job in [&gang, &short] {
-        assert!(matches!(
-            admission.decide(job, &Gang::Absent),
-            Admit::Wait(_)
-        ));
-    }
+    let (gang, short) = gang_and_short(&admission);
+    assert!(matches!(
+        admission.decide(&short, &Gang::Absent),
+        Admit::Wait(_)
+    ));
     first.spec.max_runtime_seconds = Some(3600);
     assert!(matches!(
         admission.decide(&first, &Gang::Absent),
         Admit::Run(_)
     ));
-    assert!(
-        matches!(admission.decide(&short, &Gang::Suspended), Admit::Run(_)),
-        "ends before the running job's limit: it backfills"
+    short_backfills_and_gang_waits(
+        &admission,
+        &gang,
+        &short,
+        "ends before the running job's limit: it backfills",
     );
-    assert!(matches!(
-        admission.decide(&gang, &Gang::Suspended),
-        Admit::Wait(_)
-    ));
 }

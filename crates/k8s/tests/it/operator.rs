@@ -92,6 +92,17 @@ fn patch_gang(attempt: u32, suspend: bool) -> Step {
     )
 }
 
+/// The operator finds the first attempt's gang the other way, sets its `suspend` (a
+/// preemption suspends, an admission resumes), records an event and the job's status.
+fn flip_suspend(job: &TrainJobResource, suspend: bool) -> Vec<Step> {
+    vec![
+        get_gang(0, !suspend, None),
+        patch_gang(0, suspend),
+        event(),
+        patch_status(job),
+    ]
+}
+
 /// The operator deletes attempt `attempt`'s gang, which exists.
 fn delete_gang(attempt: u32, condition: Option<&str>) -> Step {
     step(
@@ -244,17 +255,7 @@ async fn not_admitted_is_created_suspended_then_unsuspended_on_admission() {
 
     // Status update: the scheduler admits it now.
     let job = resource(true, Some(st));
-    let seen = run(
-        &job,
-        ADMIT,
-        vec![
-            get_gang(0, true, None),
-            patch_gang(0, false),
-            event(),
-            patch_status(&job),
-        ],
-    )
-    .await;
+    let seen = run(&job, ADMIT, flip_suspend(&job, false)).await;
     assert_eq!(seen[1].body, json!({"spec": {"suspend": false}}));
     assert_eq!(status_patch(&seen).phase, Some(JobPhase::Running));
     assert_eq!(event_reasons(&seen), ["Admitted"]);
@@ -352,12 +353,7 @@ async fn preemption_suspends_the_gang() {
     let seen = run(
         &job,
         Admit::Preempt("team-b reclaims its quota".into()),
-        vec![
-            get_gang(0, false, None),
-            patch_gang(0, true),
-            event(),
-            patch_status(&job),
-        ],
+        flip_suspend(&job, true),
     )
     .await;
     assert_eq!(seen[1].body, json!({"spec": {"suspend": true}}));
@@ -825,15 +821,7 @@ async fn a_preempted_run_is_counted_and_the_scheduler_plans_with_what_is_left() 
     let (_, seen) = at_times(
         &job,
         Admit::Preempt("team-b reclaims its quota".into()),
-        vec![(
-            50,
-            vec![
-                get_gang(0, false, None),
-                patch_gang(0, true),
-                event(),
-                patch_status(&job),
-            ],
-        )],
+        vec![(50, flip_suspend(&job, true))],
     )
     .await;
     let st = status_patch(&seen);
