@@ -57,7 +57,17 @@ pub(crate) struct Admission {
     tracked: HashMap<String, Tracked>,
     /// Each tracked job's time limit when the scheduler was last given its expected duration
     /// (`note_limits`: `ferry apply` may change a live job's limits).
-    limits: HashMap<String, Option<u64>>,
+    limits: HashMap<String, Limit>,
+}
+
+/// The time limit a tracked job's expected duration was computed from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Limit {
+    /// Seconds its earlier runs took of `spec.maxTotalRuntimeSeconds` (fixed while tracked:
+    /// a run that ends untracks the job, which is submitted again with its new total).
+    past_s: u64,
+    /// `time_limit` when last told.
+    told: Option<u64>,
 }
 
 /// The local machine as the scheduler's cluster: one node holding every GPU.
@@ -193,10 +203,11 @@ fn queue_error<'a>(
 
 /// A job as the scheduler sees it: one pod per node, `gpusPerNode` GPUs each.
 fn workload(job: &JobRecord) -> Workload {
-    workload_of(&job.uid, &job.job, job.created_at.timestamp())
+    workload_of(&job.uid, &job.job, job.created_at.timestamp(), 0)
 }
 
-fn workload_of(id: &str, job: &TrainJob, created_at: i64) -> Workload {
+/// The workload of `job`, whose earlier runs took `past_s` seconds of its budget.
+fn workload_of(id: &str, job: &TrainJob, created_at: i64, past_s: u64) -> Workload {
     let r = &job.spec.resources;
     Workload {
         id: id.to_owned(),
@@ -210,16 +221,19 @@ fn workload_of(id: &str, job: &TrainJob, created_at: i64) -> Workload {
         gpus_per_pod: u32::try_from(r.gpus_per_node.max(0)).unwrap_or(0),
         flavor: None,
         // A limit is an upper bound: backfilling with it never delays a reservation.
-        expected_duration_s: time_limit(job),
+        expected_duration_s: time_limit(job, past_s),
         created_at: u64::try_from(created_at).unwrap_or(0),
     }
 }
 
-/// The tighter of the job's time limits (one run, or all runs together), an upper bound on
-/// how long a run can last.
-fn time_limit(job: &TrainJob) -> Option<u64> {
+/// The tighter of the job's time limits (one run, or what its earlier runs, `past_s` seconds,
+/// left of the budget of all runs), an upper bound on how long its next run can last.
+fn time_limit(job: &TrainJob, past_s: u64) -> Option<u64> {
     let spec = &job.spec;
-    match (spec.max_runtime_seconds, spec.max_total_runtime_seconds) {
+    let left = spec
+        .max_total_runtime_seconds
+        .map(|b| b.saturating_sub(past_s).max(1));
+    match (spec.max_runtime_seconds, left) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
@@ -228,12 +242,12 @@ fn time_limit(job: &TrainJob) -> Option<u64> {
 /// The workload with its expected duration: the time limit, or twice the planner's
 /// prediction for launcher engines when that is shorter or there is no limit (a running
 /// job's measured pace replaces either, `report_pace`).
-fn planned_workload(job: &JobRecord) -> Workload {
-    planned_workload_of(&job.uid, &job.job, job.created_at.timestamp())
+fn planned_workload(job: &JobRecord, past_s: u64) -> Workload {
+    planned_workload_of(&job.uid, &job.job, job.created_at.timestamp(), past_s)
 }
 
-fn planned_workload_of(id: &str, job: &TrainJob, created_at: i64) -> Workload {
-    let mut w = workload_of(id, job, created_at);
+fn planned_workload_of(id: &str, job: &TrainJob, created_at: i64, past_s: u64) -> Workload {
+    let mut w = workload_of(id, job, created_at, past_s);
     let estimate = crate::engines::adapter_for(job)
         .ok()
         .and_then(|a| a.estimated_duration_s(job));
@@ -379,7 +393,7 @@ pub(crate) async fn check_batch(
         if problems.iter().any(|(d, _)| *d == i) {
             continue;
         }
-        let w = workload_of(&format!("apply-check-{i}"), job, 0);
+        let w = workload_of(&format!("apply-check-{i}"), job, 0, 0);
         if let Err(e) = sched.submit(w) {
             let SchedError::InvalidWorkload {
                 field,
@@ -609,21 +623,22 @@ async fn sync(
 /// duration (`ferry apply` of new limits) gets the new one: a pending job is backfilled and
 /// ordered by it, a running one's end moves, unless its measured pace already replaced it.
 fn note_limits(adm: &mut Admission, job: &JobRecord) {
-    let limit = time_limit(&job.job);
-    let Some(told) = adm.limits.get_mut(&job.uid) else {
+    let Some(limit) = adm.limits.get_mut(&job.uid) else {
         return;
     };
-    if *told == limit {
+    let past_s = limit.past_s;
+    let now = time_limit(&job.job, past_s);
+    if limit.told == now {
         return;
     }
-    *told = limit;
+    limit.told = now;
     if matches!(
         adm.tracked.get(&job.uid),
         Some(Tracked::Running { end: Some(_), .. })
     ) {
         return;
     }
-    let expected = planned_workload(job).expected_duration_s;
+    let expected = planned_workload(job, past_s).expected_duration_s;
     match adm.sched.set_expected_duration(&job.uid, expected) {
         Ok(()) => tracing::info!(job = %job.uid, ?expected, "time limit changed: scheduler told"),
         Err(e) => tracing::debug!(job = %job.uid, error = %e, "expected duration not taken"),
@@ -664,16 +679,23 @@ fn report_pace(
     }
 }
 
+/// Records the limit the scheduler was just given `job`'s expected duration from.
+fn note_told(adm: &mut Admission, job: &JobRecord, past_s: u64) {
+    let told = time_limit(&job.job, past_s);
+    adm.limits.insert(job.uid.clone(), Limit { past_s, told });
+}
+
 /// A queued job enters its queue, or fails now if it could never be admitted.
 async fn submit(
     plane: &ControlPlane,
     adm: &mut Admission,
     job: &JobRecord,
 ) -> Result<(), ApiError> {
-    match adm.sched.submit(planned_workload(job)) {
+    let past_s = crate::limits::ended_runs_seconds(plane, job).await?;
+    match adm.sched.submit(planned_workload(job, past_s)) {
         Ok(()) => {
             adm.tracked.insert(job.uid.clone(), Tracked::Pending);
-            adm.limits.insert(job.uid.clone(), time_limit(&job.job));
+            note_told(adm, job, past_s);
             Ok(())
         }
         Err(e) => {
@@ -703,8 +725,11 @@ async fn restore(
     as_: Tracked,
 ) -> Result<(), ApiError> {
     let admitted_at = u64::try_from(job.updated_at.timestamp()).unwrap_or(0);
+    let past_s = crate::limits::ended_runs_seconds(plane, job).await?;
     let result = match placement_of(job, ids) {
-        Some(p) => adm.sched.restore(planned_workload(job), &p, admitted_at),
+        Some(p) => adm
+            .sched
+            .restore(planned_workload(job, past_s), &p, admitted_at),
         None => Err(SchedError::InvalidWorkload {
             id: job.uid.clone(),
             field: "placement".into(),
@@ -715,7 +740,7 @@ async fn restore(
     match result {
         Ok(()) => {
             adm.tracked.insert(job.uid.clone(), as_);
-            adm.limits.insert(job.uid.clone(), time_limit(&job.job));
+            note_told(adm, job, past_s);
             Ok(())
         }
         Err(e) => {
@@ -969,7 +994,7 @@ mod tests {
             else {
                 panic!("not a TrainJob");
             };
-            planned_workload_of("j", &job, 0).expected_duration_s
+            planned_workload_of("j", &job, 0, 0).expected_duration_s
         };
         let short = spec(200, "").expect("the planner predicts a step time");
         let long = spec(400, "").expect("the planner predicts a step time");
@@ -989,16 +1014,32 @@ mod tests {
         else {
             panic!("not a TrainJob");
         };
-        assert_eq!(workload_of("j", &job, 0).expected_duration_s, Some(900));
+        assert_eq!(workload_of("j", &job, 0, 0).expected_duration_s, Some(900));
         // The budget of all runs bounds a run too: the tighter limit counts.
         job.spec.max_total_runtime_seconds = Some(600);
-        assert_eq!(workload_of("j", &job, 0).expected_duration_s, Some(600));
+        assert_eq!(workload_of("j", &job, 0, 0).expected_duration_s, Some(600));
         job.spec.max_runtime_seconds = None;
-        assert_eq!(workload_of("j", &job, 0).expected_duration_s, Some(600));
+        assert_eq!(workload_of("j", &job, 0, 0).expected_duration_s, Some(600));
+        // A job back in its queue is expected to run at most what its earlier runs left of
+        // the budget (never 0: a run with nothing left fails at once, it does not take 0 s).
+        assert_eq!(
+            workload_of("j", &job, 0, 450).expected_duration_s,
+            Some(150)
+        );
+        assert_eq!(workload_of("j", &job, 0, 600).expected_duration_s, Some(1));
+        job.spec.max_runtime_seconds = Some(100);
+        assert_eq!(
+            workload_of("j", &job, 0, 450).expected_duration_s,
+            Some(100)
+        );
+        job.spec.max_runtime_seconds = None;
         job.spec.max_total_runtime_seconds = None;
-        assert_eq!(workload_of("j", &job, 0).expected_duration_s, None);
+        assert_eq!(workload_of("j", &job, 0, 0).expected_duration_s, None);
         // A user's command gives no prediction.
-        assert_eq!(planned_workload_of("j", &job, 0).expected_duration_s, None);
+        assert_eq!(
+            planned_workload_of("j", &job, 0, 0).expected_duration_s,
+            None
+        );
     }
 
     #[test]

@@ -5,10 +5,10 @@
 use std::path::Path;
 
 use ferry_spec::{BUDGET_NO_RESTART, JobPhase};
-use ferry_store::{Event, JobRecord};
+use ferry_store::{Event, JobRecord, StoreError};
 
 use crate::reconcile::grace_of;
-use crate::state::LiveGang;
+use crate::state::{ControlPlane, LiveGang};
 
 /// Seconds the job spent `Running` in its earlier runs, from its event log: each interval
 /// opens at a transition into `Running` and closes at the next one out of it (notes that
@@ -16,6 +16,18 @@ use crate::state::LiveGang;
 /// measured from its launch.
 pub(crate) fn past_run_seconds(events: &[Event]) -> u64 {
     run_seconds(events, None)
+}
+
+/// Seconds `job`'s ended runs took of its `spec.maxTotalRuntimeSeconds`, read from its events
+/// (0 without a budget, without reading them).
+pub(crate) async fn ended_runs_seconds(
+    plane: &ControlPlane,
+    job: &JobRecord,
+) -> Result<u64, StoreError> {
+    if job.job.spec.max_total_runtime_seconds.is_none() {
+        return Ok(0);
+    }
+    Ok(past_run_seconds(&plane.store().events(&job.uid).await?))
 }
 
 /// Seconds the job spent `Running` by its `events`; with `now`, a run still open counts up to

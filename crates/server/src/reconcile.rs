@@ -558,13 +558,10 @@ async fn past_runs(
     job: &JobRecord,
     live: &LiveGang,
 ) -> Result<u64, StoreError> {
-    if job.job.spec.max_total_runtime_seconds.is_none() {
-        return Ok(0);
-    }
     if let Some(s) = live.past_run_s {
         return Ok(s);
     }
-    let s = limits::past_run_seconds(&plane.store().events(&job.uid).await?);
+    let s = limits::ended_runs_seconds(plane, job).await?;
     if let Some(entry) = plane.live().get_mut(&job.uid) {
         entry.past_run_s = Some(s);
     }

@@ -24,7 +24,7 @@ pub(crate) struct LiveGang {
     pub(crate) last_step: Option<i64>,
     /// Steps over time seen in this attempt's metrics, for the scheduler's expected end.
     pub(crate) pace: ferry_sched::pace::Pace,
-    /// Seconds the job's earlier runs used (`limits::past_run_seconds`), read from its events
+    /// Seconds the job's earlier runs used (`limits::ended_runs_seconds`), read from its events
     /// once per attempt when the job has a total runtime budget.
     pub(crate) past_run_s: Option<u64>,
 }

@@ -301,12 +301,12 @@ fn a_gang_an_owner_would_reclaim_at_once_is_not_started_before_the_owner() {
 /// limit of `limit` seconds when given (the scheduler's expected duration).
 fn limited_sleeper(name: &str, gpus: u32, steps: u32, limit: Option<u64>) -> String {
     let limit = limit.map_or(String::new(), |l| format!("  maxRuntimeSeconds: {l}\n"));
-    format!(
-        "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: {name}}}\nspec:\n  \
-         engine: command\n  command: [python3, examples/sleeper.py, '{steps}']\n{limit}  \
-         resources: {{nodes: 1, procsPerNode: 1, gpusPerNode: {gpus}}}\n  \
-         onFailure: {{maxRestarts: 0, graceSeconds: 10}}\n"
-    )
+    sleeper_with(name, "normal", gpus, steps, &limit)
+}
+
+/// `sleeper` with `extra` spec lines (time limits).
+fn sleeper_with(name: &str, priority: &str, gpus: u32, steps: u32, extra: &str) -> String {
+    format!("{}{extra}", sleeper(name, priority, gpus, steps))
 }
 
 /// A running job without a time limit gives the scheduler no end to plan around: the gang
@@ -335,4 +335,58 @@ fn a_limit_given_to_a_running_job_lets_short_work_backfill() {
     for name in ["first", "gang"] {
         plane.wait_phase(name, "Succeeded", LIMIT);
     }
+}
+
+/// A job preempted and waiting in its queue when the control plane restarts is planned, by
+/// the rebuilt scheduler, with what its first run left of `spec.maxTotalRuntimeSeconds`, not
+/// the whole budget: the gang waiting for its GPU is due when that remainder is over, so a
+/// job that would run longer than that only borrows the free GPU and gives it back
+/// (preempted) when the gang's turn comes. Planned with the whole budget, the gang would look
+/// due much later, that job would take the GPU as plain backfill, and the gang would wait
+/// for it to finish.
+#[test]
+fn a_requeued_job_is_planned_with_what_is_left_of_its_budget_after_a_restart() {
+    let mut plane = Plane::start(Some(2));
+    // 14 steps within a 20 s budget; preempted after about 10 of them.
+    plane.apply(
+        "budgeted.yaml",
+        &sleeper_with("budgeted", "low", 1, 14, "  maxTotalRuntimeSeconds: 20\n"),
+    );
+    plane.wait_phase("budgeted", "Running", LIMIT);
+    wait_for_step(&plane, "budgeted", 10);
+    plane.apply("urgent.yaml", &sleeper("urgent", "high", 2, 6));
+    plane.wait_phase("urgent", "Running", LIMIT);
+    assert_eq!(plane.job("budgeted")["status"]["phase"], "Queued");
+    plane.restart();
+    plane.apply(
+        "gang.yaml",
+        &sleeper_with("gang", "low", 2, 2, "  maxRuntimeSeconds: 60\n"),
+    );
+    plane.wait_phase("urgent", "Succeeded", LIMIT);
+    plane.wait_phase("budgeted", "Running", LIMIT);
+    // Left of the budget: about 10 s; the whole budget: 20 s. A 14 s limit falls between.
+    plane.apply(
+        "short.yaml",
+        &sleeper_with("short", "low", 1, 8, "  maxRuntimeSeconds: 14\n"),
+    );
+    for name in ["budgeted", "gang", "short"] {
+        plane.wait_phase(name, "Succeeded", LIMIT);
+    }
+    let budgeted = plane.events("budgeted");
+    let runs = budgeted.iter().filter(|e| e["to"] == "Running").count();
+    assert_eq!(runs, 2, "preempted once by `urgent`: {budgeted:#?}");
+    let short = plane.events("short");
+    let gang = plane.events("gang");
+    let loan_ended = find(&short, "Preempted", |e| e["to"] == "Preempted");
+    assert!(
+        message(&short[loan_ended]).contains("default/gang: it ran on GPUs held for that gang"),
+        "{}",
+        short[loan_ended]
+    );
+    let gang_ran = find(&gang, "Running", |e| e["to"] == "Running");
+    let short_done = find(&short, "Succeeded", |e| e["to"] == "Succeeded");
+    assert!(
+        at(&gang, gang_ran) < at(&short, short_done),
+        "the gang started when `budgeted` ended, not after `short`"
+    );
 }
