@@ -12,12 +12,12 @@
 //!
 //! `FERRY_OPTS='{"durationWeight": 0}'` overrides Ferry's options (JSON, merged over the
 //! defaults) for experiments. Prints one line per trace, the pass counts per comparison, and
-//! Ferry's out-of-band teams counted by main cause (`TeamShare::breakdown`); `DIAG=1` prints
+//! Ferry's out-of-band teams counted by main cause (`TeamShare::miss_cause`); `DIAG=1` prints
 //! each of those teams with its breakdown, `DETAIL=1` the tables and a coarse timeline.
 use std::path::Path;
 
 use ferry_sched::{
-    Cluster, GenSpec, Options, Policy, SimReport, SizeMix, TraceJob, cluster_with_gpus,
+    Cluster, GenSpec, MissCause, Options, Policy, SimReport, SizeMix, TraceJob, cluster_with_gpus,
     default_cluster, default_queues, generated_trace, simulate, simulate_with,
 };
 
@@ -28,57 +28,8 @@ struct Case {
     cluster: Option<Cluster>,
 }
 
-/// Causes of a team's miss, named by `cause`.
-const CAUSES: [&str; 10] = [
-    "tiny",
-    "lumpy-wait",
-    "behind-resv",
-    "fits-not-placed",
-    "cluster-full",
-    "over-in-entitlement",
-    "over-owed-fits",
-    "over-filling",
-    "mixed",
-    "short-window",
-];
-const PARTS: usize = 7;
-
-/// Why a team is out of the band: `tiny` when its entitlement is under one 8-GPU node (the band
-/// is less than a GPU wide), `short-window` when all teams were saturated together under 3 h,
-/// else the part of its breakdown of the same sign as its error that explains most of it (at
-/// least half), else `mixed`. Also returns the parts as contributions to `ratio − 1`, in the
-/// order of `CAUSES[1..=7]`.
-fn cause(s: &ferry_sched::TeamShare, capacity: f64, sat_s: u64) -> (usize, [f64; PARTS]) {
-    let b = &s.breakdown;
-    let parts = [
-        b.lumpy_wait,
-        b.behind_reservation,
-        b.fits_not_placed,
-        b.cluster_full,
-        b.over_within_entitlement,
-        b.over_while_owed_fits,
-        b.over_filling,
-    ];
-    let sum: f64 = parts.iter().sum();
-    let err = s.ratio - 1.0;
-    let contrib = parts.map(|p| if sum.abs() > 0.0 { err * p / sum } else { 0.0 });
-    if s.entitlement * capacity < 8.0 {
-        return (0, contrib);
-    }
-    if sat_s < 3 * 3600 {
-        return (9, contrib);
-    }
-    let (k, best) = contrib
-        .iter()
-        .enumerate()
-        .max_by(|a, b| (a.1 * err.signum()).total_cmp(&(b.1 * err.signum())))
-        .expect("parts");
-    if best.abs() >= 0.5 * err.abs() {
-        (k + 1, contrib)
-    } else {
-        (8, contrib)
-    }
-}
+/// Causes of a team's miss, in the order `causes` counts them.
+const CAUSES: [MissCause; 10] = MissCause::ALL;
 
 #[derive(Default, Clone, Copy)]
 struct Verdict {
@@ -150,26 +101,24 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
     let capacity = cluster.total_gpus() as f64;
     let mut causes = [0usize; CAUSES.len()];
     for (t, s) in &f.team_share {
-        if s.within_tolerance == Some(false) {
-            let (k, c) = cause(s, capacity, f.saturated_s);
-            causes[k] += 1;
-            if std::env::var_os("DIAG").is_some() {
-                println!(
-                    "DIAG {:<40} {t:<10} owed {:>5.1} GPUs ratio {:.2} sat {:>6.1} h  {:<19} lumpy {:+.2} resv {:+.2} frag {:+.2} full {:+.2} | in-ent {:+.2} owed-fits {:+.2} fill {:+.2}",
-                    case.name,
-                    s.entitlement * capacity,
-                    s.ratio,
-                    f.saturated_s as f64 / 3600.0,
-                    CAUSES[k],
-                    c[0],
-                    c[1],
-                    c[2],
-                    c[3],
-                    c[4],
-                    c[5],
-                    c[6]
-                );
-            }
+        let Some(miss) = s.miss_cause else { continue };
+        causes[CAUSES.iter().position(|&c| c == miss).expect("listed")] += 1;
+        if std::env::var_os("DIAG").is_some() {
+            let parts: Vec<String> = s
+                .breakdown
+                .contributions(s.ratio)
+                .iter()
+                .map(|(c, p)| format!("{} {p:+.2}", c.name()))
+                .collect();
+            println!(
+                "DIAG {:<40} {t:<10} owed {:>5.1} GPUs ratio {:.2} sat {:>6.1} h  {:<19} {}",
+                case.name,
+                s.entitlement * capacity,
+                s.ratio,
+                f.saturated_s as f64 / 3600.0,
+                miss.name(),
+                parts.join(" ")
+            );
         }
     }
     let v = Verdict {
@@ -572,7 +521,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         CAUSES
             .iter()
             .enumerate()
-            .map(|(k, c)| format!("{c} {}", total(k)))
+            .map(|(k, c)| format!("{} {}", c.name(), total(k)))
             .collect::<Vec<_>>()
             .join(", ")
     );

@@ -162,3 +162,37 @@ fn a_load_factor_replays_the_trace_faster_on_the_same_cluster() {
         assert!(err.contains("--load"), "{err}");
     }
 }
+
+/// A team out of the 10% band is named with the situation that explains most of its gap, in
+/// the table and in JSON (`miss_cause`), for every policy; a team within it has none. The
+/// shared trace on 128 GPUs (the size of the big team's largest gangs) starves the small team
+/// under every policy.
+#[test]
+fn a_team_out_of_the_band_is_named_with_its_cause() {
+    let trace = repo_root().join("../shared/fixtures/traces/helios_venus_2vc_2020-09a.csv");
+    let trace = trace.to_str().unwrap();
+    let out = sim_ok(&["--trace", trace, "--gpus", "128", "-o", "json"]);
+    let reports: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let text = sim_ok(&["--trace", trace, "--gpus", "128"]);
+    assert!(text.contains("out of the band, and why:"), "{text}");
+    let mut misses = 0;
+    for r in &reports {
+        for (team, share) in r["team_share"].as_object().unwrap() {
+            let cause = share.get("miss_cause").and_then(Value::as_str);
+            if share["within_tolerance"] == false {
+                misses += 1;
+                let cause = cause.unwrap_or_else(|| panic!("{team} out without a cause: {r}"));
+                let line = format!(
+                    "  {:<16} {team} at {:.2} of its entitlement: {cause}",
+                    r["policy"].as_str().unwrap(),
+                    share["ratio"].as_f64().unwrap()
+                );
+                assert!(text.contains(&line), "{line:?} not in {text}");
+                assert!(text.contains(&format!("\n  {cause}: ")), "{text}");
+            } else {
+                assert_eq!(cause, None, "{team} within the band: {r}");
+            }
+        }
+    }
+    assert!(misses >= reports.len(), "{out}");
+}

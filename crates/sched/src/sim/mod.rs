@@ -2,11 +2,13 @@
 //! under Ferry's policy and under baselines built from the same code (FIFO, EASY backfill).
 
 mod generate;
+mod miss;
 mod render;
 mod setup;
 mod trace;
 
 pub use generate::{GenSpec, SizeMix, generated_trace};
+pub use miss::{MissCause, ShareBreakdown};
 pub use render::{render_svg, render_table};
 pub use setup::{
     DEFAULT_FLAVOR, DEFAULT_GPUS_PER_NODE, cluster_with_gpus, default_cluster, default_queues,
@@ -160,37 +162,9 @@ pub struct TeamShare {
     /// Why the share differs from the entitlement (diagnosis only, not serialized).
     #[serde(skip)]
     pub breakdown: ShareBreakdown,
-}
-
-/// Where a team's deviation from its entitlement came from, over the all-saturated window:
-/// GPU-seconds it used minus GPU-seconds it was owed (its entitlement times all teams' busy
-/// GPUs), split by the team's situation in each interval. The parts sum to `(share −
-/// entitlement)` times all teams' busy GPU-seconds in the window. For diagnosing fairness misses;
-/// not part of the JSON output. "Fits" means its smallest waiting job fits in the GPUs left of
-/// its entitlement.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ShareBreakdown {
-    /// Under its due while every job it had waiting was larger than the GPUs left of its
-    /// entitlement (a lumpy team waiting for a drain).
-    pub lumpy_wait: f64,
-    /// Under its due, a waiting job fits and idle GPUs would hold it, but another team's job
-    /// held the reservation (the idle GPUs were kept for that gang).
-    pub behind_reservation: f64,
-    /// Under its due, a waiting job fits and idle GPUs would hold it, no other team holding the
-    /// reservation (fragmentation: no node had room).
-    pub fits_not_placed: f64,
-    /// Under its due, a waiting job fits but too few GPUs were idle: others held them (only
-    /// reclaiming or preempting would have served it).
-    pub cluster_full: f64,
-    /// Over its due in share terms while using no more than its entitlement in GPUs: others
-    /// left GPUs idle (drains, fragments), so the same GPUs are a larger share.
-    pub over_within_entitlement: f64,
-    /// Over its entitlement in GPUs while a team under its due had a waiting job that fits
-    /// (borrowing that was not reclaimed).
-    pub over_while_owed_fits: f64,
-    /// Over its entitlement in GPUs while every team under its due waited only for jobs larger
-    /// than the GPUs left of its entitlement (using GPUs no owed team could use then).
-    pub over_filling: f64,
+    /// For a team out of the band: the situation that explains most of its gap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub miss_cause: Option<MissCause>,
 }
 
 /// The outcome of one simulated policy.
@@ -470,8 +444,15 @@ impl Fairness {
                             1.0
                         },
                         breakdown: self.breakdown[q],
+                        miss_cause: None,
                     },
                 )
+            })
+            .map(|(name, mut t)| {
+                if t.within_tolerance == Some(false) {
+                    t.miss_cause = Some(MissCause::of(&t, self.capacity, self.saturated_s));
+                }
+                (name, t)
             })
             .collect()
     }

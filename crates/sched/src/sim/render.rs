@@ -76,6 +76,33 @@ pub fn render_table(reports: &[SimReport]) -> String {
             });
         }
     }
+    let misses: Vec<_> = reports
+        .iter()
+        .flat_map(|r| {
+            r.team_share
+                .iter()
+                .filter_map(move |(team, t)| Some((r, team, t, t.miss_cause?)))
+        })
+        .collect();
+    if !misses.is_empty() {
+        let _ = writeln!(s, "out of the band, and why:");
+        let mut causes = Vec::new();
+        for (r, team, t, cause) in misses {
+            let _ = writeln!(
+                s,
+                "  {:<16} {team} at {:.2} of its entitlement: {}",
+                r.policy,
+                t.ratio,
+                cause.name()
+            );
+            if !causes.contains(&cause) {
+                causes.push(cause);
+            }
+        }
+        for cause in causes {
+            let _ = writeln!(s, "  {}: {}", cause.name(), cause.explain());
+        }
+    }
     if let [first, peers @ ..] = reports
         && !peers.is_empty()
     {
