@@ -63,8 +63,10 @@ pub(crate) struct Admission {
 /// The time limit a tracked job's expected duration was computed from.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Limit {
-    /// Seconds its earlier runs took of `spec.maxTotalRuntimeSeconds` (fixed while tracked:
-    /// a run that ends untracks the job, which is submitted again with its new total).
+    /// Seconds its ended runs had taken of `spec.maxTotalRuntimeSeconds` when the scheduler
+    /// learnt of it (submit or restore). Not re-read while it stays known: across a
+    /// preemption the scheduler itself subtracts the work up to the last checkpoint, and a
+    /// limit edited later is measured against this older total (an upper bound still).
     past_s: u64,
     /// `time_limit` when last told.
     told: Option<u64>,

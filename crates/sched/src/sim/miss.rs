@@ -9,8 +9,8 @@ use super::TeamShare;
 /// GPU-seconds it used minus GPU-seconds it was owed (its entitlement times all teams' busy
 /// GPUs), split by the team's situation in each interval. The parts sum to `(share −
 /// entitlement)` times all teams' busy GPU-seconds in the window. Not part of the JSON output
-/// (`MissCause` names its largest part). "Fits" means its smallest waiting job fits in the GPUs left of
-/// its entitlement.
+/// (`MissCause` names its largest part). "Fits" means its smallest waiting job fits in the
+/// GPUs left of its entitlement.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ShareBreakdown {
     /// Under its due while every job it had waiting was larger than the GPUs left of its

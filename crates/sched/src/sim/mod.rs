@@ -430,29 +430,24 @@ impl Fairness {
                 } else {
                     0.0
                 };
-                (
-                    spec.name.clone(),
-                    TeamShare {
-                        share,
-                        entitlement,
-                        ratio,
-                        within_tolerance: (self.saturated_s >= MIN_SATURATED_S)
-                            .then_some((ratio - 1.0).abs() <= FAIRNESS_TOLERANCE),
-                        quota_kept: if self.owed_gpu_s[q] > 0.0 {
-                            self.kept_gpu_s[q] / self.owed_gpu_s[q]
-                        } else {
-                            1.0
-                        },
-                        breakdown: self.breakdown[q],
-                        miss_cause: None,
+                let mut t = TeamShare {
+                    share,
+                    entitlement,
+                    ratio,
+                    within_tolerance: (self.saturated_s >= MIN_SATURATED_S)
+                        .then_some((ratio - 1.0).abs() <= FAIRNESS_TOLERANCE),
+                    quota_kept: if self.owed_gpu_s[q] > 0.0 {
+                        self.kept_gpu_s[q] / self.owed_gpu_s[q]
+                    } else {
+                        1.0
                     },
-                )
-            })
-            .map(|(name, mut t)| {
+                    breakdown: self.breakdown[q],
+                    miss_cause: None,
+                };
                 if t.within_tolerance == Some(false) {
                     t.miss_cause = Some(MissCause::of(&t, self.capacity, self.saturated_s));
                 }
-                (name, t)
+                (spec.name.clone(), t)
             })
             .collect()
     }
