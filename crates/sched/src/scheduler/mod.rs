@@ -820,20 +820,29 @@ impl Scheduler {
                 problem: "the workload is not running".into(),
             });
         }
-        let (f, old_end) = (job.flavor as usize, job.end());
         let expected = now.saturating_sub(job.admitted_at) + remaining_s.max(1);
-        if let Some(e) = old_end {
-            self.ends[f].remove(&(e, j));
-        }
-        let job = self.jobs[j as usize].as_mut().expect("indexed job exists");
-        job.expected = Some(expected);
-        let end = job.end().expect("just set");
-        self.ends[f].insert((end, j));
-        if old_end != Some(end) {
+        if self.set_running_expected(j, Some(expected)) {
             // A reservation's start (and what may backfill before it) depends on this end.
             self.mark_all_dirty();
         }
         Ok(())
+    }
+
+    /// Gives the running job `j` a new expected duration and keeps the index of running ends
+    /// in step; returns whether its expected end moved.
+    fn set_running_expected(&mut self, j: u32, expected: Option<u64>) -> bool {
+        let job = self.jobs[j as usize].as_ref().expect("indexed job exists");
+        let (f, old_end) = (job.flavor as usize, job.end());
+        if let Some(e) = old_end {
+            self.ends[f].remove(&(e, j));
+        }
+        let job = self.jobs[j as usize].as_mut().expect("indexed job exists");
+        job.expected = expected;
+        let end = job.end();
+        if let Some(e) = end {
+            self.ends[f].insert((e, j));
+        }
+        old_end != end
     }
 
     /// Replaces a workload's expected duration, as when its time limit is raised or cut after
@@ -862,15 +871,7 @@ impl Scheduler {
                 self.pend_add(j);
             }
             St::Running => {
-                let (f, old_end) = (job.flavor as usize, job.end());
-                if let Some(e) = old_end {
-                    self.ends[f].remove(&(e, j));
-                }
-                let job = self.jobs[j as usize].as_mut().expect("indexed job exists");
-                job.expected = expected_s;
-                if let Some(e) = job.end() {
-                    self.ends[f].insert((e, j));
-                }
+                self.set_running_expected(j, expected_s);
             }
             // Not indexed by duration while it waits for victims or stops.
             St::Nominated | St::Evicting => {
