@@ -10,6 +10,10 @@
 //!   random half to all of its rows, 0.8–1.2× the default cluster) and 240 generated traces
 //!   (seeds 2001–2040, loads 1.0 / 1.4, 64 / 128 / 256 GPUs, 2–6 teams).
 //!
+//! * `load`: the trace's arrivals replayed 1.25–10 times as fast on the cluster sized for it as
+//!   given (`ferry sim --load`), and 20 of the `wide` resamples at twice their load: heavier
+//!   demand than any trace above.
+//!
 //! `FERRY_OPTS='{"durationWeight": 0}'` overrides Ferry's options (JSON, merged over the
 //! defaults) for experiments. Prints one line per trace, the pass counts per comparison, and
 //! Ferry's out-of-band teams counted by main cause (`TeamShare::miss_cause`); `DIAG=1` prints
@@ -18,7 +22,7 @@ use std::path::Path;
 
 use ferry_sched::{
     Cluster, GenSpec, MissCause, Options, Policy, SimReport, SizeMix, TraceJob, cluster_with_gpus,
-    default_cluster, default_queues, generated_trace, simulate, simulate_with,
+    default_cluster, default_queues, generated_trace, simulate, simulate_with, with_load,
 };
 
 struct Case {
@@ -294,10 +298,31 @@ fn helios_wide(trace: &[TraceJob], out: &mut Vec<Case>) {
         let gpus = (default_cluster(&t).total_gpus() as f64 * size / 8.0).round() as u32 * 8;
         let largest = t.iter().map(|j| j.gpus).max().unwrap_or(8);
         out.push(Case {
-            name: format!("helios resample {k}"),
+            name: format!("helios resample {k} x{size:.2}"),
             group: "helios",
             trace: t,
             cluster: Some(cluster_with_gpus(gpus.max(largest))),
+        });
+    }
+}
+
+fn helios_load(trace: &[TraceJob], out: &mut Vec<Case>) {
+    let cluster = default_cluster(trace);
+    for load in [1.25, 1.5, 2.0, 3.0, 5.0, 10.0] {
+        out.push(Case {
+            name: format!("helios load {load}"),
+            group: "helios",
+            trace: with_load(trace, load),
+            cluster: Some(cluster.clone()),
+        });
+    }
+    let mut resamples = Vec::new();
+    helios_wide(trace, &mut resamples);
+    for c in resamples.into_iter().take(20) {
+        out.push(Case {
+            name: format!("{} load 2", c.name),
+            trace: with_load(&c.trace, 2.0),
+            ..c
         });
     }
 }
@@ -394,8 +419,8 @@ fn spread(seeds: std::ops::RangeInclusive<u64>, loads: &[f64], out: &mut Vec<Cas
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let set = args.get(1).map_or("tune", String::as_str);
-    if !["tune", "heldout", "wide"].contains(&set) {
-        return Err("usage: variants tune|heldout|wide [TRACE.csv]".into());
+    if !["tune", "heldout", "wide", "load"].contains(&set) {
+        return Err("usage: variants tune|heldout|wide|load [TRACE.csv]".into());
     }
     let mut opts = serde_json::to_value(Options::default())?;
     if let Ok(o) = std::env::var("FERRY_OPTS") {
@@ -410,15 +435,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let trace = ferry_sched::read_trace(Path::new(path))?;
         if set == "tune" {
             helios_tune(&trace, &mut cases);
+        } else if set == "load" {
+            helios_load(&trace, &mut cases);
         } else if set == "wide" {
             helios_wide(&trace, &mut cases);
         } else {
             helios_heldout(&trace, &mut cases);
         }
     }
-    generated(set, &mut cases);
+    if set != "load" {
+        generated(set, &mut cases);
+    }
     if let Ok(only) = std::env::var("ONLY") {
-        cases.retain(|c| c.name.contains(&only));
+        // A trailing `$` asks for the exact name ("helios resample 1$").
+        match only.strip_suffix('$') {
+            Some(exact) => cases.retain(|c| c.name == exact),
+            None => cases.retain(|c| c.name.contains(&only)),
+        }
     }
     let threads = std::env::var("THREADS")
         .ok()

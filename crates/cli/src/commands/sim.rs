@@ -48,6 +48,10 @@ pub struct SimArgs {
     /// Also write the utilization timeline as an SVG chart here.
     #[arg(long)]
     pub svg: Option<PathBuf>,
+    /// Also write every job's outcome under every policy here, as CSV (policy, job_id, team,
+    /// gpus, submit_s, first_start_s, end_s, jct_s, wait_s, preemptions).
+    #[arg(long, value_name = "FILE.csv")]
+    pub jobs: Option<PathBuf>,
     /// Output format (the table when omitted).
     #[arg(short, long, value_enum)]
     pub output: Option<Output>,
@@ -144,6 +148,10 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     if let Some(svg) = &args.svg {
         std::fs::write(svg, ferry_sched::render_svg(&reports, cluster.total_gpus()))
             .with_context(|| format!("cannot write {}", svg.display()))?;
+    }
+    if let Some(path) = &args.jobs {
+        std::fs::write(path, ferry_sched::render_jobs_csv(&reports))
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     for r in &mut reports {
         r.timeline.clear();

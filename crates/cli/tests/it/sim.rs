@@ -163,6 +163,90 @@ fn a_load_factor_replays_the_trace_faster_on_the_same_cluster() {
     }
 }
 
+/// `--jobs` writes every job's outcome under every policy; the rows add up to the report's
+/// own figures, and a job id or team holding a comma survives the round trip.
+#[test]
+fn every_jobs_outcome_is_written_for_every_policy() {
+    let trace = repo_root().join("../shared/fixtures/traces/helios_venus_2vc_2020-09a.csv");
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs.csv");
+    let out = sim_ok(&[
+        "--trace",
+        trace.to_str().unwrap(),
+        "--jobs",
+        jobs.to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    let reports: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let mut given = csv::Reader::from_path(&trace).unwrap();
+    let duration: std::collections::HashMap<String, u64> = given
+        .records()
+        .map(|r| {
+            let r = r.unwrap();
+            (r[0].to_string(), r[2].parse().unwrap())
+        })
+        .collect();
+    let mut rd = csv::Reader::from_path(&jobs).unwrap();
+    assert_eq!(
+        rd.headers().unwrap().iter().collect::<Vec<_>>(),
+        ferry_sched::JOB_COLUMNS
+    );
+    let rows: Vec<csv::StringRecord> = rd.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), reports.len() * duration.len());
+    let num = |r: &csv::StringRecord, k: usize| -> u64 { r[k].parse().unwrap() };
+    for report in &reports {
+        let policy = report["policy"].as_str().unwrap();
+        let mine: Vec<&csv::StringRecord> = rows.iter().filter(|r| &r[0] == policy).collect();
+        assert_eq!(mine.len(), duration.len(), "{policy}");
+        let (mut jct_sum, mut preemptions) = (0u64, 0u64);
+        for r in &mine {
+            let (submit, start, end, jct, wait) =
+                (num(r, 4), num(r, 5), num(r, 6), num(r, 7), num(r, 8));
+            assert!(submit <= start && start <= end, "{policy} {r:?}");
+            assert_eq!(jct, end - submit, "{policy} {r:?}");
+            assert_eq!(
+                jct - wait,
+                duration[&r[1]],
+                "{policy} {r:?}: JCT is wait plus run"
+            );
+            jct_sum += jct;
+            preemptions += num(r, 9);
+        }
+        let mean = jct_sum as f64 / mine.len() as f64;
+        let reported = report["mean_jct_s"].as_f64().unwrap();
+        assert!(
+            (mean - reported).abs() < 1e-6 * reported,
+            "{policy}: {mean} vs {reported}"
+        );
+        assert_eq!(
+            preemptions,
+            report["preemptions"].as_u64().unwrap(),
+            "{policy}"
+        );
+    }
+    assert!(
+        rows.iter().any(|r| &r[0] == "ferry" && num(r, 9) > 0),
+        "Ferry preempts on this trace; its rows should show it"
+    );
+
+    let odd = dir.path().join("odd.csv");
+    std::fs::write(
+        &odd,
+        "job_id,submit_s,duration_s,gpus,nodes,team,status\n\"a,1\",0,60,8,1,\"team, one\",COMPLETED\n",
+    )
+    .unwrap();
+    sim_ok(&[
+        "--trace",
+        odd.to_str().unwrap(),
+        "--jobs",
+        jobs.to_str().unwrap(),
+    ]);
+    let mut rd = csv::Reader::from_path(&jobs).unwrap();
+    let first = rd.records().next().unwrap().unwrap();
+    assert_eq!((&first[1], &first[2]), ("a,1", "team, one"));
+}
+
 /// A team out of the 10% band is named with the situation that explains most of its gap, in
 /// the table and in JSON (`miss_cause`), for every policy; a team within it has none. The
 /// shared trace on 128 GPUs (the size of the big team's largest gangs) starves the small team

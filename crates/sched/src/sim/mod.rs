@@ -9,7 +9,7 @@ mod trace;
 
 pub use generate::{GenSpec, SizeMix, generated_trace};
 pub use miss::{MissCause, ShareBreakdown};
-pub use render::{render_svg, render_table};
+pub use render::{JOB_COLUMNS, render_jobs_csv, render_svg, render_table};
 pub use setup::{
     DEFAULT_FLAVOR, DEFAULT_GPUS_PER_NODE, cluster_with_gpus, default_cluster, default_queues,
     describe_setup, entitlements, offered_load, with_load,
@@ -202,6 +202,31 @@ pub struct SimReport {
     pub makespan_s: u64,
     /// Busy GPUs over time: (time, busy GPUs) at each change.
     pub timeline: Vec<(Time, u64)>,
+    /// What happened to each job, in trace order (`ferry sim --jobs`; not in the JSON report,
+    /// which stays one small object per policy).
+    #[serde(skip)]
+    pub jobs: Vec<JobOutcome>,
+}
+
+/// One job's fate under one policy: lets a user compare their own jobs across policies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobOutcome {
+    /// The trace's `job_id`.
+    pub job_id: String,
+    /// The trace's `team`.
+    pub team: String,
+    /// GPUs the job asked for.
+    pub gpus: u64,
+    /// When it was submitted.
+    pub submit_s: Time,
+    /// When it first started.
+    pub first_start_s: Time,
+    /// When it completed.
+    pub end_s: Time,
+    /// Seconds it waited in all (completion minus submit minus its run time).
+    pub wait_s: u64,
+    /// How many times it was preempted.
+    pub preemptions: u32,
 }
 
 struct SimJob {
@@ -211,6 +236,8 @@ struct SimJob {
     remaining: u64,
     duration: u64,
     start: Option<Time>,
+    first_start: Option<Time>,
+    preemptions: u32,
     epoch: u64,
     end: Option<Time>,
 }
@@ -541,6 +568,8 @@ pub fn simulate_with(
             remaining: t.duration_s,
             duration: t.duration_s,
             start: None,
+            first_start: None,
+            preemptions: 0,
             epoch: 0,
             end: None,
         });
@@ -647,6 +676,7 @@ pub fn simulate_with(
                         let i = ids[&id];
                         let j = &mut jobs[i];
                         j.start = Some(now);
+                        j.first_start.get_or_insert(now);
                         j.epoch += 1;
                         completions.push(Reverse((now + j.remaining, i, j.epoch)));
                         busy += j.gpus;
@@ -659,6 +689,7 @@ pub fn simulate_with(
                         let j = &mut jobs[i];
                         let s = j.start.expect("preempted job was running");
                         preemptions += 1;
+                        j.preemptions += 1;
                         if s + j.remaining > now + GRACE_S {
                             j.remaining = j.remaining - (now - s) + RESUME_OVERHEAD_S;
                             j.epoch += 1;
@@ -749,5 +780,22 @@ pub fn simulate_with(
         saturated_s: fair.saturated_s,
         makespan_s: makespan,
         timeline,
+        jobs: trace
+            .iter()
+            .zip(&jobs)
+            .map(|(t, j)| {
+                let end = j.end.expect("every job completed");
+                JobOutcome {
+                    job_id: t.job_id.clone(),
+                    team: t.team.clone(),
+                    gpus: j.gpus,
+                    submit_s: j.submit,
+                    first_start_s: j.first_start.expect("every job started"),
+                    end_s: end,
+                    wait_s: (end - j.submit).saturating_sub(j.duration),
+                    preemptions: j.preemptions,
+                }
+            })
+            .collect(),
     })
 }

@@ -1,8 +1,51 @@
-//! Output of a simulation: the side-by-side table and the utilization-over-time SVG.
+//! Output of a simulation: the side-by-side table, the utilization-over-time SVG and every
+//! job's outcome as CSV.
 
 use std::fmt::Write as _;
 
 use super::SimReport;
+
+/// Header of `render_jobs_csv`.
+pub const JOB_COLUMNS: [&str; 10] = [
+    "policy",
+    "job_id",
+    "team",
+    "gpus",
+    "submit_s",
+    "first_start_s",
+    "end_s",
+    "jct_s",
+    "wait_s",
+    "preemptions",
+];
+
+/// Every job's outcome under every policy, one CSV row each (policy order, then trace order),
+/// so a user can see which of their own jobs a policy served better or worse.
+pub fn render_jobs_csv(reports: &[SimReport]) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut rows = || -> csv::Result<()> {
+        w.write_record(JOB_COLUMNS)?;
+        for r in reports {
+            for j in &r.jobs {
+                w.write_record([
+                    r.policy.as_str(),
+                    &j.job_id,
+                    &j.team,
+                    &j.gpus.to_string(),
+                    &j.submit_s.to_string(),
+                    &j.first_start_s.to_string(),
+                    &j.end_s.to_string(),
+                    &(j.end_s - j.submit_s).to_string(),
+                    &j.wait_s.to_string(),
+                    &j.preemptions.to_string(),
+                ])?;
+            }
+        }
+        Ok(())
+    };
+    rows().expect("writing CSV to memory cannot fail");
+    String::from_utf8(w.into_inner().expect("in-memory CSV flushes")).expect("CSV of UTF-8 fields")
+}
 
 /// Side-by-side table of the policies' headline numbers, size buckets and team shares.
 pub fn render_table(reports: &[SimReport]) -> String {
