@@ -229,6 +229,27 @@ fn every_jobs_outcome_is_written_for_every_policy() {
         rows.iter().any(|r| &r[0] == "ferry" && num(r, 9) > 0),
         "Ferry preempts on this trace; its rows should show it"
     );
+    // The table counts, per peer, the jobs Ferry finished sooner and later: the same rows.
+    let table = sim_ok(&["--trace", trace.to_str().unwrap()]);
+    for report in &reports[1..] {
+        let peer = report["policy"].as_str().unwrap();
+        let jct = |policy: &str| -> std::collections::HashMap<String, u64> {
+            rows.iter()
+                .filter(|r| &r[0] == policy)
+                .map(|r| (r[1].to_string(), num(r, 7)))
+                .collect()
+        };
+        let (mine, theirs) = (jct("ferry"), jct(peer));
+        let sooner = mine.iter().filter(|(k, v)| **v < theirs[*k]).count();
+        let later = mine.iter().filter(|(k, v)| **v > theirs[*k]).count();
+        let line = format!("jobs done sooner {sooner}, later {later}");
+        assert!(
+            table
+                .lines()
+                .any(|l| l.contains(&format!("vs {peer} ")) && l.ends_with(&line)),
+            "{line} missing for {peer}:\n{table}"
+        );
+    }
 
     let odd = dir.path().join("odd.csv");
     std::fs::write(

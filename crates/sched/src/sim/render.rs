@@ -162,7 +162,7 @@ pub fn render_table(reports: &[SimReport]) -> String {
             }
         };
         for peer in peers {
-            let _ = writeln!(
+            let _ = write!(
                 s,
                 "  vs {:<16} mean JCT {}  p99 JCT {}  mean wait {}  utilization {}",
                 peer.policy,
@@ -171,9 +171,25 @@ pub fn render_table(reports: &[SimReport]) -> String {
                 ratio(first.mean_wait_s, peer.mean_wait_s),
                 ratio(first.utilization, peer.utilization),
             );
+            if !first.jobs.is_empty() && first.jobs.len() == peer.jobs.len() {
+                let (sooner, later) = sooner_later(first, peer);
+                let _ = write!(s, "  jobs done sooner {sooner}, later {later}");
+            }
+            s.push('\n');
         }
     }
     s
+}
+
+/// How many jobs `a` completed sooner and later than `b` did (the same trace, job by job).
+fn sooner_later(a: &SimReport, b: &SimReport) -> (usize, usize) {
+    a.jobs
+        .iter()
+        .zip(&b.jobs)
+        .fold((0, 0), |(sooner, later), (x, y)| {
+            let (jx, jy) = (x.end_s - x.submit_s, y.end_s - y.submit_s);
+            (sooner + usize::from(jx < jy), later + usize::from(jx > jy))
+        })
 }
 
 /// An SVG line plot of busy-GPU fraction over time, one line per policy.
