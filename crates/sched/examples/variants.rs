@@ -15,7 +15,8 @@
 //!   demand than any trace above.
 //!
 //! `FERRY_OPTS='{"durationWeight": 0}'` overrides Ferry's options (JSON, merged over the
-//! defaults) for experiments. Prints one line per trace, the pass counts per comparison, and
+//! defaults) for experiments. Prints one line per trace, the pass counts per comparison (and
+//! `all five`: traces where Ferry wins all four and every team is in the band), and
 //! Ferry's out-of-band teams counted by main cause (`TeamShare::miss_cause`); `DIAG=1` prints
 //! each of those teams with its breakdown, `DETAIL=1` the tables and a coarse timeline.
 use std::path::Path;
@@ -486,7 +487,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let _ = c;
     }
     println!(
-        "{:<10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>14} {:>20}",
+        "{:<10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>14} {:>20} {:>8}",
         "set",
         "traces",
         "JCT<FIFO",
@@ -494,7 +495,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "U>FIFO",
         "U>EASY",
         "fair ok/OUT/na",
-        "EASY fair ok/OUT/na"
+        "EASY fair ok/OUT/na",
+        "all five"
     );
     for &g in &groups {
         let vs: Vec<Verdict> = cases
@@ -506,7 +508,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let n = vs.len();
         let count = |f: &dyn Fn(&Verdict) -> bool| vs.iter().filter(|v| f(v)).count();
         println!(
-            "{g:<10} {n:>6} {:>10} {:>10} {:>10} {:>10} {:>6}/{}/{} {:>14}/{}/{}",
+            "{g:<10} {n:>6} {:>10} {:>10} {:>10} {:>10} {:>6}/{}/{} {:>14}/{}/{} {:>8}",
             count(&|v| v.jct_fifo),
             count(&|v| v.jct_easy),
             count(&|v| v.util_fifo),
@@ -517,6 +519,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             count(&|v| v.fair_easy == Some(true)),
             count(&|v| v.fair_easy == Some(false)),
             count(&|v| v.fair_easy.is_none()),
+            // Bar 2 as one trace asks it: every comparison won and every team in the band.
+            count(&|v| v.jct_fifo
+                && v.jct_easy
+                && v.util_fifo
+                && v.util_easy
+                && v.fair == Some(true)),
         );
     }
     // The lowest team's share of the GPU-time owed within its nominal quota that it got, over
