@@ -188,6 +188,53 @@ fn quota_kept_is_the_part_of_owed_quota_time_a_team_got() {
     );
 }
 
+/// Each job's outcome, on the same two-job trace: under FIFO B waits for A; under Ferry A is
+/// preempted at 10 s (it loses its grace period and a resume), B runs from 70 to 80, and A
+/// restarts at 80 with 390 s to go. The table counts one job done sooner and one later.
+#[test]
+fn each_jobs_outcome_records_its_start_end_wait_and_preemptions() {
+    let trace = parse_trace(
+        "job_id,submit_s,duration_s,gpus,nodes,team,status\n\
+         a,0,100,8,1,A,COMPLETED\n\
+         b,10,10,4,1,B,COMPLETED\n",
+        "two.csv",
+    )
+    .unwrap();
+    let cluster = Cluster::uniform(1, 8, "gpu");
+    let queues = vec![cohort_queue("A", 4), cohort_queue("B", 4)];
+    let fifo = simulate(&trace, &cluster, &queues, Policy::Fifo).unwrap();
+    let ferry = simulate(&trace, &cluster, &queues, Policy::Ferry).unwrap();
+    fn got(r: &ferry_sched::SimReport) -> Vec<(&str, u64, u64, u64, u64, u32)> {
+        r.jobs
+            .iter()
+            .map(|j| {
+                let o = (j.first_start_s, j.end_s, j.jct_s(), j.wait_s, j.preemptions);
+                (j.job_id.as_str(), o.0, o.1, o.2, o.3, o.4)
+            })
+            .collect()
+    }
+    assert_eq!(
+        got(&fifo),
+        [("a", 0, 100, 100, 0, 0), ("b", 100, 110, 100, 90, 0)]
+    );
+    assert_eq!(
+        got(&ferry),
+        [("a", 0, 470, 470, 370, 1), ("b", 70, 80, 70, 60, 0)]
+    );
+    assert_eq!(ferry.jobs[1].team, "B");
+    let table = render_table(&[ferry, fifo]);
+    assert!(table.contains("jobs done sooner 1, later 1"), "{table}");
+    let csv = ferry_sched::render_jobs_csv(&[ferry_sched::SimReport {
+        policy: "x".into(),
+        ..simulate(&trace, &cluster, &queues, Policy::Fifo).unwrap()
+    }]);
+    assert_eq!(
+        csv,
+        "policy,job_id,team,gpus,submit_s,first_start_s,end_s,jct_s,wait_s,preemptions\n\
+         x,a,A,8,0,0,100,100,0,0\nx,b,B,4,10,100,110,100,90,0\n"
+    );
+}
+
 #[test]
 fn saturated_teams_get_their_entitlement_within_ten_percent() {
     let trace = saturated_trace();

@@ -229,6 +229,13 @@ pub struct JobOutcome {
     pub preemptions: u32,
 }
 
+impl JobOutcome {
+    /// Job completion time: submit to completion.
+    pub fn jct_s(&self) -> u64 {
+        self.end_s - self.submit_s
+    }
+}
+
 struct SimJob {
     team: usize,
     gpus: u64,

@@ -35,7 +35,7 @@ pub fn render_jobs_csv(reports: &[SimReport]) -> String {
                     &j.submit_s.to_string(),
                     &j.first_start_s.to_string(),
                     &j.end_s.to_string(),
-                    &(j.end_s - j.submit_s).to_string(),
+                    &j.jct_s().to_string(),
                     &j.wait_s.to_string(),
                     &j.preemptions.to_string(),
                 ])?;
@@ -187,7 +187,7 @@ fn sooner_later(a: &SimReport, b: &SimReport) -> (usize, usize) {
         .iter()
         .zip(&b.jobs)
         .fold((0, 0), |(sooner, later), (x, y)| {
-            let (jx, jy) = (x.end_s - x.submit_s, y.end_s - y.submit_s);
+            let (jx, jy) = (x.jct_s(), y.jct_s());
             (sooner + usize::from(jx < jy), later + usize::from(jx > jy))
         })
 }
