@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use ferry_sched::{
     Cluster, FlavorQuota, Policy, QueueSpec, SchedError, SimReport, TraceJob, default_cluster,
-    default_queues, parse_trace, read_trace, render_svg, render_table, simulate, with_load,
+    default_queues, parse_trace, read_trace, render_jobs_csv, render_svg, render_table, simulate,
+    with_load,
 };
 
 /// A queue of `nominal` GPUs of flavor `gpu` in the cohort `all`.
@@ -158,12 +159,9 @@ fn saturated_trace() -> Vec<TraceJob> {
     jobs
 }
 
-/// `quota_kept`: team B's 4-GPU job fits its quota of 4 from t = 10 but waits, under FIFO,
-/// behind team A's 8-GPU job until t = 100: B got 40 of the 400 GPU-seconds its quota owed
-/// it; A, asking for more than its quota, got all it was owed. Ferry takes back the 4 GPUs A
-/// borrowed, so B waits only for A's grace period.
-#[test]
-fn quota_kept_is_the_part_of_owed_quota_time_a_team_got() {
+/// Team A's 8-GPU job from t = 0 (100 s) and team B's 4-GPU job from t = 10 (10 s) on one
+/// 8-GPU node, each team with a quota of 4 in one cohort.
+fn two_teams_one_node() -> (Vec<TraceJob>, Cluster, Vec<QueueSpec>) {
     let trace = parse_trace(
         "job_id,submit_s,duration_s,gpus,nodes,team,status\n\
          a,0,100,8,1,A,COMPLETED\n\
@@ -172,7 +170,20 @@ fn quota_kept_is_the_part_of_owed_quota_time_a_team_got() {
     )
     .unwrap();
     let cluster = Cluster::uniform(1, 8, "gpu");
-    let queues = vec![cohort_queue("A", 4), cohort_queue("B", 4)];
+    (
+        trace,
+        cluster,
+        vec![cohort_queue("A", 4), cohort_queue("B", 4)],
+    )
+}
+
+/// `quota_kept`: team B's 4-GPU job fits its quota of 4 from t = 10 but waits, under FIFO,
+/// behind team A's 8-GPU job until t = 100: B got 40 of the 400 GPU-seconds its quota owed
+/// it; A, asking for more than its quota, got all it was owed. Ferry takes back the 4 GPUs A
+/// borrowed, so B waits only for A's grace period.
+#[test]
+fn quota_kept_is_the_part_of_owed_quota_time_a_team_got() {
+    let (trace, cluster, queues) = two_teams_one_node();
     let fifo = simulate(&trace, &cluster, &queues, Policy::Fifo).unwrap();
     assert!(
         (fifo.team_share["B"].quota_kept - 0.1).abs() < 1e-9,
@@ -193,18 +204,10 @@ fn quota_kept_is_the_part_of_owed_quota_time_a_team_got() {
 /// restarts at 80 with 390 s to go. The table counts one job done sooner and one later.
 #[test]
 fn each_jobs_outcome_records_its_start_end_wait_and_preemptions() {
-    let trace = parse_trace(
-        "job_id,submit_s,duration_s,gpus,nodes,team,status\n\
-         a,0,100,8,1,A,COMPLETED\n\
-         b,10,10,4,1,B,COMPLETED\n",
-        "two.csv",
-    )
-    .unwrap();
-    let cluster = Cluster::uniform(1, 8, "gpu");
-    let queues = vec![cohort_queue("A", 4), cohort_queue("B", 4)];
+    let (trace, cluster, queues) = two_teams_one_node();
     let fifo = simulate(&trace, &cluster, &queues, Policy::Fifo).unwrap();
     let ferry = simulate(&trace, &cluster, &queues, Policy::Ferry).unwrap();
-    fn got(r: &ferry_sched::SimReport) -> Vec<(&str, u64, u64, u64, u64, u32)> {
+    fn got(r: &SimReport) -> Vec<(&str, u64, u64, u64, u64, u32)> {
         r.jobs
             .iter()
             .map(|j| {
@@ -224,7 +227,7 @@ fn each_jobs_outcome_records_its_start_end_wait_and_preemptions() {
     assert_eq!(ferry.jobs[1].team, "B");
     let table = render_table(&[ferry, fifo]);
     assert!(table.contains("jobs done sooner 1, later 1"), "{table}");
-    let csv = ferry_sched::render_jobs_csv(&[ferry_sched::SimReport {
+    let csv = render_jobs_csv(&[SimReport {
         policy: "x".into(),
         ..simulate(&trace, &cluster, &queues, Policy::Fifo).unwrap()
     }]);
