@@ -307,6 +307,7 @@ fn helios_wide(trace: &[TraceJob], out: &mut Vec<Case>) {
     }
 }
 
+/// The `load` set: the trace and 20 of its resamples with arrivals sped up, clusters unchanged.
 fn helios_load(trace: &[TraceJob], out: &mut Vec<Case>) {
     let cluster = default_cluster(trace);
     for load in [1.25, 1.5, 2.0, 3.0, 5.0, 10.0] {
@@ -422,6 +423,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let set = args.get(1).map_or("tune", String::as_str);
     if !["tune", "heldout", "wide", "load"].contains(&set) {
         return Err("usage: variants tune|heldout|wide|load [TRACE.csv]".into());
+    }
+    if set == "load" && args.get(2).is_none() {
+        return Err("the load set is built from a trace: variants load TRACE.csv".into());
     }
     let mut opts = serde_json::to_value(Options::default())?;
     if let Ok(o) = std::env::var("FERRY_OPTS") {
