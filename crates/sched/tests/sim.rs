@@ -227,6 +227,15 @@ fn each_jobs_outcome_records_its_start_end_wait_and_preemptions() {
     assert_eq!(ferry.jobs[1].team, "B");
     let table = render_table(&[ferry, fifo]);
     assert!(table.contains("jobs done sooner 1, later 1"), "{table}");
+    let team_jct = |team: &str| -> Vec<String> {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(&format!("mean JCT {team} (s)")))
+            .unwrap_or_else(|| panic!("no mean JCT row for {team}:\n{table}"));
+        line.split_whitespace().skip(4).map(String::from).collect()
+    };
+    assert_eq!(team_jct("A"), ["470", "100"]);
+    assert_eq!(team_jct("B"), ["70", "100"]);
     let csv = render_jobs_csv(&[SimReport {
         policy: "x".into(),
         ..simulate(&trace, &cluster, &queues, Policy::Fifo).unwrap()
