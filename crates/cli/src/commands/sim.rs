@@ -176,5 +176,21 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         println!("ferry reclaims through reservations");
     }
     print!("{}", ferry_sched::render_table(&reports));
+    if let Some(ferry) = reports.first()
+        && args.load.is_none()
+        && ferry
+            .team_share
+            .values()
+            .any(|t| t.within_tolerance.is_none())
+    {
+        println!(
+            "{}: the teams were all saturated together for {} s (under {} s), so shares are not \
+             judged (n/a); `--load 2` replays the arrivals twice as fast to judge them under \
+             contention",
+            ferry.policy,
+            ferry.saturated_s,
+            ferry_sched::MIN_SATURATED_S
+        );
+    }
     Ok(())
 }

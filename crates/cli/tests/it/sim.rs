@@ -82,6 +82,13 @@ fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
         "{text}"
     );
     assert!(text.contains("easy-backfill"), "{text}");
+    // Ferry serves both teams so fast that they are saturated together for seconds only: the
+    // table says so and how to judge shares under contention.
+    assert!(
+        text.contains("ferry: the teams were all saturated together for 2 s (under 3600 s)")
+            && text.contains("`--load 2`"),
+        "{text}"
+    );
 
     let text = sim_ok(&["--trace", trace, "--reclaim-through-reservation"]);
     assert!(
@@ -140,7 +147,8 @@ fn a_load_factor_replays_the_trace_faster_on_the_same_cluster() {
     let text = sim_ok(&["--trace", trace, "--load", "5"]);
     assert!(
         text.contains("load: arrivals 5x as fast as the trace's")
-            && text.contains("cluster: 176 GPUs"),
+            && text.contains("cluster: 176 GPUs")
+            && !text.contains("`--load 2`"),
         "{text}"
     );
     let out = sim_ok(&["--trace", trace, "--load", "5", "-o", "json"]);
