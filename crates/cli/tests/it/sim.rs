@@ -172,7 +172,8 @@ fn a_load_factor_replays_the_trace_faster_on_the_same_cluster() {
 }
 
 /// `--jobs` writes every job's outcome under every policy; the rows add up to the report's
-/// own figures, and a job id or team holding a comma survives the round trip.
+/// own figures (mean JCT overall and per team, preemptions), and a job id or team holding a
+/// comma survives the round trip.
 #[test]
 fn every_jobs_outcome_is_written_for_every_policy() {
     let trace = repo_root().join("../shared/fixtures/traces/helios_venus_2vc_2020-09a.csv");
@@ -220,6 +221,19 @@ fn every_jobs_outcome_is_written_for_every_policy() {
             );
             jct_sum += jct;
             preemptions += num(r, 9);
+        }
+        for (team, got) in report["team_mean_jct_s"].as_object().unwrap() {
+            let theirs: Vec<u64> = mine
+                .iter()
+                .filter(|r| &r[2] == team.as_str())
+                .map(|r| num(r, 7))
+                .collect();
+            let want = theirs.iter().sum::<u64>() as f64 / theirs.len() as f64;
+            let got = got.as_f64().unwrap();
+            assert!(
+                (got - want).abs() < 1e-6 * want,
+                "{policy} {team}: {got} vs {want}"
+            );
         }
         let mean = jct_sum as f64 / mine.len() as f64;
         let reported = report["mean_jct_s"].as_f64().unwrap();

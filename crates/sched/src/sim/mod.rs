@@ -196,6 +196,9 @@ pub struct SimReport {
     pub lost_gpu_hours: f64,
     /// Team → share vs entitlement while all teams were saturated (each had work waiting).
     pub team_share: BTreeMap<String, TeamShare>,
+    /// Team → mean job completion time of its jobs, seconds.
+    #[serde(default)]
+    pub team_mean_jct_s: BTreeMap<String, f64>,
     /// Seconds all teams were saturated together.
     pub saturated_s: u64,
     /// First submit to last completion, seconds.
@@ -767,6 +770,28 @@ pub fn simulate_with(
     let useful: f64 = jobs.iter().map(|j| j.gpus as f64 * j.duration as f64).sum();
     let (jct, wait, bucket_rows) = completion_times(&jobs);
     let n = jct.len().max(1) as f64;
+    let outcomes: Vec<JobOutcome> = trace
+        .iter()
+        .zip(&jobs)
+        .map(|(t, j)| {
+            let end = j.end.expect("every job completed");
+            JobOutcome {
+                job_id: t.job_id.clone(),
+                team: t.team.clone(),
+                gpus: j.gpus,
+                submit_s: j.submit,
+                first_start_s: j.first_start.expect("every job started"),
+                end_s: end,
+                wait_s: (end - j.submit).saturating_sub(j.duration),
+                preemptions: j.preemptions,
+            }
+        })
+        .collect();
+    let mut per_team: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for o in &outcomes {
+        let e = per_team.entry(o.team.clone()).or_default();
+        *e = (e.0 + o.jct_s(), e.1 + 1);
+    }
     Ok(SimReport {
         policy: policy.name().into(),
         utilization: useful / (capacity * makespan.max(1) as f64),
@@ -787,22 +812,10 @@ pub fn simulate_with(
         saturated_s: fair.saturated_s,
         makespan_s: makespan,
         timeline,
-        jobs: trace
-            .iter()
-            .zip(&jobs)
-            .map(|(t, j)| {
-                let end = j.end.expect("every job completed");
-                JobOutcome {
-                    job_id: t.job_id.clone(),
-                    team: t.team.clone(),
-                    gpus: j.gpus,
-                    submit_s: j.submit,
-                    first_start_s: j.first_start.expect("every job started"),
-                    end_s: end,
-                    wait_s: (end - j.submit).saturating_sub(j.duration),
-                    preemptions: j.preemptions,
-                }
-            })
+        team_mean_jct_s: per_team
+            .into_iter()
+            .map(|(team, (sum, n))| (team, sum as f64 / n as f64))
             .collect(),
+        jobs: outcomes,
     })
 }

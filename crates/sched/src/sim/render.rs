@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{JobOutcome, SimReport};
+use super::SimReport;
 
 /// Header of `render_jobs_csv`.
 pub const JOB_COLUMNS: [&str; 10] = [
@@ -120,17 +120,9 @@ pub fn render_table(reports: &[SimReport]) -> String {
         }
         for team in first.team_share.keys() {
             row(&mut s, &format!("mean JCT {team} (s)"), &|r| {
-                let jct: Vec<u64> = r
-                    .jobs
-                    .iter()
-                    .filter(|j| &j.team == team)
-                    .map(JobOutcome::jct_s)
-                    .collect();
-                if jct.is_empty() {
-                    "-".into()
-                } else {
-                    format!("{:.0}", jct.iter().sum::<u64>() as f64 / jct.len() as f64)
-                }
+                r.team_mean_jct_s
+                    .get(team)
+                    .map_or("-".into(), |m| format!("{m:.0}"))
             });
         }
     }
