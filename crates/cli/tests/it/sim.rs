@@ -253,15 +253,16 @@ fn every_jobs_outcome_is_written_for_every_policy() {
     );
     // The table counts, per peer, the jobs Ferry finished sooner and later: the same rows.
     let table = sim_ok(&["--trace", trace.to_str().unwrap()]);
+    let jct = |policy: &str| -> std::collections::HashMap<String, u64> {
+        rows.iter()
+            .filter(|r| &r[0] == policy)
+            .map(|r| (r[1].to_string(), num(r, 7)))
+            .collect()
+    };
+    let mine = jct("ferry");
     for report in &reports[1..] {
         let peer = report["policy"].as_str().unwrap();
-        let jct = |policy: &str| -> std::collections::HashMap<String, u64> {
-            rows.iter()
-                .filter(|r| &r[0] == policy)
-                .map(|r| (r[1].to_string(), num(r, 7)))
-                .collect()
-        };
-        let (mine, theirs) = (jct("ferry"), jct(peer));
+        let theirs = jct(peer);
         let sooner = mine.iter().filter(|(k, v)| **v < theirs[*k]).count();
         let later = mine.iter().filter(|(k, v)| **v > theirs[*k]).count();
         let line = format!("jobs done sooner {sooner}, later {later}");

@@ -491,7 +491,7 @@ impl Fairness {
 }
 
 /// Every job's completion time (sorted), the summed waits, and the per-size-bucket rows.
-fn completion_times(jobs: &[SimJob]) -> (Vec<f64>, f64, Vec<BucketStats>) {
+fn completion_times(jobs: &[JobOutcome]) -> (Vec<f64>, f64, Vec<BucketStats>) {
     let mut jct: Vec<f64> = Vec::new();
     let mut wait = 0f64;
     let mut bucket_rows = Vec::new();
@@ -502,9 +502,8 @@ fn completion_times(jobs: &[SimJob]) -> (Vec<f64>, f64, Vec<BucketStats>) {
             .iter()
             .filter(|j| j.gpus >= u64::from(lo) && j.gpus <= u64::from(hi))
         {
-            let end = j.end.expect("every job completed");
-            b.push((end - j.submit) as f64);
-            bw += (end - j.submit) as f64 - j.duration as f64;
+            b.push(j.jct_s() as f64);
+            bw += j.wait_s as f64;
         }
         if b.is_empty() {
             continue;
@@ -768,8 +767,6 @@ pub fn simulate_with(
     // before it was preempted) may come later and must not stretch the makespan.
     let makespan = jobs.iter().filter_map(|j| j.end).max().unwrap_or(t0) - t0;
     let useful: f64 = jobs.iter().map(|j| j.gpus as f64 * j.duration as f64).sum();
-    let (jct, wait, bucket_rows) = completion_times(&jobs);
-    let n = jct.len().max(1) as f64;
     let outcomes: Vec<JobOutcome> = trace
         .iter()
         .zip(&jobs)
@@ -787,6 +784,8 @@ pub fn simulate_with(
             }
         })
         .collect();
+    let (jct, wait, bucket_rows) = completion_times(&outcomes);
+    let n = jct.len().max(1) as f64;
     let mut per_team: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for o in &outcomes {
         let e = per_team.entry(o.team.clone()).or_default();
