@@ -258,6 +258,14 @@ pub struct Options {
     /// owed more than it was borrowing, and never restarts a large gang to return a few GPUs
     /// (0: any borrowed job, the policy before; docs/scheduler.md).
     pub reclaim_min_borrowed_pct: u32,
+    /// Fair-sharing preemption may also go ahead when Kueue's condition fails but the victims
+    /// are single-node jobs and it brings the queues involved closer to their nominal quotas:
+    /// the largest relative gap |usage / nominal − 1| among the preemptor's queue and the
+    /// victims' must shrink. With quotas that are not a multiple of the jobs' size, Kueue's
+    /// condition leaves the remainder with whichever team took it first (a team owed 17 GPUs
+    /// keeps three 8-GPU jobs while one owed 159 waits at 152); this hands it back
+    /// (docs/scheduler.md).
+    pub fair_preemption_minimax: bool,
 }
 
 impl Default for Options {
@@ -282,6 +290,7 @@ impl Default for Options {
             reclaim_through_reservation: false,
             drain_overshoot_pct: Some(50),
             reclaim_min_borrowed_pct: 50,
+            fair_preemption_minimax: true,
         }
     }
 }

@@ -191,7 +191,8 @@ fn case() -> impl Strategy<Value = Case> {
 /// queues run far above their quota while others idle, then an idle one wants more than its
 /// quota (where fair-sharing preemption applies); half the cases hold freed GPUs for owed teams,
 /// half keep fairness deficits (a 30 s half-life, so they act within these short workloads),
-/// half reclaim through other gangs' reservations.
+/// half reclaim through other gangs' reservations, half judge fair-sharing preemption by
+/// Kueue's rule alone.
 fn fair_case() -> impl Strategy<Value = Case> {
     let quotas = prop::collection::vec((1u32..5, 1u8..3), 2..5);
     let jobs = prop::collection::vec(
@@ -212,10 +213,16 @@ fn fair_case() -> impl Strategy<Value = Case> {
             any::<bool>(),
             prop::sample::select(vec![None, Some(0u32), Some(50)]),
             prop::sample::select(vec![0u32, 50]),
+            any::<bool>(),
         ),
     );
     (2usize..4, quotas, jobs, switches).prop_map(
-        |(nodes, quotas, jobs, (backfill, hold, deficit, (through, overshoot, borrowed)))| {
+        |(
+            nodes,
+            quotas,
+            jobs,
+            (backfill, hold, deficit, (through, overshoot, borrowed, minimax)),
+        )| {
             let cluster = Cluster::uniform(nodes, 4, flavors()[0]);
             let cap = cluster.total_gpus() as u32;
             let total: u32 = quotas.iter().map(|(n, _)| n).sum();
@@ -276,6 +283,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
                     reclaim_through_reservation: through,
                     drain_overshoot_pct: overshoot,
                     reclaim_min_borrowed_pct: borrowed,
+                    fair_preemption_minimax: minimax,
                     ..Options::default()
                 },
             }

@@ -88,13 +88,18 @@ impl Scheduler {
                     if m == q || ms.quota[f].is_none_or(|qq| ms.usage[f] <= qq.nominal) {
                         continue;
                     }
-                    if let Some(after) = fair_after
-                        && Self::ratio(ms, f, 0).is_none_or(|v| v <= after)
-                    {
+                    let richer = fair_after
+                        .is_none_or(|after| Self::ratio(ms, f, 0).is_some_and(|v| v > after));
+                    // With `fair_preemption_minimax`, single-node jobs of any member above its
+                    // quota may do too, if the final set brings the queues closer to their quotas.
+                    if !richer && !self.opts.fair_preemption_minimax {
                         continue;
                     }
                     for &(_, v) in &ms.running {
-                        cands.push((v, Kind::Reclaim));
+                        let single = self.jobs[v as usize].as_ref().is_some_and(|x| x.pods == 1);
+                        if richer || single {
+                            cands.push((v, Kind::Reclaim));
+                        }
                     }
                 }
             }
@@ -241,8 +246,10 @@ impl Scheduler {
     }
 
     /// The no-loop conditions on a victim set: with fair sharing, every victim queue keeps at
-    /// least the share the preemptor ends with; and a preemptor that ends up borrowing never
-    /// takes from another queue something that queue would at once reclaim.
+    /// least the share the preemptor ends with, or (single-node victims) the largest relative
+    /// gap to quota among the queues involved shrinks, so the reverse move would widen it; and
+    /// a preemptor that ends up borrowing never takes from another queue something that queue
+    /// would at once reclaim.
     fn would_be_preempted_back(
         &self,
         j: u32,
@@ -262,14 +269,32 @@ impl Scheduler {
             && qs.quota[f].is_some_and(|qq| qs.usage[f] + r > qq.nominal)
             && let Some(after) = Self::ratio(qs, f, r as i64)
         {
+            let mut kueue_ok = true;
+            // The largest relative gap to nominal quota among the queues involved, before and
+            // after: the preemptor's and each victim queue's.
+            let mut gap_before = Self::gap(qs, f, 0);
+            let mut gap_after = Self::gap(qs, f, r as i64 - left_in(q) as i64);
+            let mut reclaims = false;
             for (&(vq, _), &(_, kind)) in freed.iter().zip(keep) {
                 if vq == q || kind != Kind::Reclaim {
                     continue;
                 }
+                reclaims = true;
                 let vs = &self.queues[vq as usize];
-                if Self::ratio(vs, f, -(left_in(vq) as i64)).is_none_or(|v| v < after) {
-                    return true;
-                }
+                let left = -(left_in(vq) as i64);
+                kueue_ok &= Self::ratio(vs, f, left).is_some_and(|v| v >= after);
+                gap_before = gap_before.max(Self::gap(vs, f, 0));
+                gap_after = gap_after.max(Self::gap(vs, f, left));
+            }
+            let closer = self.opts.fair_preemption_minimax
+                && gap_after + 1e-9 < gap_before
+                && keep.iter().all(|&(v, _)| {
+                    self.jobs[v as usize]
+                        .as_ref()
+                        .is_some_and(|vj| vj.pods == 1)
+                });
+            if reclaims && !kueue_ok && !closer {
+                return true;
             }
         }
         if !drains && self.quota_fit(q, f, r, &freed) == Fit::Borrow {
@@ -486,6 +511,14 @@ impl Scheduler {
         let qq = qs.quota[f].filter(|x| x.nominal > 0)?;
         let u = (qs.usage[f] as i64 + delta).max(0) as f64;
         Some(u / qq.nominal as f64 / qs.weight)
+    }
+
+    /// How far a queue's usage of flavor `f`, changed by `delta` GPUs, is from its nominal
+    /// quota, relative to it (0 without a nominal quota).
+    fn gap(qs: &QueueState, f: usize, delta: i64) -> f64 {
+        qs.quota[f].filter(|x| x.nominal > 0).map_or(0.0, |qq| {
+            ((qs.usage[f] as i64 + delta).max(0) as f64 / qq.nominal as f64 - 1.0).abs()
+        })
     }
 
     pub(super) fn may_reclaim(&self, q: u32, f: usize, r: u64, fair: bool) -> bool {

@@ -689,17 +689,13 @@ fn with_deficits_a_queue_does_not_reclaim_from_one_owed_more_gpu_time() {
 }
 
 #[test]
-fn a_queue_below_its_quota_takes_from_one_far_above_it_but_never_below_its_own_share() {
+fn a_queue_below_its_quota_takes_from_one_far_above_it_only_when_it_comes_out_fairer() {
     let cluster = Cluster::uniform(4, 8, "gpu");
     let queues: Vec<QueueSpec> = ["a", "b", "c", "d"]
         .iter()
         .map(|n| queue(n, Some("org"), 8))
         .collect();
-    let run = |fair: bool, a_pods: u32| {
-        let opts = Options {
-            fair_preemption: fair,
-            ..Options::default()
-        };
+    let run = |opts: Options, a_pods: u32| {
         let mut s =
             Scheduler::with_options(cluster.clone(), queues.clone(), prios(), opts).unwrap();
         // b uses the whole cluster: 4x its quota (c and d are idle).
@@ -713,31 +709,120 @@ fn a_queue_below_its_quota_takes_from_one_far_above_it_but_never_below_its_own_s
         s.submit(wl("a", "a", a_pods, 8, 60, None)).unwrap();
         (s.cycle(60), s)
     };
-    // 16 GPUs: a ends at 2x its quota, b keeps 16 = 2x: allowed, and the two most recently
-    // checkpointed borrowed jobs go.
-    let (d, mut s) = run(true, 2);
-    let mut victims = preempted(&d);
-    victims.sort_by(|x, y| x.0.cmp(&y.0));
+    let kueue = Options {
+        fair_preemption_minimax: false,
+        ..Options::default()
+    };
     let reclaim = PreemptReason::Reclaim {
         preemptor: "a".into(),
     };
+    let victims = |d: &[Decision]| {
+        let mut v = preempted(d);
+        v.sort_by(|x, y| x.0.cmp(&y.0));
+        v
+    };
+    // 16 GPUs: a ends at 2x its quota, b keeps 16 = 2x: allowed by both rules, and the two most
+    // recently checkpointed borrowed jobs go.
+    for opts in [kueue.clone(), Options::default()] {
+        let (d, mut s) = run(opts, 2);
+        assert_eq!(
+            victims(&d),
+            vec![
+                ("b2".into(), reclaim.clone()),
+                ("b3".into(), reclaim.clone())
+            ]
+        );
+        s.evicted("b2").unwrap();
+        s.evicted("b3").unwrap();
+        assert_eq!(admitted(&s.cycle(61)), vec!["a"]);
+        // b, now at a's share, does not preempt back.
+        for t in 62..70 {
+            assert!(preempted(&s.cycle(t)).is_empty());
+        }
+    }
+    // 24 GPUs: a would end at 3x its quota and b at 1x. Kueue's rule refuses (b would end below
+    // a); by default it goes ahead, as the largest gap to quota shrinks from b's 3x over to a's
+    // 2x over, and b's jobs are single-node.
+    let (d, _) = run(kueue, 3);
+    assert!(preempted(&d).is_empty(), "{d:?}");
+    let (d, mut s) = run(Options::default(), 3);
     assert_eq!(
-        victims,
-        vec![("b2".into(), reclaim.clone()), ("b3".into(), reclaim)]
+        victims(&d),
+        ["b1", "b2", "b3"]
+            .map(|v| (v.to_string(), reclaim.clone()))
+            .to_vec()
     );
-    s.evicted("b2").unwrap();
-    s.evicted("b3").unwrap();
+    for v in ["b1", "b2", "b3"] {
+        s.evicted(v).unwrap();
+    }
     assert_eq!(admitted(&s.cycle(61)), vec!["a"]);
-    // b, now at its own share, does not preempt back.
+    // b (8 of 8) does not take a gang back: that would widen the gap again.
+    s.submit(wl("b4", "b", 1, 8, 62, None)).unwrap();
     for t in 62..70 {
         assert!(preempted(&s.cycle(t)).is_empty());
     }
-    // 24 GPUs: a would end at 3x its quota and b at 1x: refused, a waits.
-    let (d, _) = run(true, 3);
+    // 32 GPUs: a would end 3x over and b 1x under; the largest gap stays 3x: refused.
+    let (d, _) = run(Options::default(), 4);
     assert!(preempted(&d).is_empty(), "{d:?}");
-    // Without fair-sharing preemption a waits in both cases.
-    let (d, _) = run(false, 2);
+    // Without fair-sharing preemption a waits in every case.
+    for pods in [2, 3] {
+        let (d, _) = run(
+            Options {
+                fair_preemption: false,
+                ..Options::default()
+            },
+            pods,
+        );
+        assert!(preempted(&d).is_empty(), "{d:?}");
+    }
+}
+
+#[test]
+fn a_quota_remainder_goes_back_to_the_team_it_brings_closest_to_its_quota() {
+    // Quotas of 23 and 9 GPUs on four 8-GPU nodes, jobs of 8 GPUs: the 32 GPUs can be split
+    // 24 / 8 (3% over, 11% under) or 16 / 16 (30% under, 78% over).
+    let run = |minimax: bool| {
+        let opts = Options {
+            fair_preemption_minimax: minimax,
+            ..Options::default()
+        };
+        let mut s = Scheduler::with_options(
+            Cluster::uniform(4, 8, "gpu"),
+            vec![queue("big", Some("c"), 23), queue("small", Some("c"), 9)],
+            prios(),
+            opts,
+        )
+        .unwrap();
+        // small borrows while big has nothing waiting; then big takes the rest.
+        for (i, q) in ["small", "small", "big", "big"].iter().enumerate() {
+            s.submit(wl(&format!("{q}{i}"), q, 1, 8, i as Time, Some(1_000)))
+                .unwrap();
+            assert_eq!(admitted(&s.cycle(i as Time)).len(), 1);
+        }
+        // big (16 of 23) wants 8 more: 24 is past its quota, so it is not a plain reclaim.
+        s.submit(wl("big-next", "big", 1, 8, 10, Some(1_000)))
+            .unwrap();
+        (s.cycle(10), s)
+    };
+    // Kueue's rule refuses: small would end at 8/9 of its quota, below big's 24/23.
+    let (d, _) = run(false);
     assert!(preempted(&d).is_empty(), "{d:?}");
+    let (d, mut s) = run(true);
+    assert_eq!(
+        preempted(&d),
+        vec![(
+            "small1".to_string(),
+            PreemptReason::Reclaim {
+                preemptor: "big-next".into()
+            }
+        )]
+    );
+    s.evicted("small1").unwrap();
+    assert_eq!(admitted(&s.cycle(11)), vec!["big-next"]);
+    // small (8 of 9) does not take it back: 16 / 16 is further from both quotas.
+    for t in 12..20 {
+        assert!(preempted(&s.cycle(t)).is_empty());
+    }
 }
 
 #[test]
