@@ -1,7 +1,10 @@
 //! Unit tests of the scheduler state machine: one scenario per rule, decisions asserted.
 
 use super::*;
-use crate::config::{ANY_FLAVOR, FlavorQuota, Options, PreemptReason};
+use crate::config::{
+    ANY_FLAVOR, Cluster, FlavorQuota, Options, PreemptReason, PriorityClass, QueueSpec, Workload,
+};
+use crate::error::SchedError;
 
 fn queue(name: &str, cohort: Option<&str>, nominal: u32) -> QueueSpec {
     QueueSpec {

@@ -1,0 +1,402 @@
+//! One scheduling cycle: the holders first, then the critical path, then queue heads merged by
+//! fair share; each candidate is placed, backfilled, lent reserved nodes, or preempts.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::ops::Bound;
+
+use super::{Fit, PKey, Reservation, Scheduler, St};
+use crate::config::{Decision, Time};
+
+impl Scheduler {
+    /// Runs one scheduling pass at time `now` and returns what to start and what to stop.
+    pub fn cycle(&mut self, now: Time) -> Vec<Decision> {
+        let mut out = Vec::new();
+        self.accrue(now);
+        self.fair_tried.clear();
+        self.fair_tried.resize(self.queues.len(), false);
+        // Preemptors whose victims are gone start first, on the GPUs promised to them.
+        for j in std::mem::take(&mut self.ready) {
+            self.start_nominated(j, now, &mut out);
+        }
+        let mut budget = self.opts.max_candidates_per_cycle.max(1);
+        let mut preempt_budget = self.opts.max_preemption_attempts_per_cycle;
+        let mut resv: Vec<Option<Reservation>> = vec![None; self.pools.len()];
+        // The persistent head-of-line holder of each flavor goes first.
+        for f in 0..self.pools.len() {
+            let Some(h) = self.holder[f] else { continue };
+            // Whatever the outcome, the holder has had its turn (and its reservation, if blocked).
+            self.try_one(h, now, &mut resv, &mut preempt_budget, &mut out, Some(f));
+        }
+        // Jobs on the critical path go next: deferring them would stretch the makespan.
+        self.critical = self.critical_jobs(now);
+        for j in self.critical.clone() {
+            if budget == 0 {
+                break;
+            }
+            budget -= 1;
+            self.try_one(j, now, &mut resv, &mut preempt_budget, &mut out, None);
+        }
+        // Merge queue heads: fair share, then priority, then age.
+        let mut heap: BinaryHeap<Reverse<(u64, PKey, u32)>> = BinaryHeap::new();
+        let mut cursor: Vec<Option<PKey>> = vec![None; self.queues.len()];
+        for q in 0..self.queues.len() as u32 {
+            if self.queues[q as usize].dirty {
+                self.push_next(q, None, &mut heap);
+            }
+        }
+        let mut stopped = false;
+        while let Some(Reverse((_, key, q))) = heap.pop() {
+            if budget == 0 {
+                stopped = true;
+                break;
+            }
+            budget -= 1;
+            cursor[q as usize] = Some(key);
+            let j = key.3;
+            let outcome = self.try_one(j, now, &mut resv, &mut preempt_budget, &mut out, None);
+            if self.opts.strict_fifo && matches!(outcome, Outcome::Blocked) {
+                // StrictFIFO: a blocked head blocks the rest of its queue.
+                continue;
+            }
+            self.push_next(q, Some(key), &mut heap);
+        }
+        if !stopped {
+            for q in &mut self.queues {
+                q.dirty = false;
+            }
+        } else {
+            // Queues whose scan completed are clean; the others resume next cycle.
+            let open: Vec<u32> = heap.iter().map(|Reverse((_, _, q))| *q).collect();
+            for (i, q) in self.queues.iter_mut().enumerate() {
+                if !open.contains(&(i as u32)) && cursor[i].is_some() {
+                    q.dirty = false;
+                }
+            }
+        }
+        for (f, r) in resv.into_iter().enumerate() {
+            if let Some(r) = r {
+                for n in r.nodes {
+                    self.pools[f].index_insert(n);
+                }
+            }
+        }
+        self.snapshot();
+        out
+    }
+
+    /// Starts a preemptor whose victims are gone on the GPUs nominated for it.
+    pub(super) fn start_nominated(&mut self, j: u32, now: Time, out: &mut Vec<Decision>) {
+        let Some(job) = self.jobs[j as usize].as_ref() else {
+            return;
+        };
+        if job.state != St::Nominated {
+            return;
+        }
+        let (f, q, prio, borrowed) = (job.flavor as usize, job.queue, job.prio, job.borrowed);
+        let pods = job.pods_at.clone();
+        for &(n, m) in &pods {
+            let node = &mut self.pools[f].nodes[n as usize];
+            debug_assert_eq!(node.held & m, m);
+            node.held &= !m;
+            node.nominated &= !m;
+        }
+        self.start(j, f, pods, borrowed, now, out);
+        self.queues[q as usize].running.insert((prio, j));
+    }
+
+    fn push_next(
+        &self,
+        q: u32,
+        after: Option<PKey>,
+        heap: &mut BinaryHeap<Reverse<(u64, PKey, u32)>>,
+    ) {
+        let qs = &self.queues[q as usize];
+        let next = match after {
+            None => qs.pending.iter().next(),
+            Some(k) => qs
+                .pending
+                .range((Bound::Excluded(k), Bound::Unbounded))
+                .next(),
+        };
+        if let Some(k) = next {
+            let share = if self.opts.fair_sharing {
+                self.share(q)
+            } else {
+                0
+            };
+            heap.push(Reverse((share, *k, q)));
+        }
+    }
+
+    pub(super) fn shares_quota(&self, a: u32, b: u32) -> bool {
+        a == b
+            || self.queues[a as usize]
+                .cohort
+                .is_some_and(|c| self.queues[b as usize].cohort == Some(c))
+    }
+
+    fn try_one(
+        &mut self,
+        j: u32,
+        now: Time,
+        resv: &mut [Option<Reservation>],
+        preempt_budget: &mut usize,
+        out: &mut Vec<Decision>,
+        only: Option<usize>,
+    ) -> Outcome {
+        let Some(job) = self.jobs[j as usize].as_ref() else {
+            return Outcome::Skipped;
+        };
+        if job.state != St::Pending {
+            return Outcome::Skipped;
+        }
+        let (q, r, pods, g, prio, expected, created) = (
+            job.queue,
+            job.gpus(),
+            job.pods,
+            job.g,
+            job.prio,
+            job.expected,
+            job.created,
+        );
+        let flavors = match only {
+            Some(f) => vec![f],
+            None => self.flavors_of(j),
+        };
+        let ends_by = |s: Option<Time>| expected.is_some_and(|e| s.is_some_and(|s| now + e <= s));
+        let mut blocked = false;
+        for f in flavors {
+            let fit = self.quota_fit(q, f, r, &[]);
+            // A holder blocked by quota keeps that quota: work sharing it (same queue, or
+            // borrowing from the same cohort) may only take what it returns before the holder's
+            // turn, or take it on loan until then.
+            let lend_ok = |shadow: Option<Time>| {
+                self.opts.lend_reserved_nodes
+                    && self.opts.preemption
+                    && shadow.is_some_and(|s| s >= now + self.opts.min_loan_s)
+            };
+            let (quota_ok, loan) = if fit == Fit::No {
+                (false, false)
+            } else if fit == Fit::Borrow
+                && self.opts.preemption
+                && !self.drains(j, f)
+                && self.reclaim_pending(q, f)
+            {
+                // Lending this would be reclaimed at once (a preemption loop in the making): the
+                // owner's waiting work goes first, and this does not hold a reservation against it.
+                continue;
+            } else {
+                match &resv[f] {
+                    Some(rv) if self.holder[f] != Some(j) => match rv.quota_queue {
+                        Some(hq)
+                            if hq == q
+                                || (rv.drain && self.shares_quota(hq, q))
+                                || (fit == Fit::Borrow
+                                    && self.shares_quota(hq, q)
+                                    && (rv.quota_guaranteed
+                                        || (self.opts.fair_sharing
+                                            && rv.holder_share <= self.share(q)))) =>
+                        {
+                            if ends_by(rv.quota_shadow) {
+                                (true, false)
+                            } else {
+                                let l = lend_ok(rv.quota_shadow);
+                                (l, l)
+                            }
+                        }
+                        _ => (true, false),
+                    },
+                    _ => (true, false),
+                }
+            };
+            let outcome =
+                self.place_or_preempt(j, f, fit, quota_ok, loan, now, resv, preempt_budget, out);
+            if let Some(o) = outcome {
+                return o;
+            }
+            if resv[f].is_some() && fit != Fit::No {
+                // Held back by another holder's quota reservation: not itself a head.
+                continue;
+            }
+            // A queue that got more than its due for a while does not take a new reservation:
+            // draining the cluster for it would widen the gap (its deficit recovers by decay).
+            let hold_ok = self.holder[f] == Some(j)
+                || self.critical.contains(&j)
+                || !self.deficit_overserved(q, r);
+            if self.opts.backfill
+                && resv[f].is_none()
+                && self.holder[f].is_none_or(|h| h == j)
+                && hold_ok
+            {
+                self.holder[f] = Some(j);
+                let mut rv = if fit != Fit::No || self.pools[f].find(pods, g).is_none() {
+                    self.reserve(j, f, now)
+                } else {
+                    Reservation::default()
+                };
+                if fit == Fit::No {
+                    let qs = &self.queues[q as usize];
+                    rv.quota_queue = Some(q);
+                    rv.quota_guaranteed = qs.quota[f].is_some_and(|x| qs.usage[f] + r <= x.nominal);
+                    rv.quota_shadow = self.quota_shadow(j, f, now);
+                    rv.holder_share = self.share(q);
+                }
+                // Only a holder that must borrow needs others' nominal quota; one within its own
+                // nominal gets it back through reclaim.
+                let qs = &self.queues[q as usize];
+                let must_borrow = qs.quota[f].is_some_and(|x| qs.usage[f] + r > x.nominal);
+                rv.drain = must_borrow && self.drains(j, f);
+                resv[f] = Some(rv);
+                blocked = true;
+            } else {
+                if self.opts.backfill
+                    && let Some(h) = self.holder[f]
+                    && h != j
+                    && let Some(hj) = self.jobs[h as usize].as_ref()
+                    && (Reverse(prio), created) < (Reverse(hj.prio), hj.created)
+                    && hold_ok
+                {
+                    // An older (or more urgent) blocked job takes the reservation from next cycle:
+                    // fair-share order picks what runs, not who waits longest.
+                    self.holder[f] = Some(j);
+                }
+                if fit != Fit::No || self.opts.strict_fifo {
+                    blocked = true;
+                }
+            }
+        }
+        if only.is_some() && !blocked {
+            for h in &mut self.holder {
+                if *h == Some(j) {
+                    *h = None;
+                }
+            }
+        }
+        if blocked {
+            Outcome::Blocked
+        } else {
+            Outcome::Skipped
+        }
+    }
+
+    /// Places `j` in flavor `f` (normally, before a reservation's start, or on loan), or
+    /// preempts for it; `None` when neither is possible.
+    #[allow(clippy::too_many_arguments)]
+    fn place_or_preempt(
+        &mut self,
+        j: u32,
+        f: usize,
+        fit: Fit,
+        quota_ok: bool,
+        mut loan: bool,
+        now: Time,
+        resv: &[Option<Reservation>],
+        preempt_budget: &mut usize,
+        out: &mut Vec<Decision>,
+    ) -> Option<Outcome> {
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let (q, r, pods, g, prio, expected) = (
+            job.queue,
+            job.gpus(),
+            job.pods,
+            job.g,
+            job.prio,
+            job.expected,
+        );
+        let ends_by = |s: Option<Time>| expected.is_some_and(|e| s.is_some_and(|s| now + e <= s));
+        let lend_ok = |shadow: Option<Time>| {
+            self.opts.lend_reserved_nodes
+                && self.opts.preemption
+                && shadow.is_some_and(|s| s >= now + self.opts.min_loan_s)
+        };
+        if quota_ok {
+            let mut plan = self.pools[f].find(pods, g);
+            if plan.is_none()
+                && let Some(rv) = &resv[f]
+                && !rv.nodes.is_empty()
+                && self.holder[f] != Some(j)
+            {
+                // Ends before the reserved gang can start: may use the reserved nodes. Or will
+                // not, but the gang is far off: borrow the nodes until its turn.
+                let in_time = ends_by(rv.shadow);
+                if in_time || lend_ok(rv.shadow) {
+                    let nodes = rv.nodes.clone();
+                    for &n in &nodes {
+                        self.pools[f].index_insert(n);
+                    }
+                    plan = self.pools[f].find(pods, g);
+                    for &n in &nodes {
+                        self.pools[f].index_remove(n);
+                    }
+                    loan |= plan.is_some() && !in_time;
+                }
+            }
+            if let Some(plan) = plan {
+                self.admit(j, f, &plan, fit, now, out);
+                if loan {
+                    self.jobs[j as usize].as_mut().expect("job exists").on_loan = true;
+                    self.loans[f].insert(j);
+                }
+                return Some(Outcome::Admitted);
+            }
+        }
+        if self.holder[f] == Some(j)
+            && self.opts.preemption
+            && !self.loans[f].is_empty()
+            && self.try_preempt(j, f, true, None, now, out)
+        {
+            return Some(Outcome::Preempting);
+        }
+        let min_running = self.queues[q as usize].running.first().map(|x| x.0);
+        let by_priority = min_running.is_some_and(|m| m < prio);
+        // Reclaiming costs the victims their grace period and a restart: not worth it when the
+        // quota comes back by itself soon.
+        let patient = !by_priority
+            && self.opts.reclaim_patience_s > 0
+            && self
+                .quota_shadow(j, f, now)
+                .is_some_and(|s| s < now + self.opts.reclaim_patience_s);
+        let fair = !by_priority
+            && self.opts.fair_preemption
+            && self.fair_tried.get(q as usize) == Some(&false)
+            && self.queues[q as usize].quota[f].is_some_and(|qq| {
+                let u = self.queues[q as usize].usage[f];
+                u < qq.nominal && u + r > qq.nominal
+            });
+        let may_preempt = self.opts.preemption
+            && *preempt_budget > 0
+            && (by_priority || (!patient && self.may_reclaim(q, f, r, fair)));
+        if fair && may_preempt {
+            // A queue's fair-sharing claim is tried once a cycle (its first blocked head), so
+            // failed tries cannot use up the preemption budget of reclaims and priorities.
+            self.fair_tried[q as usize] = true;
+        }
+        if may_preempt {
+            *preempt_budget -= 1;
+            let reserved = resv[f]
+                .as_ref()
+                .filter(|_| self.holder[f] != Some(j))
+                .and_then(|rv| Some((rv.nodes.clone(), rv.shadow?)));
+            if self.try_preempt(
+                j,
+                f,
+                false,
+                reserved.as_ref().map(|(n, s)| (n.as_slice(), *s)),
+                now,
+                out,
+            ) {
+                return Some(Outcome::Preempting);
+            }
+        }
+        None
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Admitted,
+    Preempting,
+    Blocked,
+    Skipped,
+}
