@@ -13,6 +13,9 @@
 //! * `load`: the trace's arrivals replayed 1.25–10 times as fast on the cluster sized for it as
 //!   given (`ferry sim --load`), and 20 of the `wide` resamples at twice their load: heavier
 //!   demand than any trace above.
+//! * `unseen`: give it `crates/sched/tests/data/helios_venus_2vc_2020-09b.csv`, the second half
+//!   of the month, added after the policy was set and never used to choose anything: 1–10× its
+//!   arrival rate, on its default cluster and on the teams' real virtual-cluster sizes.
 //!
 //! `FERRY_OPTS='{"durationWeight": 0}'` overrides Ferry's options (JSON, merged over the
 //! defaults) for experiments. Prints one line per trace, the pass counts per comparison (and
@@ -22,8 +25,9 @@
 use std::path::Path;
 
 use ferry_sched::{
-    Cluster, GenSpec, MissCause, Options, Policy, SimReport, SizeMix, TraceJob, cluster_with_gpus,
-    default_cluster, default_queues, generated_trace, simulate, simulate_with, with_load,
+    ANY_FLAVOR, Cluster, FlavorQuota, GenSpec, MissCause, Options, Policy, QueueSpec, SimReport,
+    SizeMix, TraceJob, cluster_with_gpus, default_cluster, default_queues, generated_trace,
+    simulate, simulate_with, with_load,
 };
 
 struct Case {
@@ -31,6 +35,8 @@ struct Case {
     group: &'static str,
     trace: Vec<TraceJob>,
     cluster: Option<Cluster>,
+    /// Queues other than the default (GPU-hour) quotas.
+    queues: Option<Vec<QueueSpec>>,
 }
 
 /// Causes of a team's miss, in the order `causes` counts them.
@@ -57,7 +63,10 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
         .cluster
         .clone()
         .unwrap_or_else(|| default_cluster(&case.trace));
-    let queues = default_queues(&case.trace, &cluster);
+    let queues = case
+        .queues
+        .clone()
+        .unwrap_or_else(|| default_queues(&case.trace, &cluster));
     // FERRY_LAYOUT=single: Ferry's switches on one global queue (isolates the quota effects).
     let layout = if std::env::var("FERRY_LAYOUT").is_ok_and(|l| l == "single") {
         Policy::EasyBackfill
@@ -205,6 +214,7 @@ fn helios_tune(trace: &[TraceJob], out: &mut Vec<Case>) {
             group: "helios",
             trace: t,
             cluster: c,
+            queues: None,
         })
     };
     add("original", trace.to_vec(), None);
@@ -234,6 +244,7 @@ fn helios_heldout(trace: &[TraceJob], out: &mut Vec<Case>) {
             group: "helios",
             trace: t,
             cluster: c,
+            queues: None,
         })
     };
     // Time windows: four quarters of the submit span, and two overlapping middle windows.
@@ -303,6 +314,7 @@ fn helios_wide(trace: &[TraceJob], out: &mut Vec<Case>) {
             group: "helios",
             trace: t,
             cluster: Some(cluster_with_gpus(gpus.max(largest))),
+            queues: None,
         });
     }
 }
@@ -316,6 +328,7 @@ fn helios_load(trace: &[TraceJob], out: &mut Vec<Case>) {
             group: "helios",
             trace: with_load(trace, load),
             cluster: Some(cluster.clone()),
+            queues: None,
         });
     }
     let mut resamples = Vec::new();
@@ -325,6 +338,45 @@ fn helios_load(trace: &[TraceJob], out: &mut Vec<Case>) {
             name: format!("{} load 2", c.name),
             trace: with_load(&c.trace, 2.0),
             ..c
+        });
+    }
+}
+
+/// The `unseen` set: a real window kept out of every tuning decision
+/// (`tests/data/helios_venus_2vc_2020-09b.csv`), on its default contended cluster and on the
+/// virtual-cluster sizes Venus gave these teams that month (vcvGl 160 GPUs, vcvlY 16), as given
+/// and with arrivals sped up.
+fn helios_unseen(trace: &[TraceJob], out: &mut Vec<Case>) {
+    let venus = cluster_with_gpus(176);
+    let vc = |name: &str, nominal: u32| QueueSpec {
+        name: name.into(),
+        cohort: Some("venus".into()),
+        quotas: vec![FlavorQuota {
+            flavor: ANY_FLAVOR.into(),
+            nominal,
+            borrowing_limit: None,
+            lending_limit: None,
+        }],
+        fair_share_weight: 1.0,
+    };
+    let vcs = vec![vc("vcvGl", 160), vc("vcvlY", 16)];
+    // As `ferry sim --load`: the cluster sized for the trace as given.
+    let sized = default_cluster(trace);
+    for load in [1.0, 1.5, 2.0, 3.0, 5.0, 10.0] {
+        let t = with_load(trace, load);
+        out.push(Case {
+            name: format!("unseen load {load}"),
+            group: "helios",
+            trace: t.clone(),
+            cluster: Some(sized.clone()),
+            queues: None,
+        });
+        out.push(Case {
+            name: format!("unseen VC sizes load {load}"),
+            group: "helios",
+            trace: t,
+            cluster: Some(venus.clone()),
+            queues: Some(vcs.clone()),
         });
     }
 }
@@ -381,6 +433,7 @@ fn generated(set: &str, out: &mut Vec<Case>) {
                         group: group(mix),
                         trace: generated_trace(&spec),
                         cluster: Some(cluster_with_gpus(128)),
+                        queues: None,
                     });
                 }
             }
@@ -412,6 +465,7 @@ fn spread(seeds: std::ops::RangeInclusive<u64>, loads: &[f64], out: &mut Vec<Cas
                     group: group(mix),
                     trace: generated_trace(&spec),
                     cluster: Some(cluster_with_gpus(gpus)),
+                    queues: None,
                 });
             }
         }
@@ -421,11 +475,13 @@ fn spread(seeds: std::ops::RangeInclusive<u64>, loads: &[f64], out: &mut Vec<Cas
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let set = args.get(1).map_or("tune", String::as_str);
-    if !["tune", "heldout", "wide", "load"].contains(&set) {
-        return Err("usage: variants tune|heldout|wide|load [TRACE.csv]".into());
+    if !["tune", "heldout", "wide", "load", "unseen"].contains(&set) {
+        return Err("usage: variants tune|heldout|wide|load|unseen [TRACE.csv]".into());
     }
-    if set == "load" && args.get(2).is_none() {
-        return Err("the load set is built from a trace: variants load TRACE.csv".into());
+    if ["load", "unseen"].contains(&set) && args.get(2).is_none() {
+        return Err(
+            format!("the {set} set is built from a trace: variants {set} TRACE.csv").into(),
+        );
     }
     let mut opts = serde_json::to_value(Options::default())?;
     if let Ok(o) = std::env::var("FERRY_OPTS") {
@@ -442,13 +498,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             helios_tune(&trace, &mut cases);
         } else if set == "load" {
             helios_load(&trace, &mut cases);
+        } else if set == "unseen" {
+            helios_unseen(&trace, &mut cases);
         } else if set == "wide" {
             helios_wide(&trace, &mut cases);
         } else {
             helios_heldout(&trace, &mut cases);
         }
     }
-    if set != "load" {
+    if !["load", "unseen"].contains(&set) {
         generated(set, &mut cases);
     }
     if let Ok(only) = std::env::var("ONLY") {
