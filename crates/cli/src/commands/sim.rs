@@ -1,6 +1,7 @@
-//! `ferry sim --trace TRACE.csv [--cluster CLUSTER.yaml] [--queues QUEUES.yaml]`: replays a
-//! cluster trace under Ferry's scheduler and its peers (FIFO, EASY backfill, Kueue StrictFIFO)
-//! and prints the comparison, with each team's share against its entitlement.
+//! `ferry sim --trace TRACE.csv [--cluster CLUSTER.yaml] [--queues QUEUES.yaml | --quota
+//! TEAM=GPUS ...]`: replays a cluster trace under Ferry's scheduler and its peers (FIFO, EASY
+//! backfill, Kueue StrictFIFO) and prints the comparison, with each team's share against its
+//! entitlement.
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +29,10 @@ pub struct SimArgs {
     /// lendingLimit?}], fairShareWeight?}`, one per trace team; quotas from GPU-hours when omitted.
     #[arg(long)]
     pub queues: Option<PathBuf>,
+    /// A team's nominal quota in GPUs, `TEAM=GPUS`, once per trace team (all in one cohort,
+    /// borrowing unlimited): `--quota vcvGl=160 --quota vcvlY=16` instead of a queues file.
+    #[arg(long, value_name = "TEAM=GPUS", value_parser = parse_quota, conflicts_with = "queues")]
+    pub quota: Vec<(String, u32)>,
     /// Run Ferry's policy with fairness deficits of this half-life in seconds (e.g. 86400):
     /// nominal quota becomes a time-averaged guarantee (docs/scheduler.md); off when omitted.
     #[arg(long, value_name = "SECONDS")]
@@ -55,6 +60,65 @@ pub struct SimArgs {
     /// Output format (the table when omitted).
     #[arg(short, long, value_enum)]
     pub output: Option<Output>,
+}
+
+/// `TEAM=GPUS` of `--quota`.
+fn parse_quota(s: &str) -> Result<(String, u32), String> {
+    let (team, gpus) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("`{s}`: expected TEAM=GPUS, e.g. vcvGl=160"))?;
+    let gpus = gpus
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}`: the GPUs after `=` must be a whole number, e.g. {team}=16"))?;
+    if team.trim().is_empty() {
+        return Err(format!(
+            "`{s}`: the team before `=` is empty, e.g. vcvGl={gpus}"
+        ));
+    }
+    Ok((team.trim().to_string(), gpus))
+}
+
+/// Queues from `--quota`: one per trace team, in one cohort, each with an any-flavor nominal
+/// quota; a trace team without one, a team given twice or one the trace lacks is refused.
+fn quota_queues(
+    trace: &[ferry_sched::TraceJob],
+    quotas: &[(String, u32)],
+) -> anyhow::Result<Vec<ferry_sched::QueueSpec>> {
+    let teams: std::collections::BTreeSet<&str> = trace.iter().map(|j| j.team.as_str()).collect();
+    let mut seen = std::collections::BTreeSet::new();
+    for (team, _) in quotas {
+        anyhow::ensure!(
+            teams.contains(team.as_str()),
+            "--quota {team}=…: the trace has no team `{team}` (its teams: {}); fix: use one of them",
+            teams.iter().copied().collect::<Vec<_>>().join(", ")
+        );
+        anyhow::ensure!(
+            seen.insert(team.as_str()),
+            "--quota {team}=… is given twice; fix: give each team once"
+        );
+    }
+    if let Some(missing) = teams.iter().find(|t| !seen.contains(*t)) {
+        anyhow::bail!(
+            "--quota: the trace's team `{missing}` has none; fix: add --quota {missing}=GPUS \
+             (every team needs one when any is given)"
+        );
+    }
+    let cohort = (quotas.len() > 1).then(|| "all".to_string());
+    Ok(quotas
+        .iter()
+        .map(|(team, gpus)| ferry_sched::QueueSpec {
+            name: team.clone(),
+            cohort: cohort.clone(),
+            quotas: vec![ferry_sched::FlavorQuota {
+                flavor: ferry_sched::ANY_FLAVOR.into(),
+                nominal: *gpus,
+                borrowing_limit: None,
+                lending_limit: None,
+            }],
+            fair_share_weight: 1.0,
+        })
+        .collect())
 }
 
 /// Largest `--load`: beyond it the whole trace arrives within seconds anyway.
@@ -117,6 +181,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     };
     let queues = match &args.queues {
         Some(path) => read_yaml::<Vec<ferry_sched::QueueSpec>>(path, "queues")?,
+        None if !args.quota.is_empty() => quota_queues(&given, &args.quota)?,
         None => ferry_sched::default_queues(&given, &cluster),
     };
     let trace = match args.load {

@@ -325,3 +325,93 @@ fn a_team_out_of_the_band_is_named_with_its_cause() {
     }
     assert!(misses >= reports.len(), "{out}");
 }
+
+/// `--quota TEAM=GPUS` sets the queues without a file: the unseen window of
+/// `crates/sched/tests/data` on the teams' real virtual-cluster sizes gives the same report as
+/// the equivalent queues YAML, the setup line names the quotas, and a team left out, a team the
+/// trace lacks, a malformed value or `--queues` alongside are refused by name.
+#[test]
+fn quotas_given_on_the_command_line_match_a_queues_file() {
+    let trace = repo_root().join("crates/sched/tests/data/helios_venus_2vc_2020-09b.csv");
+    let trace = trace.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let queues = dir.path().join("venus.yaml");
+    std::fs::write(
+        &queues,
+        "- {name: vcvGl, cohort: all, quotas: [{flavor: any, nominal: 160}]}\n\
+         - {name: vcvlY, cohort: all, quotas: [{flavor: any, nominal: 16}]}\n",
+    )
+    .unwrap();
+    let args = ["--trace", trace, "--gpus", "176", "-o", "json"];
+    let from_flags =
+        sim_ok(&[&args[..], &["--quota", "vcvGl=160", "--quota", "vcvlY=16"]].concat());
+    let from_file = sim_ok(&[&args[..], &["--queues", queues.to_str().unwrap()]].concat());
+    let (a, b): (Vec<Value>, Vec<Value>) = (
+        serde_json::from_str(&from_flags).unwrap(),
+        serde_json::from_str(&from_file).unwrap(),
+    );
+    assert_eq!(a, b);
+    let ferry = &a[0];
+    assert!(
+        (ferry["team_share"]["vcvlY"]["entitlement"]
+            .as_f64()
+            .unwrap()
+            - 16.0 / 176.0)
+            .abs()
+            < 1e-9,
+        "{ferry}"
+    );
+    let text = sim_ok(&[
+        "--trace",
+        trace,
+        "--gpus",
+        "176",
+        "--quota",
+        "vcvGl=160",
+        "--quota",
+        "vcvlY=16",
+    ]);
+    assert!(
+        text.contains("vcvGl=160") && text.contains("vcvlY=16"),
+        "{text}"
+    );
+
+    for (bad, expect) in [
+        (vec!["--quota", "vcvGl=160"], "team `vcvlY` has none"),
+        (
+            vec![
+                "--quota",
+                "vcvGl=160",
+                "--quota",
+                "vcvlY=16",
+                "--quota",
+                "nope=8",
+            ],
+            "no team `nope`",
+        ),
+        (
+            vec![
+                "--quota",
+                "vcvGl=160",
+                "--quota",
+                "vcvGl=8",
+                "--quota",
+                "vcvlY=16",
+            ],
+            "given twice",
+        ),
+        (vec!["--quota", "vcvGl:160"], "expected TEAM=GPUS"),
+        (vec!["--quota", "vcvGl=lots"], "whole number"),
+        (
+            vec!["--quota", "vcvGl=160", "--queues", queues.to_str().unwrap()],
+            "--queues",
+        ),
+    ] {
+        let out = sim(&[&["--trace", trace][..], &bad].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(expect),
+            "{bad:?}: {err}"
+        );
+    }
+}
