@@ -23,6 +23,21 @@ fn cohort_queue(name: &str, nominal: u32) -> QueueSpec {
     }
 }
 
+/// Every policy's report on `trace`, and the table `ferry sim` prints of them (printed too).
+fn every_policy(
+    trace: &[TraceJob],
+    cluster: &Cluster,
+    queues: &[QueueSpec],
+) -> (Vec<SimReport>, String) {
+    let reports: Vec<_> = Policy::ALL
+        .iter()
+        .map(|p| simulate(trace, cluster, queues, *p).expect("simulation runs"))
+        .collect();
+    let table = render_table(&reports);
+    println!("{table}");
+    (reports, table)
+}
+
 fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -39,12 +54,7 @@ fn ferry_beats_fifo_and_easy_backfill_on_the_helios_trace() {
     let queues = default_queues(&trace, &cluster);
     let total: u32 = queues.iter().map(|q| q.quotas[0].nominal).sum();
     assert_eq!(total, 176);
-    let reports: Vec<_> = Policy::ALL
-        .iter()
-        .map(|p| simulate(&trace, &cluster, &queues, *p).expect("simulation runs"))
-        .collect();
-    let table = render_table(&reports);
-    println!("{table}");
+    let (reports, table) = every_policy(&trace, &cluster, &queues);
     let (ferry, fifo, easy, kueue) = (&reports[0], &reports[1], &reports[2], &reports[3]);
     assert!(ferry.mean_jct_s < kueue.mean_jct_s, "{table}");
     assert!(ferry.mean_jct_s < fifo.mean_jct_s, "{table}");
@@ -122,12 +132,7 @@ fn on_an_unseen_real_window_ferry_beats_the_baselines_and_keeps_both_teams_in_th
     assert_eq!(trace.len(), 853);
     let cluster = cluster_with_gpus(176);
     let queues = vec![cohort_queue("vcvGl", 160), cohort_queue("vcvlY", 16)];
-    let reports: Vec<_> = Policy::ALL
-        .iter()
-        .map(|p| simulate(&trace, &cluster, &queues, *p).expect("simulation runs"))
-        .collect();
-    let table = render_table(&reports);
-    println!("{table}");
+    let (reports, table) = every_policy(&trace, &cluster, &queues);
     let (ferry, easy) = (&reports[0], &reports[2]);
     for peer in &reports[1..] {
         assert!(ferry.mean_jct_s < peer.mean_jct_s, "{table}");

@@ -136,6 +136,14 @@ impl Scheduler {
                 .is_some_and(|c| self.queues[b as usize].cohort == Some(c))
     }
 
+    /// Whether work that would outlast a reserved gang's start (`shadow`) may run on its nodes
+    /// on loan until then (`Options::lend_reserved_nodes`, `min_loan_s`).
+    fn may_lend(&self, shadow: Option<Time>, now: Time) -> bool {
+        self.opts.lend_reserved_nodes
+            && self.opts.preemption
+            && shadow.is_some_and(|s| s >= now + self.opts.min_loan_s)
+    }
+
     fn try_one(
         &mut self,
         j: u32,
@@ -164,18 +172,13 @@ impl Scheduler {
             Some(f) => vec![f],
             None => self.flavors_of(j),
         };
-        let ends_by = |s: Option<Time>| expected.is_some_and(|e| s.is_some_and(|s| now + e <= s));
+        let ends_by = |s: Option<Time>| ends_before(expected, now, s);
         let mut blocked = false;
         for f in flavors {
             let fit = self.quota_fit(q, f, r, &[]);
             // A holder blocked by quota keeps that quota: work sharing it (same queue, or
             // borrowing from the same cohort) may only take what it returns before the holder's
             // turn, or take it on loan until then.
-            let lend_ok = |shadow: Option<Time>| {
-                self.opts.lend_reserved_nodes
-                    && self.opts.preemption
-                    && shadow.is_some_and(|s| s >= now + self.opts.min_loan_s)
-            };
             let (quota_ok, loan) = if fit == Fit::No {
                 (false, false)
             } else if fit == Fit::Borrow
@@ -201,7 +204,7 @@ impl Scheduler {
                             if ends_by(rv.quota_shadow) {
                                 (true, false)
                             } else {
-                                let l = lend_ok(rv.quota_shadow);
+                                let l = self.may_lend(rv.quota_shadow, now);
                                 (l, l)
                             }
                         }
@@ -304,12 +307,7 @@ impl Scheduler {
             job.prio,
             job.expected,
         );
-        let ends_by = |s: Option<Time>| expected.is_some_and(|e| s.is_some_and(|s| now + e <= s));
-        let lend_ok = |shadow: Option<Time>| {
-            self.opts.lend_reserved_nodes
-                && self.opts.preemption
-                && shadow.is_some_and(|s| s >= now + self.opts.min_loan_s)
-        };
+        let ends_by = |s: Option<Time>| ends_before(expected, now, s);
         if quota_ok {
             let mut plan = self.pools[f].find(pods, g);
             if plan.is_none()
@@ -320,7 +318,7 @@ impl Scheduler {
                 // Ends before the reserved gang can start: may use the reserved nodes. Or will
                 // not, but the gang is far off: borrow the nodes until its turn.
                 let in_time = ends_by(rv.shadow);
-                if in_time || lend_ok(rv.shadow) {
+                if in_time || self.may_lend(rv.shadow, now) {
                     let nodes = rv.nodes.clone();
                     for &n in &nodes {
                         self.pools[f].index_insert(n);
@@ -391,6 +389,12 @@ impl Scheduler {
         }
         None
     }
+}
+
+/// Whether a job expected to run `expected` seconds from `now` ends by `shadow` (a reserved
+/// gang's start): such work may use the reserved nodes without delaying the gang.
+fn ends_before(expected: Option<u64>, now: Time, shadow: Option<Time>) -> bool {
+    expected.is_some_and(|e| shadow.is_some_and(|s| now + e <= s))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -260,6 +260,20 @@ impl Scheduler {
             .saturating_add(job.expected.unwrap_or(0).saturating_mul(w))
     }
 
+    /// `lookup`, for an event only a workload in `state` can have; `problem` says why not.
+    fn lookup_in(&self, id: &str, event: &'static str, state: St, problem: &str) -> Result<u32> {
+        let j = self.lookup(id, event)?;
+        let job = self.jobs[j as usize].as_ref().expect("indexed job exists");
+        if job.state != state {
+            return Err(SchedError::UnknownWorkload {
+                id: id.to_string(),
+                event,
+                problem: problem.into(),
+            });
+        }
+        Ok(j)
+    }
+
     fn lookup(&self, id: &str, event: &'static str) -> Result<u32> {
         self.ids
             .get(id)
@@ -284,15 +298,8 @@ impl Scheduler {
     /// are planned, and work backfilled, around when it will really end; a job submitted
     /// without an expected duration gets one.
     pub fn progress(&mut self, id: &str, now: Time, remaining_s: u64) -> Result<()> {
-        let j = self.lookup(id, "progress")?;
+        let j = self.lookup_in(id, "progress", St::Running, "the workload is not running")?;
         let job = self.jobs[j as usize].as_ref().expect("indexed job exists");
-        if job.state != St::Running {
-            return Err(SchedError::UnknownWorkload {
-                id: id.to_string(),
-                event: "progress",
-                problem: "the workload is not running".into(),
-            });
-        }
         let expected = now.saturating_sub(job.admitted_at) + remaining_s.max(1);
         if self.set_running_expected(j, Some(expected)) {
             // A reservation's start (and what may backfill before it) depends on this end.
@@ -470,15 +477,12 @@ impl Scheduler {
 
     /// A preempted workload's processes have exited: its GPUs go to the preemptor and it is requeued.
     pub fn evicted(&mut self, id: &str) -> Result<()> {
-        let j = self.lookup(id, "evicted")?;
-        let job = self.jobs[j as usize].as_ref().expect("job exists");
-        if job.state != St::Evicting {
-            return Err(SchedError::UnknownWorkload {
-                id: id.to_string(),
-                event: "evicted",
-                problem: "the workload was not asked to stop by a Preempt decision".into(),
-            });
-        }
+        let j = self.lookup_in(
+            id,
+            "evicted",
+            St::Evicting,
+            "the workload was not asked to stop by a Preempt decision",
+        )?;
         self.release_gpus(j);
         self.victim_gone(j);
         let job = self.jobs[j as usize].as_mut().expect("job exists");
