@@ -18,16 +18,17 @@
 //!   arrival rate, on its default cluster and on the teams' real virtual-cluster sizes.
 //!
 //! `FERRY_OPTS='{"durationWeight": 0}'` overrides Ferry's options (JSON, merged over the
-//! defaults) for experiments. Prints one line per trace, the pass counts per comparison (and
+//! defaults) for experiments; `ESTIMATES=limits:2` and `PACE_AFTER=600` tell every policy
+//! run times as `ferry sim --estimates` / `--pace-after` do. Prints one line per trace, the pass counts per comparison (and
 //! `all five`: traces where Ferry wins all four and every team is in the band), and
 //! Ferry's out-of-band teams counted by main cause (`TeamShare::miss_cause`); `DIAG=1` prints
 //! each of those teams with its breakdown, `DETAIL=1` the tables and a coarse timeline.
 use std::path::Path;
 
 use ferry_sched::{
-    ANY_FLAVOR, Cluster, FlavorQuota, GenSpec, MissCause, Options, Policy, QueueSpec, SimReport,
-    SizeMix, TraceJob, cluster_with_gpus, default_cluster, default_queues, generated_trace,
-    simulate, simulate_with, with_load,
+    ANY_FLAVOR, Cluster, FlavorQuota, GenSpec, Knowledge, MissCause, Options, Policy, QueueSpec,
+    SimReport, SizeMix, TraceJob, cluster_with_gpus, default_cluster, default_queues,
+    generated_trace, simulate_knowing, with_load,
 };
 
 struct Case {
@@ -58,6 +59,18 @@ struct Verdict {
     kept: [f64; 3],
 }
 
+/// What every policy is told about run times: `ESTIMATES=limits:2` (`ferry sim --estimates`)
+/// and `PACE_AFTER=SECONDS` (`--pace-after`); exact when unset.
+fn knowledge() -> Knowledge {
+    Knowledge {
+        estimates: std::env::var("ESTIMATES")
+            .map_or_else(|_| Default::default(), |e| e.parse().expect("ESTIMATES")),
+        pace_after_s: std::env::var("PACE_AFTER")
+            .ok()
+            .map(|p| p.parse().expect("PACE_AFTER is whole seconds")),
+    }
+}
+
 fn run(case: &Case, opts: &Options) -> (Verdict, String) {
     let cluster = case
         .cluster
@@ -73,12 +86,16 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
     } else {
         Policy::Ferry
     };
-    let mut f =
-        simulate_with(&case.trace, &cluster, &queues, layout, opts.clone()).expect("simulates");
+    let know = knowledge();
+    let mut f = simulate_knowing(&case.trace, &cluster, &queues, layout, opts.clone(), know)
+        .expect("simulates");
     f.policy = "ferry".into();
     let r: Vec<SimReport> = [Policy::Fifo, Policy::EasyBackfill]
         .iter()
-        .map(|p| simulate(&case.trace, &cluster, &queues, *p).expect("simulates"))
+        .map(|p| {
+            simulate_knowing(&case.trace, &cluster, &queues, *p, p.options(), know)
+                .expect("simulates")
+        })
         .collect();
     let (fifo, easy) = (&r[0], &r[1]);
     if std::env::var_os("DETAIL").is_some() {

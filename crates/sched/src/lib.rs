@@ -56,8 +56,9 @@ pub use config::{
 pub use error::{Result, SchedError};
 pub use scheduler::{QueueUsage, Scheduler};
 pub use sim::{
-    FAIRNESS_TOLERANCE, GenSpec, JOB_COLUMNS, JobOutcome, MIN_SATURATED_S, MissCause, Policy,
-    ShareBreakdown, SimReport, SizeMix, TeamShare, TraceJob, cluster_with_gpus, default_cluster,
-    default_queues, describe_setup, entitlements, generated_trace, parse_trace, read_trace,
-    render_jobs_csv, render_svg, render_table, simulate, simulate_with, with_load,
+    Estimates, FAIRNESS_TOLERANCE, GenSpec, JOB_COLUMNS, JobOutcome, Knowledge, MIN_SATURATED_S,
+    MissCause, Policy, ShareBreakdown, SimReport, SizeMix, TeamShare, TraceJob, cluster_with_gpus,
+    default_cluster, default_queues, describe_setup, entitlements, generated_trace, parse_trace,
+    read_trace, render_jobs_csv, render_svg, render_table, simulate, simulate_knowing,
+    simulate_with, with_load,
 };

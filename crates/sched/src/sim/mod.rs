@@ -1,12 +1,14 @@
 //! Trace simulator: replays a job trace in virtual time through the same `Scheduler`,
 //! under Ferry's policy and under baselines built from the same code (FIFO, EASY backfill).
 
+mod estimate;
 mod generate;
 mod miss;
 mod render;
 mod setup;
 mod trace;
 
+pub use estimate::{Estimates, Knowledge};
 pub use generate::{GenSpec, SizeMix, generated_trace};
 pub use miss::{MissCause, ShareBreakdown};
 pub use render::{JOB_COLUMNS, render_jobs_csv, render_svg, render_table};
@@ -250,6 +252,8 @@ struct SimJob {
     preemptions: u32,
     epoch: u64,
     end: Option<Time>,
+    /// Told to stop (SIGTERM) and not yet gone: no longer running for the scheduler.
+    signalled: bool,
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -527,7 +531,8 @@ fn completion_times(jobs: &[JobOutcome]) -> (Vec<f64>, f64, Vec<BucketStats>) {
 
 /// Replays `trace` on `cluster` under `policy`. `queues` define teams' entitlements (and, for
 /// Ferry, the real queues; every trace team needs a queue of the same name); the baselines run
-/// one queue holding the whole cluster. Expected durations given to the scheduler are exact.
+/// one queue holding the whole cluster. Expected durations given to the scheduler are exact
+/// (`simulate_knowing` for other estimates).
 pub fn simulate(
     trace: &[TraceJob],
     cluster: &Cluster,
@@ -545,6 +550,19 @@ pub fn simulate_with(
     queues: &[QueueSpec],
     policy: Policy,
     options: Options,
+) -> Result<SimReport> {
+    simulate_knowing(trace, cluster, queues, policy, options, Knowledge::exact())
+}
+
+/// `simulate_with` where every policy is told run times as `knowledge` says (jobs still run
+/// their trace durations): how much of a comparison survives the estimates a real cluster has.
+pub fn simulate_knowing(
+    trace: &[TraceJob],
+    cluster: &Cluster,
+    queues: &[QueueSpec],
+    policy: Policy,
+    options: Options,
+    knowledge: Knowledge,
 ) -> Result<SimReport> {
     let team_idx: HashMap<&str, usize> = queues
         .iter()
@@ -581,6 +599,7 @@ pub fn simulate_with(
             preemptions: 0,
             epoch: 0,
             end: None,
+            signalled: false,
         });
     }
     let ids: HashMap<String, usize> = trace
@@ -591,6 +610,9 @@ pub fn simulate_with(
     let capacity = cluster.total_gpus() as f64;
     let mut completions: BinaryHeap<Reverse<(Time, usize, u64)>> = BinaryHeap::new();
     let mut evictions: BinaryHeap<Reverse<(Time, usize)>> = BinaryHeap::new();
+    // When a running job's true remaining time becomes known (its run's epoch).
+    let mut corrections: BinaryHeap<Reverse<(Time, usize, u64)>> = BinaryHeap::new();
+    let correct_after = knowledge.corrects();
     let mut next = 0usize;
     let mut now: Time = trace.iter().map(|t| t.submit_s).min().unwrap_or(0);
     let t0 = now;
@@ -639,6 +661,16 @@ pub fn simulate_with(
             teams.queued(j.team, j.gpus);
             running.retain(|&r| r != i);
         }
+        while let Some(&Reverse((t, i, epoch))) = corrections.peek() {
+            if t > now {
+                break;
+            }
+            corrections.pop();
+            let j = &jobs[i];
+            if let (Some(s), true, None, false) = (j.start, j.epoch == epoch, j.end, j.signalled) {
+                sched.progress(&format!("{i}"), now, (s + j.remaining).saturating_sub(now))?;
+            }
+        }
         while next < order.len() && trace[order[next]].submit_s <= now {
             let i = order[next];
             next += 1;
@@ -656,7 +688,7 @@ pub fn simulate_with(
                 pods,
                 gpus_per_pod: per,
                 flavor: None,
-                expected_duration_s: Some(t.duration_s.max(1)),
+                expected_duration_s: knowledge.estimates.for_duration(t.duration_s),
                 created_at: t.submit_s,
             })?;
             teams.queued(jobs[i].team, jobs[i].gpus);
@@ -685,9 +717,13 @@ pub fn simulate_with(
                         let i = ids[&id];
                         let j = &mut jobs[i];
                         j.start = Some(now);
+                        j.signalled = false;
                         j.first_start.get_or_insert(now);
                         j.epoch += 1;
                         completions.push(Reverse((now + j.remaining, i, j.epoch)));
+                        if let Some(after) = correct_after.filter(|&a| a < j.remaining) {
+                            corrections.push(Reverse((now + after, i, j.epoch)));
+                        }
                         busy += j.gpus;
                         teams.started(j.team, j.gpus);
                         running.push(i);
@@ -699,6 +735,7 @@ pub fn simulate_with(
                         let s = j.start.expect("preempted job was running");
                         preemptions += 1;
                         j.preemptions += 1;
+                        j.signalled = true;
                         if s + j.remaining > now + GRACE_S {
                             j.remaining = j.remaining - (now - s) + RESUME_OVERHEAD_S;
                             j.epoch += 1;
@@ -726,6 +763,7 @@ pub fn simulate_with(
             .map(|Reverse((t, _, _))| *t)
             .into_iter()
             .chain(evictions.peek().map(|Reverse((t, _))| *t))
+            .chain(corrections.peek().map(|Reverse((t, _, _))| *t))
             .min();
         let t_next = match (next_submit, next_done) {
             (None, None) => break,
