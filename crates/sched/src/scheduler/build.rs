@@ -333,6 +333,7 @@ impl Scheduler {
                 .sum(),
             holder: vec![None; nf],
             ends: vec![BTreeSet::new(); nf],
+            endless: vec![0; nf],
             loans: vec![BTreeSet::new(); nf],
             pools,
             pool_idx,

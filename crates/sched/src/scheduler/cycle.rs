@@ -136,12 +136,15 @@ impl Scheduler {
                 .is_some_and(|c| self.queues[b as usize].cohort == Some(c))
     }
 
-    /// Whether work that would outlast a reserved gang's start (`shadow`) may run on its nodes
-    /// on loan until then (`Options::lend_reserved_nodes`, `min_loan_s`).
-    fn may_lend(&self, shadow: Option<Time>, now: Time) -> bool {
+    /// Whether work that would outlast a reserved gang's start (`shadow`) in flavor `f` may run
+    /// on its nodes on loan until then (`Options::lend_reserved_nodes`, `min_loan_s`). A start
+    /// left unknown because work in the way has no expected end lends too: idling the nodes for
+    /// a gang that may wait days costs more than the loans' graceful preemption when it can
+    /// start.
+    fn may_lend(&self, shadow: Option<Time>, f: usize, now: Time) -> bool {
         self.opts.lend_reserved_nodes
             && self.opts.preemption
-            && shadow.is_some_and(|s| s >= now + self.opts.min_loan_s)
+            && shadow.map_or(self.endless[f] > 0, |s| s >= now + self.opts.min_loan_s)
     }
 
     fn try_one(
@@ -204,7 +207,7 @@ impl Scheduler {
                             if ends_by(rv.quota_shadow) {
                                 (true, false)
                             } else {
-                                let l = self.may_lend(rv.quota_shadow, now);
+                                let l = self.may_lend(rv.quota_shadow, f, now);
                                 (l, l)
                             }
                         }
@@ -318,7 +321,7 @@ impl Scheduler {
                 // Ends before the reserved gang can start: may use the reserved nodes. Or will
                 // not, but the gang is far off: borrow the nodes until its turn.
                 let in_time = ends_by(rv.shadow);
-                if in_time || self.may_lend(rv.shadow, now) {
+                if in_time || self.may_lend(rv.shadow, f, now) {
                     let nodes = rv.nodes.clone();
                     for &n in &nodes {
                         self.pools[f].index_insert(n);

@@ -313,15 +313,11 @@ impl Scheduler {
     fn set_running_expected(&mut self, j: u32, expected: Option<u64>) -> bool {
         let job = self.jobs[j as usize].as_ref().expect("indexed job exists");
         let (f, old_end) = (job.flavor as usize, job.end());
-        if let Some(e) = old_end {
-            self.ends[f].remove(&(e, j));
-        }
+        self.track_end(f, j, old_end, false);
         let job = self.jobs[j as usize].as_mut().expect("indexed job exists");
         job.expected = expected;
         let end = job.end();
-        if let Some(e) = end {
-            self.ends[f].insert((e, j));
-        }
+        self.track_end(f, j, end, true);
         old_end != end
     }
 
@@ -406,9 +402,7 @@ impl Scheduler {
         );
         self.charge(q, f, -(gpus as i64));
         self.queues[q as usize].running.remove(&(prio, j));
-        if let Some(e) = end {
-            self.ends[f].remove(&(e, j));
-        }
+        self.track_end(f, j, end, false);
         self.loans[f].remove(&j);
     }
 

@@ -161,6 +161,9 @@ pub struct Scheduler {
     holder: Vec<Option<u32>>,
     /// Running jobs with a known end, per flavor.
     ends: Vec<BTreeSet<(Time, u32)>>,
+    /// Running jobs without one, per flavor: while any runs, a blocked gang's start may be
+    /// unknown rather than never.
+    endless: Vec<u32>,
     /// Nominated jobs whose victims are all gone.
     ready: Vec<u32>,
     /// Running jobs on lent reserved nodes, per flavor.
@@ -336,8 +339,22 @@ impl Scheduler {
         job.pods_at = pods;
         job.admitted_at = at;
         job.borrowed = borrowed;
-        if let Some(e) = job.end() {
-            self.ends[f].insert((e, j));
+        let end = job.end();
+        self.track_end(f, j, end, true);
+    }
+
+    /// Indexes running job `j`'s end in flavor `f` (or counts it among those without one);
+    /// with `running` false, takes it out again.
+    fn track_end(&mut self, f: usize, j: u32, end: Option<Time>, running: bool) {
+        match (end, running) {
+            (Some(e), true) => {
+                self.ends[f].insert((e, j));
+            }
+            (Some(e), false) => {
+                self.ends[f].remove(&(e, j));
+            }
+            (None, true) => self.endless[f] += 1,
+            (None, false) => self.endless[f] -= 1,
         }
     }
 

@@ -519,12 +519,19 @@ fn a_reclaim_does_not_restart_a_gang_its_queue_barely_borrows() {
 /// A gang that must borrow holds the machine; when it could start, an owner's job that
 /// waited through the drain would reclaim it at once. The admission is taken back inside
 /// the cycle: no `Admit` + `Preempt` pair, the owner starts, the gang waits and runs after.
+/// (Without lending: with it the owner runs on loan through the drain, see
+/// `reserved_nodes_are_lent_while_the_work_in_the_way_has_no_expected_end`.)
 #[test]
 fn a_start_that_would_be_reclaimed_at_once_is_taken_back_not_preempted() {
-    let mut s = Scheduler::new(
+    let opts = Options {
+        lend_reserved_nodes: false,
+        ..Options::default()
+    };
+    let mut s = Scheduler::with_options(
         Cluster::local(4, "gpu"),
         vec![queue("a", Some("c"), 2), queue("b", Some("c"), 2)],
         prios(),
+        opts,
     )
     .unwrap();
     s.submit(wl("first", "a", 1, 1, 0, None)).unwrap();
@@ -891,6 +898,53 @@ fn reserved_nodes_are_lent_and_taken_back_when_the_gang_can_start() {
     s.checkpointed("long", 1030).unwrap();
     s.evicted("long").unwrap();
     assert_eq!(admitted(&s.cycle(1030)), vec!["gang"]);
+}
+
+/// Nobody knows when the work in a blocked gang's way ends (no time limit, no pace yet): its
+/// reserved node is lent rather than left idle for as long as that work runs (an unknown start
+/// counts as far off), and the loan is taken back when the gang can start.
+#[test]
+fn reserved_nodes_are_lent_while_the_work_in_the_way_has_no_expected_end() {
+    let lending = |runner_ends: Option<u64>| {
+        let opts = Options {
+            min_loan_s: 1000,
+            ..Options::default()
+        };
+        let mut s = Scheduler::with_options(
+            Cluster::uniform(2, 8, "gpu"),
+            vec![queue("a", Some("c"), 8), queue("b", Some("c"), 8)],
+            vec![],
+            opts,
+        )
+        .unwrap();
+        s.submit(wl("runner", "b", 1, 8, 0, runner_ends)).unwrap();
+        assert_eq!(admitted(&s.cycle(0)), vec!["runner"]);
+        // The gang must borrow b's quota, held by `runner`: it drains the cohort.
+        s.submit(wl("gang", "a", 2, 8, 1, None)).unwrap();
+        s.submit(wl("other", "a", 1, 8, 2, None)).unwrap();
+        let d = s.cycle(10);
+        assert_eq!(s.holders(), vec![Some("gang")]);
+        (s, admitted(&d))
+    };
+    let (mut s, first) = lending(None);
+    assert_eq!(first, vec!["other"], "the idle node goes out on loan");
+    s.finished("runner").unwrap();
+    let d = s.cycle(5000);
+    assert_eq!(
+        preempted(&d),
+        vec![(
+            "other".to_string(),
+            PreemptReason::LoanEnded {
+                preemptor: "gang".into()
+            }
+        )]
+    );
+    s.checkpointed("other", 5030).unwrap();
+    s.evicted("other").unwrap();
+    assert_eq!(admitted(&s.cycle(5030)), vec!["gang"]);
+    // A known start 90 s away is not worth a loan (`min_loan_s`).
+    let (_, first) = lending(Some(100));
+    assert!(first.is_empty(), "{first:?}");
 }
 
 #[test]
