@@ -5,7 +5,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let trace = ferry_sched::read_trace(std::path::Path::new(path))?;
     let cluster = ferry_sched::default_cluster(&trace);
     let queues = ferry_sched::default_queues(&trace, &cluster);
-    println!("{}", ferry_sched::describe_setup(&trace, &cluster, &queues));
+    println!(
+        "{}",
+        ferry_sched::describe_setup(&trace, &cluster, &queues, Default::default())
+    );
     let mut reports = Vec::new();
     for p in ferry_sched::Policy::ALL {
         let t = std::time::Instant::now();

@@ -2,8 +2,8 @@
 //! load levels and job-size mixes, each on a 128-GPU cluster with default (GPU-hour) quotas.
 
 use ferry_sched::{
-    GenSpec, Options, Policy, SimReport, SizeMix, cluster_with_gpus, default_queues,
-    generated_trace, render_table, simulate, simulate_with,
+    Estimates, GenSpec, Knowledge, Options, Policy, SimReport, SizeMix, cluster_with_gpus,
+    default_queues, generated_trace, render_table, simulate_knowing, simulate_with,
 };
 
 /// Ferry's policy with the opt-in fairness deficits (`Options::deficit_half_life_s`, one day).
@@ -14,13 +14,17 @@ fn with_deficits() -> Options {
     }
 }
 
-fn compare(spec: &GenSpec, ferry: &Options) -> (SimReport, SimReport, SimReport, String) {
+fn compare(
+    spec: &GenSpec,
+    ferry: &Options,
+    know: Knowledge,
+) -> (SimReport, SimReport, SimReport, String) {
     let trace = generated_trace(spec);
     let cluster = cluster_with_gpus(spec.gpus);
     let queues = default_queues(&trace, &cluster);
-    let run = |p| simulate(&trace, &cluster, &queues, p).expect("simulation runs");
-    let mut f = simulate_with(&trace, &cluster, &queues, Policy::Ferry, ferry.clone())
-        .expect("simulation runs");
+    let sim = |p, o| simulate_knowing(&trace, &cluster, &queues, p, o, know);
+    let run = |p: Policy| sim(p, p.options()).expect("simulation runs");
+    let mut f = sim(Policy::Ferry, ferry.clone()).expect("simulation runs");
     f.policy = "ferry".into();
     let (fifo, easy) = (run(Policy::Fifo), run(Policy::EasyBackfill));
     let table = format!(
@@ -40,7 +44,37 @@ fn compare(spec: &GenSpec, ferry: &Options) -> (SimReport, SimReport, SimReport,
 /// held-out figures). A change that loses more of these comparisons fails here.
 #[test]
 fn ferry_against_fifo_and_easy_on_generated_traces() {
-    against_fifo_and_easy(&Options::default(), 11, 10, 0);
+    against_fifo_and_easy(&Options::default(), Knowledge::exact(), 11, 10, 0);
+}
+
+/// The same traces with no run-time estimate for any job (what the scheduler has for a
+/// command without a time limit until its pace is measured): EASY cannot backfill and Ferry
+/// cannot sort by duration. Before reserved nodes were lent while the work in a gang's way has
+/// no expected end, Ferry's drains idled the cluster (mean JCT above FIFO's on Mixed and Gangs).
+/// Measured since: mean JCT below FIFO's and EASY's on all 12 (0.18–0.40× EASY's on Mixed and
+/// Gangs, where EASY cannot backfill and is FIFO); utilization above FIFO's on 9 and EASY's on
+/// 8 (the Small traces lose by 0.004–0.04: without durations their makespan is longer).
+#[test]
+fn ferry_against_fifo_and_easy_without_run_time_estimates() {
+    let none = Knowledge {
+        estimates: Estimates::None,
+        pace_after_s: None,
+    };
+    against_fifo_and_easy(&Options::default(), none, 12, 8, 3);
+}
+
+/// The same traces when run times are users' time limits, twice the run rounded up to the
+/// next round limit, and each job's true remaining time becomes known ten minutes into each
+/// run (Ferry's measured pace; every policy is told alike). Measured: mean JCT below FIFO's on
+/// all 12 and EASY's on 11 (seed 22 Small load 0.9 by 1.5%); utilization above FIFO's on 11
+/// (seed 22 Small load 1.3, 0.579 vs 0.591) and EASY's on 10.
+#[test]
+fn ferry_against_fifo_and_easy_on_padded_time_limits() {
+    let limits = Knowledge {
+        estimates: Estimates::Limits { padding: 2.0 },
+        pace_after_s: Some(600),
+    };
+    against_fifo_and_easy(&Options::default(), limits, 11, 10, 1);
 }
 
 /// The opt-in fairness deficits on the same traces: better than FIFO on mean JCT on every trace
@@ -50,7 +84,7 @@ fn ferry_against_fifo_and_easy_on_generated_traces() {
 /// docs/scheduler.md has the tuning and held-out figures.
 #[test]
 fn ferry_with_fairness_deficits_against_fifo_and_easy_on_generated_traces() {
-    against_fifo_and_easy(&with_deficits(), 11, 11, 1);
+    against_fifo_and_easy(&with_deficits(), Knowledge::exact(), 11, 11, 1);
 }
 
 /// The opt-in reclaim through reservations on the same traces: better than FIFO on every trace,
@@ -62,11 +96,12 @@ fn ferry_reclaiming_through_reservations_against_fifo_and_easy_on_generated_trac
         reclaim_through_reservation: true,
         ..Options::default()
     };
-    against_fifo_and_easy(&through, 11, 11, 0);
+    against_fifo_and_easy(&through, Knowledge::exact(), 11, 11, 0);
 }
 
 fn against_fifo_and_easy(
     ferry: &Options,
+    know: Knowledge,
     min_jct_easy: usize,
     min_util_easy: usize,
     util_fifo_losses: usize,
@@ -86,7 +121,7 @@ fn against_fifo_and_easy(
                     load,
                     mix,
                 };
-                let (f, fifo, easy, table) = compare(&spec, ferry);
+                let (f, fifo, easy, table) = compare(&spec, ferry, know);
                 runs += 1;
                 let line = format!(
                     "seed {seed} {mix:?} load {load}: mean JCT ferry {:.0} fifo {:.0} easy {:.0}; \

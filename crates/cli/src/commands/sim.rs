@@ -50,6 +50,16 @@ pub struct SimArgs {
     /// cluster and quotas sized for the trace as given: how the policies hold up as demand grows.
     #[arg(long, value_name = "FACTOR", allow_negative_numbers = true)]
     pub load: Option<f64>,
+    /// What every policy is told about run times at submit: `exact` (the trace's durations),
+    /// `none`, or users' time limits, `limits` (each run time rounded up to the next round limit:
+    /// 15 min, 30 min, 1 h … 30 days) or `limits:F` (padded F times first, F ≥ 1). Jobs always
+    /// run their trace durations.
+    #[arg(long, value_name = "MODE", default_value = "exact")]
+    pub estimates: ferry_sched::Estimates,
+    /// Once a job has run this many seconds (since it last started), every policy is told its
+    /// true remaining time, as when Ferry measures a training job's step pace.
+    #[arg(long, value_name = "SECONDS")]
+    pub pace_after: Option<u64>,
     /// Also write the utilization timeline as an SVG chart here.
     #[arg(long)]
     pub svg: Option<PathBuf>,
@@ -196,6 +206,10 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         Some(path) => policy_options(path)?,
         None => ferry_sched::Options::default(),
     };
+    let knowledge = ferry_sched::Knowledge {
+        estimates: args.estimates,
+        pace_after_s: args.pace_after,
+    };
     let mut reports = Vec::new();
     for policy in ferry_sched::Policy::ALL {
         let mut options = policy.options();
@@ -206,8 +220,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             }
             options.reclaim_through_reservation |= args.reclaim_through_reservation;
         }
-        reports.push(ferry_sched::simulate_with(
-            &trace, &cluster, &queues, policy, options,
+        reports.push(ferry_sched::simulate_knowing(
+            &trace, &cluster, &queues, policy, options, knowledge,
         )?);
     }
     if let Some(svg) = &args.svg {
@@ -224,7 +238,10 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     if output::structured(&reports, args.output)? {
         return Ok(());
     }
-    println!("{}", ferry_sched::describe_setup(&trace, &cluster, &queues));
+    println!(
+        "{}",
+        ferry_sched::describe_setup(&trace, &cluster, &queues, knowledge)
+    );
     if let Some(f) = args.load {
         println!(
             "load: arrivals {f}x as fast as the trace's (submit times / {f}); the cluster and \

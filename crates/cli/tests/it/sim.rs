@@ -415,3 +415,65 @@ fn quotas_given_on_the_command_line_match_a_queues_file() {
         );
     }
 }
+
+/// `--estimates` and `--pace-after` change what every policy is told about run times, not how
+/// long jobs run: the setup says so; without estimates EASY has no ends to backfill by, so its
+/// mean JCT rises to about FIFO's, while Ferry's (which on this trace owes its lead to quotas and
+/// fair sharing, not to known durations) stays below both; time limits corrected once a job
+/// has run ten minutes bring EASY back near its exact-estimate figure. Bad modes are refused
+/// with the accepted forms.
+#[test]
+fn run_time_estimates_are_stated_and_change_what_every_policy_knows() {
+    let trace = repo_root().join("../shared/fixtures/traces/helios_venus_2vc_2020-09a.csv");
+    let trace = trace.to_str().unwrap();
+    let mean_jct = |extra: &[&str]| -> Vec<f64> {
+        let out = sim_ok(&[&["--trace", trace, "-o", "json"][..], extra].concat());
+        let reports: Vec<Value> = serde_json::from_str(&out).unwrap();
+        reports
+            .iter()
+            .map(|r| r["mean_jct_s"].as_f64().unwrap())
+            .collect()
+    };
+    // ferry, fifo, easy-backfill, kueue-strict
+    let exact = mean_jct(&[]);
+    let none = mean_jct(&["--estimates", "none"]);
+    let limits = mean_jct(&["--estimates", "limits:2", "--pace-after", "600"]);
+    assert_eq!(exact[1], none[1], "FIFO uses no durations");
+    assert!(
+        none[2] > 1.5 * exact[2],
+        "EASY without ends: {none:?} vs {exact:?}"
+    );
+    assert!(none[0] < none[1] && none[0] < none[2], "{none:?}");
+    assert!(limits[2] < 1.1 * exact[2], "{limits:?} vs {exact:?}");
+    assert!(limits[0] < limits[1] && limits[0] < limits[2], "{limits:?}");
+
+    let text = sim_ok(&[
+        "--trace",
+        trace,
+        "--estimates",
+        "limits:2",
+        "--pace-after",
+        "600",
+    ]);
+    assert!(
+        text.contains("run times told to every policy: users' time limits (each run time x 2")
+            && text.contains("once it has run 600 s"),
+        "{text}"
+    );
+    assert!(
+        sim_ok(&["--trace", trace]).contains("run times told to every policy: exact"),
+        "the default is stated"
+    );
+    for (bad, expect) in [
+        ("limit", "expected `exact`, `none`, `limits` or `limits:F`"),
+        ("limits:0.5", "from 1 to 100"),
+        ("limits:x", "not a number"),
+    ] {
+        let out = sim(&["--trace", trace, "--estimates", bad]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("--estimates") && err.contains(expect),
+            "{bad}: {err}"
+        );
+    }
+}

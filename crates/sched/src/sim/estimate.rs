@@ -113,21 +113,29 @@ impl Knowledge {
         Knowledge::default()
     }
 
-    /// Whether the scheduler is told anything it does not already know once a job has run
-    /// `pace_after_s` (with exact estimates a correction would change nothing).
+    /// When a running job's true remaining time is told (none with exact estimates: it
+    /// would change nothing).
     pub(super) fn corrects(self) -> Option<u64> {
         self.pace_after_s
             .filter(|_| self.estimates != Estimates::Exact)
     }
 }
 
-impl fmt::Display for Knowledge {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.estimates)?;
-        if let Some(p) = self.pace_after_s {
-            write!(f, ", corrected after {p} s of running")?;
-        }
-        Ok(())
+impl Knowledge {
+    /// What the policies are told, in words (`ferry sim` prints it with the setup).
+    pub fn describe(self) -> String {
+        let told = match self.estimates {
+            Estimates::Exact => return "exact (the trace's durations)".into(),
+            Estimates::None => "none (jobs go by age; backfill knows no ends)".into(),
+            Estimates::Limits { padding } => format!(
+                "users' time limits (each run time x {padding}, rounded up to the next of 15 \
+                 min, 30 min, 1, 2, 4, 6, 8, 12 h, 1, 2, 3, 5, 7, 14, 30 days)"
+            ),
+        };
+        let pace = self.pace_after_s.map_or(String::new(), |p| {
+            format!(", then a running job's true remaining time once it has run {p} s")
+        });
+        format!("{told}{pace}; jobs still run their trace durations")
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{GRACE_S, MIN_SATURATED_S, RESUME_OVERHEAD_S, TraceJob};
+use super::{GRACE_S, Knowledge, MIN_SATURATED_S, RESUME_OVERHEAD_S, TraceJob};
 use crate::config::{Cluster, FlavorQuota, QueueSpec};
 
 /// GPUs per node assumed for the default contended cluster.
@@ -128,7 +128,12 @@ pub fn cluster_with_gpus(gpus: u32) -> Cluster {
 }
 
 /// One paragraph stating the simulation's setup (cluster size, quotas, assumptions).
-pub fn describe_setup(trace: &[TraceJob], cluster: &Cluster, queues: &[QueueSpec]) -> String {
+pub fn describe_setup(
+    trace: &[TraceJob],
+    cluster: &Cluster,
+    queues: &[QueueSpec],
+    knowledge: Knowledge,
+) -> String {
     let quotas: Vec<String> = queues
         .iter()
         .map(|q| {
@@ -145,7 +150,7 @@ pub fn describe_setup(trace: &[TraceJob], cluster: &Cluster, queues: &[QueueSpec
         .collect();
     format!(
         "trace: {} jobs, offered load {:.1} GPUs; cluster: {} GPUs on {} nodes; nominal quotas: {}; \
-         expected durations given to the schedulers are exact; preemption is graceful \
+         run times told to every policy: {}; preemption is graceful \
          (SIGTERM, {GRACE_S} s grace to checkpoint, {RESUME_OVERHEAD_S} s to resume); \
          a team is saturated while it has work waiting and asks for at least its entitled GPUs; \
          shares are judged (ok / OUT of 10%) over the time all teams are saturated together, \
@@ -154,7 +159,8 @@ pub fn describe_setup(trace: &[TraceJob], cluster: &Cluster, queues: &[QueueSpec
         offered_load(trace),
         cluster.total_gpus(),
         cluster.nodes.len(),
-        quotas.join(", ")
+        quotas.join(", "),
+        knowledge.describe()
     )
 }
 
