@@ -198,6 +198,7 @@ fn saturated_trace() -> Vec<TraceJob> {
             nodes: gpus.div_ceil(8),
             team: team.into(),
             status: "COMPLETED".into(),
+            time_limit_s: None,
         });
     }
     jobs
@@ -387,6 +388,79 @@ fn a_header_missing_a_required_column_or_naming_one_twice_is_refused() {
     assert!(err.to_string().contains("`team` is empty"), "{err}");
     let err = parse_trace("submit_s,duration_s,gpus,team\n0,-1,8,a\n", "t.csv").unwrap_err();
     assert!(err.to_string().contains("duration_s"), "{err}");
+    let limits = parse_trace(
+        "submit_s,duration_s,gpus,team,time_limit_s\n0,10,8,a,3600\n1,10,8,a,\n2,10,8,a,UNLIMITED\n3,10,8,a,0\n",
+        "t.csv",
+    )
+    .unwrap();
+    let told: Vec<Option<u64>> = limits.iter().map(|j| j.time_limit_s).collect();
+    assert_eq!(told, [Some(3600), None, None, Some(1)]);
+    let err = parse_trace(
+        "submit_s,duration_s,gpus,team,time_limit_s\n0,10,8,a,1-00:00:00\n",
+        "t.csv",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("line 2") && err.to_string().contains("`time_limit_s`"),
+        "{err}"
+    );
+}
+
+/// `--estimates trace` tells every policy the trace's own `time_limit_s`: limits equal to the
+/// run times give exactly the exact-estimate reports; limits of 30 days for every job take
+/// EASY's backfill away (nothing ends before a reservation), so its mean JCT rises; a trace
+/// without limits is refused with the fix.
+#[test]
+fn a_traces_own_time_limits_are_what_the_policies_are_told() {
+    use ferry_sched::{Estimates, Knowledge, Options, simulate_knowing};
+    let trace = read_trace(&fixture()).unwrap();
+    let cluster = default_cluster(&trace);
+    let queues = default_queues(&trace, &cluster);
+    let from_trace = Knowledge {
+        estimates: Estimates::Trace,
+        pace_after_s: None,
+    };
+    let run = |t: &[TraceJob], p: Policy, k: Knowledge| {
+        simulate_knowing(t, &cluster, &queues, p, p.options(), k).unwrap()
+    };
+    let exact_limits: Vec<TraceJob> = trace
+        .iter()
+        .map(|j| TraceJob {
+            time_limit_s: Some(j.duration_s.max(1)),
+            ..j.clone()
+        })
+        .collect();
+    let month: Vec<TraceJob> = trace
+        .iter()
+        .map(|j| TraceJob {
+            time_limit_s: Some(30 * 86_400),
+            ..j.clone()
+        })
+        .collect();
+    for p in [Policy::Ferry, Policy::EasyBackfill] {
+        assert_eq!(
+            run(&exact_limits, p, from_trace),
+            run(&trace, p, Knowledge::exact()),
+            "{p:?}"
+        );
+    }
+    let easy = run(&trace, Policy::EasyBackfill, Knowledge::exact()).mean_jct_s;
+    let easy_month = run(&month, Policy::EasyBackfill, from_trace).mean_jct_s;
+    assert!(easy_month > 1.2 * easy, "{easy_month} vs {easy}");
+    let err = simulate_knowing(
+        &trace,
+        &cluster,
+        &queues,
+        Policy::Ferry,
+        Options::default(),
+        from_trace,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("time_limit_s") && err.contains("fix:"),
+        "{err}"
+    );
 }
 
 mod untrusted {
@@ -398,7 +472,7 @@ mod untrusted {
         #[test]
         fn parser_never_panics(body in "[0-9a-z,.\"\\-\r\n ]{0,400}", header in any::<bool>()) {
             let text = if header {
-                format!("job_id,submit_s,duration_s,gpus,nodes,team,status\n{body}")
+                format!("job_id,submit_s,duration_s,gpus,nodes,team,status,time_limit_s\n{body}")
             } else {
                 body
             };

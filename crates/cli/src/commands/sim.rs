@@ -13,10 +13,10 @@ use crate::output;
 /// Options of `ferry sim`.
 #[derive(Debug, clap::Args)]
 pub struct SimArgs {
-    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order (or give it with --trace).
+    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order, optionally time_limit_s (or give it with --trace).
     #[arg(value_name = "TRACE")]
     pub trace_file: Option<PathBuf>,
-    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order.
+    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order, optionally time_limit_s.
     #[arg(long, conflicts_with = "trace_file")]
     pub trace: Option<PathBuf>,
     /// Cluster YAML: `nodes: [{name, gpus, flavor, rack?, nvlinkDomain?}]`.
@@ -51,9 +51,9 @@ pub struct SimArgs {
     #[arg(long, value_name = "FACTOR", allow_negative_numbers = true)]
     pub load: Option<f64>,
     /// What every policy is told about run times at submit: `exact` (the trace's durations),
-    /// `none`, or users' time limits, `limits` (each run time rounded up to the next round limit:
-    /// 15 min, 30 min, 1 h … 30 days) or `limits:F` (padded F times first, F ≥ 1). Jobs always
-    /// run their trace durations.
+    /// `none`, `trace` (the trace's optional `time_limit_s` column), or users' time limits,
+    /// `limits` (each run time rounded up to the next round limit: 15 min, 30 min, 1 h … 30
+    /// days) or `limits:F` (padded F times first, F ≥ 1). Jobs always run their trace durations.
     #[arg(long, value_name = "MODE", default_value = "exact")]
     pub estimates: ferry_sched::Estimates,
     /// Once a job has run this many seconds (since it last started), every policy is told its

@@ -465,14 +465,20 @@ fn run_time_estimates_are_stated_and_change_what_every_policy_knows() {
         "the default is stated"
     );
     for (bad, expect) in [
-        ("limit", "expected `exact`, `none`, `limits` or `limits:F`"),
+        (
+            "limit",
+            "expected `exact`, `none`, `trace`, `limits` or `limits:F`",
+        ),
+        ("trace", "no job has a `time_limit_s`"),
         ("limits:0.5", "from 1 to 100"),
         ("limits:x", "not a number"),
     ] {
         let out = sim(&["--trace", trace, "--estimates", bad]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
-            !out.status.success() && err.contains("--estimates") && err.contains(expect),
+            !out.status.success()
+                && err.contains(expect)
+                && (err.contains("--estimates") || err.contains("fix:")),
             "{bad}: {err}"
         );
     }

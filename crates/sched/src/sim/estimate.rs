@@ -9,6 +9,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::TraceJob;
+
 /// Time limits users pick, in seconds: 15 min, 30 min, 1, 2, 4, 6, 8, 12 h, 1, 2, 3, 5, 7,
 /// 14 and 30 days. A limit past the last is whole days.
 const LIMIT_LADDER_S: [u64; 15] = [
@@ -34,14 +36,18 @@ pub enum Estimates {
         /// How much longer than the run users ask for (1: the next round limit above it).
         padding: f64,
     },
+    /// The trace's own `time_limit_s` column (a row without one: unknown).
+    Trace,
 }
 
 impl Estimates {
-    /// The estimate for a job that really runs `duration_s` seconds (`None`: unknown).
-    pub fn for_duration(self, duration_s: u64) -> Option<u64> {
+    /// The estimate for `job` (`None`: unknown).
+    pub fn for_job(self, job: &TraceJob) -> Option<u64> {
+        let duration_s = job.duration_s;
         match self {
             Estimates::Exact => Some(duration_s.max(1)),
             Estimates::None => None,
+            Estimates::Trace => job.time_limit_s,
             Estimates::Limits { padding } => {
                 let asked = (duration_s.max(1) as f64 * padding).ceil() as u64;
                 Some(
@@ -61,6 +67,7 @@ impl fmt::Display for Estimates {
         match self {
             Estimates::Exact => f.write_str("exact"),
             Estimates::None => f.write_str("none"),
+            Estimates::Trace => f.write_str("trace"),
             Estimates::Limits { padding } if *padding == 1.0 => f.write_str("limits"),
             Estimates::Limits { padding } => write!(f, "limits:{padding}"),
         }
@@ -70,12 +77,14 @@ impl fmt::Display for Estimates {
 impl FromStr for Estimates {
     type Err = String;
 
-    /// `exact`, `none`, `limits` or `limits:F` (F from 1 to 100).
+    /// `exact`, `none`, `trace`, `limits` or `limits:F` (F from 1 to 100).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let usage = "expected `exact`, `none`, `limits` or `limits:F` (F ≥ 1, e.g. limits:2)";
+        let usage =
+            "expected `exact`, `none`, `trace`, `limits` or `limits:F` (F ≥ 1, e.g. limits:2)";
         match s.trim() {
             "exact" => Ok(Estimates::Exact),
             "none" => Ok(Estimates::None),
+            "trace" => Ok(Estimates::Trace),
             "limits" => Ok(Estimates::Limits { padding: 1.0 }),
             other => {
                 let Some(f) = other.strip_prefix("limits:") else {
@@ -127,6 +136,7 @@ impl Knowledge {
         let told = match self.estimates {
             Estimates::Exact => return "exact (the trace's durations)".into(),
             Estimates::None => "none (jobs go by age; backfill knows no ends)".into(),
+            Estimates::Trace => "the trace's time limits (`time_limit_s`; none where empty)".into(),
             Estimates::Limits { padding } => format!(
                 "users' time limits (each run time x {padding}, rounded up to the next of 15 \
                  min, 30 min, 1, 2, 4, 6, 8, 12 h, 1, 2, 3, 5, 7, 14, 30 days)"
@@ -145,22 +155,35 @@ mod tests {
 
     #[test]
     fn a_time_limit_is_the_next_round_limit_above_the_padded_run() {
+        let job = |duration_s, time_limit_s| TraceJob {
+            job_id: "j".into(),
+            submit_s: 0,
+            duration_s,
+            gpus: 8,
+            nodes: 1,
+            team: "t".into(),
+            status: String::new(),
+            time_limit_s,
+        };
+        let told = |e: Estimates, d: u64| e.for_job(&job(d, None));
         let l = Estimates::Limits { padding: 1.0 };
-        assert_eq!(l.for_duration(0), Some(900));
-        assert_eq!(l.for_duration(900), Some(900));
-        assert_eq!(l.for_duration(901), Some(1800));
-        assert_eq!(l.for_duration(5 * 3600), Some(6 * 3600));
+        assert_eq!(told(l, 0), Some(900));
+        assert_eq!(told(l, 900), Some(900));
+        assert_eq!(told(l, 901), Some(1800));
+        assert_eq!(told(l, 5 * 3600), Some(6 * 3600));
         let l2 = Estimates::Limits { padding: 2.0 };
-        assert_eq!(l2.for_duration(5 * 3600), Some(12 * 3600));
+        assert_eq!(told(l2, 5 * 3600), Some(12 * 3600));
         // Past 30 days: whole days.
-        assert_eq!(l.for_duration(31 * 86_400 + 1), Some(32 * 86_400));
-        assert_eq!(Estimates::Exact.for_duration(0), Some(1));
-        assert_eq!(Estimates::None.for_duration(100), None);
+        assert_eq!(told(l, 31 * 86_400 + 1), Some(32 * 86_400));
+        assert_eq!(told(Estimates::Exact, 0), Some(1));
+        assert_eq!(told(Estimates::None, 100), None);
+        assert_eq!(told(Estimates::Trace, 100), None);
+        assert_eq!(Estimates::Trace.for_job(&job(100, Some(7200))), Some(7200));
     }
 
     #[test]
     fn estimates_parse_and_print_back() {
-        for s in ["exact", "none", "limits", "limits:2.5"] {
+        for s in ["exact", "none", "trace", "limits", "limits:2.5"] {
             let e: Estimates = s.parse().unwrap();
             assert_eq!(e.to_string(), s);
         }

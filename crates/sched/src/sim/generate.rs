@@ -113,6 +113,7 @@ pub fn generated_trace(spec: &GenSpec) -> Vec<TraceJob> {
                 nodes: gpus.div_ceil(DEFAULT_GPUS_PER_NODE),
                 team: format!("team-{team}"),
                 status: "COMPLETED".into(),
+                time_limit_s: None,
             }
         })
         .collect()

@@ -564,6 +564,15 @@ pub fn simulate_knowing(
     options: Options,
     knowledge: Knowledge,
 ) -> Result<SimReport> {
+    if knowledge.estimates == Estimates::Trace && trace.iter().all(|t| t.time_limit_s.is_none()) {
+        return Err(trace_err(
+            "<trace>",
+            1,
+            "no job has a `time_limit_s` (the run-time estimates asked for)",
+            "add a time_limit_s column (seconds; empty or UNLIMITED for none), or tell the \
+             policies `limits` or `none` instead",
+        ));
+    }
     let team_idx: HashMap<&str, usize> = queues
         .iter()
         .enumerate()
@@ -688,7 +697,7 @@ pub fn simulate_knowing(
                 pods,
                 gpus_per_pod: per,
                 flavor: None,
-                expected_duration_s: knowledge.estimates.for_duration(t.duration_s),
+                expected_duration_s: knowledge.estimates.for_job(t),
                 created_at: t.submit_s,
             })?;
             teams.queued(jobs[i].team, jobs[i].gpus);

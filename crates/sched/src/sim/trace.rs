@@ -31,6 +31,10 @@ pub struct TraceJob {
     pub team: String,
     /// Final status in the source (informational).
     pub status: String,
+    /// The time limit the job was submitted with, when the source has one (what
+    /// `--estimates trace` tells the policies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_s: Option<u64>,
 }
 
 impl TraceJob {
@@ -60,7 +64,7 @@ pub(super) fn trace_err(
 }
 
 /// The trace columns, in the documented order; `ferry sim` reads them by name.
-pub const TRACE_COLUMNS: [&str; 7] = [
+pub const TRACE_COLUMNS: [&str; 8] = [
     "job_id",
     "submit_s",
     "duration_s",
@@ -68,20 +72,21 @@ pub const TRACE_COLUMNS: [&str; 7] = [
     "nodes",
     "team",
     "status",
+    "time_limit_s",
 ];
 
 /// Where each trace column is in a file's header; `None` for an optional one left out.
 struct Columns {
-    at: [Option<usize>; 7],
+    at: [Option<usize>; 8],
 }
 
 impl Columns {
     /// Columns are matched by name (any order, any case, surrounding spaces ignored);
     /// other columns are ignored. `submit_s`, `duration_s`, `gpus` and `team` are
     /// required; `job_id` defaults to the row's line, `nodes` to the fewest 8-GPU
-    /// nodes, `status` to empty.
+    /// nodes, `status` to empty, `time_limit_s` to none.
     fn from_header(header: &csv::StringRecord, file: &str) -> Result<Self> {
-        let mut at = [None; 7];
+        let mut at = [None; 8];
         for (i, name) in header.iter().enumerate() {
             let name = name
                 .trim_start_matches('\u{feff}')
@@ -119,7 +124,7 @@ impl Columns {
                 ),
                 format!(
                     "start the file with a header naming its columns, e.g. `{}`",
-                    TRACE_COLUMNS.join(",")
+                    TRACE_COLUMNS[..7].join(",")
                 ),
             ));
         }
@@ -128,7 +133,8 @@ impl Columns {
 }
 
 /// Parses trace CSV text: a header naming the columns ([`TRACE_COLUMNS`], in any order;
-/// others ignored), then one job per row. Quoted fields and CRLF line ends are accepted;
+/// others ignored; `time_limit_s` optional, empty or `UNLIMITED` for none), then one job per
+/// row. Quoted fields and CRLF line ends are accepted;
 /// times may have a fraction (rounded to whole seconds).
 pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
     let mut reader = csv::ReaderBuilder::new()
@@ -150,7 +156,10 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
             file,
             0,
             "the file is empty",
-            format!("start it with the header `{}`", TRACE_COLUMNS.join(",")),
+            format!(
+                "start it with the header `{}`",
+                TRACE_COLUMNS[..7].join(",")
+            ),
         ));
     }
     let cols = Columns::from_header(&header, file)?;
@@ -223,6 +232,13 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
             Some(v) => count(4, v)?,
             None => gpus.div_ceil(8),
         };
+        // Slurm writes `UNLIMITED` for a job without a limit; an empty cell is the same.
+        let time_limit_s = match field(7)? {
+            Some(v) if !v.is_empty() && !v.eq_ignore_ascii_case("unlimited") => {
+                Some(seconds(7)?.max(1))
+            }
+            _ => None,
+        };
         let team = field(5)?.unwrap_or_default();
         if team.is_empty() {
             return Err(trace_err(
@@ -243,6 +259,7 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
             nodes,
             team: team.to_string(),
             status: field(6)?.unwrap_or_default().to_string(),
+            time_limit_s,
         });
     }
     if jobs.is_empty() {
