@@ -26,9 +26,9 @@
 use std::path::Path;
 
 use ferry_sched::{
-    ANY_FLAVOR, Cluster, FlavorQuota, GenSpec, Knowledge, MissCause, Options, Policy, QueueSpec,
-    SimReport, SizeMix, TraceJob, cluster_with_gpus, default_cluster, default_queues,
-    generated_trace, simulate_knowing, with_load,
+    Cluster, GenSpec, Knowledge, MissCause, Options, Policy, QueueSpec, SimReport, SizeMix,
+    TraceJob, cluster_with_gpus, default_cluster, default_queues, generated_trace,
+    simulate_knowing, with_load,
 };
 
 struct Case {
@@ -365,17 +365,7 @@ fn helios_load(trace: &[TraceJob], out: &mut Vec<Case>) {
 /// and with arrivals sped up.
 fn helios_unseen(trace: &[TraceJob], out: &mut Vec<Case>) {
     let venus = cluster_with_gpus(176);
-    let vc = |name: &str, nominal: u32| QueueSpec {
-        name: name.into(),
-        cohort: Some("venus".into()),
-        quotas: vec![FlavorQuota {
-            flavor: ANY_FLAVOR.into(),
-            nominal,
-            borrowing_limit: None,
-            lending_limit: None,
-        }],
-        fair_share_weight: 1.0,
-    };
+    let vc = |name: &str, nominal: u32| QueueSpec::any_flavor(name, Some("venus"), nominal);
     let vcs = vec![vc("vcvGl", 160), vc("vcvlY", 16)];
     // As `ferry sim --load`: the cluster sized for the trace as given.
     let sized = default_cluster(trace);

@@ -85,6 +85,18 @@ pub struct FlavorQuota {
     pub lending_limit: Option<u32>,
 }
 
+impl FlavorQuota {
+    /// `nominal` GPUs of `flavor` with no borrowing or lending limit (the usual quota).
+    pub fn unlimited(flavor: &str, nominal: u32) -> FlavorQuota {
+        FlavorQuota {
+            flavor: flavor.to_owned(),
+            nominal,
+            borrowing_limit: None,
+            lending_limit: None,
+        }
+    }
+}
+
 fn one() -> f64 {
     1.0
 }
@@ -103,6 +115,19 @@ pub struct QueueSpec {
     /// Weight for sharing borrowed capacity when several queues want it (default 1).
     #[serde(default = "one")]
     pub fair_share_weight: f64,
+}
+
+impl QueueSpec {
+    /// A queue of `nominal` GPUs of any flavor in `cohort`, weight 1, no limits: what a team
+    /// gets when only its size is given (`ferry sim --quota`, the local default queue).
+    pub fn any_flavor(name: &str, cohort: Option<&str>, nominal: u32) -> QueueSpec {
+        QueueSpec {
+            name: name.to_owned(),
+            cohort: cohort.map(str::to_owned),
+            quotas: vec![FlavorQuota::unlimited(ANY_FLAVOR, nominal)],
+            fair_share_weight: 1.0,
+        }
+    }
 }
 
 /// A named priority, like Kubernetes' `PriorityClass` / Kueue's `WorkloadPriorityClass`.

@@ -7,16 +7,9 @@
 //! the low one resumes.
 //!
 //! ```
-//! use ferry_sched::{ANY_FLAVOR, Cluster, Decision, FlavorQuota, PriorityClass, QueueSpec,
-//!     Scheduler, Workload};
+//! use ferry_sched::{Cluster, Decision, PriorityClass, QueueSpec, Scheduler, Workload};
 //!
-//! let queue = QueueSpec {
-//!     name: "default".into(),
-//!     cohort: None,
-//!     quotas: vec![FlavorQuota { flavor: ANY_FLAVOR.into(), nominal: 4,
-//!         borrowing_limit: None, lending_limit: None }],
-//!     fair_share_weight: 1.0,
-//! };
+//! let queue = QueueSpec::any_flavor("default", None, 4);
 //! let mut s = Scheduler::new(Cluster::local(4, "local"), vec![queue], PriorityClass::standard())?;
 //! s.submit(Workload::single("low", "default", Some("low"), 4, 0))?;
 //! assert!(matches!(&s.cycle(0)[..], [Decision::Admit { id, .. }] if id == "low"));

@@ -140,17 +140,7 @@ fn queue_specs(queues: &[Queue], inventory: &Inventory) -> (Vec<QueueSpec>, Vec<
         origins.push(origin);
     }
     if !specs.iter().any(|q| q.name == DEFAULT_QUEUE) {
-        specs.push(QueueSpec {
-            name: DEFAULT_QUEUE.to_owned(),
-            cohort: None,
-            quotas: vec![FlavorQuota {
-                flavor: ANY_FLAVOR.to_owned(),
-                nominal: total,
-                borrowing_limit: None,
-                lending_limit: None,
-            }],
-            fair_share_weight: 1.0,
-        });
+        specs.push(QueueSpec::any_flavor(DEFAULT_QUEUE, None, total));
         origins.push(vec![0]);
     }
     (specs, origins)

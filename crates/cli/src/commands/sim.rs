@@ -114,20 +114,10 @@ fn quota_queues(
              (every team needs one when any is given)"
         );
     }
-    let cohort = (quotas.len() > 1).then(|| "all".to_string());
+    let cohort = (quotas.len() > 1).then_some("all");
     Ok(quotas
         .iter()
-        .map(|(team, gpus)| ferry_sched::QueueSpec {
-            name: team.clone(),
-            cohort: cohort.clone(),
-            quotas: vec![ferry_sched::FlavorQuota {
-                flavor: ferry_sched::ANY_FLAVOR.into(),
-                nominal: *gpus,
-                borrowing_limit: None,
-                lending_limit: None,
-            }],
-            fair_share_weight: 1.0,
-        })
+        .map(|(team, gpus)| ferry_sched::QueueSpec::any_flavor(team, cohort, *gpus))
         .collect())
 }
 

@@ -8,15 +8,8 @@ use crate::error::SchedError;
 
 fn queue(name: &str, cohort: Option<&str>, nominal: u32) -> QueueSpec {
     QueueSpec {
-        name: name.into(),
-        cohort: cohort.map(Into::into),
-        quotas: vec![FlavorQuota {
-            flavor: "gpu".into(),
-            nominal,
-            borrowing_limit: None,
-            lending_limit: None,
-        }],
-        fair_share_weight: 1.0,
+        quotas: vec![FlavorQuota::unlimited("gpu", nominal)],
+        ..QueueSpec::any_flavor(name, cohort, nominal)
     }
 }
 
@@ -43,17 +36,7 @@ fn admitted(d: &[Decision]) -> Vec<String> {
 }
 
 fn local(gpus: u32) -> Scheduler {
-    let q = QueueSpec {
-        name: "default".into(),
-        cohort: None,
-        quotas: vec![FlavorQuota {
-            flavor: ANY_FLAVOR.into(),
-            nominal: gpus,
-            borrowing_limit: None,
-            lending_limit: None,
-        }],
-        fair_share_weight: 1.0,
-    };
+    let q = QueueSpec::any_flavor("default", None, gpus);
     Scheduler::new(
         Cluster::local(gpus, "local"),
         vec![q],

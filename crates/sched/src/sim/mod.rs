@@ -290,12 +290,7 @@ fn whole_cluster_queue(cluster: &Cluster) -> QueueSpec {
         cohort: None,
         quotas: caps
             .into_iter()
-            .map(|(f, c)| FlavorQuota {
-                flavor: f,
-                nominal: c as u32,
-                borrowing_limit: None,
-                lending_limit: None,
-            })
+            .map(|(f, c)| FlavorQuota::unlimited(&f, c as u32))
             .collect(),
         fair_share_weight: 1.0,
     }

@@ -94,12 +94,7 @@ pub fn default_queues(trace: &[TraceJob], cluster: &Cluster) -> Vec<QueueSpec> {
             left -= 1;
         }
         for (i, n) in base.into_iter().enumerate() {
-            quotas[i].push(FlavorQuota {
-                flavor: flavor.clone(),
-                nominal: n as u32,
-                borrowing_limit: None,
-                lending_limit: None,
-            });
+            quotas[i].push(FlavorQuota::unlimited(flavor, n as u32));
         }
     }
     teams
