@@ -339,11 +339,17 @@ impl GangStatus {
                 .map(|r| r.log_path.display().to_string())
                 .unwrap_or_default()
         };
+        // End times come from file timestamps, which the kernel keeps at clock-tick grain: a
+        // rank stopped (SIGTERM/SIGKILL) because another failed can read as ending in the same
+        // millisecond. On such a tie the rank that was not stopped is the first to end.
+        let stopped = |status: &GangStatus| matches!(status, GangStatus::Failed { signal: Some(s), .. } if *s == 15 || *s == 9);
         let first_failure = ranks
             .iter()
             .filter_map(|r| {
-                failure_of(r, &log_of(r.rank))
-                    .map(|status| ((r.ended_at_unix_ms.unwrap_or(u64::MAX), r.rank), status))
+                failure_of(r, &log_of(r.rank)).map(|status| {
+                    let end = r.ended_at_unix_ms.unwrap_or(u64::MAX);
+                    ((end, stopped(&status), r.rank), status)
+                })
             })
             .min_by_key(|(key, _)| *key);
         if let Some((_, status)) = first_failure {
@@ -399,5 +405,53 @@ fn failure_of(status: &RankStatus, log: &str) -> Option<GangStatus> {
             signal: None,
             message: format!("rank {rank}: {message}"),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rank 1 fails, the runtime stops rank 0 with SIGTERM, and both exit records carry the
+    /// same millisecond (file times move in clock ticks): rank 1 is named, not rank 0.
+    #[test]
+    fn a_rank_stopped_because_another_failed_is_not_named_on_a_tied_end() {
+        let rank = |r: u32| RankRecord {
+            rank: r,
+            node_rank: 0,
+            local_rank: r,
+            gpus: Vec::new(),
+            pid: 1,
+            start_time: 0,
+            log_path: PathBuf::from(format!("rank-{r}.log")),
+            exit_path: PathBuf::new(),
+            pid_path: PathBuf::new(),
+        };
+        let gang = GangRecord {
+            backend: "local".into(),
+            job: "j".into(),
+            attempt: 0,
+            nodes: 1,
+            procs_per_node: 2,
+            master_addr: "127.0.0.1".into(),
+            master_port: 1,
+            attempt_dir: PathBuf::new(),
+            launched_at_unix_ms: 0,
+            ranks: vec![rank(0), rank(1)],
+        };
+        let ended = |r: u32, code: i32, at: u64| RankStatus {
+            rank: r,
+            state: RankState::Exited { code },
+            ended_at_unix_ms: Some(at),
+        };
+        let named = |ranks: &[RankStatus]| match GangStatus::from_ranks(&gang, ranks) {
+            GangStatus::Failed { rank, .. } => rank,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(named(&[ended(0, 143, 1000), ended(1, 3, 1000)]), 1);
+        // A real earlier end still wins, whatever ended it.
+        assert_eq!(named(&[ended(0, 143, 999), ended(1, 3, 1000)]), 0);
+        // Two plain failures at once: the lower rank.
+        assert_eq!(named(&[ended(0, 2, 1000), ended(1, 3, 1000)]), 0);
     }
 }
