@@ -258,29 +258,28 @@ fn queued_sleeper(name: &str, queue: &str, gpus: u32, steps: u32) -> String {
     )
 }
 
-/// A gang that must borrow drains the machine for itself; when the drain is over, an owner
-/// whose job waited through it (and fits its own quota) would reclaim the gang in the cycle
-/// that starts it. The scheduler takes such an admission back inside the cycle instead of
-/// emitting a start and a preemption (it once did, and the control plane had to stop the gang
-/// before launch): the owner runs first, the gang is admitted once, never preempted, runs
-/// once, and every job finishes.
+/// A gang that must borrow drains the machine for itself. Nobody knows when `first` ends (no
+/// time limit), so nobody knows when the gang can start: an owner's job that fits its own
+/// quota runs meanwhile on a GPU held for the gang, on loan, and gives it back gracefully
+/// (SIGTERM, checkpoint) when `first` ends. The gang, started by taking back that loan, is not
+/// reclaimed by the owner: it is admitted once, never preempted, runs once; the owner resumes
+/// from its checkpoint after it, and every job finishes. (The scheduler's unit tests cover the
+/// same drain without loans: an owner that waited through it is started first, never a gang it
+/// would reclaim at once.)
 #[test]
-fn a_gang_an_owner_would_reclaim_at_once_is_not_started_before_the_owner() {
+fn an_owner_borrows_the_gpus_a_draining_gang_holds_and_gives_them_back() {
     let plane = Plane::start(Some(4));
     let queues = "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: a}\nspec: {cohort: c, quotas: [{flavor: any, nominal: 2}]}\n---\napiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: b}\nspec: {cohort: c, quotas: [{flavor: any, nominal: 2}]}\n";
     plane.apply("queues.yaml", queues);
-    plane.apply("first.yaml", &queued_sleeper("first", "a", 1, 6));
+    plane.apply("first.yaml", &queued_sleeper("first", "a", 1, 8));
     plane.wait_phase("first", "Running", LIMIT);
-    // The 4-GPU gang needs 2 GPUs of b's quota (half of it is borrowed, so an owner may take it
-    // back): it waits for `first` and holds the machine.
+    // The 4-GPU gang needs 2 GPUs of b's quota: it waits for `first` and holds the machine.
     plane.apply("gang.yaml", &queued_sleeper("gang", "a", 4, 3));
-    std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(plane.job("gang")["status"]["phase"], "Queued");
-    // b's job fits b's quota but may not take GPUs held for the gang.
-    plane.apply("owner.yaml", &queued_sleeper("owner", "b", 1, 3));
     std::thread::sleep(Duration::from_secs(1));
-    assert_eq!(plane.job("owner")["status"]["phase"], "Queued");
-    for name in ["first", "owner", "gang"] {
+    assert_eq!(plane.job("gang")["status"]["phase"], "Queued");
+    plane.apply("owner.yaml", &queued_sleeper("owner", "b", 1, 30));
+    plane.wait_phase("owner", "Running", LIMIT);
+    for name in ["first", "gang", "owner"] {
         plane.wait_phase(name, "Succeeded", LIMIT);
     }
     let events = plane.events("gang");
@@ -292,9 +291,22 @@ fn a_gang_an_owner_would_reclaim_at_once_is_not_started_before_the_owner() {
     assert_eq!(count("Preempted"), 0, "{events:#?}");
     assert_eq!(count("Admitted"), 1, "{events:#?}");
     assert_eq!(count("Running"), 1, "{events:#?}");
-    let owner_ran = find(&plane.events("owner"), "Running", |e| e["to"] == "Running");
-    let gang_admitted = find(&events, "Admitted", |e| e["to"] == "Admitted");
-    assert!(at(&plane.events("owner"), owner_ran) <= at(&events, gang_admitted));
+    let owner = plane.events("owner");
+    let loan_ended = find(&owner, "Preempted", |e| e["to"] == "Preempted");
+    assert!(
+        message(&owner[loan_ended]).contains("it ran on GPUs held for that gang"),
+        "{}",
+        owner[loan_ended]
+    );
+    let runs: Vec<usize> = (0..owner.len())
+        .filter(|&i| owner[i]["to"] == "Running")
+        .collect();
+    assert_eq!(runs.len(), 2, "lent, then resumed: {owner:#?}");
+    let gang_done = find(&events, "Succeeded", |e| e["to"] == "Succeeded");
+    assert!(
+        at(&owner, runs[1]) >= at(&events, gang_done),
+        "the owner did not take its GPU back from the running gang"
+    );
 }
 
 /// A job in the default queue running `examples/sleeper.py STEPS` on `gpus` GPUs, with a time
@@ -309,32 +321,39 @@ fn sleeper_with(name: &str, priority: &str, gpus: u32, steps: u32, extra: &str) 
     format!("{}{extra}", sleeper(name, priority, gpus, steps))
 }
 
-/// A running job without a time limit gives the scheduler no end to plan around: the gang
-/// waiting behind it holds the free GPU and nothing may backfill it. Once `ferry apply` gives
-/// the running job a limit, the scheduler knows when the gang can start at the latest, and a
-/// short job runs at once in that shadow, before the running job ends.
+/// A running job without a time limit gives the scheduler no end to plan around: work behind
+/// the gang waiting for it may only borrow the free GPU, on loan, and gives it back when the
+/// gang can start. Once `ferry apply` gives the running job a limit, the scheduler knows when
+/// the gang can start at the latest, and a job that ends before then runs in that shadow as
+/// plain backfill: when the running job ends early, the gang waits for it rather than
+/// preempting it.
 #[test]
 fn a_limit_given_to_a_running_job_lets_short_work_backfill() {
     let plane = Plane::start(Some(2));
-    plane.apply("first.yaml", &limited_sleeper("first", 1, 45, None));
+    plane.apply("first.yaml", &limited_sleeper("first", 1, 8, None));
     plane.wait_phase("first", "Running", LIMIT);
     plane.apply("gang.yaml", &limited_sleeper("gang", 2, 2, Some(600)));
-    plane.apply("short.yaml", &limited_sleeper("short", 1, 2, Some(60)));
-    std::thread::sleep(Duration::from_secs(3));
-    for name in ["gang", "short"] {
-        assert_eq!(plane.job(name)["status"]["phase"], "Queued", "{name}");
-    }
-    let out = plane.apply("first.yaml", &limited_sleeper("first", 1, 45, Some(600)));
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(plane.job("gang")["status"]["phase"], "Queued");
+    let out = plane.apply("first.yaml", &limited_sleeper("first", 1, 8, Some(600)));
     assert!(out.contains("configured"), "{out}");
-    plane.wait_phase("short", "Succeeded", LIMIT);
-    assert_eq!(
-        plane.job("first")["status"]["phase"],
-        "Running",
-        "`short` ran in `first`'s shadow, not after it"
-    );
-    for name in ["first", "gang"] {
+    // Ends well after `first` (8 steps) but before its 600 s limit.
+    plane.apply("short.yaml", &limited_sleeper("short", 1, 16, Some(60)));
+    for name in ["first", "short", "gang"] {
         plane.wait_phase(name, "Succeeded", LIMIT);
     }
+    let short = plane.events("short");
+    assert!(
+        !short.iter().any(|e| e["to"] == "Preempted"),
+        "backfill, not a loan: {short:#?}"
+    );
+    let gang = plane.events("gang");
+    let gang_ran = find(&gang, "Running", |e| e["to"] == "Running");
+    let short_done = find(&short, "Succeeded", |e| e["to"] == "Succeeded");
+    assert!(
+        at(&gang, gang_ran) >= at(&short, short_done),
+        "the gang waited for the backfilled job"
+    );
 }
 
 /// A job preempted and waiting in its queue when the control plane restarts is planned, by

@@ -634,52 +634,104 @@ fn gang_and_short(admission: &SchedAdmission) -> (TrainJobResource, TrainJobReso
     (gang, short)
 }
 
-/// The short job backfills the free half of the node (`why`), and the gang still waits.
+/// The short job backfills the free half of the node (`why`), and the gang still waits;
+/// returns where the short job runs.
 fn short_backfills_and_gang_waits(
     admission: &SchedAdmission,
     gang: &TrainJobResource,
     short: &TrainJobResource,
     why: &str,
-) {
-    assert!(
-        matches!(admission.decide(short, &Gang::Suspended), Admit::Run(p) if p[0].node == NODE),
-        "{why}"
-    );
+) -> Vec<PodPlacement> {
+    let Admit::Run(p) = admission.decide(short, &Gang::Suspended) else {
+        panic!("{why}")
+    };
+    assert_eq!(p[0].node, NODE, "{why}");
     assert!(matches!(
         admission.decide(gang, &Gang::Suspended),
         Admit::Wait(_)
     ));
+    p
 }
 
+/// Nobody knows when the running half-node job ends (given in epochs, no time limit), so
+/// nobody knows when the whole-node gang behind it can start: the free half is lent to a
+/// 10-minute job rather than left idle, and taken back (the job suspended) once the running job
+/// ends and the gang can start. A loan never delays the gang.
 #[test]
-fn a_measured_pace_lets_short_work_backfill_before_a_reserved_gang() {
-    let (admission, mut rx) = admission();
-    // Half the node runs a job given in epochs (no time limit: nobody knows when it ends).
+fn work_behind_a_gang_waiting_on_an_unknown_end_runs_on_loan_until_the_gang_can_start() {
+    let (admission, _rx) = admission();
     let running = sized("running", 4, "2026-01-01T00:00:00Z");
     assert!(matches!(
         admission.decide(&running, &Gang::Absent),
         Admit::Run(_)
     ));
-    // A whole-node gang waits for it and holds the node; a 10-minute job may not take the
-    // free half, for it might delay the gang.
     let (gang, short) = gang_and_short(&admission);
+    let Admit::Run(lent) = admission.decide(&short, &Gang::Absent) else {
+        panic!("the free half is lent")
+    };
+    let short_runs = Gang::Running {
+        placement: Some(lent),
+        admitted_at: Some(1_000),
+    };
+    admission.finished(&running);
     assert!(matches!(
-        admission.decide(&short, &Gang::Absent),
+        admission.decide(&short, &short_runs),
+        Admit::Preempt(why) if why.contains("gang")
+    ));
+    // Until the loan has stopped, its GPUs are not the gang's.
+    assert!(matches!(
+        admission.decide(&gang, &Gang::Suspended),
         Admit::Wait(_)
     ));
-    woke(&mut rx);
+}
 
+/// Once the running job's pace is measured, the scheduler knows when the gang can start: a
+/// short job that ends before then backfills the free half as plain backfill, so when the
+/// running job ends early the gang waits for it instead of preempting it.
+#[test]
+fn a_measured_pace_lets_short_work_backfill_before_a_reserved_gang() {
+    let (admission, _rx) = admission();
+    let running = sized("running", 4, "2026-01-01T00:00:00Z");
+    assert!(matches!(
+        admission.decide(&running, &Gang::Absent),
+        Admit::Run(_)
+    ));
+    let (gang, short) = gang_and_short(&admission);
     // Its measured pace says 2,000 s more: the short job ends before the gang can start.
     admission.progress(&running, 2_000);
-    assert!(woke(&mut rx), "the backfill admission wakes the operator");
-    short_backfills_and_gang_waits(
+    let placement = short_backfills_and_gang_waits(
         &admission,
         &gang,
         &short,
         "ends before the measured end: it backfills",
     );
+    short_is_not_taken_back(&admission, &running, &gang, &short, placement);
     // A job the scheduler does not run is not told anything (and nothing breaks).
     admission.progress(&gang, 10);
+}
+
+/// The running job ends before the short backfilled job: the gang waits for it, it is not
+/// preempted (it was backfill, not a loan).
+fn short_is_not_taken_back(
+    admission: &SchedAdmission,
+    running: &TrainJobResource,
+    gang: &TrainJobResource,
+    short: &TrainJobResource,
+    placement: Vec<PodPlacement>,
+) {
+    admission.finished(running);
+    let short_runs = Gang::Running {
+        placement: Some(placement),
+        admitted_at: Some(1_000),
+    };
+    assert!(matches!(
+        admission.decide(short, &short_runs),
+        Admit::Run(_)
+    ));
+    assert!(matches!(
+        admission.decide(gang, &Gang::Suspended),
+        Admit::Wait(_)
+    ));
 }
 
 /// After an operator restart the running job's pace is not measured yet (paces live in the
@@ -714,8 +766,9 @@ fn a_restored_job_keeps_its_persisted_estimate() {
 }
 
 /// An edited time limit reaches the scheduler: a running job without one gives no end to plan
-/// around, so the gang waiting behind it holds the free GPUs and nothing backfills them; once
-/// `spec.maxRuntimeSeconds` is set on it, a short job fits before the gang's latest start.
+/// around (work behind the waiting gang could only go on loan); once `spec.maxRuntimeSeconds`
+/// is set on it, a short job fits before the gang's latest start as plain backfill, and is not
+/// taken back when the running job ends early.
 #[test]
 fn a_limit_set_on_a_running_job_lets_short_work_backfill() {
     let (admission, _rx) = admission();
@@ -725,19 +778,16 @@ fn a_limit_set_on_a_running_job_lets_short_work_backfill() {
         Admit::Run(_)
     ));
     let (gang, short) = gang_and_short(&admission);
-    assert!(matches!(
-        admission.decide(&short, &Gang::Absent),
-        Admit::Wait(_)
-    ));
     first.spec.max_runtime_seconds = Some(3600);
     assert!(matches!(
         admission.decide(&first, &Gang::Absent),
         Admit::Run(_)
     ));
-    short_backfills_and_gang_waits(
+    let placement = short_backfills_and_gang_waits(
         &admission,
         &gang,
         &short,
         "ends before the running job's limit: it backfills",
     );
+    short_is_not_taken_back(&admission, &first, &gang, &short, placement);
 }
