@@ -36,7 +36,8 @@ pub enum Estimates {
         /// How much longer than the run users ask for (1: the next round limit above it).
         padding: f64,
     },
-    /// The trace's own `time_limit_s` column (a row without one: unknown).
+    /// The trace's own `time_limit_s` column (a row without one: unknown). A limit below the
+    /// run time is told as given; the job is not killed at it (the trace says it ran on).
     Trace,
 }
 
