@@ -429,6 +429,17 @@ fn run_time_estimates_are_stated_and_change_what_every_policy_knows() {
     let mean_jct = |extra: &[&str]| -> Vec<f64> {
         let out = sim_ok(&[&["--trace", trace, "-o", "json"][..], extra].concat());
         let reports: Vec<Value> = serde_json::from_str(&out).unwrap();
+        // Each report says what its policy was told.
+        let told = &reports[3]["knowledge"];
+        match extra {
+            [] => assert_eq!(told["estimates"]["kind"], "exact", "{told}"),
+            ["--estimates", "none"] => assert_eq!(told["estimates"]["kind"], "none", "{told}"),
+            _ => assert_eq!(
+                (&told["estimates"]["padding"], &told["pace_after_s"]),
+                (&Value::from(2.0), &Value::from(600)),
+                "{told}"
+            ),
+        }
         reports
             .iter()
             .map(|r| r["mean_jct_s"].as_f64().unwrap())

@@ -203,6 +203,9 @@ pub struct SimReport {
     pub team_mean_jct_s: BTreeMap<String, f64>,
     /// Seconds all teams were saturated together.
     pub saturated_s: u64,
+    /// What every policy was told about run times (`ferry sim --estimates`, `--pace-after`).
+    #[serde(default)]
+    pub knowledge: Knowledge,
     /// First submit to last completion, seconds.
     pub makespan_s: u64,
     /// Busy GPUs over time: (time, busy GPUs) at each change.
@@ -851,6 +854,7 @@ pub fn simulate_knowing(
         lost_gpu_hours: lost_gpu_s / 3600.0,
         team_share: fair.shares(queues),
         saturated_s: fair.saturated_s,
+        knowledge,
         makespan_s: makespan,
         timeline,
         team_mean_jct_s: per_team
