@@ -271,7 +271,7 @@ fn an_owner_borrows_the_gpus_a_draining_gang_holds_and_gives_them_back() {
     let plane = Plane::start(Some(4));
     let queues = "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: a}\nspec: {cohort: c, quotas: [{flavor: any, nominal: 2}]}\n---\napiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: b}\nspec: {cohort: c, quotas: [{flavor: any, nominal: 2}]}\n";
     plane.apply("queues.yaml", queues);
-    plane.apply("first.yaml", &queued_sleeper("first", "a", 1, 8));
+    plane.apply("first.yaml", &queued_sleeper("first", "a", 1, 12));
     plane.wait_phase("first", "Running", LIMIT);
     // The 4-GPU gang needs 2 GPUs of b's quota: it waits for `first` and holds the machine.
     plane.apply("gang.yaml", &queued_sleeper("gang", "a", 4, 3));
@@ -330,15 +330,15 @@ fn sleeper_with(name: &str, priority: &str, gpus: u32, steps: u32, extra: &str) 
 #[test]
 fn a_limit_given_to_a_running_job_lets_short_work_backfill() {
     let plane = Plane::start(Some(2));
-    plane.apply("first.yaml", &limited_sleeper("first", 1, 8, None));
+    plane.apply("first.yaml", &limited_sleeper("first", 1, 12, None));
     plane.wait_phase("first", "Running", LIMIT);
     plane.apply("gang.yaml", &limited_sleeper("gang", 2, 2, Some(600)));
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(plane.job("gang")["status"]["phase"], "Queued");
-    let out = plane.apply("first.yaml", &limited_sleeper("first", 1, 8, Some(600)));
+    let out = plane.apply("first.yaml", &limited_sleeper("first", 1, 12, Some(600)));
     assert!(out.contains("configured"), "{out}");
-    // Ends well after `first` (8 steps) but before its 600 s limit.
-    plane.apply("short.yaml", &limited_sleeper("short", 1, 16, Some(60)));
+    // Ends well after `first` (12 steps) but before its 600 s limit.
+    plane.apply("short.yaml", &limited_sleeper("short", 1, 30, Some(120)));
     for name in ["first", "short", "gang"] {
         plane.wait_phase(name, "Succeeded", LIMIT);
     }
