@@ -137,10 +137,10 @@ impl Scheduler {
     }
 
     /// Whether work that would outlast a reserved gang's start (`shadow`) in flavor `f` may run
-    /// on its nodes on loan until then (`Options::lend_reserved_nodes`, `min_loan_s`). A start
-    /// left unknown because work in the way has no expected end lends too: idling the nodes for
-    /// a gang that may wait days costs more than the loans' graceful preemption when it can
-    /// start.
+    /// on its nodes on loan until then (`Options::lend_reserved_nodes`, `min_loan_s`). An unknown
+    /// start lends too while some running job of the flavor has no expected end (the likely
+    /// reason it is unknown): idling the nodes for a gang that may wait days costs more than the
+    /// loans' graceful preemption when it can start.
     fn may_lend(&self, shadow: Option<Time>, f: usize, now: Time) -> bool {
         self.opts.lend_reserved_nodes
             && self.opts.preemption
