@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use ferry_sched::{
-    Cluster, FlavorQuota, Policy, QueueSpec, SchedError, SimReport, TraceJob, cluster_with_gpus,
-    default_cluster, default_queues, parse_trace, read_trace, render_jobs_csv, render_svg,
-    render_table, simulate, with_load,
+    Cluster, Estimates, FlavorQuota, Knowledge, Policy, QueueSpec, SchedError, SimReport, TraceJob,
+    cluster_with_gpus, default_cluster, default_queues, parse_trace, read_trace, render_jobs_csv,
+    render_svg, render_table, simulate, simulate_knowing, with_load,
 };
 
 /// A queue of `nominal` GPUs of flavor `gpu` in the cohort `all`.
@@ -29,9 +29,21 @@ fn every_policy(
     cluster: &Cluster,
     queues: &[QueueSpec],
 ) -> (Vec<SimReport>, String) {
+    every_policy_knowing(trace, cluster, queues, Knowledge::exact())
+}
+
+/// `every_policy` with every policy told run times as `know` says.
+fn every_policy_knowing(
+    trace: &[TraceJob],
+    cluster: &Cluster,
+    queues: &[QueueSpec],
+    know: Knowledge,
+) -> (Vec<SimReport>, String) {
     let reports: Vec<_> = Policy::ALL
         .iter()
-        .map(|p| simulate(trace, cluster, queues, *p).expect("simulation runs"))
+        .map(|&p| {
+            simulate_knowing(trace, cluster, queues, p, p.options(), know).expect("simulation runs")
+        })
         .collect();
     let table = render_table(&reports);
     println!("{table}");
@@ -147,6 +159,25 @@ fn on_an_unseen_real_window_ferry_beats_the_baselines_and_keeps_both_teams_in_th
         Some(false),
         "{table}"
     );
+    // When no policy is told any run time (measured after the policy was set, like the window
+    // itself): Ferry's mean JCT is 0.22x every peer's, its utilization above FIFO's and EASY's
+    // (0.937 vs 0.915; Kueue, which uses no durations anyway, ties), both teams in the band.
+    let none = Knowledge {
+        estimates: Estimates::None,
+        pace_after_s: None,
+    };
+    let (told_none, table) = every_policy_knowing(&trace, &cluster, &queues, none);
+    for peer in &told_none[1..] {
+        assert!(told_none[0].mean_jct_s < peer.mean_jct_s, "{table}");
+        assert!(told_none[0].utilization >= peer.utilization, "{table}");
+    }
+    assert!(
+        told_none[0].utilization > told_none[2].utilization,
+        "{table}"
+    );
+    for s in told_none[0].team_share.values() {
+        assert_eq!(s.within_tolerance, Some(true), "{table}");
+    }
 }
 
 /// `with_load`: arrivals come `factor` times as fast, measured from the first submit; nothing
@@ -412,7 +443,7 @@ fn a_header_missing_a_required_column_or_naming_one_twice_is_refused() {
 /// without limits is refused with the fix.
 #[test]
 fn a_traces_own_time_limits_are_what_the_policies_are_told() {
-    use ferry_sched::{Estimates, Knowledge, Options, simulate_knowing};
+    use ferry_sched::Options;
     let trace = read_trace(&fixture()).unwrap();
     let cluster = default_cluster(&trace);
     let queues = default_queues(&trace, &cluster);
@@ -438,11 +469,11 @@ fn a_traces_own_time_limits_are_what_the_policies_are_told() {
         })
         .collect();
     for p in [Policy::Ferry, Policy::EasyBackfill] {
-        assert_eq!(
-            run(&exact_limits, p, from_trace),
-            run(&trace, p, Knowledge::exact()),
-            "{p:?}"
-        );
+        let told_limits = SimReport {
+            knowledge: Knowledge::exact(),
+            ..run(&exact_limits, p, from_trace)
+        };
+        assert_eq!(told_limits, run(&trace, p, Knowledge::exact()), "{p:?}");
     }
     let easy = run(&trace, Policy::EasyBackfill, Knowledge::exact()).mean_jct_s;
     let easy_month = run(&month, Policy::EasyBackfill, from_trace).mean_jct_s;
