@@ -634,6 +634,20 @@ fn gang_and_short(admission: &SchedAdmission) -> (TrainJobResource, TrainJobReso
     (gang, short)
 }
 
+/// A half-node job started without a time limit (nobody knows when it ends), then
+/// `gang_and_short` behind it: the running job, the gang and the short job.
+fn running_then_gang_and_short(
+    admission: &SchedAdmission,
+) -> (TrainJobResource, TrainJobResource, TrainJobResource) {
+    let running = sized("running", 4, "2026-01-01T00:00:00Z");
+    assert!(matches!(
+        admission.decide(&running, &Gang::Absent),
+        Admit::Run(_)
+    ));
+    let (gang, short) = gang_and_short(admission);
+    (running, gang, short)
+}
+
 /// The short job backfills the free half of the node (`why`), and the gang still waits;
 /// returns where the short job runs.
 fn short_backfills_and_gang_waits(
@@ -660,12 +674,7 @@ fn short_backfills_and_gang_waits(
 #[test]
 fn work_behind_a_gang_waiting_on_an_unknown_end_runs_on_loan_until_the_gang_can_start() {
     let (admission, _rx) = admission();
-    let running = sized("running", 4, "2026-01-01T00:00:00Z");
-    assert!(matches!(
-        admission.decide(&running, &Gang::Absent),
-        Admit::Run(_)
-    ));
-    let (gang, short) = gang_and_short(&admission);
+    let (running, gang, short) = running_then_gang_and_short(&admission);
     let Admit::Run(lent) = admission.decide(&short, &Gang::Absent) else {
         panic!("the free half is lent")
     };
@@ -691,12 +700,7 @@ fn work_behind_a_gang_waiting_on_an_unknown_end_runs_on_loan_until_the_gang_can_
 #[test]
 fn a_measured_pace_lets_short_work_backfill_before_a_reserved_gang() {
     let (admission, _rx) = admission();
-    let running = sized("running", 4, "2026-01-01T00:00:00Z");
-    assert!(matches!(
-        admission.decide(&running, &Gang::Absent),
-        Admit::Run(_)
-    ));
-    let (gang, short) = gang_and_short(&admission);
+    let (running, gang, short) = running_then_gang_and_short(&admission);
     // Its measured pace says 2,000 s more: the short job ends before the gang can start.
     admission.progress(&running, 2_000);
     let placement = short_backfills_and_gang_waits(
@@ -772,12 +776,7 @@ fn a_restored_job_keeps_its_persisted_estimate() {
 #[test]
 fn a_limit_set_on_a_running_job_lets_short_work_backfill() {
     let (admission, _rx) = admission();
-    let mut first = sized("first", 4, "2026-01-01T00:00:00Z");
-    assert!(matches!(
-        admission.decide(&first, &Gang::Absent),
-        Admit::Run(_)
-    ));
-    let (gang, short) = gang_and_short(&admission);
+    let (mut first, gang, short) = running_then_gang_and_short(&admission);
     first.spec.max_runtime_seconds = Some(3600);
     assert!(matches!(
         admission.decide(&first, &Gang::Absent),

@@ -673,8 +673,13 @@ pub fn simulate_knowing(
                 break;
             }
             corrections.pop();
+            // Only the run it was set for, while the job still runs for the scheduler.
             let j = &jobs[i];
-            if let (Some(s), true, None, false) = (j.start, j.epoch == epoch, j.end, j.signalled) {
+            if let Some(s) = j.start
+                && j.epoch == epoch
+                && j.end.is_none()
+                && !j.signalled
+            {
                 sched.progress(&format!("{i}"), now, (s + j.remaining).saturating_sub(now))?;
             }
         }
