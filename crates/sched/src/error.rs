@@ -38,7 +38,7 @@ pub enum SchedError {
         problem: String,
     },
     /// A trace file could not be read or parsed.
-    #[error("trace `{file}` line {line}: {problem}; fix: {fix}")]
+    #[error("trace `{file}`{}: {problem}; fix: {fix}", at_line(*.line))]
     Trace {
         /// The trace file (or `<memory>`).
         file: String,
@@ -49,6 +49,15 @@ pub enum SchedError {
         /// What would fix it.
         fix: String,
     },
+}
+
+/// ` line N` for a row's problem, nothing for one of the whole file (line 0).
+fn at_line(line: usize) -> String {
+    if line == 0 {
+        String::new()
+    } else {
+        format!(" line {line}")
+    }
 }
 
 /// Shorthand for results in this crate.

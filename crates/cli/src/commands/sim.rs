@@ -25,8 +25,9 @@ pub struct SimArgs {
     /// Cluster size in GPUs (8-GPU nodes); sized from the trace when neither this nor --cluster.
     #[arg(long)]
     pub gpus: Option<u32>,
-    /// Queues YAML: a list of `{name, cohort?, quotas: [{flavor, nominal, borrowingLimit?,
-    /// lendingLimit?}], fairShareWeight?}`, one per trace team; quotas from GPU-hours when omitted.
+    /// Queues YAML, one per trace team: Ferry `Queue` documents (as `ferry apply` takes them,
+    /// named after the team, in lowercase), or a list of `{name, cohort?, quotas: [{flavor, nominal,
+    /// borrowingLimit?, lendingLimit?}], fairShareWeight?}`; quotas from GPU-hours when omitted.
     #[arg(long)]
     pub queues: Option<PathBuf>,
     /// A team's nominal quota in GPUs, `TEAM=GPUS`, once per trace team (all in one cohort,
@@ -135,6 +136,37 @@ fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> anyhow:
     })
 }
 
+/// Queues from `--queues FILE`: Ferry `Queue` documents (what `ferry apply` takes; a queue
+/// serves the trace team of its name, compared ignoring case since Ferry names are lowercase),
+/// or a plain list of scheduler queues.
+fn queues_file(
+    path: &Path,
+    trace: &[ferry_sched::TraceJob],
+) -> anyhow::Result<Vec<ferry_sched::QueueSpec>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read queues file {}", path.display()))?;
+    if !text.contains("kind:") {
+        return read_yaml(path, "queues");
+    }
+    let file = path.display().to_string();
+    let mut queues = Vec::new();
+    for doc in ferry_spec::parse_documents(&text, &file)? {
+        let ferry_spec::Resource::Queue(q) = doc else {
+            anyhow::bail!(
+                "queues file {file}: a {} document; fix: keep only `kind: Queue` documents there",
+                doc.kind().as_str()
+            );
+        };
+        let mut spec = ferry_k8s::admission::queue_spec("", &q.metadata.name, &q.spec);
+        spec.name = trace
+            .iter()
+            .find(|j| j.team.eq_ignore_ascii_case(&q.metadata.name))
+            .map_or(q.metadata.name, |j| j.team.clone());
+        queues.push(spec);
+    }
+    Ok(queues)
+}
+
 /// Ferry's options from a YAML/JSON file: the defaults with the file's fields over them; a
 /// field the options do not have is refused by name (a typo would otherwise be ignored).
 fn policy_options(path: &Path) -> anyhow::Result<ferry_sched::Options> {
@@ -180,10 +212,11 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         (None, None) => ferry_sched::default_cluster(&given),
     };
     let queues = match &args.queues {
-        Some(path) => read_yaml::<Vec<ferry_sched::QueueSpec>>(path, "queues")?,
+        Some(path) => queues_file(path, &given)?,
         None if !args.quota.is_empty() => quota_queues(&given, &args.quota)?,
         None => ferry_sched::default_queues(&given, &cluster),
     };
+    ferry_sched::check_replayable(&given, &cluster, &queues, &trace_path.display().to_string())?;
     let trace = match args.load {
         None => given,
         Some(f) if f.is_finite() && f > 0.0 && f <= MAX_LOAD => ferry_sched::with_load(&given, f),

@@ -346,11 +346,29 @@ fn quotas_given_on_the_command_line_match_a_queues_file() {
     let from_flags =
         sim_ok(&[&args[..], &["--quota", "vcvGl=160", "--quota", "vcvlY=16"]].concat());
     let from_file = sim_ok(&[&args[..], &["--queues", queues.to_str().unwrap()]].concat());
-    let (a, b): (Vec<Value>, Vec<Value>) = (
+    // The Queue documents `ferry apply` takes, named after the trace's teams (Ferry names are
+    // lowercase), are the same queues.
+    let applied = dir.path().join("venus-queues.yaml");
+    let queue_doc = |team: &str, gpus: u32| {
+        format!(
+            "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: {}, namespace: \
+             research}}\nspec:\n  cohort: all\n  quotas: [{{flavor: any, nominal: {gpus}}}]\n",
+            team.to_lowercase()
+        )
+    };
+    std::fs::write(
+        &applied,
+        format!("{}---\n{}", queue_doc("vcvGl", 160), queue_doc("vcvlY", 16)),
+    )
+    .unwrap();
+    let from_documents = sim_ok(&[&args[..], &["--queues", applied.to_str().unwrap()]].concat());
+    let (a, b, c): (Vec<Value>, Vec<Value>, Vec<Value>) = (
         serde_json::from_str(&from_flags).unwrap(),
         serde_json::from_str(&from_file).unwrap(),
+        serde_json::from_str(&from_documents).unwrap(),
     );
     assert_eq!(a, b);
+    assert_eq!(a, c);
     let ferry = &a[0];
     assert!(
         (ferry["team_share"]["vcvlY"]["entitlement"]
@@ -376,6 +394,17 @@ fn quotas_given_on_the_command_line_match_a_queues_file() {
         "{text}"
     );
 
+    let only_one = dir.path().join("one.yaml");
+    std::fs::write(&only_one, queue_doc("vcvGl", 160)).unwrap();
+    let only_one = only_one.to_str().unwrap().to_owned();
+    let negative = dir.path().join("negative.yaml");
+    std::fs::write(
+        &negative,
+        format!("{}---\n{}", queue_doc("vcvGl", 160), queue_doc("vcvlY", 16))
+            .replace("nominal: 16}", "nominal: -16}"),
+    )
+    .unwrap();
+    let negative = negative.to_str().unwrap().to_owned();
     for (bad, expect) in [
         (vec!["--quota", "vcvGl=160"], "team `vcvlY` has none"),
         (
@@ -406,6 +435,13 @@ fn quotas_given_on_the_command_line_match_a_queues_file() {
             vec!["--quota", "vcvGl=160", "--queues", queues.to_str().unwrap()],
             "--queues",
         ),
+        // A queue file that leaves a team out: named with one of its jobs.
+        (
+            vec!["--queues", &only_one],
+            "team `vcvlY` has no queue (queues: vcvGl)",
+        ),
+        // Quotas the cluster cannot honour are refused when applied, as by `ferry apply`.
+        (vec!["--queues", &negative], "spec.quotas[0].nominal"),
     ] {
         let out = sim(&[&["--trace", trace][..], &bad].concat());
         let err = String::from_utf8_lossy(&out.stderr);
@@ -414,6 +450,46 @@ fn quotas_given_on_the_command_line_match_a_queues_file() {
             "{bad:?}: {err}"
         );
     }
+}
+
+/// A cluster too small for some of the trace's jobs is refused before anything runs, naming
+/// one of them by its trace id, how many there are and the size that fits them all; a job
+/// placing more GPUs on one node than the simulated nodes have asks for larger nodes, and the
+/// default cluster is built of nodes that large.
+#[test]
+fn jobs_no_policy_could_start_are_named_with_the_fix() {
+    let trace = repo_root().join("../shared/fixtures/traces/helios_venus_2vc_2020-09a.csv");
+    let out = sim(&["--trace", trace.to_str().unwrap(), "--gpus", "64"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("helios_venus_2vc_2020-09a.csv")
+            && err.contains("of its 1014 jobs can never start on the simulated cluster of 64 GPUs")
+            && err.contains("(128 GPUs on 16 nodes, team `vcvGl`)")
+            && err.contains("fix: simulate at least 128 GPUs (--gpus 128"),
+        "{err}"
+    );
+    assert!(!err.contains("workload `"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let wide = dir.path().join("wide.csv");
+    std::fs::write(
+        &wide,
+        "job_id,submit_s,duration_s,gpus,nodes,team,status\n\
+         a,0,600,8,1,x,COMPLETED\nwide-1,60,600,16,1,x,COMPLETED\n",
+    )
+    .unwrap();
+    let wide = wide.to_str().unwrap();
+    let out = sim(&["--trace", wide, "--gpus", "32"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("job `wide-1`")
+            && err.contains("nodes of at least 16 GPUs"),
+        "{err}"
+    );
+    let text = sim_ok(&["--trace", wide]);
+    assert!(text.contains("nodes of 16 GPUs"), "{text}");
 }
 
 /// `--estimates` and `--pace-after` change what every policy is told about run times, not how

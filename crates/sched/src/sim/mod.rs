@@ -1,6 +1,7 @@
 //! Trace simulator: replays a job trace in virtual time through the same `Scheduler`,
 //! under Ferry's policy and under baselines built from the same code (FIFO, EASY backfill).
 
+mod check;
 mod estimate;
 mod generate;
 mod miss;
@@ -8,6 +9,7 @@ mod render;
 mod setup;
 mod trace;
 
+pub use check::check_replayable;
 pub use estimate::{Estimates, Knowledge};
 pub use generate::{GenSpec, SizeMix, generated_trace};
 pub use miss::{MissCause, ShareBreakdown};
@@ -571,6 +573,7 @@ pub fn simulate_knowing(
              policies `limits` or `none` instead",
         ));
     }
+    check_replayable(trace, cluster, queues, "<trace>")?;
     let team_idx: HashMap<&str, usize> = queues
         .iter()
         .enumerate()
@@ -586,17 +589,9 @@ pub fn simulate_knowing(
     let mut order: Vec<usize> = (0..trace.len()).collect();
     order.sort_by_key(|&i| (trace[i].submit_s, i));
     let mut jobs: Vec<SimJob> = Vec::with_capacity(trace.len());
-    for (i, t) in trace.iter().enumerate() {
-        let Some(&team) = team_idx.get(t.team.as_str()) else {
-            return Err(trace_err(
-                "<trace>",
-                i + 2,
-                format!("team `{}` has no queue", t.team),
-                "add a queue with that name or omit --queues",
-            ));
-        };
+    for t in trace {
         jobs.push(SimJob {
-            team,
+            team: team_idx[t.team.as_str()],
             gpus: u64::from(t.gpus),
             submit: t.submit_s,
             remaining: t.duration_s,

@@ -37,21 +37,28 @@ pub fn with_load(trace: &[TraceJob], factor: f64) -> Vec<TraceJob> {
         .collect()
 }
 
-/// A contended cluster for a trace: its mean offered load rounded up to whole 8-GPU nodes,
-/// and at least its largest job.
+/// A contended cluster for a trace: its mean offered load rounded up to whole nodes, and at
+/// least its largest job. Nodes have 8 GPUs, or as many as the trace's largest job puts on
+/// one node when that is more.
 pub fn default_cluster(trace: &[TraceJob]) -> Cluster {
-    let g = f64::from(DEFAULT_GPUS_PER_NODE);
+    let per_node = trace
+        .iter()
+        .map(|j| j.shape().1)
+        .max()
+        .unwrap_or(0)
+        .max(DEFAULT_GPUS_PER_NODE);
+    let g = f64::from(per_node);
     let by_load = (offered_load(trace) / g).ceil() as usize;
     let largest = trace
         .iter()
-        .map(|j| j.gpus.div_ceil(DEFAULT_GPUS_PER_NODE))
+        .map(|j| {
+            let (pods, per) = j.shape();
+            // Pods that share a node: as many as fit, the rest on further nodes.
+            pods.div_ceil(per_node / per.max(1))
+        })
         .max()
         .unwrap_or(1) as usize;
-    Cluster::uniform(
-        by_load.max(largest).max(1),
-        DEFAULT_GPUS_PER_NODE,
-        DEFAULT_FLAVOR,
-    )
+    Cluster::uniform(by_load.max(largest).max(1), per_node, DEFAULT_FLAVOR)
 }
 
 /// One queue per team, nominal quota proportional to its share of the trace's GPU-hours
@@ -144,7 +151,7 @@ pub fn describe_setup(
         })
         .collect();
     format!(
-        "trace: {} jobs, offered load {:.1} GPUs; cluster: {} GPUs on {} nodes; nominal quotas: {}; \
+        "trace: {} jobs, offered load {:.1} GPUs; cluster: {} GPUs on {} nodes{}; nominal quotas: {}; \
          run times told to every policy: {}; preemption is graceful \
          (SIGTERM, {GRACE_S} s grace to checkpoint, {RESUME_OVERHEAD_S} s to resume); \
          a team is saturated while it has work waiting and asks for at least its entitled GPUs; \
@@ -154,9 +161,20 @@ pub fn describe_setup(
         offered_load(trace),
         cluster.total_gpus(),
         cluster.nodes.len(),
+        node_sizes(cluster),
         quotas.join(", "),
         knowledge.describe()
     )
+}
+
+/// ` of 8 GPUs` when every node has the same number of GPUs, else ` of 4–8 GPUs`.
+fn node_sizes(cluster: &Cluster) -> String {
+    let sizes = cluster.nodes.iter().map(|n| n.gpus);
+    match (sizes.clone().min(), sizes.max()) {
+        (Some(lo), Some(hi)) if lo == hi => format!(" of {hi} GPUs"),
+        (Some(lo), Some(hi)) => format!(" of {lo}–{hi} GPUs"),
+        _ => String::new(),
+    }
 }
 
 /// Each queue's entitlement: the fraction of the cluster's GPUs it is owed when every queue is

@@ -1,0 +1,185 @@
+//! Whether a trace can be replayed at all on the simulated cluster and queues, checked once
+//! before any policy runs, so a job that no policy could ever start is named with its trace id
+//! and the fix instead of surfacing as a scheduler error about an internal workload number.
+
+use std::collections::BTreeMap;
+
+use super::{TraceJob, trace_err, whole_cluster_queue};
+use crate::config::{Cluster, Options, QueueSpec, Workload};
+use crate::error::{Result, SchedError};
+use crate::scheduler::Scheduler;
+
+/// Refuses a trace that cannot be replayed on `cluster` with `queues` (`file` names it in the
+/// message): a team without a queue, or jobs no policy could ever start — more GPUs than the
+/// cluster, a pod larger than any node, or more than the team's quota with all the borrowing
+/// it may do. The message names the first such job (in file order), how many there are, the
+/// scheduler's reason and what to change.
+pub fn check_replayable(
+    trace: &[TraceJob],
+    cluster: &Cluster,
+    queues: &[QueueSpec],
+    file: &str,
+) -> Result<()> {
+    let teams: BTreeMap<&str, ()> = queues.iter().map(|q| (q.name.as_str(), ())).collect();
+    if let Some(t) = trace.iter().find(|t| !teams.contains_key(t.team.as_str())) {
+        return Err(trace_err(
+            file,
+            0,
+            format!(
+                "job `{}`: team `{}` has no queue (queues: {})",
+                t.job_id,
+                t.team,
+                teams.keys().copied().collect::<Vec<_>>().join(", ")
+            ),
+            "add a queue with that name, give it a --quota, or omit --queues and --quota",
+        ));
+    }
+    // Ferry and Kueue replay with the team queues, the other policies with one queue holding
+    // the whole cluster: a job must be admissible under both.
+    let mut by_team = Scheduler::with_options(
+        cluster.clone(),
+        queues.to_vec(),
+        Vec::new(),
+        Options::default(),
+    )?;
+    let whole = whole_cluster_queue(cluster);
+    let all = whole.name.clone();
+    let mut alone =
+        Scheduler::with_options(cluster.clone(), vec![whole], Vec::new(), Options::default())?;
+    // One probe per distinct shape and team; the probes only ever wait.
+    let mut verdicts: BTreeMap<(&str, u32, u32), Option<String>> = BTreeMap::new();
+    let mut refused: Vec<(&TraceJob, String)> = Vec::new();
+    for t in trace {
+        let (pods, per) = t.shape();
+        let key = (t.team.as_str(), pods, per);
+        if !verdicts.contains_key(&key) {
+            let n = verdicts.len();
+            let probe = |id: String, queue: &str| Workload {
+                id,
+                queue: queue.to_string(),
+                priority: None,
+                pods,
+                gpus_per_pod: per,
+                flavor: None,
+                expected_duration_s: None,
+                created_at: 0,
+            };
+            let why = by_team
+                .submit(probe(format!("team-{n}"), &t.team))
+                .and_then(|()| alone.submit(probe(format!("all-{n}"), &all)))
+                .err()
+                .map(|e| match e {
+                    SchedError::InvalidWorkload { problem, .. } => problem,
+                    other => other.to_string(),
+                });
+            verdicts.insert(key, why);
+        }
+        if let Some(why) = &verdicts[&key] {
+            refused.push((t, why.clone()));
+        }
+    }
+    let Some((first, why)) = refused.first() else {
+        return Ok(());
+    };
+    let largest_pod = refused.iter().map(|(t, _)| t.shape().1).max().unwrap_or(0);
+    let largest = refused.iter().map(|(t, _)| t.gpus).max().unwrap_or(0);
+    let node_max = cluster.nodes.iter().map(|n| n.gpus).max().unwrap_or(0);
+    let fix = if largest_pod > node_max {
+        format!(
+            "simulate nodes of at least {largest_pod} GPUs (--cluster with `gpus: \
+             {largest_pod}` nodes), or leave those jobs out of the trace"
+        )
+    } else {
+        format!(
+            "simulate at least {largest} GPUs (--gpus {largest}, or a larger --cluster) and \
+             quotas that let each team reach its largest job, or leave those jobs out of the \
+             trace"
+        )
+    };
+    Err(trace_err(
+        file,
+        0,
+        format!(
+            "{} of its {} jobs can never start on the simulated cluster of {} GPUs ({} nodes \
+             of at most {node_max}), e.g. job `{}` ({} GPUs on {} nodes, team `{}`): {why}",
+            refused.len(),
+            trace.len(),
+            cluster.total_gpus(),
+            cluster.nodes.len(),
+            first.job_id,
+            first.gpus,
+            first.nodes.max(1),
+            first.team,
+        ),
+        fix,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{cluster_with_gpus, default_cluster, default_queues, parse_trace};
+
+    const HEADER: &str = "job_id,submit_s,duration_s,gpus,nodes,team,status\n";
+
+    fn trace(rows: &str) -> Vec<TraceJob> {
+        parse_trace(&format!("{HEADER}{rows}"), "t.csv").unwrap()
+    }
+
+    #[test]
+    fn a_job_larger_than_the_cluster_is_named_with_its_count_and_the_fix() {
+        let t = trace("a1,0,60,8,1,a,\nbig,5,60,128,16,b,\nbig2,9,60,128,16,b,\nb1,9,60,64,8,b,\n");
+        let cluster = cluster_with_gpus(64);
+        let queues = default_queues(&t, &cluster);
+        let msg = check_replayable(&t, &cluster, &queues, "t.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.starts_with("trace `t.csv`"), "{msg}");
+        assert!(msg.contains("2 of its 4 jobs"), "{msg}");
+        assert!(
+            msg.contains("job `big` (128 GPUs on 16 nodes, team `b`)"),
+            "{msg}"
+        );
+        assert!(msg.contains("--gpus 128"), "{msg}");
+        // The default cluster is sized for the largest job: nothing to refuse.
+        let cluster = default_cluster(&t);
+        check_replayable(&t, &cluster, &default_queues(&t, &cluster), "t.csv").unwrap();
+    }
+
+    #[test]
+    fn a_pod_larger_than_every_node_asks_for_larger_nodes() {
+        let t = trace("a1,0,60,8,1,a,\nwide,5,60,16,1,a,\n");
+        let cluster = cluster_with_gpus(64);
+        let queues = default_queues(&t, &cluster);
+        let msg = check_replayable(&t, &cluster, &queues, "t.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("1 of its 2 jobs"), "{msg}");
+        assert!(msg.contains("job `wide`"), "{msg}");
+        assert!(msg.contains("nodes of at least 16 GPUs"), "{msg}");
+    }
+
+    #[test]
+    fn a_team_without_a_queue_or_beyond_its_quota_is_refused() {
+        let t = trace("a1,0,60,8,1,a,\nb1,5,60,8,1,b,\n");
+        let cluster = cluster_with_gpus(16);
+        let only_a = vec![QueueSpec::any_flavor("a", None, 16)];
+        let msg = check_replayable(&t, &cluster, &only_a, "t.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("job `b1`: team `b` has no queue"), "{msg}");
+        // Team b may use 4 GPUs and borrow nothing (no cohort): its 8-GPU job never starts.
+        let queues = vec![
+            QueueSpec::any_flavor("a", None, 12),
+            QueueSpec::any_flavor("b", None, 4),
+        ];
+        let msg = check_replayable(&t, &cluster, &queues, "t.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("1 of its 2 jobs") && msg.contains("job `b1`"),
+            "{msg}"
+        );
+        assert!(msg.contains("queue `b` can use at most 4"), "{msg}");
+    }
+}
