@@ -94,6 +94,10 @@ pub struct UpArgs {
     /// Address of the OpenAI-compatible gateway in front of the deployments (`off`: none).
     #[arg(long, env = "FERRY_GATEWAY", default_value = "127.0.0.1:8080")]
     pub gateway: String,
+    /// The scheduler's policy switches, YAML or JSON (`{holdForOwed: true}`; the file `ferry
+    /// sim --options` takes; docs/scheduler.md); the defaults when omitted.
+    #[arg(long, env = "FERRY_SCHEDULER_OPTIONS", value_name = "FILE")]
+    pub scheduler_options: Option<PathBuf>,
 }
 
 /// `ferry apply`.

@@ -297,20 +297,23 @@ fn reason_text(r: &PreemptReason) -> String {
 
 impl SchedAdmission {
     /// A scheduler over `cluster` and `queues` with Ferry's standard priorities (`low`,
-    /// `normal`, `high`); `wake` is sent `()` when a decision concerns another job than the
-    /// one being reconciled (the operator then reconciles every job).
+    /// `normal`, `high`) and the policy `options` (`ferry operator --scheduler-options`); `wake`
+    /// is sent `()` when a decision concerns another job than the one being reconciled (the
+    /// operator then reconciles every job).
     pub fn new(
         cluster: ferry_sched::Cluster,
         queues: Vec<QueueSpec>,
+        options: ferry_sched::Options,
         wake: Option<UnboundedSender<()>>,
     ) -> Result<Self> {
-        let sched = Scheduler::new(cluster, queues, PriorityClass::standard()).map_err(|e| {
-            K8sError::invalid(
-                "Queue/*",
-                "spec.quotas",
-                format!("Ferry's scheduler refused the cluster's queues: {e}"),
-            )
-        })?;
+        let sched = Scheduler::with_options(cluster, queues, PriorityClass::standard(), options)
+            .map_err(|e| {
+                K8sError::invalid(
+                    "Queue/*",
+                    "spec.quotas",
+                    format!("Ferry's scheduler refused the cluster's queues: {e}"),
+                )
+            })?;
         Ok(SchedAdmission {
             state: Mutex::new(State {
                 sched,

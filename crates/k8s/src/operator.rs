@@ -974,10 +974,12 @@ async fn keep_leading(elector: &crate::leader::LeaderElector) -> Result<()> {
 }
 
 /// Runs the operator until the lease is lost or the process is signalled: waits to lead,
-/// discovers the cluster, then reconciles every `TrainJob` while renewing the lease.
+/// discovers the cluster, then reconciles every `TrainJob` while renewing the lease; Ferry's
+/// scheduler (when Queues exist and Kueue does not admit) runs with the switches in `policy`.
 pub async fn run(
     client: Client,
     mut opts: RenderOptions,
+    policy: ferry_sched::Options,
     lease_namespace: &str,
     identity: String,
 ) -> Result<()> {
@@ -1018,6 +1020,7 @@ pub async fn run(
             let admission = Arc::new(crate::admission::SchedAdmission::new(
                 cluster,
                 queues,
+                policy,
                 Some(wake),
             )?);
             restore_running(&client, jobset, admission.as_ref()).await?;

@@ -369,7 +369,8 @@ pub(crate) async fn check_batch(
         .collect();
     queues.extend(batch_queues.iter().map(|(_, q)| (*q).clone()));
     let (specs, origins) = queue_specs(&queues, plane.inventory());
-    let mut sched = match Scheduler::new(cluster, specs.clone(), priorities) {
+    let policy = plane.config().scheduler.clone();
+    let mut sched = match Scheduler::with_options(cluster, specs.clone(), priorities, policy) {
         Ok(s) => s,
         Err(e) => {
             let (name, err) = queue_error(&e, &specs, &origins);
@@ -409,16 +410,22 @@ pub(crate) async fn check_batch(
 }
 
 impl Admission {
-    /// An empty scheduler for `queues` (from [`queue_specs`]); `sync` then registers the
-    /// jobs the store says hold GPUs or wait.
+    /// An empty scheduler for `queues` (from [`queue_specs`]) under the policy switches
+    /// `policy`; `sync` then registers the jobs the store says hold GPUs or wait.
     fn build(
         inventory: &Inventory,
         queues: Vec<QueueSpec>,
         origins: &[Vec<usize>],
+        policy: &ferry_sched::Options,
     ) -> Result<Self, String> {
         let cluster = cluster(inventory).ok_or("no GPUs")?;
-        let sched = Scheduler::new(cluster, queues.clone(), PriorityClass::standard())
-            .map_err(|e| queue_error(&e, &queues, origins).1.to_string())?;
+        let sched = Scheduler::with_options(
+            cluster,
+            queues.clone(),
+            PriorityClass::standard(),
+            policy.clone(),
+        )
+        .map_err(|e| queue_error(&e, &queues, origins).1.to_string())?;
         Ok(Self {
             sched,
             queues,
@@ -442,7 +449,7 @@ pub(crate) async fn schedule(
     let stored = stored_queues(plane).await?;
     let (wanted, origins) = queue_specs(&stored, inventory);
     if slot.as_ref().is_none_or(|a| a.queues != wanted) {
-        match Admission::build(inventory, wanted, &origins) {
+        match Admission::build(inventory, wanted, &origins, &plane.config().scheduler) {
             Ok(a) => {
                 if slot.is_some() {
                     tracing::info!("queues changed; scheduler rebuilt from the stored jobs");

@@ -35,6 +35,9 @@ pub struct ServerConfig {
     /// Stop serving replicas when the control plane exits (the demo's private one does);
     /// `ferry up` leaves them serving and re-adopts them at its next start.
     pub stop_replicas_on_exit: bool,
+    /// The scheduler's policy switches (`ferry up --scheduler-options`): what `ferry sim
+    /// --options` simulated is what runs.
+    pub scheduler: ferry_sched::Options,
 }
 
 impl ServerConfig {
@@ -49,6 +52,7 @@ impl ServerConfig {
             tick: Duration::from_millis(500),
             self_exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("ferry")),
             stop_replicas_on_exit: false,
+            scheduler: ferry_sched::Options::default(),
         }
     }
 

@@ -94,6 +94,10 @@ pub struct OperatorArgs {
     /// Namespace of the leader-election Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "ferry-system")]
     pub lease_namespace: String,
+    /// The scheduler's policy switches, YAML or JSON (the file `ferry sim --options` takes;
+    /// docs/scheduler.md); the defaults when omitted. Unused when Kueue admits.
+    #[arg(long, env = "FERRY_SCHEDULER_OPTIONS", value_name = "FILE")]
+    pub scheduler_options: Option<PathBuf>,
     #[command(flatten)]
     pub cluster: ClusterFlags,
 }
@@ -148,6 +152,19 @@ pub async fn render(args: RenderArgs) -> anyhow::Result<()> {
 /// `ferry operator`: reconciles until signalled or the lease is lost.
 pub async fn operator(args: OperatorArgs) -> anyhow::Result<()> {
     super::init_logging();
+    // A bad switch is refused before anything else, as `ferry up` refuses it.
+    let policy = match &args.scheduler_options {
+        Some(path) => {
+            let policy = super::scheduler_options::read(path)?;
+            tracing::info!(
+                file = %path.display(),
+                switches = %super::scheduler_options::changed(&policy),
+                "scheduler policy switches (others at their defaults)"
+            );
+            policy
+        }
+        None => ferry_sched::Options::default(),
+    };
     let client = ferry_k8s::cluster::connect()
         .await
         .context("the operator needs a cluster: run it in a pod or set KUBECONFIG")?;
@@ -156,6 +173,7 @@ pub async fn operator(args: OperatorArgs) -> anyhow::Result<()> {
     ferry_k8s::operator::run(
         client,
         args.cluster.options(),
+        policy,
         &args.lease_namespace,
         identity,
     )

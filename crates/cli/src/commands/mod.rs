@@ -9,6 +9,7 @@ mod k8s;
 mod logs;
 mod plan;
 mod resources;
+mod scheduler_options;
 mod sim;
 mod up;
 

@@ -167,38 +167,6 @@ fn queues_file(
     Ok(queues)
 }
 
-/// Ferry's options from a YAML/JSON file: the defaults with the file's fields over them; a
-/// field the options do not have is refused by name (a typo would otherwise be ignored).
-fn policy_options(path: &Path) -> anyhow::Result<ferry_sched::Options> {
-    let given: serde_json::Value = read_yaml(path, "options")?;
-    let Some(given) = given.as_object() else {
-        anyhow::bail!(
-            "options file {}: expected a mapping of switches, e.g. {{drainOvershootPct: 25}}",
-            path.display()
-        );
-    };
-    let mut options = serde_json::to_value(ferry_sched::Options::default())?;
-    let known = options.as_object_mut().expect("options serialize as a map");
-    for (key, value) in given {
-        if !known.contains_key(key) {
-            let mut names: Vec<&str> = known.keys().map(String::as_str).collect();
-            names.sort_unstable();
-            anyhow::bail!(
-                "options file {}: unknown switch `{key}`; fix: use one of {}",
-                path.display(),
-                names.join(", ")
-            );
-        }
-        known.insert(key.clone(), value.clone());
-    }
-    serde_json::from_value(options).with_context(|| {
-        format!(
-            "options file {}: a switch has a value of the wrong type (see docs/scheduler.md)",
-            path.display()
-        )
-    })
-}
-
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let Some(trace_path) = args.trace.as_ref().or(args.trace_file.as_ref()) else {
         anyhow::bail!(
@@ -226,7 +194,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         ),
     };
     let ferry_options = match &args.options {
-        Some(path) => policy_options(path)?,
+        Some(path) => super::scheduler_options::read(path)?,
         None => ferry_sched::Options::default(),
     };
     let knowledge = ferry_sched::Knowledge {
@@ -272,7 +240,11 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(path) = &args.options {
-        println!("ferry runs with the switches in {}", path.display());
+        println!(
+            "ferry runs with the switches in {}: {}",
+            path.display(),
+            super::scheduler_options::changed(&ferry_options)
+        );
     }
     if let Some(half_life) = args.fairness_half_life {
         println!("ferry runs with fairness deficits, half-life {half_life} s");

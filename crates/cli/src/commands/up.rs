@@ -30,6 +30,14 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     if let Some(n) = args.gpus {
         config.gpus = GpuSetting::Virtual(n);
     }
+    if let Some(path) = &args.scheduler_options {
+        config.scheduler = super::scheduler_options::read(path)?;
+        tracing::info!(
+            file = %path.display(),
+            switches = %super::scheduler_options::changed(&config.scheduler),
+            "scheduler policy switches (others at their defaults)"
+        );
+    }
     let shutdown = async {
         crate::commands::shutdown_signal().await;
         tracing::info!(

@@ -35,18 +35,33 @@ pub struct Plane {
     pub url: String,
     listen: String,
     gpus: Option<u32>,
+    /// A file of scheduler switches for `--scheduler-options`.
+    policy: Option<PathBuf>,
     child: Option<Child>,
 }
 
 impl Plane {
     /// Starts `ferry up` with `--gpus N` (virtual slots) when given.
     pub fn start(gpus: Option<u32>) -> Plane {
+        Self::start_with_policy(gpus, None)
+    }
+
+    /// `start`, and the scheduler's switches are `policy` (YAML, written to the plane's
+    /// home and given as `--scheduler-options`) when given.
+    pub fn start_with_policy(gpus: Option<u32>, policy: Option<&str>) -> Plane {
         let port = free_port();
+        let home = tempfile::tempdir().unwrap();
+        let policy = policy.map(|text| {
+            let path = home.path().join("policy.yaml");
+            std::fs::write(&path, text).unwrap();
+            path
+        });
         let mut plane = Plane {
-            home: tempfile::tempdir().unwrap(),
+            home,
             url: format!("http://127.0.0.1:{port}"),
             listen: format!("127.0.0.1:{port}"),
             gpus,
+            policy,
             child: None,
         };
         plane.spawn();
@@ -68,6 +83,9 @@ impl Plane {
             ));
         if let Some(n) = self.gpus {
             cmd.args(["--gpus", &n.to_string()]);
+        }
+        if let Some(policy) = &self.policy {
+            cmd.arg("--scheduler-options").arg(policy);
         }
         self.child = Some(cmd.spawn().unwrap());
         let deadline = Instant::now() + Duration::from_secs(30);

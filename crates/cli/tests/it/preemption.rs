@@ -248,6 +248,58 @@ fn a_team_takes_back_the_quota_it_lent() {
     plane.ok(&["cancel", "job", "research-long"]);
 }
 
+/// The policy a platform team simulated (`ferry sim --options`) is the one `ferry up` runs:
+/// with `reclaimMinBorrowedPct: 75` (take back only jobs mostly made of borrowed GPUs),
+/// research's 4-GPU run, half of it borrowed, is not preempted for product's 2-GPU job, which
+/// waits instead (by default it is taken back at once: `a_team_takes_back_the_quota_it_lent`).
+/// A misspelt switch stops `ferry up` before it serves anything, naming the switch.
+#[test]
+fn ferry_up_runs_the_scheduler_switches_it_is_given() {
+    let plane = Plane::start_with_policy(Some(4), Some("reclaimMinBorrowedPct: 75\n"));
+    plane.ok(&["apply", "-f", "examples/team-queues.yaml"]);
+    plane.wait_phase("research-long", "Running", LIMIT);
+    wait_for_step(&plane, "research-long", 1);
+    plane.ok(&["apply", "-f", "examples/product-urgent.yaml"]);
+    // Several reconcile passes (one every 500 ms, and at once after an apply).
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(plane.job("product-urgent")["status"]["phase"], "Queued");
+    assert_eq!(plane.job("research-long")["status"]["phase"], "Running");
+    let events = plane.events("research-long");
+    assert!(
+        !events.iter().any(|e| e["to"] == "Preempted"),
+        "{events:#?}"
+    );
+    plane.ok(&["cancel", "job", "research-long"]);
+    plane.wait_phase("product-urgent", "Running", LIMIT);
+    plane.ok(&["cancel", "job", "product-urgent"]);
+
+    let home = tempfile::tempdir().unwrap();
+    let typo = home.path().join("typo.yaml");
+    std::fs::write(&typo, "reclaimMinBorowedPct: 75\n").unwrap();
+    let out = std::process::Command::new(crate::harness::ferry_bin())
+        .args([
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--gateway",
+            "off",
+            "--gpus",
+            "1",
+        ])
+        .arg("--scheduler-options")
+        .arg(&typo)
+        .env("FERRY_HOME", home.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("unknown switch `reclaimMinBorowedPct`")
+            && err.contains("reclaimMinBorrowedPct"),
+        "{err}"
+    );
+}
+
 /// A job on queue `queue` running `examples/sleeper.py STEPS` on `gpus` GPUs.
 fn queued_sleeper(name: &str, queue: &str, gpus: u32, steps: u32) -> String {
     format!(

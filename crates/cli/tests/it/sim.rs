@@ -111,6 +111,11 @@ fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
     ]);
     let before: Vec<Value> = serde_json::from_str(&out).unwrap();
     assert_ne!(before[0]["mean_jct_s"], reports[0]["mean_jct_s"]);
+    let text = sim_ok(&["--trace", trace, "--options", kueue_rule.to_str().unwrap()]);
+    assert!(
+        text.contains("kueue-rule.yaml: fairPreemptionMinimax=false\n"),
+        "{text}"
+    );
     assert_eq!(before[2]["mean_jct_s"], reports[2]["mean_jct_s"]);
     let typo = dir.path().join("typo.yaml");
     std::fs::write(&typo, "holdForOwd: true\n").unwrap();

@@ -11,7 +11,7 @@ use ferry_k8s::admission::{
 };
 use ferry_k8s::crd::{TrainJobClusterStatus, TrainJobResource};
 use ferry_k8s::{Admission, Admit, Gang, RenderOptions, SchedAdmission};
-use ferry_sched::PodPlacement;
+use ferry_sched::{Options, PodPlacement};
 use ferry_spec::JobPhase;
 use futures::channel::mpsc::UnboundedReceiver;
 use k8s_openapi::api::core::v1::Node;
@@ -62,8 +62,14 @@ fn node(name: &str, gpus: &str, labels: Value) -> Node {
     .unwrap()
 }
 
-/// One 8-GPU H100 node (flavor from GPU feature discovery's label), one queue of 8 GPUs.
+/// One 8-GPU H100 node (flavor from GPU feature discovery's label), one queue of 8 GPUs, the
+/// default policy.
 fn admission() -> (SchedAdmission, UnboundedReceiver<()>) {
+    admission_with(Options::default())
+}
+
+/// `admission` under the policy switches `options` (`ferry operator --scheduler-options`).
+fn admission_with(options: Options) -> (SchedAdmission, UnboundedReceiver<()>) {
     let nodes = [
         node(
             NODE,
@@ -87,7 +93,7 @@ fn admission() -> (SchedAdmission, UnboundedReceiver<()>) {
         })
         .collect();
     let (tx, rx) = futures::channel::mpsc::unbounded();
-    let a = SchedAdmission::new(cluster, queues, Some(tx))
+    let a = SchedAdmission::new(cluster, queues, options, Some(tx))
         .unwrap()
         .with_clock(|| 1_000);
     (a, rx)
@@ -712,6 +718,40 @@ fn a_measured_pace_lets_short_work_backfill_before_a_reserved_gang() {
     short_is_not_taken_back(&admission, &running, &gang, &short, placement);
     // A job the scheduler does not run is not told anything (and nothing breaks).
     admission.progress(&gang, 10);
+}
+
+/// An operator that keeps reserved GPUs idle rather than lend them (`lendReservedNodes: false`
+/// in `--scheduler-options`): the 10-minute job waits behind the gang, for nobody knows when
+/// the running job ends. Once its measured pace says 2,000 s, the short job ends well before the
+/// gang can start: the cycle the progress report runs admits it as backfill and wakes the
+/// operator to unsuspend it (it was not the job being reconciled).
+#[test]
+fn a_measured_pace_that_lets_waiting_work_start_wakes_the_operator() {
+    let (admission, mut rx) = admission_with(Options {
+        lend_reserved_nodes: false,
+        ..Options::default()
+    });
+    let (running, gang, short) = running_then_gang_and_short(&admission);
+    assert!(matches!(
+        admission.decide(&short, &Gang::Absent),
+        Admit::Wait(_)
+    ));
+    woke(&mut rx);
+    admission.progress(&running, 2_000);
+    assert!(
+        woke(&mut rx),
+        "the admission the pace allows wakes the operator"
+    );
+    let placement = short_backfills_and_gang_waits(
+        &admission,
+        &gang,
+        &short,
+        "ends before the measured end: it backfills",
+    );
+    // The same pace told again changes nothing and wakes nobody.
+    admission.progress(&running, 2_000);
+    assert!(!woke(&mut rx));
+    short_is_not_taken_back(&admission, &running, &gang, &short, placement);
 }
 
 /// The running job ends before the short backfilled job: the gang waits for it, it is not

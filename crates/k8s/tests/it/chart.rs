@@ -145,6 +145,26 @@ fn chart_templates_render_and_validate() {
         }),
         "{role}"
     );
+    // The operator reads its scheduler switches from the ConfigMap it mounts; the chart's
+    // default is an empty mapping (every switch at its default).
+    let op_pod = &find("Deployment", "ferry-operator")["spec"]["template"]["spec"];
+    let container = &op_pod["containers"][0];
+    assert!(
+        container["args"].as_array().unwrap().contains(&Value::from(
+            "--scheduler-options=/etc/ferry/scheduler/options.yaml"
+        )),
+        "{container}"
+    );
+    assert_eq!(
+        container["volumeMounts"][0]["mountPath"],
+        "/etc/ferry/scheduler"
+    );
+    let volume = &op_pod["volumes"][0];
+    assert_eq!(volume["name"], container["volumeMounts"][0]["name"]);
+    let options = find("ConfigMap", volume["configMap"]["name"].as_str().unwrap());
+    let switches: Value =
+        serde_saphyr::from_str(options["data"]["options.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(switches, serde_json::json!({}));
     insta::assert_snapshot!("chart", ferry_k8s::to_yaml(&objs).unwrap());
 }
 

@@ -68,6 +68,7 @@ async fn e2e_two_node_gang_on_a_real_cluster() {
     let operator = tokio::spawn(ferry_k8s::operator::run(
         client.clone(),
         opts,
+        ferry_sched::Options::default(),
         "default",
         "e2e".into(),
     ));
