@@ -14,14 +14,15 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use ferry_sched::{
-    ANY_FLAVOR, Decision, FlavorQuota, PodPlacement, PreemptReason, PriorityClass, QueueSpec,
-    Scheduler, Time, Workload,
+    ANY_FLAVOR, Decision, FlavorQuota, PodPlacement, PreemptReason, QueueSpec, Scheduler, Time,
+    Workload,
 };
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use serde_json::Value;
 
+use crate::cluster::SchedulerInputs;
 use crate::crd::TrainJobResource;
 use crate::error::{K8sError, Result};
 
@@ -296,24 +297,27 @@ fn reason_text(r: &PreemptReason) -> String {
 }
 
 impl SchedAdmission {
-    /// A scheduler over `cluster` and `queues` with Ferry's standard priorities (`low`,
-    /// `normal`, `high`) and the policy `options` (`ferry operator --scheduler-options`); `wake`
-    /// is sent `()` when a decision concerns another job than the one being reconciled (the
-    /// operator then reconciles every job).
+    /// A scheduler over the cluster's GPU nodes, queues and priorities (`inputs`) with the
+    /// policy `options` (`ferry operator --scheduler-options`); `wake` is sent `()` when a
+    /// decision concerns another job than the one being reconciled (the operator then
+    /// reconciles every job).
     pub fn new(
-        cluster: ferry_sched::Cluster,
-        queues: Vec<QueueSpec>,
+        inputs: SchedulerInputs,
         options: ferry_sched::Options,
         wake: Option<UnboundedSender<()>>,
     ) -> Result<Self> {
-        let sched = Scheduler::with_options(cluster, queues, PriorityClass::standard(), options)
-            .map_err(|e| {
-                K8sError::invalid(
-                    "Queue/*",
-                    "spec.quotas",
-                    format!("Ferry's scheduler refused the cluster's queues: {e}"),
-                )
-            })?;
+        let SchedulerInputs {
+            cluster,
+            queues,
+            priorities,
+        } = inputs;
+        let sched = Scheduler::with_options(cluster, queues, priorities, options).map_err(|e| {
+            K8sError::invalid(
+                "Queue/*",
+                "spec.quotas",
+                format!("Ferry's scheduler refused the cluster's queues: {e}"),
+            )
+        })?;
         Ok(SchedAdmission {
             state: Mutex::new(State {
                 sched,

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Client, ResourceExt};
 
@@ -62,13 +63,24 @@ pub async fn state(client: &Client, namespaces: &[String]) -> Result<ClusterStat
     Ok(state)
 }
 
-/// What Ferry's scheduler needs from the cluster: GPU nodes (see
-/// [`crate::admission::cluster_from_nodes`]) and every Ferry `Queue`, as scheduler queues
-/// named `<namespace>/<queue>`.
+/// What Ferry's scheduler is built from in a cluster; the operator rebuilds it when any part
+/// changes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerInputs {
+    /// The GPU nodes (see [`crate::admission::cluster_from_nodes`]).
+    pub cluster: ferry_sched::Cluster,
+    /// Every Ferry `Queue`, as a scheduler queue named `<namespace>/<queue>`.
+    pub queues: Vec<ferry_sched::QueueSpec>,
+    /// The priorities jobs may name (see [`priority_classes`]).
+    pub priorities: Vec<ferry_sched::PriorityClass>,
+}
+
+/// What Ferry's scheduler needs from the cluster: GPU nodes, every Ferry `Queue` and the
+/// cluster's `PriorityClass`es.
 pub async fn scheduler_inputs(
     client: &Client,
     rack_label: Option<&str>,
-) -> Result<(ferry_sched::Cluster, Vec<ferry_sched::QueueSpec>)> {
+) -> Result<SchedulerInputs> {
     let nodes: Api<Node> = Api::all(client.clone());
     let nodes = nodes.list(&ListParams::default()).await?.items;
     let cluster = crate::admission::cluster_from_nodes(&nodes, rack_label);
@@ -95,5 +107,28 @@ pub async fn scheduler_inputs(
         };
         queues.push(crate::admission::queue_spec(&ns, &name, &spec));
     }
-    Ok((cluster, queues))
+    let classes: Api<PriorityClass> = Api::all(client.clone());
+    let classes = classes.list(&ListParams::default()).await?.items;
+    Ok(SchedulerInputs {
+        cluster,
+        queues,
+        priorities: priority_classes(&classes),
+    })
+}
+
+/// The priorities a TrainJob may name, on the cluster's own scale: Ferry's `low`, `normal`
+/// and `high` at the values of the `ferry-<name>` PriorityClasses its pods get, and every other
+/// PriorityClass of the cluster under its own name and value (what `spec.priority` names is
+/// what its pods' `priorityClassName` is). Kubernetes' `system-` classes are for system pods
+/// and are left out, as are Ferry's own `ferry-` classes (their names are the standard ones).
+pub fn priority_classes(cluster: &[PriorityClass]) -> Vec<ferry_sched::PriorityClass> {
+    let own: Vec<(&str, i32)> = crate::options::PRIORITIES.to_vec();
+    ferry_sched::PriorityClass::with_extra(
+        ferry_sched::PriorityClass::named(&own),
+        cluster
+            .iter()
+            .map(|c| (c.name_any(), c.value))
+            .filter(|(name, _)| !name.starts_with("system-") && !name.starts_with("ferry-"))
+            .map(|(name, value)| ferry_sched::PriorityClass { name, value }),
+    )
 }

@@ -1002,24 +1002,23 @@ pub async fn run(
     let admission: Arc<dyn Admission> = if opts.cluster.kueue {
         Arc::new(AdmitAll)
     } else {
-        let (cluster, queues) =
-            crate::cluster::scheduler_inputs(&client, rack_label.as_deref()).await?;
-        inputs = Some((cluster.clone(), queues.clone()));
-        if queues.is_empty() {
+        let found = crate::cluster::scheduler_inputs(&client, rack_label.as_deref()).await?;
+        inputs = Some(found.clone());
+        if found.queues.is_empty() {
             tracing::warn!(
                 "no Ferry Queue exists: admitting every TrainJob (create Queues to turn on Ferry's scheduler)"
             );
             Arc::new(AdmitAll)
         } else {
             tracing::info!(
-                nodes = cluster.nodes.len(),
-                gpus = cluster.total_gpus(),
-                queues = queues.len(),
+                nodes = found.cluster.nodes.len(),
+                gpus = found.cluster.total_gpus(),
+                queues = found.queues.len(),
+                priorities = found.priorities.len(),
                 "admission through Ferry's scheduler"
             );
             let admission = Arc::new(crate::admission::SchedAdmission::new(
-                cluster,
-                queues,
+                found,
                 policy,
                 Some(wake),
             )?);
@@ -1066,13 +1065,14 @@ pub async fn run(
     }
 }
 
-/// Returns once the GPU nodes or the Ferry `Queue`s differ from `initial` (checked every
-/// 60 s), so that the operator exits and its restart — which re-registers every running
-/// gang and preempts nothing — rebuilds the scheduler; never returns without a scheduler.
+/// Returns once the GPU nodes, the Ferry `Queue`s or the `PriorityClass`es differ from
+/// `initial` (checked every 60 s), so that the operator exits and its restart — which
+/// re-registers every running gang and preempts nothing — rebuilds the scheduler; never
+/// returns without a scheduler.
 pub async fn watch_inputs(
     client: &Client,
     rack_label: Option<&str>,
-    initial: Option<(ferry_sched::Cluster, Vec<ferry_sched::QueueSpec>)>,
+    initial: Option<crate::cluster::SchedulerInputs>,
 ) -> Result<()> {
     let Some(initial) = initial else {
         return std::future::pending().await;
@@ -1082,7 +1082,7 @@ pub async fn watch_inputs(
         match crate::cluster::scheduler_inputs(client, rack_label).await {
             Ok(now) if now != initial => {
                 tracing::info!(
-                    "GPU nodes or Queues changed: exiting so the restarted operator rebuilds the scheduler"
+                    "GPU nodes, Queues or PriorityClasses changed: exiting so the restarted operator rebuilds the scheduler"
                 );
                 return Ok(());
             }

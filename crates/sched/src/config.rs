@@ -140,17 +140,40 @@ pub struct PriorityClass {
     pub value: i32,
 }
 
+/// The class a workload without a priority gets (its value; 0 when no class has this name).
+pub const DEFAULT_PRIORITY: &str = "normal";
+
 impl PriorityClass {
     /// The spec's named priorities: `low` (-100), `normal` (0, also a workload without one) and
     /// `high` (100).
     pub fn standard() -> Vec<PriorityClass> {
-        [("low", -100), ("normal", 0), ("high", 100)]
-            .into_iter()
-            .map(|(name, value)| PriorityClass {
+        Self::named(&[("low", -100), (DEFAULT_PRIORITY, 0), ("high", 100)])
+    }
+
+    /// Classes from `(name, value)` pairs.
+    pub fn named(pairs: &[(&str, i32)]) -> Vec<PriorityClass> {
+        pairs
+            .iter()
+            .map(|&(name, value)| PriorityClass {
                 name: name.into(),
                 value,
             })
             .collect()
+    }
+
+    /// `base` with the cluster's own classes `extra` added; one of the same name replaces the
+    /// base class's value (so a cluster may rank `normal` among its classes).
+    pub fn with_extra(
+        mut base: Vec<PriorityClass>,
+        extra: impl IntoIterator<Item = PriorityClass>,
+    ) -> Vec<PriorityClass> {
+        for class in extra {
+            match base.iter_mut().find(|c| c.name == class.name) {
+                Some(c) => c.value = class.value,
+                None => base.push(class),
+            }
+        }
+        base
     }
 }
 

@@ -14,8 +14,8 @@ use std::path::Path;
 
 use ferry_runtime::Inventory;
 use ferry_sched::{
-    ANY_FLAVOR, Cluster, Decision, FlavorQuota, PodPlacement, PreemptReason, PriorityClass,
-    QueueSpec, QueueUsage, SchedError, Scheduler, Time, Workload,
+    ANY_FLAVOR, Cluster, Decision, FlavorQuota, PodPlacement, PreemptReason, QueueSpec, QueueUsage,
+    SchedError, Scheduler, Time, Workload,
 };
 use ferry_spec::{FieldError, JobPhase, Queue, Resource, TrainJob};
 use ferry_store::{JobRecord, StatusPatch, StoreError};
@@ -333,7 +333,7 @@ pub(crate) async fn check_batch(
             _ => None,
         })
         .collect();
-    let priorities = PriorityClass::standard();
+    let priorities = plane.config().priorities.clone();
     for &(i, job) in &jobs {
         if let Some(p) = &job.spec.priority
             && !priorities.iter().any(|c| &c.name == p)
@@ -410,20 +410,21 @@ pub(crate) async fn check_batch(
 }
 
 impl Admission {
-    /// An empty scheduler for `queues` (from [`queue_specs`]) under the policy switches
-    /// `policy`; `sync` then registers the jobs the store says hold GPUs or wait.
+    /// An empty scheduler for `queues` (from [`queue_specs`]) under the control plane's
+    /// priorities and policy switches; `sync` then registers the jobs the store says hold GPUs
+    /// or wait.
     fn build(
         inventory: &Inventory,
         queues: Vec<QueueSpec>,
         origins: &[Vec<usize>],
-        policy: &ferry_sched::Options,
+        config: &crate::ServerConfig,
     ) -> Result<Self, String> {
         let cluster = cluster(inventory).ok_or("no GPUs")?;
         let sched = Scheduler::with_options(
             cluster,
             queues.clone(),
-            PriorityClass::standard(),
-            policy.clone(),
+            config.priorities.clone(),
+            config.scheduler.clone(),
         )
         .map_err(|e| queue_error(&e, &queues, origins).1.to_string())?;
         Ok(Self {
@@ -449,7 +450,7 @@ pub(crate) async fn schedule(
     let stored = stored_queues(plane).await?;
     let (wanted, origins) = queue_specs(&stored, inventory);
     if slot.as_ref().is_none_or(|a| a.queues != wanted) {
-        match Admission::build(inventory, wanted, &origins, &plane.config().scheduler) {
+        match Admission::build(inventory, wanted, &origins, plane.config()) {
             Ok(a) => {
                 if slot.is_some() {
                     tracing::info!("queues changed; scheduler rebuilt from the stored jobs");
@@ -936,6 +937,7 @@ fn ignore_conflict<T>(res: Result<T, StoreError>) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferry_sched::PriorityClass;
 
     fn queue(yaml: &str) -> Queue {
         match ferry_spec::parse_documents(yaml, "q.yaml")

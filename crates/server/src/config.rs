@@ -38,6 +38,9 @@ pub struct ServerConfig {
     /// The scheduler's policy switches (`ferry up --scheduler-options`): what `ferry sim
     /// --options` simulated is what runs.
     pub scheduler: ferry_sched::Options,
+    /// The named priorities jobs may give (`ferry up --priority-classes`): `low`, `normal`
+    /// and `high` by default, plus the cluster's own.
+    pub priorities: Vec<ferry_sched::PriorityClass>,
 }
 
 impl ServerConfig {
@@ -53,6 +56,7 @@ impl ServerConfig {
             self_exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("ferry")),
             stop_replicas_on_exit: false,
             scheduler: ferry_sched::Options::default(),
+            priorities: ferry_sched::PriorityClass::standard(),
         }
     }
 

@@ -1,6 +1,7 @@
-//! The scheduler's policy switches from a YAML/JSON file, shared by `ferry sim --options`,
-//! `ferry up --scheduler-options` and `ferry operator --scheduler-options`, so the policy a
-//! platform team simulated is the one its control plane runs.
+//! The scheduler's settings from files: policy switches, shared by `ferry sim --options`,
+//! `ferry up --scheduler-options` and `ferry operator --scheduler-options` (so the policy a
+//! platform team simulated is the one its control plane runs), and the named priorities of
+//! `ferry up --priority-classes`.
 
 use std::path::Path;
 
@@ -66,4 +67,47 @@ fn defaults() -> Map<String, Value> {
         Ok(Value::Object(m)) => m,
         _ => unreachable!("Options serialize as a map"),
     }
+}
+
+/// Ferry's `low`, `normal` and `high` with the classes of a YAML/JSON mapping `{production:
+/// 1000, batch: -50}` (name → value; higher runs first and may preempt lower in its queue; a
+/// standard name given there takes the new value), as Kubernetes' `PriorityClass`es are to a
+/// cluster.
+pub(crate) fn priority_classes(path: &Path) -> anyhow::Result<Vec<ferry_sched::PriorityClass>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read priority classes file {}", path.display()))?;
+    let given: std::collections::BTreeMap<String, i32> = serde_saphyr::from_str(&text)
+        .with_context(|| {
+            format!(
+                "priority classes file {}: expected a mapping of names to whole numbers, e.g. \
+                 {{production: 1000, batch: -50}}",
+                path.display()
+            )
+        })?;
+    for name in given.keys() {
+        if let Err(problem) = ferry_spec::validate_name(name) {
+            anyhow::bail!(
+                "priority classes file {}: class `{name}`: {problem}; fix: use a lowercase name \
+                 such as `production`",
+                path.display()
+            );
+        }
+    }
+    Ok(ferry_sched::PriorityClass::with_extra(
+        ferry_sched::PriorityClass::standard(),
+        given
+            .into_iter()
+            .map(|(name, value)| ferry_sched::PriorityClass { name, value }),
+    ))
+}
+
+/// `name=value` of each class, highest first, for the line a control plane logs when it starts.
+pub(crate) fn describe_classes(classes: &[ferry_sched::PriorityClass]) -> String {
+    let mut sorted: Vec<&ferry_sched::PriorityClass> = classes.iter().collect();
+    sorted.sort_by_key(|c| std::cmp::Reverse(c.value));
+    sorted
+        .iter()
+        .map(|c| format!("{}={}", c.name, c.value))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -38,6 +38,14 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             "scheduler policy switches (others at their defaults)"
         );
     }
+    if let Some(path) = &args.priority_classes {
+        config.priorities = super::scheduler_options::priority_classes(path)?;
+        tracing::info!(
+            file = %path.display(),
+            classes = %super::scheduler_options::describe_classes(&config.priorities),
+            "priority classes"
+        );
+    }
     let shutdown = async {
         crate::commands::shutdown_signal().await;
         tracing::info!(

@@ -35,33 +35,38 @@ pub struct Plane {
     pub url: String,
     listen: String,
     gpus: Option<u32>,
-    /// A file of scheduler switches for `--scheduler-options`.
-    policy: Option<PathBuf>,
+    /// Flags that name a settings file (`--scheduler-options`, `--priority-classes`).
+    files: Vec<(String, PathBuf)>,
     child: Option<Child>,
 }
 
 impl Plane {
     /// Starts `ferry up` with `--gpus N` (virtual slots) when given.
     pub fn start(gpus: Option<u32>) -> Plane {
-        Self::start_with_policy(gpus, None)
+        Self::start_with(gpus, &[])
     }
 
-    /// `start`, and the scheduler's switches are `policy` (YAML, written to the plane's
-    /// home and given as `--scheduler-options`) when given.
-    pub fn start_with_policy(gpus: Option<u32>, policy: Option<&str>) -> Plane {
+    /// `start` with settings files: each `(flag, text)` is written to the plane's home and
+    /// given as `flag FILE` (`("--scheduler-options", "holdForOwed: true")`).
+    pub fn start_with(gpus: Option<u32>, files: &[(&str, &str)]) -> Plane {
         let port = free_port();
         let home = tempfile::tempdir().unwrap();
-        let policy = policy.map(|text| {
-            let path = home.path().join("policy.yaml");
-            std::fs::write(&path, text).unwrap();
-            path
-        });
+        let files = files
+            .iter()
+            .map(|(flag, text)| {
+                let path = home
+                    .path()
+                    .join(format!("{}.yaml", flag.trim_start_matches('-')));
+                std::fs::write(&path, text).unwrap();
+                (flag.to_string(), path)
+            })
+            .collect();
         let mut plane = Plane {
             home,
             url: format!("http://127.0.0.1:{port}"),
             listen: format!("127.0.0.1:{port}"),
             gpus,
-            policy,
+            files,
             child: None,
         };
         plane.spawn();
@@ -84,8 +89,8 @@ impl Plane {
         if let Some(n) = self.gpus {
             cmd.args(["--gpus", &n.to_string()]);
         }
-        if let Some(policy) = &self.policy {
-            cmd.arg("--scheduler-options").arg(policy);
+        for (flag, path) in &self.files {
+            cmd.arg(flag).arg(path);
         }
         self.child = Some(cmd.spawn().unwrap());
         let deadline = Instant::now() + Duration::from_secs(30);

@@ -255,7 +255,10 @@ fn a_team_takes_back_the_quota_it_lent() {
 /// A misspelt switch stops `ferry up` before it serves anything, naming the switch.
 #[test]
 fn ferry_up_runs_the_scheduler_switches_it_is_given() {
-    let plane = Plane::start_with_policy(Some(4), Some("reclaimMinBorrowedPct: 75\n"));
+    let plane = Plane::start_with(
+        Some(4),
+        &[("--scheduler-options", "reclaimMinBorrowedPct: 75\n")],
+    );
     plane.ok(&["apply", "-f", "examples/team-queues.yaml"]);
     plane.wait_phase("research-long", "Running", LIMIT);
     wait_for_step(&plane, "research-long", 1);
@@ -273,9 +276,20 @@ fn ferry_up_runs_the_scheduler_switches_it_is_given() {
     plane.wait_phase("product-urgent", "Running", LIMIT);
     plane.ok(&["cancel", "job", "product-urgent"]);
 
+    let err = ferry_up_refuses("--scheduler-options", "reclaimMinBorowedPct: 75\n");
+    assert!(
+        err.contains("unknown switch `reclaimMinBorowedPct`")
+            && err.contains("reclaimMinBorrowedPct"),
+        "{err}"
+    );
+}
+
+/// `ferry up FLAG FILE` with `text` in the file, which must stop it before it serves; what it
+/// printed.
+fn ferry_up_refuses(flag: &str, text: &str) -> String {
     let home = tempfile::tempdir().unwrap();
-    let typo = home.path().join("typo.yaml");
-    std::fs::write(&typo, "reclaimMinBorowedPct: 75\n").unwrap();
+    let file = home.path().join("settings.yaml");
+    std::fs::write(&file, text).unwrap();
     let out = std::process::Command::new(crate::harness::ferry_bin())
         .args([
             "up",
@@ -286,18 +300,52 @@ fn ferry_up_runs_the_scheduler_switches_it_is_given() {
             "--gpus",
             "1",
         ])
-        .arg("--scheduler-options")
-        .arg(&typo)
+        .arg(flag)
+        .arg(&file)
         .env("FERRY_HOME", home.path())
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        err.contains("unknown switch `reclaimMinBorowedPct`")
-            && err.contains("reclaimMinBorrowedPct"),
-        "{err}"
+    assert!(!out.status.success(), "ferry up {flag} took {text:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A platform team's own priorities (`ferry up --priority-classes`) rank among Ferry's: a
+/// `production` job (1,000, above `high`) preempts a running `high` one, the preemption names
+/// both classes, and a job naming a class nobody defined is refused at apply with the classes
+/// that exist. A class name Ferry cannot use is refused when `ferry up` starts.
+#[test]
+fn a_clusters_own_priority_classes_rank_among_the_standard_ones() {
+    let plane = Plane::start_with(
+        Some(4),
+        &[("--priority-classes", "production: 1000\nbatch: -500\n")],
     );
+    plane.apply("big.yaml", &sleeper("big", "high", 4, 600));
+    plane.wait_phase("big", "Running", LIMIT);
+    wait_for_step(&plane, "big", 1);
+    plane.apply("prod.yaml", &sleeper("prod", "production", 2, 600));
+    plane.wait_phase("prod", "Running", LIMIT);
+    let events = plane.events("big");
+    let preempted = find(&events, "Preempted", |e| e["to"] == "Preempted");
+    assert!(
+        message(&events[preempted]).contains("default/prod (priority production over high)"),
+        "{}",
+        events[preempted]
+    );
+    let odd = plane.write("odd.yaml", &sleeper("odd", "critical", 1, 1));
+    let out = plane.ferry(&["apply", "-f", &odd]);
+    let refused = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && refused.contains("spec.priority")
+            && refused.contains("`critical` does not exist")
+            && refused.contains("production"),
+        "{refused}"
+    );
+    plane.ok(&["cancel", "job", "prod"]);
+    plane.ok(&["cancel", "job", "big"]);
+
+    let err = ferry_up_refuses("--priority-classes", "Production: 1000\n");
+    assert!(err.contains("class `Production`"), "{err}");
 }
 
 /// A job on queue `queue` running `examples/sleeper.py STEPS` on `gpus` GPUs.

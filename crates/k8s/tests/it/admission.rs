@@ -9,6 +9,7 @@ use std::sync::Arc;
 use ferry_k8s::admission::{
     ANNOTATION_ADMITTED_AT, ANNOTATION_PLACEMENT, cluster_from_nodes, queue_spec,
 };
+use ferry_k8s::cluster::{SchedulerInputs, priority_classes};
 use ferry_k8s::crd::{TrainJobClusterStatus, TrainJobResource};
 use ferry_k8s::{Admission, Admit, Gang, RenderOptions, SchedAdmission};
 use ferry_sched::{Options, PodPlacement};
@@ -70,6 +71,14 @@ fn admission() -> (SchedAdmission, UnboundedReceiver<()>) {
 
 /// `admission` under the policy switches `options` (`ferry operator --scheduler-options`).
 fn admission_with(options: Options) -> (SchedAdmission, UnboundedReceiver<()>) {
+    admission_in(options, &[])
+}
+
+/// `admission_with` on a cluster that also has the PriorityClasses `classes`.
+fn admission_in(
+    options: Options,
+    classes: &[k8s_openapi::api::scheduling::v1::PriorityClass],
+) -> (SchedAdmission, UnboundedReceiver<()>) {
     let nodes = [
         node(
             NODE,
@@ -93,7 +102,12 @@ fn admission_with(options: Options) -> (SchedAdmission, UnboundedReceiver<()>) {
         })
         .collect();
     let (tx, rx) = futures::channel::mpsc::unbounded();
-    let a = SchedAdmission::new(cluster, queues, options, Some(tx))
+    let inputs = SchedulerInputs {
+        cluster,
+        queues,
+        priorities: priority_classes(classes),
+    };
+    let a = SchedAdmission::new(inputs, options, Some(tx))
         .unwrap()
         .with_clock(|| 1_000);
     (a, rx)
@@ -441,6 +455,52 @@ fn bad_queue_references_are_never_admissible_and_name_the_fix() {
     assert_eq!(admission.decide(&cpu, &Gang::Absent), Admit::Run(vec![]));
 }
 
+/// A TrainJob may name any PriorityClass of the cluster (its pods get that class): Ferry's
+/// scheduler ranks it by the class's value among Ferry's own, so `production` (50,000, between
+/// `ferry-normal` and `ferry-high`) preempts a job that names no priority (`normal`), a `low`
+/// one does not, and a class the cluster lacks is refused with the names it has.
+#[test]
+fn a_cluster_priority_class_ranks_a_job_by_its_value() {
+    let production: k8s_openapi::api::scheduling::v1::PriorityClass =
+        serde_json::from_value(json!({"metadata": {"name": "production"}, "value": 50_000}))
+            .unwrap();
+    let (admission, _rx) = admission_in(Options::default(), &[production]);
+    let mut plain = resource("plain", "low", None);
+    plain.spec.priority = None;
+    let Admit::Run(placement) = admission.decide(&plain, &Gang::Absent) else {
+        panic!("the node is free")
+    };
+    let plain_runs = Gang::Running {
+        placement: Some(placement),
+        admitted_at: Some(900),
+    };
+    assert!(matches!(
+        admission.decide(&resource("batch", "low", None), &Gang::Absent),
+        Admit::Wait(_)
+    ));
+    assert!(matches!(
+        admission.decide(&plain, &plain_runs),
+        Admit::Run(_)
+    ));
+    let urgent = resource("urgent", "production", None);
+    assert!(matches!(
+        admission.decide(&urgent, &Gang::Absent),
+        Admit::Wait(_)
+    ));
+    assert!(matches!(
+        admission.decide(&plain, &plain_runs),
+        Admit::Preempt(why) if why.contains("team-a/urgent")
+    ));
+    let Admit::Never(why) = admission.decide(&resource("odd", "critical", None), &Gang::Absent)
+    else {
+        panic!("an unknown class is never admissible")
+    };
+    assert!(
+        why.contains("`critical`") && why.contains("production"),
+        "{why}"
+    );
+}
+
 #[test]
 fn a_time_limit_is_the_workloads_expected_duration() {
     let mut job = resource("capped", "low", None);
@@ -573,48 +633,92 @@ fn restored_gangs_keep_their_gpus_on_a_shared_node() {
     ));
 }
 
+/// The API reads of one `scheduler_inputs`: `nodes`, the one queue of team-a, `classes`.
+fn input_reads(nodes: &Value, classes: &Value) -> Vec<Step> {
+    let queues = json!({"apiVersion": "ferry.dev/v1alpha1", "kind": "QueueList", "metadata": {}, "items": [
+        {"apiVersion": "ferry.dev/v1alpha1", "kind": "Queue",
+         "metadata": {"name": "team-a", "namespace": "team-a"},
+         "spec": {"quotas": [{"flavor": "H100-80GB", "nominal": 8}]}}]});
+    vec![
+        step("GET", "/api/v1/nodes", 200, nodes.clone()),
+        step("GET", "/apis/ferry.dev/v1alpha1/queues", 200, queues),
+        step(
+            "GET",
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            200,
+            classes.clone(),
+        ),
+    ]
+}
+
+fn class_list(classes: &[(&str, i32)]) -> Value {
+    let items: Vec<Value> = classes
+        .iter()
+        .map(|(name, value)| json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value}))
+        .collect();
+    json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClassList", "metadata": {}, "items": items})
+}
+
+/// The scheduler is built from the GPU nodes, the Queues and the cluster's PriorityClasses;
+/// the operator exits for a clean rebuild (re-checked every minute) when any of them changes.
 #[tokio::test(start_paused = true)]
-async fn a_changed_node_or_queue_set_ends_the_operator_for_a_clean_rebuild() {
+async fn a_changed_node_queue_or_priority_class_set_ends_the_operator_for_a_clean_rebuild() {
     let node_list = |nodes: Value| json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": nodes});
     let gpu_node = |name: &str| {
         json!({"metadata": {"name": name, "labels": {"ferry.dev/gpu-flavor": "H100-80GB"}},
                "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
     };
-    let queues = json!({"apiVersion": "ferry.dev/v1alpha1", "kind": "QueueList", "metadata": {}, "items": [
-        {"apiVersion": "ferry.dev/v1alpha1", "kind": "Queue",
-         "metadata": {"name": "team-a", "namespace": "team-a"},
-         "spec": {"quotas": [{"flavor": "H100-80GB", "nominal": 8}]}}]});
     let one = node_list(json!([gpu_node("n1")]));
     let two = node_list(json!([gpu_node("n1"), gpu_node("n2")]));
-    let (client, task) = server(vec![
-        step("GET", "/api/v1/nodes", 200, one.clone()),
-        step(
-            "GET",
-            "/apis/ferry.dev/v1alpha1/queues",
-            200,
-            queues.clone(),
-        ),
-        // First re-read: unchanged, keep going.
-        step("GET", "/api/v1/nodes", 200, one),
-        step(
-            "GET",
-            "/apis/ferry.dev/v1alpha1/queues",
-            200,
-            queues.clone(),
-        ),
-        // Second: a node joined.
-        step("GET", "/api/v1/nodes", 200, two),
-        step("GET", "/apis/ferry.dev/v1alpha1/queues", 200, queues),
+    let classes = class_list(&[
+        ("ferry-high", 100_000),
+        ("production", 50_000),
+        ("system-cluster-critical", 2_000_000_000),
     ]);
-    let initial = ferry_k8s::cluster::scheduler_inputs(&client, None)
-        .await
-        .unwrap();
-    assert_eq!(initial.0.nodes.len(), 1);
-    assert_eq!(initial.1[0].name, "team-a/team-a");
-    ferry_k8s::operator::watch_inputs(&client, None, Some(initial))
-        .await
-        .unwrap();
-    finish(task).await;
+    let more = class_list(&[("production", 50_000), ("batch", 500)]);
+    for changed in [
+        // A node joined.
+        input_reads(&two, &classes),
+        // A PriorityClass was created.
+        input_reads(&one, &more),
+    ] {
+        let (client, task) = server(
+            [
+                input_reads(&one, &classes),
+                // First re-read: unchanged, keep going.
+                input_reads(&one, &classes),
+                changed,
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+        );
+        let initial = ferry_k8s::cluster::scheduler_inputs(&client, None)
+            .await
+            .unwrap();
+        assert_eq!(initial.cluster.nodes.len(), 1);
+        assert_eq!(initial.queues[0].name, "team-a/team-a");
+        // Ferry's names on the scale of the `ferry-` classes its pods get, and the cluster's
+        // own classes beside them; system classes are not for jobs.
+        let named: Vec<(&str, i32)> = initial
+            .priorities
+            .iter()
+            .map(|c| (c.name.as_str(), c.value))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("low", 1_000),
+                ("normal", 10_000),
+                ("high", 100_000),
+                ("production", 50_000)
+            ]
+        );
+        ferry_k8s::operator::watch_inputs(&client, None, Some(initial))
+            .await
+            .unwrap();
+        finish(task).await;
+    }
 }
 
 /// A low-priority single-node job of `gpus` GPUs created at `created` (RFC 3339).

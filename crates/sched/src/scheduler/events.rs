@@ -2,7 +2,7 @@
 //! eviction) and the bookkeeping each one does.
 
 use super::{Job, Scheduler, St};
-use crate::config::{ANY_FLAVOR, PodPlacement, Time, Workload};
+use crate::config::{ANY_FLAVOR, DEFAULT_PRIORITY, PodPlacement, Time, Workload};
 use crate::error::{Result, SchedError};
 
 impl Scheduler {
@@ -31,7 +31,8 @@ impl Scheduler {
             ));
         };
         let prio = match &w.priority {
-            None => 0,
+            // Unnamed is `normal`, whatever value the cluster gives that class.
+            None => self.prio.get(DEFAULT_PRIORITY).copied().unwrap_or(0),
             Some(p) => match self.prio.get(p) {
                 Some(v) => *v,
                 None => {

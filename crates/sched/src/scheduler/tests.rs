@@ -298,6 +298,40 @@ fn preempted(d: &[Decision]) -> Vec<(String, PreemptReason)> {
         .collect()
 }
 
+/// A cluster's own classes rank among the standard ones (Kubernetes values here: `normal`
+/// 10,000, a `production` class at 50,000); a workload that names none is `normal`, so a
+/// `production` job preempts it, and a `low` job does not.
+#[test]
+fn cluster_priority_classes_rank_among_the_standard_ones() {
+    let classes = PriorityClass::with_extra(
+        PriorityClass::named(&[("low", 1_000), ("normal", 10_000), ("high", 100_000)]),
+        PriorityClass::named(&[("production", 50_000), ("normal", 10_000)]),
+    );
+    assert_eq!(classes.len(), 4);
+    let mut s = Scheduler::new(
+        Cluster::uniform(1, 4, "gpu"),
+        vec![queue("a", None, 4)],
+        classes,
+    )
+    .unwrap();
+    s.submit(wl("plain", "a", 1, 4, 0, None)).unwrap();
+    assert_eq!(admitted(&s.cycle(0)), vec!["plain"]);
+    s.submit(with_prio(wl("batch", "a", 1, 4, 10, None), "low"))
+        .unwrap();
+    assert!(s.cycle(10).is_empty(), "low does not preempt normal");
+    s.submit(with_prio(wl("prod", "a", 1, 2, 20, None), "production"))
+        .unwrap();
+    assert_eq!(
+        preempted(&s.cycle(20)),
+        vec![(
+            "plain".to_string(),
+            PreemptReason::Priority {
+                preemptor: "prod".into()
+            }
+        )]
+    );
+}
+
 #[test]
 fn high_priority_preempts_low_gracefully_and_low_resumes_after() {
     // The end-to-end scenario on one 4-GPU machine.
