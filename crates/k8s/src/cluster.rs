@@ -122,9 +122,8 @@ pub async fn scheduler_inputs(
 /// what its pods' `priorityClassName` is). Kubernetes' `system-` classes are for system pods
 /// and are left out, as are Ferry's own `ferry-` classes (their names are the standard ones).
 pub fn priority_classes(cluster: &[PriorityClass]) -> Vec<ferry_sched::PriorityClass> {
-    let own: Vec<(&str, i32)> = crate::options::PRIORITIES.to_vec();
     ferry_sched::PriorityClass::with_extra(
-        ferry_sched::PriorityClass::named(&own),
+        ferry_sched::PriorityClass::named(&crate::options::PRIORITIES),
         cluster
             .iter()
             .map(|c| (c.name_any(), c.value))

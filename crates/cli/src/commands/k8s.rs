@@ -153,18 +153,7 @@ pub async fn render(args: RenderArgs) -> anyhow::Result<()> {
 pub async fn operator(args: OperatorArgs) -> anyhow::Result<()> {
     super::init_logging();
     // A bad switch is refused before anything else, as `ferry up` refuses it.
-    let policy = match &args.scheduler_options {
-        Some(path) => {
-            let policy = super::scheduler_options::read(path)?;
-            tracing::info!(
-                file = %path.display(),
-                switches = %super::scheduler_options::changed(&policy),
-                "scheduler policy switches (others at their defaults)"
-            );
-            policy
-        }
-        None => ferry_sched::Options::default(),
-    };
+    let policy = super::scheduler_options::load(args.scheduler_options.as_deref())?;
     let client = ferry_k8s::cluster::connect()
         .await
         .context("the operator needs a cluster: run it in a pod or set KUBECONFIG")?;

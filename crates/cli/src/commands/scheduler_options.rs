@@ -47,6 +47,21 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<ferry_sched::Options> {
     })
 }
 
+/// A control plane's switches: the defaults without a file, else the file's (`read`), logged
+/// with the ones that differ from the defaults.
+pub(crate) fn load(path: Option<&Path>) -> anyhow::Result<ferry_sched::Options> {
+    let Some(path) = path else {
+        return Ok(ferry_sched::Options::default());
+    };
+    let options = read(path)?;
+    tracing::info!(
+        file = %path.display(),
+        switches = %changed(&options),
+        "scheduler policy switches (others at their defaults)"
+    );
+    Ok(options)
+}
+
 /// The switches of `options` that differ from the defaults, as `name=value` (empty when none),
 /// for the line a control plane logs when it starts.
 pub(crate) fn changed(options: &ferry_sched::Options) -> String {

@@ -30,14 +30,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     if let Some(n) = args.gpus {
         config.gpus = GpuSetting::Virtual(n);
     }
-    if let Some(path) = &args.scheduler_options {
-        config.scheduler = super::scheduler_options::read(path)?;
-        tracing::info!(
-            file = %path.display(),
-            switches = %super::scheduler_options::changed(&config.scheduler),
-            "scheduler policy switches (others at their defaults)"
-        );
-    }
+    config.scheduler = super::scheduler_options::load(args.scheduler_options.as_deref())?;
     if let Some(path) = &args.priority_classes {
         config.priorities = super::scheduler_options::priority_classes(path)?;
         tracing::info!(
