@@ -65,12 +65,7 @@ fn queues() -> Vec<QueueSpec> {
 }
 
 fn priorities() -> Vec<PriorityClass> {
-    [("low", 0), ("normal", 10), ("high", 100)]
-        .map(|(n, v)| PriorityClass {
-            name: n.into(),
-            value: v,
-        })
-        .into()
+    PriorityClass::named(&[("low", 0), ("normal", 10), ("high", 100)])
 }
 
 fn workload(rng: &mut Rng, i: usize, now: u64) -> Workload {

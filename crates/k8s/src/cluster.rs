@@ -119,15 +119,22 @@ pub async fn scheduler_inputs(
 /// The priorities a TrainJob may name, on the cluster's own scale: Ferry's `low`, `normal`
 /// and `high` at the values of the `ferry-<name>` PriorityClasses its pods get, and every other
 /// PriorityClass of the cluster under its own name and value (what `spec.priority` names is
-/// what its pods' `priorityClassName` is). Kubernetes' `system-` classes are for system pods
-/// and are left out, as are Ferry's own `ferry-` classes (their names are the standard ones).
+/// what its pods' `priorityClassName` is), preempting unless its `preemptionPolicy` is
+/// `Never`. Kubernetes' `system-` classes are for system pods and are left out, as are Ferry's
+/// own `ferry-` classes (their names are the standard ones).
 pub fn priority_classes(cluster: &[PriorityClass]) -> Vec<ferry_sched::PriorityClass> {
     ferry_sched::PriorityClass::with_extra(
         ferry_sched::PriorityClass::named(&crate::options::PRIORITIES),
         cluster
             .iter()
-            .map(|c| (c.name_any(), c.value))
-            .filter(|(name, _)| !name.starts_with("system-") && !name.starts_with("ferry-"))
-            .map(|(name, value)| ferry_sched::PriorityClass { name, value }),
+            .filter(|c| {
+                let name = c.name_any();
+                !name.starts_with("system-") && !name.starts_with("ferry-")
+            })
+            .map(|c| ferry_sched::PriorityClass {
+                name: c.name_any(),
+                value: c.value,
+                preempting: c.preemption_policy.as_deref() != Some("Never"),
+            }),
     )
 }

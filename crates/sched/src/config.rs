@@ -138,6 +138,15 @@ pub struct PriorityClass {
     pub name: String,
     /// Higher runs first and may preempt lower within a queue.
     pub value: i32,
+    /// Whether its work preempts lower-priority work of its queue (Kubernetes'
+    /// `preemptionPolicy: PreemptLowerPriority`, the default); if not (`Never`), it only goes
+    /// first. Reclaims of lent quota are a queue's guarantee and do not depend on it.
+    #[serde(default = "preempting")]
+    pub preempting: bool,
+}
+
+fn preempting() -> bool {
+    true
 }
 
 /// The class a workload without a priority gets (its value; 0 when no class has this name).
@@ -150,26 +159,32 @@ impl PriorityClass {
         Self::named(&[("low", -100), (DEFAULT_PRIORITY, 0), ("high", 100)])
     }
 
-    /// Classes from `(name, value)` pairs.
+    /// Preempting classes from `(name, value)` pairs.
     pub fn named(pairs: &[(&str, i32)]) -> Vec<PriorityClass> {
         pairs
             .iter()
-            .map(|&(name, value)| PriorityClass {
-                name: name.into(),
-                value,
-            })
+            .map(|&(name, value)| PriorityClass::new(name, value))
             .collect()
     }
 
+    /// A class whose work may preempt lower-priority work.
+    pub fn new(name: &str, value: i32) -> PriorityClass {
+        PriorityClass {
+            name: name.into(),
+            value,
+            preempting: true,
+        }
+    }
+
     /// `base` with the cluster's own classes `extra` added; one of the same name replaces the
-    /// base class's value (so a cluster may rank `normal` among its classes).
+    /// base class (so a cluster may rank `normal` among its classes).
     pub fn with_extra(
         mut base: Vec<PriorityClass>,
         extra: impl IntoIterator<Item = PriorityClass>,
     ) -> Vec<PriorityClass> {
         for class in extra {
             match base.iter_mut().find(|c| c.name == class.name) {
-                Some(c) => c.value = class.value,
+                Some(c) => *c = class,
                 None => base.push(class),
             }
         }

@@ -291,13 +291,11 @@ fn fair_case() -> impl Strategy<Value = Case> {
     )
 }
 
+/// Three classes; `mid` goes before `low` but never preempts it (`preemptionPolicy: Never`).
 fn priorities() -> Vec<PriorityClass> {
-    [("low", 0), ("mid", 5), ("high", 10)]
-        .map(|(n, v)| PriorityClass {
-            name: n.into(),
-            value: v,
-        })
-        .into()
+    let mut classes = PriorityClass::named(&[("low", 0), ("mid", 5), ("high", 10)]);
+    classes[1].preempting = false;
+    classes
 }
 
 /// Drives the scheduler like a runtime would and checks every invariant along the way.

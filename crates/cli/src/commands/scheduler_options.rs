@@ -84,18 +84,36 @@ fn defaults() -> Map<String, Value> {
     }
 }
 
+/// One class of a `--priority-classes` file: a value, or `{value, preempting}`.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum ClassEntry {
+    Value(i32),
+    Full {
+        value: i32,
+        #[serde(default = "yes")]
+        preempting: bool,
+    },
+}
+
+fn yes() -> bool {
+    true
+}
+
 /// Ferry's `low`, `normal` and `high` with the classes of a YAML/JSON mapping `{production:
-/// 1000, batch: -50}` (name → value; higher runs first and may preempt lower in its queue; a
-/// standard name given there takes the new value), as Kubernetes' `PriorityClass`es are to a
-/// cluster.
+/// 1000, overnight: {value: 2000, preempting: false}}` (name → value; higher runs first and
+/// may preempt lower work in its queue unless `preempting: false`, Kubernetes'
+/// `preemptionPolicy: Never`; a standard name given there is replaced), as Kubernetes'
+/// `PriorityClass`es are to a cluster.
 pub(crate) fn priority_classes(path: &Path) -> anyhow::Result<Vec<ferry_sched::PriorityClass>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read priority classes file {}", path.display()))?;
-    let given: std::collections::BTreeMap<String, i32> = serde_saphyr::from_str(&text)
+    let given: std::collections::BTreeMap<String, ClassEntry> = serde_saphyr::from_str(&text)
         .with_context(|| {
             format!(
-                "priority classes file {}: expected a mapping of names to whole numbers, e.g. \
-                 {{production: 1000, batch: -50}}",
+                "priority classes file {}: expected a mapping of names to whole numbers or \
+                 {{value, preempting}}, e.g. {{production: 1000, overnight: {{value: 2000, \
+                 preempting: false}}}}",
                 path.display()
             )
         })?;
@@ -110,9 +128,16 @@ pub(crate) fn priority_classes(path: &Path) -> anyhow::Result<Vec<ferry_sched::P
     }
     Ok(ferry_sched::PriorityClass::with_extra(
         ferry_sched::PriorityClass::standard(),
-        given
-            .into_iter()
-            .map(|(name, value)| ferry_sched::PriorityClass { name, value }),
+        given.into_iter().map(|(name, entry)| {
+            let (value, preempting) = match entry {
+                ClassEntry::Value(value) => (value, true),
+                ClassEntry::Full { value, preempting } => (value, preempting),
+            };
+            ferry_sched::PriorityClass {
+                preempting,
+                ..ferry_sched::PriorityClass::new(&name, value)
+            }
+        }),
     ))
 }
 
@@ -122,7 +147,14 @@ pub(crate) fn describe_classes(classes: &[ferry_sched::PriorityClass]) -> String
     sorted.sort_by_key(|c| std::cmp::Reverse(c.value));
     sorted
         .iter()
-        .map(|c| format!("{}={}", c.name, c.value))
+        .map(|c| {
+            let never = if c.preempting {
+                ""
+            } else {
+                " (never preempts)"
+            };
+            format!("{}={}{never}", c.name, c.value)
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }

@@ -309,19 +309,29 @@ fn ferry_up_refuses(flag: &str, text: &str) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// A platform team's own priorities (`ferry up --priority-classes`) rank among Ferry's: a
-/// `production` job (1,000, above `high`) preempts a running `high` one, the preemption names
-/// both classes, and a job naming a class nobody defined is refused at apply with the classes
-/// that exist. A class name Ferry cannot use is refused when `ferry up` starts.
+/// A platform team's own priorities (`ferry up --priority-classes`) rank among Ferry's: an
+/// `overnight` job (2,000, `preempting: false`) waits for a running `high` one, a `production`
+/// job (1,000, above `high`) preempts it, the preemption names both classes, and a job naming a
+/// class nobody defined is refused at apply with the classes that exist. A class name Ferry
+/// cannot use is refused when `ferry up` starts.
 #[test]
 fn a_clusters_own_priority_classes_rank_among_the_standard_ones() {
     let plane = Plane::start_with(
         Some(4),
-        &[("--priority-classes", "production: 1000\nbatch: -500\n")],
+        &[(
+            "--priority-classes",
+            "production: 1000\nbatch: -500\novernight: {value: 2000, preempting: false}\n",
+        )],
     );
     plane.apply("big.yaml", &sleeper("big", "high", 4, 600));
     plane.wait_phase("big", "Running", LIMIT);
     wait_for_step(&plane, "big", 1);
+    // `overnight` outranks `high` but never preempts: it waits for the GPUs.
+    plane.apply("night.yaml", &sleeper("night", "overnight", 2, 600));
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(plane.job("night")["status"]["phase"], "Queued");
+    assert_eq!(plane.job("big")["status"]["phase"], "Running");
+    plane.ok(&["cancel", "job", "night"]);
     plane.apply("prod.yaml", &sleeper("prod", "production", 2, 600));
     plane.wait_phase("prod", "Running", LIMIT);
     let events = plane.events("big");

@@ -458,13 +458,20 @@ fn bad_queue_references_are_never_admissible_and_name_the_fix() {
 /// A TrainJob may name any PriorityClass of the cluster (its pods get that class): Ferry's
 /// scheduler ranks it by the class's value among Ferry's own, so `production` (50,000, between
 /// `ferry-normal` and `ferry-high`) preempts a job that names no priority (`normal`), a `low`
-/// one does not, and a class the cluster lacks is refused with the names it has.
+/// one does not, nor does one of a higher class with `preemptionPolicy: Never`, and a class the
+/// cluster lacks is refused with the names it has.
 #[test]
 fn a_cluster_priority_class_ranks_a_job_by_its_value() {
-    let production: k8s_openapi::api::scheduling::v1::PriorityClass =
-        serde_json::from_value(json!({"metadata": {"name": "production"}, "value": 50_000}))
-            .unwrap();
-    let (admission, _rx) = admission_in(Options::default(), &[production]);
+    let class = |v: Value| -> k8s_openapi::api::scheduling::v1::PriorityClass {
+        serde_json::from_value(v).unwrap()
+    };
+    let classes = [
+        class(json!({"metadata": {"name": "production"}, "value": 50_000})),
+        class(
+            json!({"metadata": {"name": "overnight"}, "value": 60_000, "preemptionPolicy": "Never"}),
+        ),
+    ];
+    let (admission, _rx) = admission_in(Options::default(), &classes);
     let mut plain = resource("plain", "low", None);
     plain.spec.priority = None;
     let Admit::Run(placement) = admission.decide(&plain, &Gang::Absent) else {
@@ -476,6 +483,10 @@ fn a_cluster_priority_class_ranks_a_job_by_its_value() {
     };
     assert!(matches!(
         admission.decide(&resource("batch", "low", None), &Gang::Absent),
+        Admit::Wait(_)
+    ));
+    assert!(matches!(
+        admission.decide(&resource("night", "overnight", None), &Gang::Absent),
         Admit::Wait(_)
     ));
     assert!(matches!(

@@ -39,7 +39,10 @@ impl Scheduler {
     ) -> Result<Scheduler> {
         let mut prio = HashMap::new();
         for (i, p) in priorities.iter().enumerate() {
-            if prio.insert(p.name.clone(), p.value).is_some() {
+            if prio
+                .insert(p.name.clone(), (p.value, p.preempting))
+                .is_some()
+            {
                 return Err(cfg_err(
                     format!("priorities[{i}].name"),
                     format!("priority class `{}` is defined twice", p.name),

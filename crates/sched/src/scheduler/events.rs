@@ -30,9 +30,13 @@ impl Scheduler {
                 format!("create the queue or use one of: {}", known.join(", ")),
             ));
         };
-        let prio = match &w.priority {
+        let (prio, preempts) = match &w.priority {
             // Unnamed is `normal`, whatever value the cluster gives that class.
-            None => self.prio.get(DEFAULT_PRIORITY).copied().unwrap_or(0),
+            None => self
+                .prio
+                .get(DEFAULT_PRIORITY)
+                .copied()
+                .unwrap_or((0, true)),
             Some(p) => match self.prio.get(p) {
                 Some(v) => *v,
                 None => {
@@ -128,6 +132,7 @@ impl Scheduler {
             id: w.id.clone(),
             queue: q,
             prio,
+            preempts,
             created: w.created_at,
             order: 0,
             seq: self.seq,

@@ -31,6 +31,8 @@ struct Job {
     id: String,
     queue: u32,
     prio: i32,
+    /// Its class preempts lower-priority work of its queue (`PriorityClass::preempting`).
+    preempts: bool,
     created: Time,
     /// Sort key within its priority (see `order_of`).
     order: u64,
@@ -148,7 +150,8 @@ pub struct QueueUsage {
 #[derive(Debug, Clone)]
 pub struct Scheduler {
     opts: Options,
-    prio: HashMap<String, i32>,
+    /// Each priority class's value, and whether its work preempts lower-priority work.
+    prio: HashMap<String, (i32, bool)>,
     pools: Vec<Pool>,
     pool_idx: HashMap<String, u16>,
     queues: Vec<QueueState>,

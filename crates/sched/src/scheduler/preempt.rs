@@ -68,8 +68,10 @@ impl Scheduler {
         if loans_only {
             cands.extend(self.loans[f].iter().map(|&v| (v, Kind::Loan)));
         } else {
-            for &(_, v) in qs.running.range(..(prio, 0)) {
-                cands.push((v, Kind::Priority));
+            if job.preempts {
+                for &(_, v) in qs.running.range(..(prio, 0)) {
+                    cands.push((v, Kind::Priority));
+                }
             }
             let within_nominal = qs.quota[f].is_some_and(|qq| qs.usage[f] + r <= qq.nominal);
             // Fair sharing: a queue below its nominal quota whose head would take it over may

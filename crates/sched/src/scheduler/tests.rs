@@ -272,16 +272,7 @@ fn a_cut_time_limit_resorts_a_pending_job() {
 }
 
 fn prios() -> Vec<PriorityClass> {
-    vec![
-        PriorityClass {
-            name: "low".into(),
-            value: 0,
-        },
-        PriorityClass {
-            name: "high".into(),
-            value: 10,
-        },
-    ]
+    PriorityClass::named(&[("low", 0), ("high", 10)])
 }
 
 fn with_prio(mut w: Workload, p: &str) -> Workload {
@@ -330,6 +321,31 @@ fn cluster_priority_classes_rank_among_the_standard_ones() {
             }
         )]
     );
+}
+
+/// A class that does not preempt (Kubernetes' `preemptionPolicy: Never`) only goes first: its
+/// job waits for the running `normal` one instead of preempting it, then starts ahead of an
+/// older `normal` job.
+#[test]
+fn a_non_preempting_class_goes_first_without_preempting() {
+    let batch = PriorityClass {
+        preempting: false,
+        ..PriorityClass::new("urgent-batch", 1_000)
+    };
+    let mut s = Scheduler::new(
+        Cluster::uniform(1, 4, "gpu"),
+        vec![queue("a", None, 4)],
+        PriorityClass::with_extra(PriorityClass::standard(), [batch]),
+    )
+    .unwrap();
+    s.submit(wl("plain", "a", 1, 4, 0, None)).unwrap();
+    assert_eq!(admitted(&s.cycle(0)), vec!["plain"]);
+    s.submit(wl("older", "a", 1, 4, 10, None)).unwrap();
+    s.submit(with_prio(wl("batch", "a", 1, 4, 20, None), "urgent-batch"))
+        .unwrap();
+    assert!(s.cycle(20).is_empty(), "a non-preempting class waits");
+    s.finished("plain").unwrap();
+    assert_eq!(admitted(&s.cycle(30)), vec!["batch"]);
 }
 
 #[test]
