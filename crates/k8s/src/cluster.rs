@@ -125,16 +125,15 @@ pub async fn scheduler_inputs(
 pub fn priority_classes(cluster: &[PriorityClass]) -> Vec<ferry_sched::PriorityClass> {
     ferry_sched::PriorityClass::with_extra(
         ferry_sched::PriorityClass::named(&crate::options::PRIORITIES),
-        cluster
-            .iter()
-            .filter(|c| {
-                let name = c.name_any();
-                !name.starts_with("system-") && !name.starts_with("ferry-")
+        cluster.iter().filter_map(|c| {
+            let name = c.name_any();
+            (!name.starts_with("system-") && !name.starts_with("ferry-")).then(|| {
+                ferry_sched::PriorityClass {
+                    name,
+                    value: c.value,
+                    preempting: c.preemption_policy.as_deref() != Some("Never"),
+                }
             })
-            .map(|c| ferry_sched::PriorityClass {
-                name: c.name_any(),
-                value: c.value,
-                preempting: c.preemption_policy.as_deref() != Some("Never"),
-            }),
+        }),
     )
 }

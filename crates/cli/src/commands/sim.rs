@@ -128,12 +128,39 @@ const MAX_LOAD: f64 = 1000.0;
 fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> anyhow::Result<T> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read {what} file {}", path.display()))?;
-    serde_saphyr::from_str(&text).with_context(|| {
+    parse_yaml(&text, path, what)
+}
+
+/// `text`, read from the `what` file `path`, as YAML.
+fn parse_yaml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    path: &Path,
+    what: &str,
+) -> anyhow::Result<T> {
+    serde_saphyr::from_str(text).with_context(|| {
         format!(
             "{what} file {} is not valid: see `ferry sim --help` for its fields",
             path.display()
         )
     })
+}
+
+/// The simulator calls the trace `<trace>` in its errors; the user knows it by its path.
+fn in_file(e: ferry_sched::SchedError, path: &Path) -> ferry_sched::SchedError {
+    match e {
+        ferry_sched::SchedError::Trace {
+            file,
+            line,
+            problem,
+            fix,
+        } if file == "<trace>" => ferry_sched::SchedError::Trace {
+            file: path.display().to_string(),
+            line,
+            problem,
+            fix,
+        },
+        e => e,
+    }
 }
 
 /// Queues from `--queues FILE`: Ferry `Queue` documents (what `ferry apply` takes; a queue
@@ -146,7 +173,7 @@ fn queues_file(
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read queues file {}", path.display()))?;
     if !text.contains("kind:") {
-        return read_yaml(path, "queues");
+        return parse_yaml(&text, path, "queues");
     }
     let file = path.display().to_string();
     let mut queues = Vec::new();
@@ -184,7 +211,6 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         None if !args.quota.is_empty() => quota_queues(&given, &args.quota)?,
         None => ferry_sched::default_queues(&given, &cluster),
     };
-    ferry_sched::check_replayable(&given, &cluster, &queues, &trace_path.display().to_string())?;
     let trace = match args.load {
         None => given,
         Some(f) if f.is_finite() && f > 0.0 && f <= MAX_LOAD => ferry_sched::with_load(&given, f),
@@ -211,9 +237,10 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             }
             options.reclaim_through_reservation |= args.reclaim_through_reservation;
         }
-        reports.push(ferry_sched::simulate_knowing(
-            &trace, &cluster, &queues, policy, options, knowledge,
-        )?);
+        reports.push(
+            ferry_sched::simulate_knowing(&trace, &cluster, &queues, policy, options, knowledge)
+                .map_err(|e| in_file(e, trace_path))?,
+        );
     }
     if let Some(svg) = &args.svg {
         std::fs::write(svg, ferry_sched::render_svg(&reports, cluster.total_gpus()))

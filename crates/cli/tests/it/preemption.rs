@@ -26,6 +26,17 @@ spec:
     )
 }
 
+/// `ferry apply` of `text` (written to `file`) must fail, saying each of `needles`.
+fn refused(plane: &Plane, file: &str, text: &str, needles: &[&str]) {
+    let path = plane.write(file, text);
+    let out = plane.ferry(&["apply", "-f", &path]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{file} was accepted");
+    for n in needles {
+        assert!(err.contains(n), "{file}: no {n:?} in {err}");
+    }
+}
+
 /// Position of the first event matching `pred`, with a readable failure.
 fn find(events: &[Value], what: &str, pred: impl Fn(&Value) -> bool) -> usize {
     events
@@ -167,21 +178,14 @@ fn a_high_priority_job_preempts_a_low_one_which_resumes_from_its_checkpoint() {
 #[test]
 fn queue_and_priority_mistakes_are_refused_at_apply() {
     let plane = Plane::start(Some(4));
-    let refuse = |file: &str, text: &str, needles: &[&str]| {
-        let path = plane.write(file, text);
-        let out = plane.ferry(&["apply", "-f", &path]);
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(!out.status.success(), "{file} was accepted");
-        for n in needles {
-            assert!(err.contains(n), "{file}: no {n:?} in {err}");
-        }
-    };
-    refuse(
+    refused(
+        &plane,
         "missing-queue.yaml",
         &sleeper("lost", "normal", 1, 1).replace("  priority:", "  queue: research\n  priority:"),
         &["spec.queue", "queue `research` does not exist", "default"],
     );
-    refuse(
+    refused(
+        &plane,
         "bad-priority.yaml",
         &sleeper("vip", "urgent", 1, 1),
         &["spec.priority", "`urgent`", "low, normal, high"],
@@ -191,12 +195,14 @@ fn queue_and_priority_mistakes_are_refused_at_apply() {
             "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: {name}}}\nspec: {{cohort: {cohort}, quotas: [{{flavor: any, nominal: {nominal}, borrowingLimit: {borrow}}}]}}\n"
         )
     };
-    refuse(
+    refused(
+        &plane,
         "lonely.yaml",
         &team("a", "c1", 2, 1),
         &["spec.cohort", "cohort `c1`"],
     );
-    refuse(
+    refused(
+        &plane,
         "greedy.yaml",
         &format!("{}---\n{}", team("a", "c1", 2, 9), team("b", "c1", 2, 0)),
         &["spec.quotas[0].borrowingLimit", "queue `a`"],
@@ -208,7 +214,12 @@ fn queue_and_priority_mistakes_are_refused_at_apply() {
         team("b", "c1", 1, 0),
         sleeper("big", "normal", 3, 1).replace("  priority:", "  queue: a\n  priority:")
     );
-    refuse("too-big.yaml", &both, &["spec.resources", "at most 2"]);
+    refused(
+        &plane,
+        "too-big.yaml",
+        &both,
+        &["spec.resources", "at most 2"],
+    );
     assert_eq!(plane.ok(&["get", "jobs", "-o", "json"]).trim(), "[]");
     assert!(
         !plane.ok(&["get", "queues"]).contains("c1"),
@@ -341,15 +352,11 @@ fn a_clusters_own_priority_classes_rank_among_the_standard_ones() {
         "{}",
         events[preempted]
     );
-    let odd = plane.write("odd.yaml", &sleeper("odd", "critical", 1, 1));
-    let out = plane.ferry(&["apply", "-f", &odd]);
-    let refused = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success()
-            && refused.contains("spec.priority")
-            && refused.contains("`critical` does not exist")
-            && refused.contains("production"),
-        "{refused}"
+    refused(
+        &plane,
+        "odd.yaml",
+        &sleeper("odd", "critical", 1, 1),
+        &["spec.priority", "`critical` does not exist", "production"],
     );
     plane.ok(&["cancel", "job", "prod"]);
     plane.ok(&["cancel", "job", "big"]);

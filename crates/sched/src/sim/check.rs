@@ -126,14 +126,23 @@ mod tests {
         parse_trace(&format!("{HEADER}{rows}"), "t.csv").unwrap()
     }
 
+    /// The message `check_replayable` refuses `t` with.
+    fn refusal(t: &[TraceJob], cluster: &Cluster, queues: &[QueueSpec]) -> String {
+        check_replayable(t, cluster, queues, "t.csv")
+            .unwrap_err()
+            .to_string()
+    }
+
+    /// The message refusing `t` on `gpus` GPUs with default quotas.
+    fn refusal_on(t: &[TraceJob], gpus: u32) -> String {
+        let cluster = cluster_with_gpus(gpus);
+        refusal(t, &cluster, &default_queues(t, &cluster))
+    }
+
     #[test]
     fn a_job_larger_than_the_cluster_is_named_with_its_count_and_the_fix() {
         let t = trace("a1,0,60,8,1,a,\nbig,5,60,128,16,b,\nbig2,9,60,128,16,b,\nb1,9,60,64,8,b,\n");
-        let cluster = cluster_with_gpus(64);
-        let queues = default_queues(&t, &cluster);
-        let msg = check_replayable(&t, &cluster, &queues, "t.csv")
-            .unwrap_err()
-            .to_string();
+        let msg = refusal_on(&t, 64);
         assert!(msg.starts_with("trace `t.csv`"), "{msg}");
         assert!(msg.contains("2 of its 4 jobs"), "{msg}");
         assert!(
@@ -149,11 +158,7 @@ mod tests {
     #[test]
     fn a_pod_larger_than_every_node_asks_for_larger_nodes() {
         let t = trace("a1,0,60,8,1,a,\nwide,5,60,16,1,a,\n");
-        let cluster = cluster_with_gpus(64);
-        let queues = default_queues(&t, &cluster);
-        let msg = check_replayable(&t, &cluster, &queues, "t.csv")
-            .unwrap_err()
-            .to_string();
+        let msg = refusal_on(&t, 64);
         assert!(msg.contains("1 of its 2 jobs"), "{msg}");
         assert!(msg.contains("job `wide`"), "{msg}");
         assert!(msg.contains("nodes of at least 16 GPUs"), "{msg}");
@@ -164,18 +169,14 @@ mod tests {
         let t = trace("a1,0,60,8,1,a,\nb1,5,60,8,1,b,\n");
         let cluster = cluster_with_gpus(16);
         let only_a = vec![QueueSpec::any_flavor("a", None, 16)];
-        let msg = check_replayable(&t, &cluster, &only_a, "t.csv")
-            .unwrap_err()
-            .to_string();
+        let msg = refusal(&t, &cluster, &only_a);
         assert!(msg.contains("job `b1`: team `b` has no queue"), "{msg}");
         // Team b may use 4 GPUs and borrow nothing (no cohort): its 8-GPU job never starts.
         let queues = vec![
             QueueSpec::any_flavor("a", None, 12),
             QueueSpec::any_flavor("b", None, 4),
         ];
-        let msg = check_replayable(&t, &cluster, &queues, "t.csv")
-            .unwrap_err()
-            .to_string();
+        let msg = refusal(&t, &cluster, &queues);
         assert!(
             msg.contains("1 of its 2 jobs") && msg.contains("job `b1`"),
             "{msg}"
