@@ -51,6 +51,9 @@ struct Verdict {
     jct_easy: bool,
     util_fifo: bool,
     util_easy: bool,
+    /// Ferry ends at the shortest makespan any policy could reach (`SimReport::bound`): its
+    /// utilization is the ceiling, which a peer can at most tie.
+    util_ceiling: bool,
     /// `None`: no all-saturated window long enough to judge.
     fair: Option<bool>,
     /// The same check for EASY backfill (for context: whether the band is held at all).
@@ -158,6 +161,10 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
         jct_easy: f.mean_jct_s < easy.mean_jct_s,
         util_fifo: f.utilization > fifo.utilization,
         util_easy: f.utilization > easy.utilization,
+        util_ceiling: f
+            .bound
+            .as_ref()
+            .is_some_and(|b| f.makespan_s <= b.makespan_s),
         fair,
         fair_easy,
         kept: [&f, fifo, easy].map(|r| {
@@ -196,7 +203,7 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
         })
         .collect();
     let line = format!(
-        "{:<36} jct {:>8.0} {:>8.0} {:>8.0} util {:.3} {:.3} {:.3} pre {:>4} lost {:>6.1} sat {:>7} kept {:.3} {:.3} {:.3} {}{}{}{} {} [{}]",
+        "{:<36} jct {:>8.0} {:>8.0} {:>8.0} util {:.3} {:.3} {:.3} ceil {:.3} pre {:>4} lost {:>6.1} sat {:>7} kept {:.3} {:.3} {:.3} {}{}{}{}{} {} [{}]",
         case.name,
         f.mean_jct_s,
         fifo.mean_jct_s,
@@ -204,6 +211,7 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
         f.utilization,
         fifo.utilization,
         easy.utilization,
+        f.bound.as_ref().map_or(f64::NAN, |b| b.utilization),
         f.preemptions,
         f.lost_gpu_hours,
         f.saturated_s,
@@ -214,6 +222,7 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
         if v.jct_easy { "" } else { "JCT<EASY-LOSE " },
         if v.util_fifo { "" } else { "U>FIFO-LOSE " },
         if v.util_easy { "" } else { "U>EASY-LOSE " },
+        if v.util_ceiling { "U@CEILING " } else { "" },
         match v.fair {
             Some(true) => "fair-ok",
             Some(false) => "FAIR-OUT",
@@ -556,7 +565,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let _ = c;
     }
     println!(
-        "{:<10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>14} {:>20} {:>8}",
+        "{:<10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>14} {:>20} {:>8} {:>12}",
         "set",
         "traces",
         "JCT<FIFO",
@@ -565,7 +574,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "U>EASY",
         "fair ok/OUT/na",
         "EASY fair ok/OUT/na",
-        "all five"
+        "all five",
+        "U@ceiling"
     );
     for &g in &groups {
         let vs: Vec<Verdict> = cases
@@ -577,7 +587,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let n = vs.len();
         let count = |f: &dyn Fn(&Verdict) -> bool| vs.iter().filter(|v| f(v)).count();
         println!(
-            "{g:<10} {n:>6} {:>10} {:>10} {:>10} {:>10} {:>6}/{}/{} {:>14}/{}/{} {:>8}",
+            "{g:<10} {n:>6} {:>10} {:>10} {:>10} {:>10} {:>6}/{}/{} {:>14}/{}/{} {:>8} {:>12}",
             count(&|v| v.jct_fifo),
             count(&|v| v.jct_easy),
             count(&|v| v.util_fifo),
@@ -594,6 +604,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 && v.util_fifo
                 && v.util_easy
                 && v.fair == Some(true)),
+            // Utilization comparisons not won although Ferry ends at the shortest possible
+            // makespan: the trace's tail, not the policy, sets them.
+            count(&|v| v.util_ceiling && !(v.util_fifo && v.util_easy)),
         );
     }
     // The lowest team's share of the GPU-time owed within its nominal quota that it got, over

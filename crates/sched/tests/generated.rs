@@ -123,6 +123,11 @@ fn against_fifo_and_easy(
                 };
                 let (f, fifo, easy, table) = compare(&spec, ferry, know);
                 runs += 1;
+                // No policy ends before the shortest makespan the trace allows.
+                for r in [&f, &fifo, &easy] {
+                    let bound = r.bound.as_ref().expect("every report has the bound");
+                    assert!(r.makespan_s >= bound.makespan_s, "{}: {table}", r.policy);
+                }
                 let line = format!(
                     "seed {seed} {mix:?} load {load}: mean JCT ferry {:.0} fifo {:.0} easy {:.0}; \
                      utilization ferry {:.3} fifo {:.3} easy {:.3}",

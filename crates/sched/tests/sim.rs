@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use ferry_sched::{
-    Cluster, Estimates, FlavorQuota, Knowledge, Policy, QueueSpec, SchedError, SimReport, TraceJob,
-    cluster_with_gpus, default_cluster, default_queues, parse_trace, read_trace, render_jobs_csv,
-    render_svg, render_table, simulate, simulate_knowing, with_load,
+    Cluster, Estimates, FlavorQuota, Knowledge, MakespanLimit, Policy, QueueSpec, SchedError,
+    SimReport, TraceJob, cluster_with_gpus, default_cluster, default_queues, parse_trace,
+    read_trace, render_jobs_csv, render_svg, render_table, simulate, simulate_knowing, with_load,
 };
 
 /// A queue of `nominal` GPUs of flavor `gpu` in the cohort `all`.
@@ -125,6 +125,45 @@ fn ferry_beats_fifo_and_easy_backfill_on_the_helios_trace() {
         "{vs_easy}"
     );
     assert!(jct < 1.0, "{vs_easy}");
+}
+
+/// The utilization ceiling `ferry sim` prints: on the unseen window's default cluster every
+/// policy ends exactly when its longest late job must (job 802232, 312,087 s from its submit),
+/// so their utilizations tie at the ceiling and none can be higher; on the shared trace no
+/// policy ends before the ceiling's makespan.
+#[test]
+fn the_utilization_ceiling_is_never_beaten_and_names_what_sets_it() {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/helios_venus_2vc_2020-09b.csv");
+    let unseen = read_trace(&path).expect("unseen window reads");
+    let cluster = default_cluster(&unseen);
+    let (reports, table) = every_policy(&unseen, &cluster, &default_queues(&unseen, &cluster));
+    let bound = reports[0]
+        .bound
+        .clone()
+        .expect("the report carries the bound");
+    assert!(
+        matches!(&bound.limit, MakespanLimit::LastJob { job_id, duration_s: 312_087, .. } if job_id == "802232"),
+        "{table}"
+    );
+    for r in &reports {
+        assert_eq!(r.bound.as_ref(), Some(&bound), "the same for every policy");
+        assert_eq!(r.makespan_s, bound.makespan_s, "{}: {table}", r.policy);
+        assert!((r.utilization - bound.utilization).abs() < 1e-12, "{table}");
+    }
+    assert!(
+        table.contains(&format!("utilization ceiling: {}", bound.describe()))
+            && bound.describe().contains("job `802232`"),
+        "{table}"
+    );
+    let trace = read_trace(&fixture()).expect("fixture trace reads");
+    let cluster = default_cluster(&trace);
+    let (reports, table) = every_policy(&trace, &cluster, &default_queues(&trace, &cluster));
+    for r in &reports {
+        let b = r.bound.as_ref().expect("bound");
+        assert!(r.makespan_s >= b.makespan_s, "{}: {table}", r.policy);
+        assert!(r.utilization <= b.utilization + 1e-12, "{table}");
+    }
 }
 
 /// Bar 2 on a real window no policy decision has seen (`tests/data/README.md`: the second half

@@ -63,6 +63,14 @@ fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
             r["team_share"].as_object().is_some_and(|t| t.len() == 2),
             "{r}"
         );
+        // The ceiling no policy can beat on this trace and cluster, with its reason.
+        let bound = &r["bound"];
+        assert!(
+            bound["makespan_s"].as_u64() <= r["makespan_s"].as_u64()
+                && bound["utilization"].as_f64() >= r["utilization"].as_f64()
+                && bound["limit"]["kind"].is_string(),
+            "{r}"
+        );
     }
     let metric = |policy: usize, field: &str| reports[policy][field].as_f64().unwrap();
     // Bar 2 on the shared trace, as printed: Ferry beats FIFO and EASY backfill.
@@ -82,6 +90,11 @@ fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
         "{text}"
     );
     assert!(text.contains("easy-backfill"), "{text}");
+    assert!(
+        text.contains("utilization ceiling: no policy can end before ")
+            && text.contains("  of the shortest possible"),
+        "{text}"
+    );
     // Ferry serves both teams so fast that they are saturated together for minutes only: the
     // table says so and how to judge shares under contention.
     let saturated: u64 = text

@@ -1,6 +1,7 @@
 //! Trace simulator: replays a job trace in virtual time through the same `Scheduler`,
 //! under Ferry's policy and under baselines built from the same code (FIFO, EASY backfill).
 
+mod bound;
 mod check;
 mod estimate;
 mod generate;
@@ -9,6 +10,7 @@ mod render;
 mod setup;
 mod trace;
 
+pub use bound::{MakespanBound, MakespanLimit, makespan_bound};
 pub use check::check_replayable;
 pub use estimate::{Estimates, Knowledge};
 pub use generate::{GenSpec, SizeMix, generated_trace};
@@ -210,6 +212,10 @@ pub struct SimReport {
     pub knowledge: Knowledge,
     /// First submit to last completion, seconds.
     pub makespan_s: u64,
+    /// The makespan no policy can beat on this trace and cluster (the same for every
+    /// policy): `utilization` can be at most its `utilization`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<MakespanBound>,
     /// Busy GPUs over time: (time, busy GPUs) at each change.
     pub timeline: Vec<(Time, u64)>,
     /// What happened to each job, in trace order (`ferry sim --jobs`; not in the JSON report,
@@ -856,6 +862,7 @@ pub fn simulate_knowing(
         saturated_s: fair.saturated_s,
         knowledge,
         makespan_s: makespan,
+        bound: Some(makespan_bound(trace, cluster.total_gpus())),
         timeline,
         team_mean_jct_s: per_team
             .into_iter()

@@ -80,6 +80,11 @@ pub fn render_table(reports: &[SimReport]) -> String {
         format!("{:.1}", r.lost_gpu_hours)
     });
     row(&mut s, "makespan (s)", &|r| r.makespan_s.to_string());
+    row(&mut s, "  of the shortest possible", &|r| {
+        r.bound.as_ref().map_or("-".into(), |b| {
+            format!("{:.3}x", r.makespan_s as f64 / b.makespan_s.max(1) as f64)
+        })
+    });
     row(&mut s, "all-saturated time (s)", &|r| {
         r.saturated_s.to_string()
     });
@@ -152,6 +157,9 @@ pub fn render_table(reports: &[SimReport]) -> String {
         for cause in causes {
             let _ = writeln!(s, "  {}: {}", cause.name(), cause.explain());
         }
+    }
+    if let Some(b) = reports.first().and_then(|r| r.bound.as_ref()) {
+        let _ = writeln!(s, "utilization ceiling: {}", b.describe());
     }
     if let [first, peers @ ..] = reports
         && !peers.is_empty()
