@@ -10,6 +10,7 @@
 //! Jobs that need no GPU bypass the scheduler.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 use std::path::Path;
 
 use ferry_runtime::Inventory;
@@ -867,6 +868,8 @@ async fn note_waiting(
         .map(|j| j.gpus.iter().flatten().count())
         .sum();
     let free = total.saturating_sub(held);
+    let starts = adm.sched.expected_starts();
+    let names: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.uid.as_str(), j)).collect();
     for job in active {
         if adm.tracked.get(&job.uid) != Some(&Tracked::Pending) || job.phase != JobPhase::Queued {
             continue;
@@ -881,7 +884,8 @@ async fn note_waiting(
             .sched
             .quota_limits(&w.queue, &local_flavor(plane.inventory()))
             .map_or(0, |(_, max)| max);
-        let reason = if (free as u64) < need {
+        let first = starts.iter().find(|e| e.id == job.uid);
+        let mut reason = if (free as u64) < need {
             format!("needs {need} GPU(s); {free} of {total} free")
         } else if used + need > limit {
             format!(
@@ -891,7 +895,26 @@ async fn note_waiting(
         } else {
             format!("needs {need} GPU(s); held back for work ahead of it in the queue order")
         };
-        if plane.set_waiting(&job.uid, &reason) {
+        match first {
+            Some(e) if e.at.is_some() => reason.push_str(
+                "; first in line: it starts when the running work in its way ends \
+                 (status.estimatedStartTime)",
+            ),
+            Some(_) => reason.push_str(
+                "; first in line, but some running work in its way has no time limit, so \
+                 when it starts is unknown",
+            ),
+            None => {
+                if let Some(ahead) = starts.first().and_then(|e| names.get(e.id.as_str())) {
+                    let _ = write!(
+                        reason,
+                        "; first in line: {}/{}",
+                        ahead.namespace, ahead.name
+                    );
+                }
+            }
+        }
+        if plane.set_waiting(&job.uid, &reason, first.and_then(|e| e.at)) {
             plane.store().note(&job.uid, "Waiting", &reason).await?;
         }
     }

@@ -42,11 +42,20 @@ struct Inner {
     inventory: Inventory,
     wake: Notify,
     live: Mutex<HashMap<String, LiveGang>>,
-    waiting: Mutex<HashMap<String, String>>,
+    waiting: Mutex<HashMap<String, Waiting>>,
     deployments: Mutex<Deployments>,
     gateway: std::sync::OnceLock<GatewayLink>,
     queue_usage: Mutex<Vec<ferry_sched::QueueUsage>>,
     exports: Mutex<HashMap<String, ExportState>>,
+}
+
+/// Why a queued job waits, and when it is expected to start, as of the last scheduling cycle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Waiting {
+    /// The reason, as its `Waiting` event says it.
+    pub(crate) reason: String,
+    /// Unix seconds, for the job first in line for its GPUs whose way clears at known times.
+    pub(crate) expected_start: Option<u64>,
 }
 
 /// An export running beside the reconcile loop, or its outcome waiting to be recorded.
@@ -197,9 +206,21 @@ impl ControlPlane {
 
     /// Records why a queued job is waiting; returns true when the reason changed
     /// (so the caller writes one event per change, not one per tick).
-    pub(crate) fn set_waiting(&self, uid: &str, reason: &str) -> bool {
+    pub(crate) fn set_waiting(&self, uid: &str, reason: &str, expected_start: Option<u64>) -> bool {
         let mut waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        waiting.insert(uid.to_owned(), reason.to_owned()).as_deref() != Some(reason)
+        let now = Waiting {
+            reason: reason.to_owned(),
+            expected_start,
+        };
+        waiting
+            .insert(uid.to_owned(), now)
+            .is_none_or(|before| before.reason != reason)
+    }
+
+    /// Why a queued job waits, as of the last scheduling cycle.
+    pub(crate) fn waiting(&self, uid: &str) -> Option<Waiting> {
+        let waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.get(uid).cloned()
     }
 
     /// What each queue holds, as of the last scheduling cycle (for `ferry get queues`).

@@ -513,6 +513,11 @@ pub struct TrainJobStatus {
     /// its metrics lines show (absent until that pace is known, and once it stops running).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_completion_time: Option<String>,
+    /// RFC 3339 time a queued job first in line for its GPUs is expected to start: when the
+    /// running work in its way ends, by those jobs' time limits or measured pace (absent for
+    /// a job behind another, or while some of that work has no expected end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_start_time: Option<String>,
     /// Seconds its runs have been running, the ended ones and the current one: what
     /// `spec.maxTotalRuntimeSeconds` counts (shown for jobs with that budget).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -78,6 +78,7 @@ impl JobRecord {
             resumed_from: self.resumed_from.clone(),
             progress: None,
             estimated_completion_time: None,
+            estimated_start_time: None,
             run_seconds: None,
         }
     }

@@ -92,7 +92,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
         }
         if wide {
             header.extend([
-                "ENGINE", "RANKS", "ATTEMPT", "STEP", "LOSS", "LEFT", "MESSAGE",
+                "ENGINE", "RANKS", "ATTEMPT", "STEP", "LOSS", "STARTS", "LEFT", "MESSAGE",
             ]);
         }
         let mut t = Table::new(&header);
@@ -121,6 +121,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     cell(&status["attempt"]),
                     cell(&status["progress"]["step"]),
                     cell(&status["progress"]["loss"]),
+                    time_left(status["estimatedStartTime"].as_str()),
                     time_left(status["estimatedCompletionTime"].as_str()),
                     cell(&status["message"]),
                 ]);
@@ -305,6 +306,15 @@ pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()>
             format!(
                 "{} s of {budget} s (spec.maxTotalRuntimeSeconds, all runs together)",
                 cell(&s["runSeconds"])
+            ),
+        );
+    }
+    if let Some(at) = s["estimatedStartTime"].as_str() {
+        field(
+            "Expected start",
+            format!(
+                "{at} (in {}, when the running work in its way ends)",
+                time_left(Some(at))
             ),
         );
     }

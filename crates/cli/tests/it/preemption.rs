@@ -526,3 +526,68 @@ fn a_requeued_job_is_planned_with_what_is_left_of_its_budget_after_a_restart() {
         "the gang started when `budgeted` ended, not after `short`"
     );
 }
+
+/// Polls `name` until `pred` holds of its JSON, failing after `LIMIT`; returns it.
+fn wait_job(plane: &Plane, name: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let job = plane.job(name);
+        if pred(&job) {
+            return job;
+        }
+        assert!(Instant::now() < deadline, "{name}: no {what}: {job:#}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn expected_start(job: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
+    job["status"]["estimatedStartTime"]
+        .as_str()
+        .map(|t| t.parse().expect("RFC 3339"))
+}
+
+/// A queued gang first in line for its GPUs is told when it starts (`status.estimatedStartTime`,
+/// `ferry describe job`): when the running job in its way reaches its time limit, moved when
+/// that limit changes; a job queued behind it is told whom it waits for; the estimate goes
+/// once the gang runs.
+#[test]
+fn the_job_first_in_line_is_told_when_it_starts() {
+    let plane = Plane::start(Some(2));
+    plane.apply("first.yaml", &limited_sleeper("first", 1, 300, Some(600)));
+    plane.wait_phase("first", "Running", LIMIT);
+    let events = plane.events("first");
+    let admitted = at(
+        &events,
+        find(&events, "Admitted", |e| e["to"] == "Admitted"),
+    );
+    plane.apply("gang.yaml", &limited_sleeper("gang", 2, 2, Some(60)));
+    let gang = wait_job(&plane, "gang", "expected start", |j| {
+        expected_start(j).is_some()
+    });
+    let off = |job: &Value, limit: i64| {
+        (expected_start(job).expect("expected start") - admitted).num_seconds() - limit
+    };
+    assert!(off(&gang, 600).abs() <= 2, "{gang:#}");
+    assert!(
+        message(&gang["status"]).contains("first in line: it starts when the running work"),
+        "{gang:#}"
+    );
+    let described = plane.ok(&["describe", "job", "gang"]);
+    assert!(described.contains("Expected start"), "{described}");
+    // A shorter limit for the running job brings the start forward.
+    plane.apply("first.yaml", &limited_sleeper("first", 1, 300, Some(200)));
+    let gang = wait_job(&plane, "gang", "an earlier start", |j| {
+        expected_start(j).is_some_and(|t| (t - admitted).num_seconds() < 400)
+    });
+    assert!(off(&gang, 200).abs() <= 2, "{gang:#}");
+    // A job behind the gang is told whom it waits for, and no start of its own.
+    plane.apply("later.yaml", &limited_sleeper("later", 2, 2, Some(60)));
+    let later = wait_job(&plane, "later", "waiting reason", |j| {
+        message(&j["status"]).contains("first in line: default/gang")
+    });
+    assert!(expected_start(&later).is_none(), "{later:#}");
+    plane.ok(&["cancel", "job", "first"]);
+    let gang = plane.wait_phase("gang", "Running", LIMIT);
+    assert!(expected_start(&gang).is_none(), "{gang:#}");
+    plane.wait_phase("later", "Succeeded", LIMIT);
+}

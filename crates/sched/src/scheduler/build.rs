@@ -335,6 +335,7 @@ impl Scheduler {
                 .flat_map(|p| p.nodes.iter().map(|n| f64::from(n.cap)))
                 .sum(),
             holder: vec![None; nf],
+            next_start: vec![None; nf],
             ends: vec![BTreeSet::new(); nf],
             endless: vec![0; nf],
             loans: vec![BTreeSet::new(); nf],

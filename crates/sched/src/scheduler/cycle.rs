@@ -22,6 +22,7 @@ impl Scheduler {
         let mut budget = self.opts.max_candidates_per_cycle.max(1);
         let mut preempt_budget = self.opts.max_preemption_attempts_per_cycle;
         let mut resv: Vec<Option<Reservation>> = vec![None; self.pools.len()];
+        self.next_start.iter_mut().for_each(|s| *s = None);
         // The persistent head-of-line holder of each flavor goes first.
         for f in 0..self.pools.len() {
             let Some(h) = self.holder[f] else { continue };
@@ -236,7 +237,8 @@ impl Scheduler {
                 && hold_ok
             {
                 self.holder[f] = Some(j);
-                let mut rv = if fit != Fit::No || self.pools[f].find(pods, g).is_none() {
+                let needs_nodes = fit != Fit::No || self.pools[f].find(pods, g).is_none();
+                let mut rv = if needs_nodes {
                     self.reserve(j, f, now)
                 } else {
                     Reservation::default()
@@ -248,6 +250,14 @@ impl Scheduler {
                     rv.quota_shadow = self.quota_shadow(j, f, now);
                     rv.holder_share = self.share(q);
                 }
+                // It starts when both its nodes and its quota are free.
+                let nodes_at = if needs_nodes { rv.shadow } else { Some(now) };
+                let quota_at = if fit == Fit::No {
+                    rv.quota_shadow
+                } else {
+                    Some(now)
+                };
+                self.next_start[f] = Some((j, nodes_at.zip(quota_at).map(|(a, b)| a.max(b))));
                 // Only a holder that must borrow needs others' nominal quota; one within its own
                 // nominal gets it back through reclaim.
                 let qs = &self.queues[q as usize];

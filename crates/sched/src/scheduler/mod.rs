@@ -146,6 +146,20 @@ pub struct QueueUsage {
     pub running: usize,
 }
 
+/// A blocked workload first in line for a flavor's GPUs, and when the scheduler expects it
+/// to start: what a user waiting for it wants to know (Slurm's `squeue --start`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpectedStart {
+    /// Workload id.
+    pub id: String,
+    /// Flavor whose GPUs are reserved for it.
+    pub flavor: String,
+    /// When the running work in its way ends, by its expected ends (and, for a workload
+    /// blocked by quota, when that quota frees up); `None` when some of that work has no
+    /// expected end.
+    pub at: Option<Time>,
+}
+
 /// Ferry's scheduler state machine.
 #[derive(Debug, Clone)]
 pub struct Scheduler {
@@ -185,6 +199,9 @@ pub struct Scheduler {
     last_accrual: Option<Time>,
     /// This cycle's critical-path jobs (`critical_jobs`): deficits do not hold them back.
     critical: Vec<u32>,
+    /// Per flavor, the holder whose reservation the last cycle made and when it is expected
+    /// to start (`None`: some work in its way has no expected end).
+    next_start: Vec<Option<(u32, Option<Time>)>>,
 }
 
 impl Scheduler {
@@ -401,6 +418,23 @@ impl Scheduler {
             .map(|h| {
                 h.and_then(|j| self.jobs[j as usize].as_ref())
                     .map(|job| job.id.as_str())
+            })
+            .collect()
+    }
+
+    /// Each flavor's reservation holder as of the last cycle, with its expected start.
+    pub fn expected_starts(&self) -> Vec<ExpectedStart> {
+        self.next_start
+            .iter()
+            .zip(&self.pools)
+            .filter_map(|(s, pool)| {
+                let (j, at) = (*s)?;
+                let job = self.jobs[j as usize].as_ref()?;
+                (job.state == St::Pending).then(|| ExpectedStart {
+                    id: job.id.clone(),
+                    flavor: pool.name.clone(),
+                    at,
+                })
             })
             .collect()
     }

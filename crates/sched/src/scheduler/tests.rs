@@ -1149,3 +1149,50 @@ fn config_types_use_camel_case_json() {
         r#"{"type":"preempt","id":"w","reason":{"kind":"loanEnded","preemptor":"g"}}"#
     );
 }
+
+#[test]
+fn the_job_first_in_line_is_told_when_it_will_start() {
+    let mut s = local(4);
+    s.submit(wl("long", "default", 1, 3, 0, Some(600))).unwrap();
+    assert_eq!(admitted(&s.cycle(0)), ["long"]);
+    // Two GPUs are needed, one is free: the gang holds the reservation and starts when `long`
+    // ends, by its expected end.
+    s.submit(wl("gang", "default", 1, 2, 10, Some(100)))
+        .unwrap();
+    assert!(s.cycle(10).is_empty());
+    let expected = |s: &Scheduler| {
+        s.expected_starts()
+            .into_iter()
+            .map(|e| (e.id, e.flavor, e.at))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(expected(&s), [("gang".into(), "local".into(), Some(600))]);
+    // A later estimate moves it; a running job without one makes it unknown.
+    s.set_expected_duration("long", Some(300)).unwrap();
+    s.cycle(20);
+    assert_eq!(expected(&s), [("gang".into(), "local".into(), Some(300))]);
+    s.set_expected_duration("long", None).unwrap();
+    s.cycle(30);
+    assert_eq!(expected(&s), [("gang".into(), "local".into(), None)]);
+    // Once it starts, nothing is first in line.
+    s.finished("long").unwrap();
+    assert_eq!(admitted(&s.cycle(40)), ["gang"]);
+    assert!(expected(&s).is_empty());
+}
+
+#[test]
+fn a_job_blocked_by_its_quota_starts_when_its_queue_frees_enough() {
+    // A queue of 2 GPUs (no cohort) on a 4-GPU node: nodes are free, quota is not.
+    let mut s = Scheduler::new(
+        Cluster::local(4, "local"),
+        vec![QueueSpec::any_flavor("small", None, 2)],
+        PriorityClass::standard(),
+    )
+    .unwrap();
+    s.submit(wl("a", "small", 1, 2, 0, Some(500))).unwrap();
+    assert_eq!(admitted(&s.cycle(0)), ["a"]);
+    s.submit(wl("b", "small", 1, 1, 5, Some(50))).unwrap();
+    assert!(s.cycle(5).is_empty());
+    let e = s.expected_starts();
+    assert_eq!((e[0].id.as_str(), e[0].at), ("b", Some(500)), "{e:?}");
+}

@@ -33,6 +33,16 @@ async fn with_progress(plane: &ControlPlane, rec: &JobRecord) -> Result<TrainJob
     }
     if let Some(status) = job.status.as_mut() {
         status.estimated_completion_time = estimated_completion(plane, rec);
+        if rec.phase == JobPhase::Queued
+            && let Some(w) = plane.waiting(&rec.uid)
+        {
+            // Why it waits now, and when it starts if it is first in line.
+            status.message = Some(w.reason);
+            status.estimated_start_time = w
+                .expected_start
+                .and_then(|t| chrono::DateTime::from_timestamp(i64::try_from(t).ok()?, 0))
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+        }
         if rec.job.spec.max_total_runtime_seconds.is_some() {
             let events = plane.store().events(&rec.uid).await?;
             let now = chrono::Utc::now();
