@@ -3,9 +3,10 @@
 use std::path::PathBuf;
 
 use ferry_sched::{
-    Cluster, Estimates, FlavorQuota, Knowledge, MakespanLimit, Policy, QueueSpec, SchedError,
-    SimReport, TraceJob, cluster_with_gpus, default_cluster, default_queues, parse_trace,
-    read_trace, render_jobs_csv, render_svg, render_table, simulate, simulate_knowing, with_load,
+    Cluster, Estimates, FlavorQuota, Knowledge, MakespanLimit, Options, Policy, QueueSpec,
+    SchedError, SimReport, TraceJob, cluster_with_gpus, default_cluster, default_queues,
+    parse_trace, read_trace, render_jobs_csv, render_svg, render_table, simulate, simulate_knowing,
+    with_load,
 };
 
 /// A queue of `nominal` GPUs of flavor `gpu` in the cohort `all`.
@@ -164,6 +165,51 @@ fn the_utilization_ceiling_is_never_beaten_and_names_what_sets_it() {
         assert!(r.makespan_s >= b.makespan_s, "{}: {table}", r.policy);
         assert!(r.utilization <= b.utilization + 1e-12, "{table}");
     }
+}
+
+/// The start Ferry tells the job first in line for GPUs (what `ferry up` shows as
+/// `status.estimatedStartTime`), replayed on the shared trace: with the run times users' time
+/// limits give (padded twice, then rounded up), a job rarely starts later than it was first
+/// told, since limits are upper bounds and work ends early; with exact run times, the start
+/// told is kept to the second for almost every job (later arrivals of higher priority, or a
+/// reclaim, can still move it).
+#[test]
+fn jobs_first_in_line_start_when_they_were_told() {
+    let trace = read_trace(&fixture()).expect("fixture trace reads");
+    let cluster = default_cluster(&trace);
+    let queues = default_queues(&trace, &cluster);
+    let run = |know| {
+        simulate_knowing(
+            &trace,
+            &cluster,
+            &queues,
+            Policy::Ferry,
+            Options::default(),
+            know,
+        )
+        .expect("simulation runs")
+        .start_estimates
+    };
+    let exact = run(Knowledge::exact());
+    println!("exact: {exact:?}");
+    assert!(exact.told >= 50, "{exact:?}");
+    assert!(exact.within_5_min * 10 >= exact.told * 9, "{exact:?}");
+    let limits = run(Knowledge {
+        estimates: Estimates::Limits { padding: 2.0 },
+        pace_after_s: None,
+    });
+    println!("padded limits: {limits:?}");
+    assert!(limits.told >= 50, "{limits:?}");
+    assert!(limits.later * 10 <= limits.told, "{limits:?}");
+    let table = render_table(&[simulate(&trace, &cluster, &queues, Policy::Ferry).unwrap()]);
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("start told, within 5 min"))
+        .unwrap_or_else(|| panic!("no start-estimate row: {table}"));
+    assert!(
+        line.ends_with(&format!(" {}/{}", exact.within_5_min, exact.told)),
+        "{line}"
+    );
 }
 
 /// Bar 2 on a real window no policy decision has seen (`tests/data/README.md`: the second half

@@ -216,12 +216,32 @@ pub struct SimReport {
     /// policy): `utilization` can be at most its `utilization`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound: Option<MakespanBound>,
+    /// How well the policy told waiting jobs when they would start (`Scheduler::expected_starts`).
+    #[serde(default)]
+    pub start_estimates: StartEstimates,
     /// Busy GPUs over time: (time, busy GPUs) at each change.
     pub timeline: Vec<(Time, u64)>,
     /// What happened to each job, in trace order (`ferry sim --jobs`; not in the JSON report,
     /// which stays one small object per policy).
     #[serde(skip)]
     pub jobs: Vec<JobOutcome>,
+}
+
+/// How close the start the scheduler first told a job first in line for GPUs came to when it
+/// started (the first estimate, not a later corrected one: what a user planned around).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct StartEstimates {
+    /// Jobs told a start time.
+    pub told: u64,
+    /// Of those, started within 5 minutes of it.
+    pub within_5_min: u64,
+    /// Of those, started more than 5 minutes later than told.
+    pub later: u64,
+    /// Median of |started − told|, seconds.
+    pub p50_error_s: f64,
+    /// 90th percentile of |started − told|, seconds.
+    pub p90_error_s: f64,
 }
 
 /// One job's fate under one policy: lets a user compare their own jobs across policies.
@@ -288,6 +308,19 @@ const BUCKETS: [(u32, u32, &str); 9] = [
 ];
 
 /// The single queue holding the whole cluster that the baselines run with.
+/// `StartEstimates` of (told, started) pairs.
+fn start_estimates(pairs: &[(Time, Time)]) -> StartEstimates {
+    let mut errors: Vec<f64> = pairs.iter().map(|&(t, s)| t.abs_diff(s) as f64).collect();
+    errors.sort_by(f64::total_cmp);
+    StartEstimates {
+        told: pairs.len() as u64,
+        within_5_min: pairs.iter().filter(|&&(t, s)| t.abs_diff(s) <= 300).count() as u64,
+        later: pairs.iter().filter(|&&(t, s)| s > t + 300).count() as u64,
+        p50_error_s: pct(&errors, 0.5),
+        p90_error_s: pct(&errors, 0.9),
+    }
+}
+
 fn whole_cluster_queue(cluster: &Cluster) -> QueueSpec {
     let mut caps: Vec<(String, u64)> = Vec::new();
     for n in &cluster.nodes {
@@ -634,6 +667,9 @@ pub fn simulate_knowing(
     let mut timeline = vec![(now, 0u64)];
     let mut preemptions = 0u64;
     let mut lost_gpu_s = 0f64;
+    // The start each job was first told when it first stood first in line.
+    let mut told: HashMap<usize, Time> = HashMap::new();
+    let mut start_errors: Vec<(Time, Time)> = Vec::new();
     let mut running: Vec<usize> = Vec::new();
     loop {
         // Handle everything at `now`.
@@ -721,6 +757,11 @@ pub fn simulate_knowing(
         }
         for _ in 0..64 {
             let decisions = sched.cycle(now);
+            for e in sched.expected_starts() {
+                if let Some(at) = e.at {
+                    told.entry(ids[&e.id]).or_insert(at);
+                }
+            }
             if decisions.is_empty() {
                 break;
             }
@@ -728,6 +769,9 @@ pub fn simulate_knowing(
                 match d {
                     Decision::Admit { id, .. } => {
                         let i = ids[&id];
+                        if let Some(at) = told.remove(&i) {
+                            start_errors.push((at, now));
+                        }
                         let j = &mut jobs[i];
                         j.start = Some(now);
                         j.signalled = false;
@@ -862,6 +906,7 @@ pub fn simulate_knowing(
         saturated_s: fair.saturated_s,
         knowledge,
         makespan_s: makespan,
+        start_estimates: start_estimates(&start_errors),
         bound: Some(makespan_bound(trace, cluster.total_gpus())),
         timeline,
         team_mean_jct_s: per_team

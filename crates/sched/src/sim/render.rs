@@ -85,6 +85,14 @@ pub fn render_table(reports: &[SimReport]) -> String {
             format!("{:.3}x", r.makespan_s as f64 / b.makespan_s.max(1) as f64)
         })
     });
+    row(&mut s, "start told, within 5 min", &|r| {
+        told(r, |e| format!("{}/{}", e.within_5_min, e.told))
+    });
+    row(&mut s, "  p50 / p90 miss (s)", &|r| {
+        told(r, |e| {
+            format!("{:.0} / {:.0}", e.p50_error_s, e.p90_error_s)
+        })
+    });
     row(&mut s, "all-saturated time (s)", &|r| {
         r.saturated_s.to_string()
     });
@@ -194,6 +202,16 @@ pub fn render_table(reports: &[SimReport]) -> String {
         }
     }
     s
+}
+
+/// A start-estimate cell, `-` for a policy without reservations (FIFO, StrictFIFO), which
+/// tells no one a start.
+fn told(r: &SimReport, f: impl Fn(&super::StartEstimates) -> String) -> String {
+    if r.start_estimates.told == 0 {
+        "-".into()
+    } else {
+        f(&r.start_estimates)
+    }
 }
 
 /// How many jobs `a` completed sooner and later than `b` did (the same trace, job by job).
