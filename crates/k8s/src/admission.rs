@@ -101,6 +101,11 @@ pub trait Admission: Send + Sync + 'static {
     /// The running job's measured pace says it needs `remaining_s` more seconds: when it
     /// will really end, for reservations and backfill.
     fn progress(&self, _job: &TrainJobResource, _remaining_s: u64) {}
+    /// When the waiting job first in line for its GPUs is expected to start (Unix seconds):
+    /// `None` for a job behind another, or while the work in its way has no expected end.
+    fn expected_start(&self, _job: &TrainJobResource) -> Option<u64> {
+        None
+    }
 }
 
 /// Admits every job (a single team, or quotas enforced by `ResourceQuota` alone).
@@ -460,6 +465,16 @@ impl Admission for SchedAdmission {
             tracing::warn!(job = %id, error = %e, "scheduler did not know a finished job");
         }
         self.cycle(&mut st, Some(&id));
+    }
+
+    fn expected_start(&self, job: &TrainJobResource) -> Option<u64> {
+        let id = workload_id(&job.namespace().unwrap_or_default(), &job.name_any());
+        self.lock()
+            .sched
+            .expected_starts()
+            .into_iter()
+            .find(|e| e.id == id)
+            .and_then(|e| e.at)
     }
 
     fn progress(&self, job: &TrainJobResource, remaining_s: u64) {

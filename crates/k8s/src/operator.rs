@@ -713,6 +713,12 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
         ctx.not_running(&ns, &name, &mut status);
     }
     ctx.account_run(&mut status, ended_ms);
+    // A queued job first in line is told when it starts (refreshed each reconcile, at least
+    // every minute while it waits).
+    status.estimated_start_time = (status.phase == Some(JobPhase::Queued))
+        .then(|| ctx.admission.expected_start(&job))
+        .flatten()
+        .map(|s| timestamp(s.saturating_mul(1000)));
     if status != old {
         write_status(&jobs, &name, &status).await?;
     }
@@ -812,6 +818,9 @@ async fn write_status(
     }
     if status.running_since.is_none() {
         patch["status"]["runningSince"] = Value::Null;
+    }
+    if status.estimated_start_time.is_none() {
+        patch["status"]["estimatedStartTime"] = Value::Null;
     }
     jobs.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;

@@ -945,3 +945,18 @@ fn a_limit_set_on_a_running_job_lets_short_work_backfill() {
     );
     short_is_not_taken_back(&admission, &first, &gang, &short, placement);
 }
+
+/// The gang first in line is told when it starts (what the operator writes as
+/// `status.estimatedStartTime`): unknown while the running job in its way has no expected end,
+/// then when its measured pace says it ends; a job that is not first in line is told nothing.
+#[test]
+fn the_gang_first_in_line_is_told_when_it_starts() {
+    let (admission, _rx) = admission();
+    let (running, gang, short) = running_then_gang_and_short(&admission);
+    assert_eq!(admission.expected_start(&gang), None, "no end known yet");
+    admission.progress(&running, 2_000);
+    // The operator's clock reads 1,000 s.
+    assert_eq!(admission.expected_start(&gang), Some(3_000));
+    assert_eq!(admission.expected_start(&short), None);
+    assert_eq!(admission.expected_start(&running), None);
+}

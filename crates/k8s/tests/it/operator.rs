@@ -839,3 +839,47 @@ async fn a_preempted_run_is_counted_and_the_scheduler_plans_with_what_is_left() 
         Some(10)
     );
 }
+
+/// A scheduler that keeps the job waiting, first in line, due to start at `0`.
+struct FirstInLine(u64);
+impl Admission for FirstInLine {
+    fn decide(&self, _job: &TrainJobResource, _gang: &Gang) -> Admit {
+        Admit::Wait("queued in team-a: first in line".into())
+    }
+    fn expected_start(&self, _job: &TrainJobResource) -> Option<u64> {
+        Some(self.0)
+    }
+}
+
+/// A queued job first in line carries the scheduler's expected start as
+/// `status.estimatedStartTime`; once admitted, the estimate is removed by name.
+#[tokio::test]
+async fn a_queued_job_first_in_line_shows_when_it_starts() {
+    let job = resource(true, None);
+    let steps = vec![
+        not_found("GET", gang_path(0)),
+        apply_launch_files(0),
+        apply_service(),
+        patch_gang(0, true),
+        event(),
+        patch_status(&job),
+    ];
+    let seen = reconciled(&job, Arc::new(FirstInLine(1_767_225_600)), steps).await;
+    let st = status_patch(&seen);
+    assert_eq!(st.phase, Some(JobPhase::Queued));
+    assert_eq!(
+        st.estimated_start_time.as_deref(),
+        Some("2026-01-01T00:00:00Z")
+    );
+    let job = resource(true, Some(st));
+    let seen = run(&job, ADMIT, flip_suspend(&job, false)).await;
+    let last = seen.last().unwrap();
+    assert_eq!(last.body["status"]["phase"], "Running");
+    assert_eq!(
+        last.body["status"]
+            .as_object()
+            .unwrap()
+            .get("estimatedStartTime"),
+        Some(&Value::Null)
+    );
+}
