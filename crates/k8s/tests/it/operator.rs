@@ -229,20 +229,26 @@ async fn create_adds_the_finalizer_applies_the_gang_and_records_status() {
     assert_eq!(event_reasons(&seen), ["Started"]);
 }
 
+/// A new job the scheduler keeps waiting: its gang is created suspended (Kueue's protocol),
+/// with an event and the job's status.
+fn create_suspended(job: &TrainJobResource) -> Vec<Step> {
+    vec![
+        not_found("GET", gang_path(0)),
+        apply_launch_files(0),
+        apply_service(),
+        patch_gang(0, true),
+        event(),
+        patch_status(job),
+    ]
+}
+
 #[tokio::test]
 async fn not_admitted_is_created_suspended_then_unsuspended_on_admission() {
     let job = resource(true, None);
     let seen = run(
         &job,
         Admit::Wait("team-a is over quota".into()),
-        vec![
-            not_found("GET", gang_path(0)),
-            apply_launch_files(0),
-            apply_service(),
-            patch_gang(0, true),
-            event(),
-            patch_status(&job),
-        ],
+        create_suspended(&job),
     )
     .await;
     assert_eq!(
@@ -856,15 +862,12 @@ impl Admission for FirstInLine {
 #[tokio::test]
 async fn a_queued_job_first_in_line_shows_when_it_starts() {
     let job = resource(true, None);
-    let steps = vec![
-        not_found("GET", gang_path(0)),
-        apply_launch_files(0),
-        apply_service(),
-        patch_gang(0, true),
-        event(),
-        patch_status(&job),
-    ];
-    let seen = reconciled(&job, Arc::new(FirstInLine(1_767_225_600)), steps).await;
+    let seen = reconciled(
+        &job,
+        Arc::new(FirstInLine(1_767_225_600)),
+        create_suspended(&job),
+    )
+    .await;
     let st = status_patch(&seen);
     assert_eq!(st.phase, Some(JobPhase::Queued));
     assert_eq!(
