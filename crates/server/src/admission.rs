@@ -901,8 +901,8 @@ async fn note_waiting(
                  (status.estimatedStartTime)",
             ),
             Some(_) => reason.push_str(
-                "; first in line, but some running work in its way has no time limit, so \
-                 when it starts is unknown",
+                "; first in line, but some running work in its way has no expected end (no \
+                 time limit, no measured pace yet), so when it starts is unknown",
             ),
             None => {
                 if let Some(ahead) = starts.first().and_then(|e| names.get(e.id.as_str())) {
