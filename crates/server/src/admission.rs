@@ -521,7 +521,7 @@ pub(crate) async fn schedule(
         }
     }
     let usage = adm.sched.queue_usage();
-    note_waiting(plane, adm, &usage, active).await?;
+    note_waiting(plane, adm, &usage, active, &names).await?;
     plane.set_queue_usage(usage);
     if acted {
         plane.wake();
@@ -860,6 +860,7 @@ async fn note_waiting(
     adm: &Admission,
     usage: &[QueueUsage],
     active: &[JobRecord],
+    names: &HashMap<&str, &JobRecord>,
 ) -> Result<(), ApiError> {
     let total = plane.inventory().len();
     let held: usize = active
@@ -869,7 +870,6 @@ async fn note_waiting(
         .sum();
     let free = total.saturating_sub(held);
     let starts = adm.sched.expected_starts();
-    let names: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.uid.as_str(), j)).collect();
     for job in active {
         if adm.tracked.get(&job.uid) != Some(&Tracked::Pending) || job.phase != JobPhase::Queued {
             continue;

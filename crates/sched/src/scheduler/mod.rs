@@ -424,19 +424,22 @@ impl Scheduler {
 
     /// Each flavor's reservation holder as of the last cycle, with its expected start.
     pub fn expected_starts(&self) -> Vec<ExpectedStart> {
-        self.next_start
-            .iter()
-            .zip(&self.pools)
-            .filter_map(|(s, pool)| {
-                let (j, at) = (*s)?;
-                let job = self.jobs[j as usize].as_ref()?;
-                (job.state == St::Pending).then(|| ExpectedStart {
-                    id: job.id.clone(),
-                    flavor: pool.name.clone(),
-                    at,
-                })
+        self.holder_starts()
+            .map(|(id, f, at)| ExpectedStart {
+                id: id.to_owned(),
+                flavor: self.pools[f].name.clone(),
+                at,
             })
             .collect()
+    }
+
+    /// `expected_starts` without copies, for the simulator's every cycle: (id, flavor, start).
+    pub(crate) fn holder_starts(&self) -> impl Iterator<Item = (&str, usize, Option<Time>)> {
+        self.next_start.iter().enumerate().filter_map(|(f, s)| {
+            let (j, at) = (*s)?;
+            let job = self.jobs[j as usize].as_ref()?;
+            (job.state == St::Pending).then_some((job.id.as_str(), f, at))
+        })
     }
 
     /// Number of workloads waiting in all queues.

@@ -307,7 +307,6 @@ const BUCKETS: [(u32, u32, &str); 9] = [
     (129, u32::MAX, ">128"),
 ];
 
-/// The single queue holding the whole cluster that the baselines run with.
 /// `StartEstimates` of (told, started) pairs.
 fn start_estimates(pairs: &[(Time, Time)]) -> StartEstimates {
     let mut errors: Vec<f64> = pairs.iter().map(|&(t, s)| t.abs_diff(s) as f64).collect();
@@ -321,6 +320,7 @@ fn start_estimates(pairs: &[(Time, Time)]) -> StartEstimates {
     }
 }
 
+/// The single queue holding the whole cluster that the baselines run with.
 fn whole_cluster_queue(cluster: &Cluster) -> QueueSpec {
     let mut caps: Vec<(String, u64)> = Vec::new();
     for n in &cluster.nodes {
@@ -757,9 +757,9 @@ pub fn simulate_knowing(
         }
         for _ in 0..64 {
             let decisions = sched.cycle(now);
-            for e in sched.expected_starts() {
-                if let Some(at) = e.at {
-                    told.entry(ids[&e.id]).or_insert(at);
+            for (id, _, at) in sched.holder_starts() {
+                if let Some(at) = at {
+                    told.entry(ids[id]).or_insert(at);
                 }
             }
             if decisions.is_empty() {
