@@ -101,6 +101,18 @@ pub fn check(
                 }
             }
             Resource::Queue(_) => {}
+            Resource::PriorityClass(c) => {
+                let name = &c.metadata.name;
+                if crate::options::PRIORITIES.iter().any(|(n, _)| n == name) {
+                    errs.push(K8sError::invalid(
+                        object_id("PriorityClass", &c.metadata.namespace, name),
+                        "metadata.name",
+                        format!(
+                            "on Kubernetes `{name}` is Ferry's own class (PriorityClass ferry-{name}, rendered with the Queues); choose another name"
+                        ),
+                    ));
+                }
+            }
         }
     }
     K8sError::collect(errs)
@@ -145,6 +157,9 @@ pub fn render(
                 Err(e) => errs.push(e),
             },
             Resource::Queue(_) => {}
+            Resource::PriorityClass(c) => {
+                out.extend(tenancy::applied_priority_class(c, opts.cluster.kueue));
+            }
         }
     }
     K8sError::collect(errs)?;

@@ -20,26 +20,62 @@ fn managed() -> Value {
 
 /// The PriorityClass objects for Ferry's named priorities.
 pub fn priority_classes(kueue: bool) -> Vec<Value> {
-    let mut out = Vec::new();
-    for (name, value) in PRIORITIES {
+    PRIORITIES
+        .into_iter()
+        .flat_map(|(name, value)| {
+            class_objects(
+                &format!("ferry-{name}"),
+                value,
+                true,
+                &format!("Ferry priority `{name}`: higher classes may preempt lower ones"),
+                kueue,
+            )
+        })
+        .collect()
+}
+
+/// A Ferry `PriorityClass` document as the cluster's own class of the same name (what a job's
+/// `spec.priority` then puts in its pods' `priorityClassName`), with Kueue's
+/// `WorkloadPriorityClass` beside it when Kueue admits.
+pub fn applied_priority_class(class: &ferry_spec::PriorityClass, kueue: bool) -> Vec<Value> {
+    let description = class
+        .spec
+        .description
+        .clone()
+        .unwrap_or_else(|| format!("Ferry priority `{}`", class.metadata.name));
+    class_objects(
+        &class.metadata.name,
+        class.spec.value,
+        class.preempting(),
+        &description,
+        kueue,
+    )
+}
+
+fn class_objects(
+    name: &str,
+    value: i32,
+    preempting: bool,
+    description: &str,
+    kueue: bool,
+) -> Vec<Value> {
+    let mut out = vec![json!({
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name, "labels": managed()},
+        "value": value,
+        "globalDefault": false,
+        "preemptionPolicy": if preempting { "PreemptLowerPriority" } else { "Never" },
+        "description": description,
+    })];
+    if kueue {
         out.push(json!({
-            "apiVersion": "scheduling.k8s.io/v1",
-            "kind": "PriorityClass",
-            "metadata": {"name": format!("ferry-{name}"), "labels": managed()},
+            "apiVersion": KUEUE_API,
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": name, "labels": managed()},
             "value": value,
-            "globalDefault": false,
-            "preemptionPolicy": "PreemptLowerPriority",
-            "description": format!("Ferry priority `{name}`: higher classes may preempt lower ones"),
+            "description": description,
         }));
-        if kueue {
-            out.push(json!({
-                "apiVersion": KUEUE_API,
-                "kind": "WorkloadPriorityClass",
-                "metadata": {"name": format!("ferry-{name}"), "labels": managed()},
-                "value": value,
-                "description": format!("Ferry priority `{name}`"),
-            }));
-        }
     }
     out
 }

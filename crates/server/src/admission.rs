@@ -18,7 +18,7 @@ use ferry_sched::{
     ANY_FLAVOR, Cluster, Decision, FlavorQuota, PodPlacement, PreemptReason, QueueSpec, QueueUsage,
     SchedError, Scheduler, Time, Workload,
 };
-use ferry_spec::{FieldError, JobPhase, Queue, Resource, TrainJob};
+use ferry_spec::{FieldError, JobPhase, PriorityClass, Queue, Resource, TrainJob};
 use ferry_store::{JobRecord, StatusPatch, StoreError};
 
 use crate::checkpoint::{Layout, latest_checkpoint};
@@ -55,6 +55,9 @@ pub(crate) struct Admission {
     sched: Scheduler,
     /// The queue set it was built from; a change rebuilds it.
     queues: Vec<QueueSpec>,
+    /// The priorities it was built with; a change (an applied or deleted `PriorityClass`)
+    /// rebuilds it.
+    priorities: Vec<ferry_sched::PriorityClass>,
     tracked: HashMap<String, Tracked>,
     /// Each tracked job's time limit when the scheduler was last given its expected duration
     /// (`note_limits`: `ferry apply` may change a live job's limits).
@@ -298,16 +301,127 @@ fn checkpoint_time(dir: &Path, layout: Layout) -> Option<Time> {
     Some(secs)
 }
 
-/// Reads the stored queues.
-async fn stored_queues(plane: &ControlPlane) -> Result<Vec<Queue>, ApiError> {
+/// Reads the stored objects of one kind (`Queue`, `PriorityClass`); an unreadable one is
+/// logged and skipped (apply-time checks make that rare).
+async fn stored<T: serde::de::DeserializeOwned>(
+    plane: &ControlPlane,
+    kind: &str,
+) -> Result<Vec<T>, ApiError> {
     let mut out = Vec::new();
-    for rec in plane.store().list_objects("Queue", None).await? {
-        match serde_json::from_value::<Queue>(rec.doc) {
+    for rec in plane.store().list_objects(kind, None).await? {
+        match serde_json::from_value::<T>(rec.doc) {
             Ok(q) => out.push(q),
-            Err(e) => tracing::warn!(queue = %rec.name, error = %e, "stored queue unreadable"),
+            Err(e) => {
+                tracing::warn!(%kind, name = %rec.name, error = %e, "stored object unreadable")
+            }
         }
     }
     Ok(out)
+}
+
+/// Reads the stored queues.
+async fn stored_queues(plane: &ControlPlane) -> Result<Vec<Queue>, ApiError> {
+    stored(plane, "Queue").await
+}
+
+/// The priorities jobs may name: `ferry up`'s own (`--priority-classes`, else `low`, `normal`,
+/// `high`) with the applied `PriorityClass`es added; an applied class replaces one of the same
+/// name.
+fn priorities_with(
+    plane: &ControlPlane,
+    applied: impl IntoIterator<Item = PriorityClass>,
+) -> Vec<ferry_sched::PriorityClass> {
+    ferry_sched::PriorityClass::with_extra(
+        plane.config().priorities.clone(),
+        applied.into_iter().map(|c| ferry_sched::PriorityClass {
+            preempting: c.preempting(),
+            value: c.spec.value,
+            name: c.metadata.name,
+        }),
+    )
+}
+
+/// The priorities as stored now (see [`priorities_with`]).
+async fn stored_priorities(
+    plane: &ControlPlane,
+) -> Result<Vec<ferry_sched::PriorityClass>, ApiError> {
+    Ok(priorities_with(
+        plane,
+        stored(plane, "PriorityClass").await?,
+    ))
+}
+
+/// `ferry up`'s own priority classes that no applied `PriorityClass` (in `applied`) replaces,
+/// as records marked `status.builtIn`, so `ferry get priorityclasses` lists every name a job
+/// may give.
+pub(crate) fn built_in_classes(
+    plane: &ControlPlane,
+    applied: &[ferry_store::ObjectRecord],
+) -> Vec<ferry_store::ObjectRecord> {
+    plane
+        .config()
+        .priorities
+        .iter()
+        .filter(|c| !applied.iter().any(|a| a.name == c.name))
+        .map(|c| {
+            let doc = serde_json::json!({
+                "apiVersion": ferry_spec::API_VERSION,
+                "kind": "PriorityClass",
+                "metadata": {"name": c.name},
+                "spec": {
+                    "value": c.value,
+                    "preemptionPolicy": if c.preempting { "PreemptLowerPriority" } else { "Never" },
+                },
+                "status": {"builtIn": true},
+            });
+            ferry_store::ObjectRecord {
+                uid: String::new(),
+                kind: "PriorityClass".into(),
+                namespace: String::new(),
+                name: c.name.clone(),
+                doc,
+                generation: 0,
+                // Not stored: no time of its own (`ferry get` shows no age).
+                created_at: chrono::DateTime::UNIX_EPOCH,
+                updated_at: chrono::DateTime::UNIX_EPOCH,
+            }
+        })
+        .collect()
+}
+
+/// Refuses to delete a `PriorityClass` that an unfinished job still names (unless `ferry up`'s
+/// own classes keep the name): the job would otherwise fail as unschedulable at the next pass.
+pub(crate) async fn check_delete(
+    plane: &ControlPlane,
+    kind: &str,
+    name: &str,
+) -> Result<(), ApiError> {
+    if kind != "PriorityClass" || plane.config().priorities.iter().any(|c| c.name == name) {
+        return Ok(());
+    }
+    let active = plane
+        .store()
+        .list_jobs(&ferry_store::JobFilter {
+            namespace: None,
+            phases: JobPhase::ALL
+                .into_iter()
+                .filter(|p| !p.is_terminal())
+                .collect(),
+        })
+        .await?;
+    let users: Vec<String> = active
+        .iter()
+        .filter(|j| j.job.spec.priority.as_deref() == Some(name))
+        .map(|j| format!("{}/{} ({})", j.namespace, j.name, j.phase.as_str()))
+        .collect();
+    if users.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::conflict(format!(
+        "PriorityClass {name} is named by {} unfinished job(s): {}; cancel or finish them first, or apply a class of the same name with the value you want instead",
+        users.len(),
+        users.join(", ")
+    )))
 }
 
 /// Apply-time checks for a batch: every queue (stored plus the batch's) builds a valid
@@ -334,7 +448,24 @@ pub(crate) async fn check_batch(
             _ => None,
         })
         .collect();
-    let priorities = plane.config().priorities.clone();
+    let batch_classes: Vec<&PriorityClass> = resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::PriorityClass(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let mut applied: Vec<PriorityClass> = stored::<PriorityClass>(plane, "PriorityClass")
+        .await?
+        .into_iter()
+        .filter(|c| {
+            !batch_classes
+                .iter()
+                .any(|b| b.metadata.name == c.metadata.name)
+        })
+        .collect();
+    applied.extend(batch_classes.into_iter().cloned());
+    let priorities = priorities_with(plane, applied);
     for &(i, job) in &jobs {
         if let Some(p) = &job.spec.priority
             && !priorities.iter().any(|c| &c.name == p)
@@ -418,19 +549,21 @@ impl Admission {
         inventory: &Inventory,
         queues: Vec<QueueSpec>,
         origins: &[Vec<usize>],
+        priorities: Vec<ferry_sched::PriorityClass>,
         config: &crate::ServerConfig,
     ) -> Result<Self, String> {
         let cluster = cluster(inventory).ok_or("no GPUs")?;
         let sched = Scheduler::with_options(
             cluster,
             queues.clone(),
-            config.priorities.clone(),
+            priorities.clone(),
             config.scheduler.clone(),
         )
         .map_err(|e| queue_error(&e, &queues, origins).1.to_string())?;
         Ok(Self {
             sched,
             queues,
+            priorities,
             tracked: HashMap::new(),
             limits: HashMap::new(),
         })
@@ -450,11 +583,17 @@ pub(crate) async fn schedule(
     }
     let stored = stored_queues(plane).await?;
     let (wanted, origins) = queue_specs(&stored, inventory);
-    if slot.as_ref().is_none_or(|a| a.queues != wanted) {
-        match Admission::build(inventory, wanted, &origins, plane.config()) {
+    let priorities = stored_priorities(plane).await?;
+    if slot
+        .as_ref()
+        .is_none_or(|a| a.queues != wanted || a.priorities != priorities)
+    {
+        match Admission::build(inventory, wanted, &origins, priorities, plane.config()) {
             Ok(a) => {
                 if slot.is_some() {
-                    tracing::info!("queues changed; scheduler rebuilt from the stored jobs");
+                    tracing::info!(
+                        "queues or priority classes changed; scheduler rebuilt from the stored jobs"
+                    );
                 }
                 *slot = Some(a);
             }

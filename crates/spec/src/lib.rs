@@ -12,6 +12,7 @@ mod lifecycle;
 mod meta;
 mod metrics_line;
 mod parse;
+mod priority_class;
 mod queue;
 mod schema;
 mod train_job;
@@ -26,6 +27,7 @@ pub use lifecycle::{JobPhase, TransitionError};
 pub use meta::{API_VERSION, ObjectMeta, validate_name};
 pub use metrics_line::{MAX_METRICS_LINE, parse_metrics_line};
 pub use parse::{Resource, ResourceKind, parse_documents, parse_value};
+pub use priority_class::{MAX_PRIORITY_VALUE, PreemptionPolicy, PriorityClass, PriorityClassSpec};
 pub use queue::{FlavorQuota, Queue, QueueSpec};
 pub use schema::{json_schema, json_schema_all};
 pub use train_job::{

@@ -6,6 +6,7 @@ use serde_json::Value;
 use crate::deployment::ModelDeployment;
 use crate::error::{FieldError, SpecError};
 use crate::meta::{API_VERSION, ObjectMeta};
+use crate::priority_class::PriorityClass;
 use crate::queue::Queue;
 use crate::schema;
 use crate::train_job::TrainJob;
@@ -20,14 +21,17 @@ pub enum ResourceKind {
     ModelDeployment = 1,
     /// A team queue.
     Queue = 2,
+    /// A named priority.
+    PriorityClass = 3,
 }
 
 impl ResourceKind {
     /// Every kind.
-    pub const ALL: [ResourceKind; 3] = [
+    pub const ALL: [ResourceKind; 4] = [
         ResourceKind::TrainJob,
         ResourceKind::ModelDeployment,
         ResourceKind::Queue,
+        ResourceKind::PriorityClass,
     ];
 
     /// The `kind:` value in documents.
@@ -36,11 +40,12 @@ impl ResourceKind {
             ResourceKind::TrainJob => "TrainJob",
             ResourceKind::ModelDeployment => "ModelDeployment",
             ResourceKind::Queue => "Queue",
+            ResourceKind::PriorityClass => "PriorityClass",
         }
     }
 
     /// Parses a kind name, also accepting the plural and lowercase forms the CLI uses
-    /// (`jobs`, `trainjob`, `deployments`, `queues`).
+    /// (`jobs`, `trainjob`, `deployments`, `queues`, `priorityclasses`, `pc`).
     pub fn from_name(name: &str) -> Option<ResourceKind> {
         match name.to_ascii_lowercase().as_str() {
             "trainjob" | "trainjobs" | "job" | "jobs" => Some(ResourceKind::TrainJob),
@@ -48,6 +53,7 @@ impl ResourceKind {
                 Some(ResourceKind::ModelDeployment)
             }
             "queue" | "queues" => Some(ResourceKind::Queue),
+            "priorityclass" | "priorityclasses" | "pc" => Some(ResourceKind::PriorityClass),
             _ => None,
         }
     }
@@ -65,6 +71,8 @@ pub enum Resource {
     ModelDeployment(ModelDeployment),
     /// A team queue.
     Queue(Queue),
+    /// A named priority.
+    PriorityClass(PriorityClass),
 }
 
 impl Resource {
@@ -74,6 +82,7 @@ impl Resource {
             Resource::TrainJob(_) => ResourceKind::TrainJob,
             Resource::ModelDeployment(_) => ResourceKind::ModelDeployment,
             Resource::Queue(_) => ResourceKind::Queue,
+            Resource::PriorityClass(_) => ResourceKind::PriorityClass,
         }
     }
 
@@ -83,6 +92,7 @@ impl Resource {
             Resource::TrainJob(r) => &r.metadata,
             Resource::ModelDeployment(r) => &r.metadata,
             Resource::Queue(r) => &r.metadata,
+            Resource::PriorityClass(r) => &r.metadata,
         }
     }
 
@@ -92,6 +102,7 @@ impl Resource {
             Resource::TrainJob(r) => &mut r.metadata,
             Resource::ModelDeployment(r) => &mut r.metadata,
             Resource::Queue(r) => &mut r.metadata,
+            Resource::PriorityClass(r) => &mut r.metadata,
         }
     }
 
@@ -171,7 +182,7 @@ pub fn parse_value(mut doc: Value, source_name: &str) -> Result<Resource, SpecEr
         None => {
             return Err(invalid(vec![FieldError::new(
                 "kind",
-                "is required; one of TrainJob, ModelDeployment, Queue",
+                "is required; one of TrainJob, ModelDeployment, Queue, PriorityClass",
             )]));
         }
     };
@@ -227,6 +238,7 @@ pub fn parse_value(mut doc: Value, source_name: &str) -> Result<Resource, SpecEr
                     Resource::TrainJob(r) => r.validate(&mut problems),
                     Resource::ModelDeployment(r) => r.validate(&mut problems),
                     Resource::Queue(r) => r.validate(&mut problems),
+                    Resource::PriorityClass(r) => r.validate(&mut problems),
                 }
                 if problems.0.is_empty() {
                     return Ok(resource);
@@ -251,6 +263,7 @@ fn typed(kind: ResourceKind, doc: Value) -> Result<Resource, FieldError> {
         ResourceKind::TrainJob => Resource::TrainJob(de(doc)?),
         ResourceKind::ModelDeployment => Resource::ModelDeployment(de(doc)?),
         ResourceKind::Queue => Resource::Queue(de(doc)?),
+        ResourceKind::PriorityClass => Resource::PriorityClass(de(doc)?),
     })
 }
 

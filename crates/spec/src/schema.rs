@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use crate::deployment::ModelDeployment;
 use crate::error::FieldError;
 use crate::parse::ResourceKind;
+use crate::priority_class::PriorityClass;
 use crate::queue::Queue;
 use crate::train_job::TrainJob;
 
@@ -17,6 +18,7 @@ pub fn json_schema(kind: ResourceKind) -> Value {
         ResourceKind::TrainJob => schemars::schema_for!(TrainJob),
         ResourceKind::ModelDeployment => schemars::schema_for!(ModelDeployment),
         ResourceKind::Queue => schemars::schema_for!(Queue),
+        ResourceKind::PriorityClass => schemars::schema_for!(PriorityClass),
     };
     let mut value = schema.to_value();
     drop_null_branches(&mut value);
@@ -76,7 +78,8 @@ struct Compiled {
 }
 
 fn compiled(kind: ResourceKind) -> &'static Compiled {
-    static CACHE: [OnceLock<Compiled>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    static CACHE: [OnceLock<Compiled>; ResourceKind::ALL.len()] =
+        [const { OnceLock::new() }; ResourceKind::ALL.len()];
     CACHE[kind as usize].get_or_init(|| {
         let schema = json_schema(kind);
         let validator = jsonschema::validator_for(&schema)

@@ -146,6 +146,7 @@ fn cli_noun(kind: &str) -> String {
         "TrainJob" => "jobs".into(),
         "ModelDeployment" => "deployments".into(),
         "Queue" => "queues".into(),
+        "PriorityClass" => "priorityclasses".into(),
         "Model" => "models".into(),
         other => format!("{}s", other.to_ascii_lowercase()),
     }

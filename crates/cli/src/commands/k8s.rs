@@ -132,7 +132,7 @@ pub async fn render(args: RenderArgs) -> anyhow::Result<()> {
         ferry_k8s::cluster::discover(&client, &mut opts.cluster).await?;
         let namespaces: BTreeSet<String> = resources
             .iter()
-            .filter(|r| !matches!(r, Resource::Queue(_)))
+            .filter(|r| !matches!(r, Resource::Queue(_) | Resource::PriorityClass(_)))
             .map(|r| r.metadata().namespace.clone())
             .collect();
         let namespaces: Vec<String> = namespaces.into_iter().collect();

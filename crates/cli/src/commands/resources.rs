@@ -12,12 +12,12 @@ use crate::client::Client;
 use crate::output::{self, age, cell, time_left};
 use crate::table::Table;
 
-/// The API route segment of a generic object kind (deployments, queues).
+/// The API route segment of a generic object kind (deployments, queues, priority classes).
 fn object_route(kind: ResourceKind) -> &'static str {
-    if kind == ResourceKind::Queue {
-        "queues"
-    } else {
-        "deployments"
+    match kind {
+        ResourceKind::Queue => "queues",
+        ResourceKind::PriorityClass => "priorityclasses",
+        _ => "deployments",
     }
 }
 
@@ -73,7 +73,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
     }
     let kind = ResourceKind::from_name(&args.kind).ok_or_else(|| {
         anyhow!(
-            "unknown resource type {:?}; use jobs, deployments, queues, models or gpus",
+            "unknown resource type {:?}; use jobs, deployments, queues, priorityclasses, models or gpus",
             args.kind
         )
     })?;
@@ -157,6 +157,14 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
             "ENDPOINTS",
             "AGE",
         ]),
+        ResourceKind::PriorityClass => Table::new(&[
+            "NAME",
+            "VALUE",
+            "PREEMPTION",
+            "SOURCE",
+            "DESCRIPTION",
+            "AGE",
+        ]),
         _ => Table::new(&[
             "NAME", "COHORT", "QUOTAS", "WEIGHT", "USED", "RUNNING", "PENDING", "AGE",
         ]),
@@ -195,6 +203,20 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     created,
                 ]);
             }
+            ResourceKind::PriorityClass => {
+                let built_in = o["doc"]["status"]["builtIn"] == Value::Bool(true);
+                t.row(vec![
+                    name,
+                    cell(&spec["value"]),
+                    spec["preemptionPolicy"]
+                        .as_str()
+                        .unwrap_or("PreemptLowerPriority")
+                        .to_owned(),
+                    if built_in { "ferry up" } else { "applied" }.to_owned(),
+                    cell(&spec["description"]),
+                    if built_in { String::new() } else { created },
+                ]);
+            }
             _ => {
                 let quotas = spec["quotas"]
                     .as_array()
@@ -221,8 +243,12 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
 }
 
 pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()> {
-    let kind = ResourceKind::from_name(&args.kind)
-        .ok_or_else(|| anyhow!("unknown kind {:?}; use job, deployment or queue", args.kind))?;
+    let kind = ResourceKind::from_name(&args.kind).ok_or_else(|| {
+        anyhow!(
+            "unknown kind {:?}; use job, deployment, queue or priorityclass",
+            args.kind
+        )
+    })?;
     if kind != ResourceKind::TrainJob {
         let plural = object_route(kind);
         let o: Value = client
@@ -363,8 +389,12 @@ pub async fn cancel(client: &Client, args: CancelArgs) -> anyhow::Result<()> {
 }
 
 pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
-    let kind = ResourceKind::from_name(&args.kind)
-        .ok_or_else(|| anyhow!("unknown kind {:?}; use job, deployment or queue", args.kind))?;
+    let kind = ResourceKind::from_name(&args.kind).ok_or_else(|| {
+        anyhow!(
+            "unknown kind {:?}; use job, deployment, queue or priorityclass",
+            args.kind
+        )
+    })?;
     let (ns, name) = (&args.namespace, &args.name);
     if kind == ResourceKind::TrainJob {
         let path = job_path(ns, name);

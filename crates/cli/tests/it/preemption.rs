@@ -365,6 +365,82 @@ fn a_clusters_own_priority_classes_rank_among_the_standard_ones() {
     assert!(err.contains("class `Production`"), "{err}");
 }
 
+/// A `PriorityClass` applied to a running `ferry up` takes effect without a restart: a job
+/// naming it is refused until it exists, then preempts a `high` job; `ferry get
+/// priorityclasses` lists it beside `ferry up`'s own classes; it cannot be deleted while a job
+/// still names it, and can once none does.
+#[test]
+fn a_priority_class_applied_to_a_running_control_plane_takes_effect() {
+    let plane = Plane::start(Some(4));
+    refused(
+        &plane,
+        "early.yaml",
+        &sleeper("early", "urgent", 2, 1),
+        &["spec.priority", "`urgent` does not exist"],
+    );
+    refused(
+        &plane,
+        "huge.yaml",
+        "apiVersion: ferry.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: huge}\nspec: {value: 2000000000}\n",
+        &["spec.value", "between -1000000000 and 1000000000"],
+    );
+    plane.apply(
+        "urgent.yaml",
+        "apiVersion: ferry.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: urgent}\nspec: {value: 1000, description: deadline work}\n",
+    );
+    let listed = plane.ok(&["get", "priorityclasses"]);
+    let line = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in {listed}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(
+        line("urgent").starts_with("urgent 1000 PreemptLowerPriority applied deadline work"),
+        "{listed}"
+    );
+    assert!(
+        line("high").starts_with("high 100 PreemptLowerPriority ferry up"),
+        "{listed}"
+    );
+
+    plane.apply("big.yaml", &sleeper("big", "high", 4, 600));
+    plane.wait_phase("big", "Running", LIMIT);
+    wait_for_step(&plane, "big", 1);
+    plane.apply("rush.yaml", &sleeper("rush", "urgent", 2, 600));
+    plane.wait_phase("rush", "Running", LIMIT);
+    let events = plane.events("big");
+    let preempted = find(&events, "Preempted", |e| e["to"] == "Preempted");
+    assert!(
+        message(&events[preempted]).contains("default/rush (priority urgent over high)"),
+        "{}",
+        events[preempted]
+    );
+
+    let out = plane.ferry(&["delete", "priorityclass", "urgent"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "a class in use was deleted");
+    assert!(
+        err.contains("PriorityClass urgent is named by") && err.contains("default/rush"),
+        "{err}"
+    );
+    plane.ok(&["cancel", "job", "rush"]);
+    plane.ok(&["cancel", "job", "big"]);
+    plane.wait_phase("rush", "Cancelled", LIMIT);
+    plane.ok(&["delete", "priorityclass", "urgent"]);
+    let listed = plane.ok(&["get", "priorityclasses"]);
+    assert!(!listed.contains("urgent"), "{listed}");
+    refused(
+        &plane,
+        "late.yaml",
+        &sleeper("late", "urgent", 2, 1),
+        &["spec.priority", "`urgent` does not exist"],
+    );
+}
+
 /// A job on queue `queue` running `examples/sleeper.py STEPS` on `gpus` GPUs.
 fn queued_sleeper(name: &str, queue: &str, gpus: u32, steps: u32) -> String {
     format!(

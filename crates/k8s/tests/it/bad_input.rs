@@ -126,3 +126,17 @@ fn builtin_engine_is_refused_on_kubernetes() {
         "{msg}"
     );
 }
+
+#[test]
+fn a_priority_class_may_not_take_the_name_of_ferrys_own() {
+    let msg = rejected(
+        "apiVersion: ferry.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: high}\nspec: {value: 7}\n",
+    );
+    assert!(
+        msg.contains("PriorityClass/default/high")
+            && msg.contains("metadata.name")
+            && msg.contains("ferry-high")
+            && msg.contains("choose another name"),
+        "{msg}"
+    );
+}

@@ -284,3 +284,36 @@ fn strict_validation_rejects_an_unknown_field() {
         assert!(crate::schema::validate(o).is_err());
     }
 }
+
+/// A Ferry `PriorityClass` becomes the cluster's class of the same name (what a job's
+/// `spec.priority` puts in its pods' `priorityClassName`), with Kueue's class beside it.
+#[test]
+fn an_applied_priority_class_becomes_the_clusters_own() {
+    const URGENT: &str = "apiVersion: ferry.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: urgent}\nspec: {value: 500000, preemptionPolicy: Never, description: deadline work}\n";
+    let job = TWO_NODE_FULL.replace("priority: high", "priority: urgent");
+    let cluster = Cluster {
+        jobset: true,
+        kueue: true,
+        ..Cluster::default()
+    };
+    let objs = rendered(&[QUEUES, URGENT, &job], cluster);
+    assert_valid(&objs);
+    let class = |kind: &str| {
+        objs.iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == "urgent")
+            .unwrap_or_else(|| panic!("no {kind}/urgent in {:?}", kinds(&objs)))
+    };
+    let pc = class("PriorityClass");
+    assert_eq!(pc["apiVersion"], "scheduling.k8s.io/v1");
+    assert_eq!(pc["value"], 500000);
+    assert_eq!(pc["preemptionPolicy"], "Never");
+    assert_eq!(pc["description"], "deadline work");
+    assert_eq!(class("WorkloadPriorityClass")["value"], 500000);
+    let js = objs.iter().find(|o| o["kind"] == "JobSet").unwrap();
+    assert_eq!(
+        js["metadata"]["labels"]["kueue.x-k8s.io/priority-class"],
+        "urgent"
+    );
+    let pods = js.to_string();
+    assert!(pods.contains(r#""priorityClassName":"urgent""#), "{pods}");
+}

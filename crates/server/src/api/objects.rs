@@ -1,4 +1,5 @@
-//! Routes for generic objects (deployments, queues), models, GPUs and the version.
+//! Routes for generic objects (deployments, queues, priority classes), models, GPUs and the
+//! version.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -13,7 +14,7 @@ use crate::state::ControlPlane;
 fn object_kind(kind: &str) -> Result<&'static str, ApiError> {
     match ResourceKind::from_name(kind) {
         Some(ResourceKind::TrainJob) | None => Err(ApiError::not_found(format!(
-            "no resource type {kind:?}; use jobs, deployments or queues"
+            "no resource type {kind:?}; use jobs, deployments, queues or priorityclasses"
         ))),
         Some(k) => Ok(k.as_str()),
     }
@@ -30,10 +31,12 @@ pub(crate) async fn list(
     Query(q): Query<NamespaceQuery>,
 ) -> Result<Json<Vec<ObjectRecord>>, ApiError> {
     let kind = object_kind(&kind)?;
-    let records = plane
-        .store()
-        .list_objects(kind, q.namespace.as_deref())
-        .await?;
+    // Priority classes are named across namespaces, as a job's `spec.priority` is.
+    let namespace = q.namespace.as_deref().filter(|_| kind != "PriorityClass");
+    let mut records = plane.store().list_objects(kind, namespace).await?;
+    if kind == "PriorityClass" {
+        records.extend(crate::admission::built_in_classes(&plane, &records));
+    }
     Ok(Json(
         records
             .into_iter()
@@ -60,6 +63,7 @@ pub(crate) async fn delete(
     Path((ns, kind, name)): Path<(String, String, String)>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let kind = object_kind(&kind)?;
+    crate::admission::check_delete(&plane, kind, &name).await?;
     if plane.store().delete_object(kind, &ns, &name).await? {
         Ok(Json(serde_json::json!({"deleted": format!("{ns}/{name}")})))
     } else {

@@ -222,3 +222,55 @@ fn a_queue_without_spec_gets_weight_one_and_passes() {
     assert_eq!(q.spec.weight, 1.0);
     assert!(q.spec.quotas.is_empty());
 }
+
+#[test]
+fn a_priority_class_parses_and_preempts_unless_told_never() {
+    let docs = parse_documents(
+        "apiVersion: ferry.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: urgent}\nspec: {value: 500, description: deadline work}\n---\napiVersion: ferry.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: polite}\nspec: {value: 50, preemptionPolicy: Never}\n",
+        "classes.yaml",
+    )
+    .unwrap();
+    let [
+        Resource::PriorityClass(urgent),
+        Resource::PriorityClass(polite),
+    ] = &docs[..]
+    else {
+        panic!("not two PriorityClasses: {docs:?}")
+    };
+    assert_eq!(urgent.spec.value, 500);
+    assert!(urgent.preempting());
+    assert_eq!(urgent.spec.description.as_deref(), Some("deadline work"));
+    assert!(!polite.preempting());
+    assert_eq!(
+        ResourceKind::from_name("pc"),
+        Some(ResourceKind::PriorityClass)
+    );
+}
+
+#[test]
+fn a_priority_class_names_each_bad_field_and_the_fix() {
+    let p = problems(
+        "apiVersion: ferry.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: system-top}\nspec: {value: 2000000000}\n",
+    );
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(
+        p[0].starts_with("metadata.name: names starting with `system-` are reserved"),
+        "{p:?}"
+    );
+    assert!(
+        p[1].starts_with("spec.value: must be between -1000000000 and 1000000000 (got 2000000000)"),
+        "{p:?}"
+    );
+    let p = problems(
+        "apiVersion: ferry.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: top}\nspec: {value: 1, preemptionPolicy: Sometimes}\n",
+    );
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(p[0].starts_with("spec.preemptionPolicy:"), "{p:?}");
+    assert!(
+        p[0].contains("PreemptLowerPriority") && p[0].contains("Never"),
+        "{p:?}"
+    );
+    let p =
+        problems("apiVersion: ferry.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: top}\n");
+    assert!(p[0].starts_with("spec:") || p[0].contains("spec"), "{p:?}");
+}
