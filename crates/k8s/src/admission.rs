@@ -106,6 +106,11 @@ pub trait Admission: Send + Sync + 'static {
     fn expected_start(&self, _job: &TrainJobResource) -> Option<u64> {
         None
     }
+    /// Why the waiting job waits now, in the words its user reads (`status.message`, the
+    /// `Waiting` event): `None` when this admission keeps no such reason.
+    fn waiting(&self, _job: &TrainJobResource) -> Option<String> {
+        None
+    }
 }
 
 /// Admits every job (a single team, or quotas enforced by `ResourceQuota` alone).
@@ -431,13 +436,16 @@ impl Admission for SchedAdmission {
         match st.entries.get(&id) {
             Some(Entry::Running { placement, .. }) => Admit::Run(placement.clone()),
             Some(Entry::Preempting(why)) => Admit::Preempt(why.clone()),
-            _ => {
-                let queue = job.spec.queue.as_deref().unwrap_or("default");
-                Admit::Wait(format!(
-                    "queued in {queue}: waiting for {} GPUs within the queue's quota",
-                    job.spec.resources.total_gpus()
-                ))
-            }
+            _ => Admit::Wait(st.sched.waiting(&id).map_or_else(
+                || {
+                    let queue = job.spec.queue.as_deref().unwrap_or("default");
+                    format!(
+                        "queued in {queue}: waiting for {} GPUs within the queue's quota",
+                        job.spec.resources.total_gpus()
+                    )
+                },
+                |w| w.to_string(),
+            )),
         }
     }
 
@@ -475,6 +483,11 @@ impl Admission for SchedAdmission {
             .into_iter()
             .find(|e| e.id == id)
             .and_then(|e| e.at)
+    }
+
+    fn waiting(&self, job: &TrainJobResource) -> Option<String> {
+        let id = workload_id(&job.namespace().unwrap_or_default(), &job.name_any());
+        self.lock().sched.waiting(&id).map(|w| w.to_string())
     }
 
     fn progress(&self, job: &TrainJobResource, remaining_s: u64) {

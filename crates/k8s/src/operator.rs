@@ -719,6 +719,15 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
         .then(|| ctx.admission.expected_start(&job))
         .flatten()
         .map(|s| timestamp(s.saturating_mul(1000)));
+    // A queued job says why it waits now; its `Waiting` event is written when the reason
+    // changes, not when the estimate moves.
+    if status.phase == Some(JobPhase::Queued)
+        && let Some(reason) = ctx.admission.waiting(&job)
+        && status.message.as_deref() != Some(reason.as_str())
+    {
+        publish(&ctx, &job, EventType::Normal, "Waiting", reason.clone()).await;
+        status.message = Some(reason);
+    }
     if status != old {
         write_status(&jobs, &name, &status).await?;
     }

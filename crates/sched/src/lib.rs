@@ -47,7 +47,7 @@ pub use config::{
     PreemptReason, PriorityClass, QueueSpec, Time, Workload,
 };
 pub use error::{Result, SchedError};
-pub use scheduler::{ExpectedStart, QueueUsage, Scheduler};
+pub use scheduler::{ExpectedStart, InLine, QueueUsage, Scheduler, WaitCause, Waiting};
 pub use sim::{
     Estimates, FAIRNESS_TOLERANCE, GenSpec, JOB_COLUMNS, JobOutcome, Knowledge, MIN_SATURATED_S,
     MakespanBound, MakespanLimit, MissCause, Policy, ShareBreakdown, SimReport, SizeMix,

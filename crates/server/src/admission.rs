@@ -10,12 +10,11 @@
 //! Jobs that need no GPU bypass the scheduler.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::path::Path;
 
 use ferry_runtime::Inventory;
 use ferry_sched::{
-    ANY_FLAVOR, Cluster, Decision, FlavorQuota, PodPlacement, PreemptReason, QueueSpec, QueueUsage,
+    ANY_FLAVOR, Cluster, Decision, FlavorQuota, InLine, PodPlacement, PreemptReason, QueueSpec,
     SchedError, Scheduler, Time, Workload,
 };
 use ferry_spec::{FieldError, JobPhase, PriorityClass, Queue, Resource, TrainJob};
@@ -659,9 +658,8 @@ pub(crate) async fn schedule(
             }
         }
     }
-    let usage = adm.sched.queue_usage();
-    note_waiting(plane, adm, &usage, active, &names).await?;
-    plane.set_queue_usage(usage);
+    note_waiting(plane, adm, active, &names).await?;
+    plane.set_queue_usage(adm.sched.queue_usage());
     if acted {
         plane.wake();
     }
@@ -993,67 +991,28 @@ async fn requeue(plane: &ControlPlane, job: &JobRecord) -> Result<(), ApiError> 
     ignore_conflict(res)
 }
 
-/// One `Waiting` event per change of reason for each job still pending.
+/// One `Waiting` event per change of reason for each job still pending; the reason is the
+/// scheduler's (`Scheduler::waiting`), the job first in line named by namespace and name.
 async fn note_waiting(
     plane: &ControlPlane,
     adm: &Admission,
-    usage: &[QueueUsage],
     active: &[JobRecord],
     names: &HashMap<&str, &JobRecord>,
 ) -> Result<(), ApiError> {
-    let total = plane.inventory().len();
-    let held: usize = active
-        .iter()
-        .filter(|j| j.phase.holds_resources() || j.phase == JobPhase::Preempted)
-        .map(|j| j.gpus.iter().flatten().count())
-        .sum();
-    let free = total.saturating_sub(held);
-    let starts = adm.sched.expected_starts();
     for job in active {
         if adm.tracked.get(&job.uid) != Some(&Tracked::Pending) || job.phase != JobPhase::Queued {
             continue;
         }
-        let w = workload(job);
-        let need = w.gpus();
-        let used: u64 = usage
-            .iter()
-            .find(|u| u.name == w.queue)
-            .map_or(0, |u| u.usage.iter().map(|(_, n)| n).sum());
-        let limit = adm
-            .sched
-            .quota_limits(&w.queue, &local_flavor(plane.inventory()))
-            .map_or(0, |(_, max)| max);
-        let first = starts.iter().find(|e| e.id == job.uid);
-        let mut reason = if (free as u64) < need {
-            format!("needs {need} GPU(s); {free} of {total} free")
-        } else if used + need > limit {
-            format!(
-                "needs {need} GPU(s); queue {} uses {used} of the {limit} it may use",
-                w.queue
-            )
-        } else {
-            format!("needs {need} GPU(s); held back for work ahead of it in the queue order")
+        let Some(mut waiting) = adm.sched.waiting(&job.uid) else {
+            continue;
         };
-        match first {
-            Some(e) if e.at.is_some() => reason.push_str(
-                "; first in line: it starts when the running work in its way ends \
-                 (status.estimatedStartTime)",
-            ),
-            Some(_) => reason.push_str(
-                "; first in line, but some running work in its way has no expected end (no \
-                 time limit, no measured pace yet), so when it starts is unknown",
-            ),
-            None => {
-                if let Some(ahead) = starts.first().and_then(|e| names.get(e.id.as_str())) {
-                    let _ = write!(
-                        reason,
-                        "; first in line: {}/{}",
-                        ahead.namespace, ahead.name
-                    );
-                }
-            }
+        if let Some(InLine::Behind { first }) = &waiting.line {
+            waiting.line = names.get(first.as_str()).map(|ahead| InLine::Behind {
+                first: format!("{}/{}", ahead.namespace, ahead.name),
+            });
         }
-        if plane.set_waiting(&job.uid, &reason, first.and_then(|e| e.at)) {
+        let reason = waiting.to_string();
+        if plane.set_waiting(&job.uid, &reason, waiting.expected_start()) {
             plane.store().note(&job.uid, "Waiting", &reason).await?;
         }
     }

@@ -313,7 +313,7 @@ async fn high_priority_preempts_low_by_suspension_then_low_resumes() {
     );
     assert_eq!(
         admission.decide(&resource("high", "high", None), &Gang::Suspended),
-        Admit::Wait("queued in team-a: waiting for 8 GPUs within the queue's quota".into()),
+        Admit::Wait("needs 8 GPU(s); 0 of 8 free".into()),
         "GPUs stay the victim's until its pods are gone"
     );
 
@@ -322,11 +322,22 @@ async fn high_priority_preempts_low_by_suspension_then_low_resumes() {
         get_gang("low", true, None, None),
         step("GET", PODS, 200, pods(&["Failed"])),
         event(),
+        event(),
         patch_status("low"),
     ];
     let seen = run(&admission, resource("low", "low", Some(low_status)), steps).await;
     let low_status = status_of(&seen, "low");
     assert_eq!(low_status.phase, Some(JobPhase::Queued));
+    // Requeued, it says why it waits now (the `Evicted` event keeps why it stopped).
+    let why = low_status.message.as_deref().unwrap();
+    assert!(
+        why.starts_with("needs 8 GPU(s); 0 of 8 free; first in line, but some running work"),
+        "{why}"
+    );
+    assert_eq!(
+        (&seen[3].body["reason"], &seen[3].body["note"]),
+        (&json!("Waiting"), &json!(why))
+    );
     assert!(
         woke(&mut rx),
         "the admission of the high job wakes the operator"
@@ -959,4 +970,101 @@ fn the_gang_first_in_line_is_told_when_it_starts() {
     assert_eq!(admission.expected_start(&gang), Some(3_000));
     assert_eq!(admission.expected_start(&short), None);
     assert_eq!(admission.expected_start(&running), None);
+}
+
+/// Why a queued gang waits follows the scheduler from one reconcile to the next, in
+/// `status.message` and one `Waiting` event per change: first in line behind a running job
+/// with no expected end, then told when it starts once that job's pace is measured; a job
+/// queued behind it names it, then, once the gang runs on the whole node, waits first in line
+/// itself. A reconcile that finds the same reason writes nothing.
+#[tokio::test]
+async fn a_queued_jobs_message_follows_why_it_waits_with_one_event_per_change() {
+    let (admission, _rx) = admission();
+    let admission = Arc::new(admission);
+    let running = sized("running", 4, "2026-01-01T00:00:00Z");
+    assert!(matches!(
+        admission.decide(&running, &Gang::Absent),
+        Admit::Run(_)
+    ));
+    let unknown = "needs 8 GPU(s); 4 of 8 free; first in line, but some running work in its \
+                   way has no expected end (no time limit, no measured pace yet), so when it \
+                   starts is unknown";
+    let gang = sized("gang", 8, "2026-01-01T00:00:01Z");
+    let seen = run(&admission, gang.clone(), create_steps("gang", true)).await;
+    let st = status_of(&seen, "gang");
+    assert_eq!(st.message.as_deref(), Some(unknown));
+    assert!(seen[4].body["note"].as_str().unwrap().ends_with(unknown));
+    let mut gang = gang;
+    gang.status = Some(st);
+    // Nothing changed: no event, no status write.
+    run(
+        &admission,
+        gang.clone(),
+        vec![get_gang("gang", true, None, None)],
+    )
+    .await;
+
+    // The running job's measured pace: the gang is told when it starts.
+    admission.progress(&running, 2_000);
+    let known = "needs 8 GPU(s); 4 of 8 free; first in line: it starts when the running work \
+                 in its way ends (status.estimatedStartTime)";
+    let steps = vec![
+        get_gang("gang", true, None, None),
+        event(),
+        patch_status("gang"),
+    ];
+    let seen = run(&admission, gang.clone(), steps).await;
+    assert_eq!(
+        (&seen[1].body["reason"], &seen[1].body["note"]),
+        (&json!("Waiting"), &json!(known))
+    );
+    let st = status_of(&seen, "gang");
+    assert_eq!(st.message.as_deref(), Some(known));
+    assert_eq!(
+        st.estimated_start_time.as_deref(),
+        Some("1970-01-01T00:50:00Z")
+    );
+    gang.status = Some(st);
+    run(
+        &admission,
+        gang.clone(),
+        vec![get_gang("gang", true, None, None)],
+    )
+    .await;
+
+    // A job behind the gang names it.
+    let later = sized("later", 8, "2026-01-01T00:00:02Z");
+    let seen = run(&admission, later.clone(), create_steps("later", true)).await;
+    let st = status_of(&seen, "later");
+    assert_eq!(
+        st.message.as_deref(),
+        Some("needs 8 GPU(s); 4 of 8 free; first in line: team-a/gang")
+    );
+    assert_eq!(st.estimated_start_time, None);
+    let mut later = later;
+    later.status = Some(st);
+
+    // The running job ends and the gang takes the whole node: the job behind is first in line.
+    admission.finished(&running);
+    assert!(matches!(
+        admission.decide(&gang, &Gang::Suspended),
+        Admit::Run(_)
+    ));
+    let steps = vec![
+        get_gang("later", true, None, None),
+        event(),
+        patch_status("later"),
+    ];
+    let seen = run(&admission, later.clone(), steps).await;
+    let first = "needs 8 GPU(s); 0 of 8 free; first in line, but some running work in its way \
+                 has no expected end (no time limit, no measured pace yet), so when it starts is \
+                 unknown";
+    assert_eq!(seen[1].body["note"], first);
+    later.status = Some(status_of(&seen, "later"));
+    assert_eq!(
+        later.status.as_ref().unwrap().message.as_deref(),
+        Some(first)
+    );
+    run(&admission, later, vec![get_gang("later", true, None, None)]).await;
+    assert_eq!(admission.waiting(&gang), None, "the gang runs");
 }

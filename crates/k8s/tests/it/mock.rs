@@ -65,6 +65,16 @@ pub struct Seen {
 
 /// Starts a mock API server; returns the client and the task playing `steps`.
 pub fn server(steps: Vec<Step>) -> (Client, tokio::task::JoinHandle<Vec<Seen>>) {
+    serve(steps, false)
+}
+
+/// `server`, also failing on any request after the last step; its task ends only once the
+/// client is dropped.
+pub fn strict_server(steps: Vec<Step>) -> (Client, tokio::task::JoinHandle<Vec<Seen>>) {
+    serve(steps, true)
+}
+
+fn serve(steps: Vec<Step>, strict: bool) -> (Client, tokio::task::JoinHandle<Vec<Seen>>) {
     let (svc, mut handle): (_, Handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let task = tokio::spawn(async move {
         let mut seen = Vec::new();
@@ -96,6 +106,15 @@ pub fn server(steps: Vec<Step>) -> (Client, tokio::task::JoinHandle<Vec<Seen>>) 
                 .unwrap();
             send.send_response(resp);
         }
+        // A request the scenario does not expect (an event nobody waits for, whose failure the
+        // operator only logs) would otherwise go unnoticed.
+        if strict && let Some((req, _)) = handle.next_request().await {
+            panic!(
+                "a request after the scenario's end: {} {}",
+                req.method(),
+                req.uri()
+            );
+        }
         seen
     });
     (Client::new(svc, "default"), task)
@@ -110,13 +129,13 @@ pub async fn finish(task: tokio::task::JoinHandle<Vec<Seen>>) -> Vec<Seen> {
 }
 
 /// Reconciles `job` once, deciding admission with `admission`, against a server playing
-/// `steps`; returns what the server saw once every step was played.
+/// `steps` and nothing more; returns what the server saw once every step was played.
 pub async fn reconciled(
     job: &TrainJobResource,
     admission: Arc<dyn Admission>,
     steps: Vec<Step>,
 ) -> Vec<Seen> {
-    let (client, task) = server(steps);
+    let (client, task) = strict_server(steps);
     let ctx = Context::new(client, RenderOptions::default(), admission);
     reconcile(Arc::new(job.clone()), Arc::new(ctx))
         .await

@@ -421,9 +421,12 @@ async fn operator_restart_mid_restart_neither_loses_nor_double_counts() {
     assert_eq!((st.restarts, st.attempt), (1, 1), "counted once");
 
     // And a reconcile that re-runs after everything was applied changes nothing.
+    // (Rank 0's pod is looked up for metrics; it has none yet.)
     let job = resource(true, Some(st.clone()));
-    let seen = run(&job, ADMIT, vec![get_gang(1, false, None)]).await;
-    assert_eq!(seen.len(), 1, "no writes when nothing changed");
+    let no_pods = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []});
+    let steps = vec![get_gang(1, false, None), step("GET", PODS, 200, no_pods)];
+    let seen = run(&job, ADMIT, steps).await;
+    assert_eq!(seen.len(), 2, "no writes when nothing changed");
 }
 
 #[tokio::test]
@@ -884,5 +887,62 @@ async fn a_queued_job_first_in_line_shows_when_it_starts() {
             .unwrap()
             .get("estimatedStartTime"),
         Some(&Value::Null)
+    );
+}
+
+/// A scheduler whose reason for keeping the job waiting the test changes; `None` admits it.
+struct Reasons(std::sync::Mutex<Option<String>>);
+impl Reasons {
+    fn set(&self, why: Option<&str>) {
+        *self.0.lock().unwrap() = why.map(str::to_owned);
+    }
+}
+impl Admission for Reasons {
+    fn decide(&self, job: &TrainJobResource, _gang: &Gang) -> Admit {
+        self.waiting(job)
+            .map_or(Admit::Run(Vec::new()), Admit::Wait)
+    }
+    fn waiting(&self, _job: &TrainJobResource) -> Option<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// A queued job's `status.message` is why it waits now, and a `Waiting` event is written
+/// once per change of that reason: not at creation (the `Queued` event says it), not at a
+/// reconcile that finds the same reason; once admitted, the message is the running one.
+#[tokio::test]
+async fn a_queued_job_says_why_it_waits_now_with_one_event_per_change() {
+    let reasons = Arc::new(Reasons(std::sync::Mutex::new(Some(
+        "needs 8 GPU(s); 0 of 8 free".into(),
+    ))));
+    let job = resource(true, None);
+    let seen = reconciled(&job, reasons.clone(), create_suspended(&job)).await;
+    assert_eq!(event_reasons(&seen), ["Queued"]);
+    let st = status_patch(&seen);
+    assert_eq!(st.message.as_deref(), Some("needs 8 GPU(s); 0 of 8 free"));
+
+    // The same reason again: nothing is written, no event.
+    let job = resource(true, Some(st));
+    reconciled(&job, reasons.clone(), vec![get_gang(0, true, None)]).await;
+
+    // Another job is now first in line: the message follows, with one event.
+    let behind = "needs 8 GPU(s); 0 of 8 free; first in line: team-a/big";
+    reasons.set(Some(behind));
+    let steps = vec![get_gang(0, true, None), event(), patch_status(&job)];
+    let seen = reconciled(&job, reasons.clone(), steps).await;
+    assert_eq!(event_reasons(&seen), ["Waiting"]);
+    assert_eq!(seen[1].body["note"], behind);
+    let st = status_patch(&seen);
+    assert_eq!(st.message.as_deref(), Some(behind));
+    let job = resource(true, Some(st));
+    reconciled(&job, reasons.clone(), vec![get_gang(0, true, None)]).await;
+
+    // Admitted: the running message, and no `Waiting` event.
+    reasons.set(None);
+    let seen = reconciled(&job, reasons, flip_suspend(&job, false)).await;
+    assert_eq!(event_reasons(&seen), ["Admitted"]);
+    assert_eq!(
+        status_patch(&seen).message.as_deref(),
+        Some("attempt 0 admitted")
     );
 }

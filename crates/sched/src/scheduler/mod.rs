@@ -9,12 +9,15 @@ mod events;
 mod fairness;
 mod preempt;
 mod reserve;
+mod waiting;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
 
 use crate::config::{Decision, Options, PodPlacement, Time};
 use crate::pool::{Pool, bits};
+
+pub use waiting::{InLine, WaitCause, Waiting};
 
 type PKey = (Reverse<i32>, Time, u64, u32);
 

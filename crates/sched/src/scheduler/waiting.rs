@@ -1,0 +1,312 @@
+//! Why a waiting workload waits, in the words its user reads: the one wording both the local
+//! control plane and the Kubernetes operator put in a queued job's `status.message` and its
+//! `Waiting` event, read from the scheduler's state after a cycle.
+
+use std::fmt;
+
+use super::{Scheduler, St};
+use crate::config::Time;
+
+/// Why a workload waits now, as of the last cycle (`Scheduler::waiting`); `Display` is the
+/// sentence a user reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    /// GPUs the whole gang needs.
+    pub need: u64,
+    /// What holds it back.
+    pub cause: WaitCause,
+    /// Where it stands in line for its GPUs; `None` while nobody is first in line for them.
+    pub line: Option<InLine>,
+}
+
+/// What holds a waiting workload back, checked in this order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitCause {
+    /// Fewer GPUs are free in its flavor than it needs.
+    Gpus {
+        /// GPUs nobody holds or has been promised.
+        free: u64,
+        /// GPUs of the flavor.
+        total: u64,
+    },
+    /// Its queue would go past what it may use (nominal quota plus what it may borrow).
+    Quota {
+        /// The queue's name.
+        queue: String,
+        /// GPUs the queue holds now.
+        used: u64,
+        /// GPUs it may hold at most.
+        limit: u64,
+    },
+    /// GPUs and quota would allow it: work ahead of it in the queue order goes first
+    /// (a reservation for a gang, fair share, priorities).
+    Order,
+}
+
+/// Where a waiting workload stands in line for its flavor's GPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InLine {
+    /// It is first in line: it starts at `start` by the expected ends of the work in its way,
+    /// `None` while some of that work has no expected end.
+    First {
+        /// Expected start, when known.
+        start: Option<Time>,
+    },
+    /// Another workload is first in line for its GPUs.
+    Behind {
+        /// That workload's id (a caller may replace it with a name its users know).
+        first: String,
+    },
+}
+
+impl Waiting {
+    /// The expected start of a workload first in line whose way clears at known times.
+    pub fn expected_start(&self) -> Option<Time> {
+        match self.line {
+            Some(InLine::First { start }) => start,
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Waiting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let need = self.need;
+        match &self.cause {
+            WaitCause::Gpus { free, total } => {
+                write!(f, "needs {need} GPU(s); {free} of {total} free")?;
+            }
+            WaitCause::Quota { queue, used, limit } => write!(
+                f,
+                "needs {need} GPU(s); queue {queue} uses {used} of the {limit} it may use"
+            )?,
+            WaitCause::Order => write!(
+                f,
+                "needs {need} GPU(s); held back for work ahead of it in the queue order"
+            )?,
+        }
+        match &self.line {
+            Some(InLine::First { start: Some(_) }) => f.write_str(
+                "; first in line: it starts when the running work in its way ends \
+                 (status.estimatedStartTime)",
+            ),
+            Some(InLine::First { start: None }) => f.write_str(
+                "; first in line, but some running work in its way has no expected end (no \
+                 time limit, no measured pace yet), so when it starts is unknown",
+            ),
+            Some(InLine::Behind { first }) => write!(f, "; first in line: {first}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Scheduler {
+    /// Why workload `id` waits, as of the last cycle; `None` unless it waits (unknown, running
+    /// or being evicted). Of the flavors it may use, the one it is first in line for speaks
+    /// first, else its preferred one; a flavor where GPUs and quota both allow it makes the
+    /// cause the queue order.
+    pub fn waiting(&self, id: &str) -> Option<Waiting> {
+        let j = *self.ids.get(id)?;
+        let job = self.jobs[j as usize].as_ref()?;
+        if !matches!(job.state, St::Pending | St::Nominated) {
+            return None;
+        }
+        let need = job.gpus();
+        let first = self.holder_starts().find(|(h, ..)| *h == id);
+        let mut flavors = self.flavors_of(j);
+        if let Some((_, f, _)) = first
+            && let Some(i) = flavors.iter().position(|&g| g == f)
+        {
+            flavors[..=i].rotate_right(1);
+        }
+        let causes: Vec<WaitCause> = flavors
+            .iter()
+            .map(|&f| {
+                let pool = &self.pools[f];
+                let free: u64 = pool
+                    .nodes
+                    .iter()
+                    .map(|n| u64::from(n.free.count_ones()))
+                    .sum();
+                let total: u64 = pool.nodes.iter().map(|n| u64::from(n.cap)).sum();
+                let queue = &self.queues[job.queue as usize];
+                let (used, limit) = (queue.usage[f], self.max_quota(job.queue, f));
+                if free < need {
+                    WaitCause::Gpus { free, total }
+                } else if used + need > limit {
+                    WaitCause::Quota {
+                        queue: queue.name.clone(),
+                        used,
+                        limit,
+                    }
+                } else {
+                    WaitCause::Order
+                }
+            })
+            .collect();
+        let cause = if causes.contains(&WaitCause::Order) {
+            WaitCause::Order
+        } else {
+            causes.into_iter().next().unwrap_or(WaitCause::Order)
+        };
+        let line = match first {
+            Some((_, _, start)) => Some(InLine::First { start }),
+            None => flavors.iter().find_map(|&f| {
+                self.holder_starts()
+                    .find(|(_, g, _)| *g == f)
+                    .map(|(h, ..)| InLine::Behind {
+                        first: h.to_owned(),
+                    })
+            }),
+        };
+        Some(Waiting { need, cause, line })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Cluster, Node, Options, PriorityClass, QueueSpec, Time, Workload};
+    use crate::scheduler::Scheduler;
+
+    fn sched(gpus: u32, quota: u32, options: Options) -> Scheduler {
+        Scheduler::with_options(
+            Cluster::local(gpus, "local"),
+            vec![QueueSpec::any_flavor("default", None, quota)],
+            PriorityClass::standard(),
+            options,
+        )
+        .unwrap()
+    }
+
+    fn submit(s: &mut Scheduler, id: &str, gpus: u32, at: Time, expected: Option<u64>) {
+        let w = Workload {
+            expected_duration_s: expected,
+            ..Workload::single(id, "default", None, gpus, at)
+        };
+        s.submit(w).unwrap();
+    }
+
+    fn said(s: &Scheduler, id: &str) -> Option<String> {
+        s.waiting(id).map(|w| w.to_string())
+    }
+
+    /// Too few GPUs: the job first in line is told when it starts (or that nobody knows), the
+    /// job behind it whom it waits for; running work waits for nothing.
+    #[test]
+    fn too_few_gpus_first_in_line_and_behind() {
+        let mut s = sched(4, 4, Options::default());
+        submit(&mut s, "long", 3, 0, Some(600));
+        s.cycle(0);
+        submit(&mut s, "gang", 2, 10, Some(100));
+        submit(&mut s, "later", 2, 20, Some(100));
+        s.cycle(20);
+        assert_eq!(
+            said(&s, "gang").as_deref(),
+            Some(
+                "needs 2 GPU(s); 1 of 4 free; first in line: it starts when the running work \
+                 in its way ends (status.estimatedStartTime)"
+            )
+        );
+        assert_eq!(s.waiting("gang").unwrap().expected_start(), Some(600));
+        assert_eq!(
+            said(&s, "later").as_deref(),
+            Some("needs 2 GPU(s); 1 of 4 free; first in line: gang")
+        );
+        assert_eq!(s.waiting("later").unwrap().expected_start(), None);
+        assert_eq!(said(&s, "long"), None);
+        assert_eq!(said(&s, "nobody"), None);
+        s.set_expected_duration("long", None).unwrap();
+        s.cycle(30);
+        assert_eq!(
+            said(&s, "gang").as_deref(),
+            Some(
+                "needs 2 GPU(s); 1 of 4 free; first in line, but some running work in its way \
+                 has no expected end (no time limit, no measured pace yet), so when it starts \
+                 is unknown"
+            )
+        );
+    }
+
+    /// Free GPUs but a full quota: the queue's use and limit are named.
+    #[test]
+    fn a_full_quota_is_named() {
+        let mut s = sched(4, 2, Options::default());
+        submit(&mut s, "a", 2, 0, Some(500));
+        s.cycle(0);
+        submit(&mut s, "b", 1, 5, Some(50));
+        s.cycle(5);
+        assert_eq!(
+            said(&s, "b").as_deref(),
+            Some(
+                "needs 1 GPU(s); queue default uses 2 of the 2 it may use; first in line: it \
+                 starts when the running work in its way ends (status.estimatedStartTime)"
+            )
+        );
+    }
+
+    /// GPUs and quota would allow it, but the GPUs are kept for the gang first in line (a job
+    /// that would outlast the gang's start does not backfill, and reserved GPUs are not lent).
+    #[test]
+    fn work_held_back_by_a_reservation_waits_for_the_queue_order() {
+        let mut s = sched(
+            4,
+            4,
+            Options {
+                lend_reserved_nodes: false,
+                ..Options::default()
+            },
+        );
+        submit(&mut s, "long", 3, 0, Some(600));
+        s.cycle(0);
+        submit(&mut s, "gang", 2, 10, Some(100));
+        submit(&mut s, "slow", 1, 20, Some(5_000));
+        assert!(s.cycle(20).is_empty());
+        assert_eq!(
+            said(&s, "slow").as_deref(),
+            Some(
+                "needs 1 GPU(s); held back for work ahead of it in the queue order; first in \
+                 line: gang"
+            )
+        );
+    }
+
+    /// A job that may use either flavor is told about the one it is first in line for, not
+    /// merely its preferred one.
+    #[test]
+    fn a_job_of_either_flavor_is_told_about_the_flavor_it_waits_for() {
+        let node = |name: &str, gpus: u32| Node {
+            name: name.into(),
+            gpus,
+            flavor: name.into(),
+            rack: None,
+            nvlink_domain: None,
+        };
+        let mut s = Scheduler::new(
+            Cluster {
+                nodes: vec![node("a", 2), node("b", 4)],
+            },
+            vec![QueueSpec::any_flavor("default", None, 6)],
+            PriorityClass::standard(),
+        )
+        .unwrap();
+        let on = |id: &str, flavor: &str, gpus: u32, expected: u64| Workload {
+            flavor: Some(flavor.into()),
+            expected_duration_s: Some(expected),
+            ..Workload::single(id, "default", None, gpus, 0)
+        };
+        s.submit(on("on-a", "a", 2, 900)).unwrap();
+        s.submit(on("on-b", "b", 3, 100)).unwrap();
+        s.cycle(0);
+        // `a-next` is first in line for `a`; `either` prefers `a` but is first in line for `b`.
+        s.submit(on("a-next", "a", 2, 50)).unwrap();
+        submit(&mut s, "either", 2, 10, Some(50));
+        assert!(s.cycle(10).is_empty());
+        let w = s.waiting("either").unwrap();
+        assert_eq!(
+            w.to_string(),
+            "needs 2 GPU(s); 1 of 4 free; first in line: it starts when the running work in \
+             its way ends (status.estimatedStartTime)"
+        );
+        assert_eq!(w.expected_start(), Some(100));
+    }
+}
