@@ -123,12 +123,8 @@ impl Scheduler {
             .iter()
             .map(|&f| {
                 let pool = &self.pools[f];
-                let free: u64 = pool
-                    .nodes
-                    .iter()
-                    .map(|n| u64::from(n.free.count_ones()))
-                    .sum();
-                let total: u64 = pool.nodes.iter().map(|n| u64::from(n.cap)).sum();
+                let free = pool.free_total;
+                let total: u64 = pool.cap_hist.iter().map(|&(g, n)| u64::from(g) * n).sum();
                 let queue = &self.queues[job.queue as usize];
                 let (used, limit) = (queue.usage[f], self.max_quota(job.queue, f));
                 if free < need {
