@@ -127,18 +127,26 @@ impl Admission for AdmitAll {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Entry {
     Pending,
-    /// Running on `placement`; `told` is the end its measured pace last told the scheduler.
+    /// Running on `placement` since `since`; `told` is the end its measured pace last told
+    /// the scheduler.
     Running {
         placement: Vec<PodPlacement>,
+        since: Time,
         told: Option<Time>,
     },
-    Preempting(String),
+    /// Told to stop (why), still holding the GPUs of its run (`held`: placement and start,
+    /// unknown for a gang the scheduler never ran), until `evicted`.
+    Preempting {
+        why: String,
+        held: Option<(Vec<PodPlacement>, Time)>,
+    },
 }
 
 impl Entry {
-    fn running(placement: Vec<PodPlacement>) -> Entry {
+    fn running(placement: Vec<PodPlacement>, since: Time) -> Entry {
         Entry::Running {
             placement,
+            since,
             told: None,
         }
     }
@@ -147,9 +155,10 @@ impl Entry {
 struct State {
     sched: Scheduler,
     entries: BTreeMap<String, Entry>,
-    /// Each entry's expected duration from its spec's time limits when the scheduler was last
-    /// given it (`State::note_limits`: the limits of a live job may be edited).
-    limits: BTreeMap<String, Option<u64>>,
+    /// Each entry's workload as the scheduler was last given it: its expected duration from
+    /// the spec's time limits (`State::note_limits`: the limits of a live job may be edited),
+    /// and all a rebuild needs to register it again (`SchedAdmission::rebuild`).
+    workloads: BTreeMap<String, Workload>,
 }
 
 impl State {
@@ -157,13 +166,13 @@ impl State {
     /// scheduler was given them: a pending job is ordered and backfilled by the new expected
     /// duration, a running one's end moves, unless its measured pace already replaced it.
     fn note_limits(&mut self, id: &str, expected: Option<u64>) {
-        let Some(told) = self.limits.get_mut(id) else {
+        let Some(w) = self.workloads.get_mut(id) else {
             return;
         };
-        if *told == expected {
+        if w.expected_duration_s == expected {
             return;
         }
-        *told = expected;
+        w.expected_duration_s = expected;
         if matches!(
             self.entries.get(id),
             Some(Entry::Running { told: Some(_), .. })
@@ -316,27 +325,110 @@ impl SchedAdmission {
         options: ferry_sched::Options,
         wake: Option<UnboundedSender<()>>,
     ) -> Result<Self> {
-        let SchedulerInputs {
-            cluster,
-            queues,
-            priorities,
-        } = inputs;
-        let sched = Scheduler::with_options(cluster, queues, priorities, options).map_err(|e| {
-            K8sError::invalid(
-                "Queue/*",
-                "spec.quotas",
-                format!("Ferry's scheduler refused the cluster's queues: {e}"),
-            )
-        })?;
+        let sched = build_scheduler(inputs, options)?;
         Ok(SchedAdmission {
             state: Mutex::new(State {
                 sched,
                 entries: BTreeMap::new(),
-                limits: BTreeMap::new(),
+                workloads: BTreeMap::new(),
             }),
             clock: Box::new(wall_clock),
             wake,
         })
+    }
+
+    /// Rebuilds the scheduler in place from the cluster's new GPU nodes, Queues and
+    /// PriorityClasses, keeping every job it knew: running gangs are re-registered where they
+    /// run (none is preempted for the change), waiting ones are queued again in their order.
+    /// A running gang the new cluster cannot hold (its node or queue is gone) is to be
+    /// preempted, and requeued once stopped; a waiting job whose queue is gone is dropped, so
+    /// its next reconcile is told why it cannot run. On an error (queues the scheduler
+    /// refuses) the old scheduler stays. Wakes the operator to reconcile every job.
+    pub fn rebuild(&self, inputs: SchedulerInputs) -> Result<Rebuilt> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let mut sched = build_scheduler(inputs, st.sched.options().clone())?;
+        let now = (self.clock)();
+        let mut entries = BTreeMap::new();
+        let mut told = Vec::new();
+        let mut out = Rebuilt::default();
+        // Work holding GPUs first, so nothing waiting is placed on them.
+        for (id, entry) in &st.entries {
+            let (placement, since, end) = match entry {
+                Entry::Running {
+                    placement,
+                    since,
+                    told,
+                } => (placement, *since, *told),
+                // Still stopping on the GPUs of its run: they stay held until it is gone.
+                Entry::Preempting {
+                    held: Some((placement, since)),
+                    ..
+                } => (placement, *since, None),
+                Entry::Preempting { held: None, .. } | Entry::Pending => continue,
+            };
+            let Some(w) = st.workloads.get(id) else {
+                continue;
+            };
+            match restore_running(&mut sched, w.clone(), placement, since) {
+                Ok(()) => {
+                    let keep = match entry {
+                        Entry::Preempting { .. } => entry.clone(),
+                        _ => Entry::Running {
+                            placement: placement.clone(),
+                            since,
+                            told: None,
+                        },
+                    };
+                    entries.insert(id.clone(), keep);
+                    told.extend(end.map(|e| (id.clone(), e)));
+                    out.kept += 1;
+                }
+                Err(e) => {
+                    entries.insert(
+                        id.clone(),
+                        Entry::Preempting {
+                            why: format!("the cluster changed under it: {e}"),
+                            held: None,
+                        },
+                    );
+                    out.preempted.push(id.clone());
+                }
+            }
+        }
+        let mut waiting: Vec<&Workload> = st
+            .entries
+            .iter()
+            .filter(|(_, e)| matches!(e, Entry::Pending))
+            .filter_map(|(id, _)| st.workloads.get(id))
+            .collect();
+        waiting.sort_by_key(|w| (w.created_at, w.id.clone()));
+        let mut dropped = Vec::new();
+        for w in waiting {
+            match sched.submit(w.clone()) {
+                Ok(()) => {
+                    entries.insert(w.id.clone(), Entry::Pending);
+                    out.kept += 1;
+                }
+                Err(_) => dropped.push(w.id.clone()),
+            }
+        }
+        for id in &dropped {
+            st.workloads.remove(id);
+        }
+        out.dropped = dropped;
+        st.sched = sched;
+        st.entries = entries;
+        for (id, end) in told {
+            if end > now {
+                tell_end(st, &id, now, end - now);
+            }
+        }
+        self.cycle(st, None);
+        if let Some(w) = &self.wake {
+            let _ = w.unbounded_send(());
+        }
+        Ok(out)
     }
 
     /// Replaces the clock (tests drive time by hand).
@@ -355,12 +447,22 @@ impl SchedAdmission {
     /// Runs one scheduling cycle and records its decisions; wakes the operator when one
     /// concerns a job other than `current`.
     fn cycle(&self, st: &mut State, current: Option<&str>) {
-        let decisions = st.sched.cycle((self.clock)());
+        let now = (self.clock)();
+        let decisions = st.sched.cycle(now);
         let mut others = false;
         for d in decisions {
             let (id, entry) = match d {
-                Decision::Admit { id, placement, .. } => (id, Entry::running(placement)),
-                Decision::Preempt { id, reason } => (id, Entry::Preempting(reason_text(&reason))),
+                Decision::Admit { id, placement, .. } => (id, Entry::running(placement, now)),
+                Decision::Preempt { id, reason } => {
+                    let held = match st.entries.get(&id) {
+                        Some(Entry::Running {
+                            placement, since, ..
+                        }) => Some((placement.clone(), *since)),
+                        _ => None,
+                    };
+                    let why = reason_text(&reason);
+                    (id, Entry::Preempting { why, held })
+                }
             };
             others |= current != Some(id.as_str());
             st.entries.insert(id, entry);
@@ -370,6 +472,33 @@ impl SchedAdmission {
             let _ = w.unbounded_send(());
         }
     }
+}
+
+/// What [`SchedAdmission::rebuild`] did with the jobs it knew.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// Jobs registered again as they were (running where they run, or waiting).
+    pub kept: usize,
+    /// Running gangs the new cluster cannot hold, now to be preempted.
+    pub preempted: Vec<String>,
+    /// Waiting jobs whose queue or priority is gone; their next reconcile says why.
+    pub dropped: Vec<String>,
+}
+
+/// An empty scheduler over `inputs`, or the error naming what it refused.
+fn build_scheduler(inputs: SchedulerInputs, options: ferry_sched::Options) -> Result<Scheduler> {
+    let SchedulerInputs {
+        cluster,
+        queues,
+        priorities,
+    } = inputs;
+    Scheduler::with_options(cluster, queues, priorities, options).map_err(|e| {
+        K8sError::invalid(
+            "Queue/*",
+            "spec.quotas",
+            format!("Ferry's scheduler refused the cluster's queues: {e}"),
+        )
+    })
 }
 
 /// Registers a workload that is already running on `placement` since `at`
@@ -408,11 +537,11 @@ impl Admission for SchedAdmission {
                     admitted_at,
                 } => {
                     let at = admitted_at.unwrap_or_else(|| (self.clock)());
-                    if let Err(e) = restore_running(&mut st.sched, w, p, at) {
+                    if let Err(e) = restore_running(&mut st.sched, w.clone(), p, at) {
                         return Admit::Preempt(e.to_string());
                     }
-                    st.entries.insert(id.clone(), Entry::running(p.clone()));
-                    st.limits.insert(id.clone(), expected);
+                    st.entries.insert(id.clone(), Entry::running(p.clone(), at));
+                    st.workloads.insert(id.clone(), w);
                     // The pace an earlier operator measured (its paces lived in memory) stands
                     // until this one has measured again.
                     if let Some(end) = persisted_end(job) {
@@ -424,18 +553,18 @@ impl Admission for SchedAdmission {
                     return Admit::Run(p.clone());
                 }
                 _ => {
-                    if let Err(e) = st.sched.submit(w) {
+                    if let Err(e) = st.sched.submit(w.clone()) {
                         return Admit::Never(e.to_string());
                     }
                     st.entries.insert(id.clone(), Entry::Pending);
-                    st.limits.insert(id.clone(), expected);
+                    st.workloads.insert(id.clone(), w);
                 }
             }
         }
         self.cycle(&mut st, Some(&id));
         match st.entries.get(&id) {
             Some(Entry::Running { placement, .. }) => Admit::Run(placement.clone()),
-            Some(Entry::Preempting(why)) => Admit::Preempt(why.clone()),
+            Some(Entry::Preempting { why, .. }) => Admit::Preempt(why.clone()),
             _ => Admit::Wait(st.sched.waiting(&id).map_or_else(
                 || {
                     let queue = job.spec.queue.as_deref().unwrap_or("default");
@@ -452,11 +581,23 @@ impl Admission for SchedAdmission {
     fn evicted(&self, job: &TrainJobResource) {
         let id = workload_id(&job.namespace().unwrap_or_default(), &job.name_any());
         let mut st = self.lock();
-        if !matches!(st.entries.get(&id), Some(Entry::Preempting(_))) {
+        if !matches!(st.entries.get(&id), Some(Entry::Preempting { .. })) {
             return;
         }
-        if let Err(e) = st.sched.evicted(&id) {
-            tracing::warn!(job = %id, error = %e, "scheduler refused an eviction");
+        if st.sched.evicted(&id).is_err() {
+            // Rebuilt while it stopped: the new scheduler has it as running (or not at all).
+            let _ = st.sched.finished(&id);
+            let Some(w) = st.workloads.get(&id).cloned() else {
+                st.entries.remove(&id);
+                return;
+            };
+            if let Err(e) = st.sched.submit(w) {
+                // Its queue is gone: its next reconcile submits it afresh and is told why.
+                tracing::warn!(job = %id, error = %e, "evicted job not requeued");
+                st.entries.remove(&id);
+                st.workloads.remove(&id);
+                return;
+            }
         }
         st.entries.insert(id.clone(), Entry::Pending);
         self.cycle(&mut st, Some(&id));
@@ -465,7 +606,7 @@ impl Admission for SchedAdmission {
     fn finished(&self, job: &TrainJobResource) {
         let id = workload_id(&job.namespace().unwrap_or_default(), &job.name_any());
         let mut st = self.lock();
-        st.limits.remove(&id);
+        st.workloads.remove(&id);
         if st.entries.remove(&id).is_none() {
             return;
         }

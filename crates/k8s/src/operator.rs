@@ -1017,6 +1017,7 @@ pub async fn run(
     let (wake, woken) = futures::channel::mpsc::unbounded();
     let rack_label = opts.cluster.rack_label.clone();
     let mut inputs = None;
+    let mut scheduler = None;
     let admission: Arc<dyn Admission> = if opts.cluster.kueue {
         Arc::new(AdmitAll)
     } else {
@@ -1041,6 +1042,7 @@ pub async fn run(
                 Some(wake),
             )?);
             restore_running(&client, jobset, admission.as_ref()).await?;
+            scheduler = Some(admission.clone());
             admission
         }
     };
@@ -1074,7 +1076,7 @@ pub async fn run(
         }
     });
     let renew = keep_leading(&elector);
-    let changed = watch_inputs(&client, rack_label.as_deref(), inputs);
+    let changed = watch_inputs(&client, rack_label.as_deref(), inputs, scheduler);
     tokio::select! {
         () = controller => Ok(()),
         () = deployments => Ok(()),
@@ -1083,29 +1085,53 @@ pub async fn run(
     }
 }
 
-/// Returns once the GPU nodes, the Ferry `Queue`s or the `PriorityClass`es differ from
-/// `initial` (checked every 60 s), so that the operator exits and its restart — which
-/// re-registers every running gang and preempts nothing — rebuilds the scheduler; never
-/// returns without a scheduler.
+/// Re-reads the GPU nodes, the Ferry `Queue`s and the `PriorityClass`es every 60 s; when they
+/// differ from what the scheduler was built from, rebuilds it in place
+/// ([`SchedAdmission::rebuild`]: running gangs stay where they run, waiting jobs keep their
+/// order). Returns — so that the operator exits and its restart builds the right admission —
+/// only when Ferry's scheduler must start or stop (the first Queue created, the last one
+/// deleted); never returns without inputs to watch.
 pub async fn watch_inputs(
     client: &Client,
     rack_label: Option<&str>,
     initial: Option<crate::cluster::SchedulerInputs>,
+    scheduler: Option<Arc<crate::admission::SchedAdmission>>,
 ) -> Result<()> {
-    let Some(initial) = initial else {
+    let Some(mut current) = initial else {
         return std::future::pending().await;
     };
     loop {
         tokio::time::sleep(Duration::from_secs(60)).await;
-        match crate::cluster::scheduler_inputs(client, rack_label).await {
-            Ok(now) if now != initial => {
-                tracing::info!(
-                    "GPU nodes, Queues or PriorityClasses changed: exiting so the restarted operator rebuilds the scheduler"
-                );
-                return Ok(());
+        let now = match crate::cluster::scheduler_inputs(client, rack_label).await {
+            Ok(now) if now != current => now,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not re-read nodes and queues");
+                continue;
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "could not re-read nodes and queues"),
+        };
+        let Some(sched) = scheduler.as_ref().filter(|_| !now.queues.is_empty()) else {
+            tracing::info!(
+                queues = now.queues.len(),
+                "Ferry's scheduler starts or stops with the Queues: exiting so the restarted operator admits through the right one"
+            );
+            return Ok(());
+        };
+        match sched.rebuild(now.clone()) {
+            Ok(r) => {
+                tracing::info!(
+                    nodes = now.cluster.nodes.len(),
+                    queues = now.queues.len(),
+                    priorities = now.priorities.len(),
+                    kept = r.kept,
+                    preempted = ?r.preempted,
+                    dropped = ?r.dropped,
+                    "GPU nodes, Queues or PriorityClasses changed: scheduler rebuilt in place"
+                );
+                current = now;
+            }
+            // The old scheduler stays; the next look tries again.
+            Err(e) => tracing::error!(error = %e, "the changed Queues do not build a scheduler"),
         }
     }
 }

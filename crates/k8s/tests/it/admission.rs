@@ -657,10 +657,18 @@ fn restored_gangs_keep_their_gpus_on_a_shared_node() {
 
 /// The API reads of one `scheduler_inputs`: `nodes`, the one queue of team-a, `classes`.
 fn input_reads(nodes: &Value, classes: &Value) -> Vec<Step> {
-    let queues = json!({"apiVersion": "ferry.dev/v1alpha1", "kind": "QueueList", "metadata": {}, "items": [
-        {"apiVersion": "ferry.dev/v1alpha1", "kind": "Queue",
-         "metadata": {"name": "team-a", "namespace": "team-a"},
-         "spec": {"quotas": [{"flavor": "H100-80GB", "nominal": 8}]}}]});
+    input_reads_with(nodes, classes, Some(8))
+}
+
+/// `input_reads`, with team-a's queue of `nominal` GPUs, or with no queue at all.
+fn input_reads_with(nodes: &Value, classes: &Value, nominal: Option<u32>) -> Vec<Step> {
+    let items = match nominal {
+        Some(n) => json!([{"apiVersion": "ferry.dev/v1alpha1", "kind": "Queue",
+             "metadata": {"name": "team-a", "namespace": "team-a"},
+             "spec": {"quotas": [{"flavor": "H100-80GB", "nominal": n}]}}]),
+        None => json!([]),
+    };
+    let queues = json!({"apiVersion": "ferry.dev/v1alpha1", "kind": "QueueList", "metadata": {}, "items": items});
     vec![
         step("GET", "/api/v1/nodes", 200, nodes.clone()),
         step("GET", "/apis/ferry.dev/v1alpha1/queues", 200, queues),
@@ -681,10 +689,12 @@ fn class_list(classes: &[(&str, i32)]) -> Value {
     json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClassList", "metadata": {}, "items": items})
 }
 
-/// The scheduler is built from the GPU nodes, the Queues and the cluster's PriorityClasses;
-/// the operator exits for a clean rebuild (re-checked every minute) when any of them changes.
+/// The scheduler is built from the GPU nodes, the Queues and the cluster's PriorityClasses,
+/// re-read every minute: a change rebuilds it in place (a node that joined takes a two-node
+/// gang, a new class is one a job may name); only the last Queue's deletion, which turns
+/// Ferry's scheduler off, ends the operator so its restart admits every job.
 #[tokio::test(start_paused = true)]
-async fn a_changed_node_queue_or_priority_class_set_ends_the_operator_for_a_clean_rebuild() {
+async fn a_changed_node_queue_or_priority_class_set_rebuilds_the_scheduler_in_place() {
     let node_list = |nodes: Value| json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": nodes});
     let gpu_node = |name: &str| {
         json!({"metadata": {"name": name, "labels": {"ferry.dev/gpu-flavor": "H100-80GB"}},
@@ -698,11 +708,14 @@ async fn a_changed_node_queue_or_priority_class_set_ends_the_operator_for_a_clea
         ("system-cluster-critical", 2_000_000_000),
     ]);
     let more = class_list(&[("production", 50_000), ("batch", 500)]);
-    for changed in [
-        // A node joined.
-        input_reads(&two, &classes),
-        // A PriorityClass was created.
-        input_reads(&one, &more),
+    let mut wide = resource("wide", "low", None);
+    wide.spec.resources.nodes = 2;
+    let batch = resource("nightly", "batch", None);
+    for (changed, nodes) in [
+        // A node joined (and the queue grew): the two-node gang now fits.
+        (input_reads_with(&two, &classes, Some(16)), &two),
+        // A PriorityClass was created: a job may name it.
+        (input_reads(&one, &more), &one),
     ] {
         let (client, task) = server(
             [
@@ -710,6 +723,8 @@ async fn a_changed_node_queue_or_priority_class_set_ends_the_operator_for_a_clea
                 // First re-read: unchanged, keep going.
                 input_reads(&one, &classes),
                 changed,
+                // The last Queue is deleted: the operator ends.
+                input_reads_with(nodes, &more, None),
             ]
             .into_iter()
             .flatten()
@@ -736,11 +751,110 @@ async fn a_changed_node_queue_or_priority_class_set_ends_the_operator_for_a_clea
                 ("production", 50_000)
             ]
         );
-        ferry_k8s::operator::watch_inputs(&client, None, Some(initial))
+        let sched = Arc::new(
+            SchedAdmission::new(initial.clone(), Options::default(), None)
+                .unwrap()
+                .with_clock(|| 1_000),
+        );
+        assert!(matches!(
+            sched.decide(&wide, &Gang::Absent),
+            Admit::Never(_)
+        ));
+        assert!(matches!(
+            sched.decide(&batch, &Gang::Absent),
+            Admit::Never(_)
+        ));
+        ferry_k8s::operator::watch_inputs(&client, None, Some(initial), Some(sched.clone()))
             .await
             .unwrap();
         finish(task).await;
+        if nodes == &two {
+            assert!(matches!(sched.decide(&wide, &Gang::Absent), Admit::Run(p) if p.len() == 2));
+        } else {
+            assert!(matches!(sched.decide(&batch, &Gang::Absent), Admit::Run(_)));
+        }
     }
+}
+
+/// A rebuild keeps what runs where it runs and what waits in its order: a job waiting for
+/// a full node starts on a node that joined; a gang on a node that left is preempted, and
+/// requeued once stopped; a waiting job whose queue is gone is told so at its next decision.
+#[test]
+fn a_rebuilt_scheduler_keeps_running_gangs_and_waiting_jobs() {
+    let (admission, _rx) = admission();
+    let (a, b) = (resource("a", "low", None), resource("b", "low", None));
+    let Admit::Run(on) = admission.decide(&a, &Gang::Absent) else {
+        panic!("a runs")
+    };
+    assert_eq!(on[0].node, NODE);
+    assert!(matches!(
+        admission.decide(&b, &Gang::Absent),
+        Admit::Wait(_)
+    ));
+    let gpu = json!({"nvidia.com/gpu.product": "H100-80GB"});
+    let inputs = |nodes: &[Node], nominal: u32, queue: &str| {
+        let mut q = queue_spec(NS, queue, &Default::default());
+        q.quotas = vec![ferry_sched::FlavorQuota {
+            flavor: "H100-80GB".into(),
+            nominal,
+            borrowing_limit: None,
+            lending_limit: None,
+        }];
+        SchedulerInputs {
+            cluster: cluster_from_nodes(nodes, None),
+            queues: vec![q],
+            priorities: priority_classes(&[]),
+        }
+    };
+    let both = [
+        node(NODE, "8", gpu.clone()),
+        node("gpu-node-2", "8", gpu.clone()),
+    ];
+    let r = admission.rebuild(inputs(&both, 16, "team-a")).unwrap();
+    assert_eq!((r.kept, r.preempted.len(), r.dropped.len()), (2, 0, 0));
+    // `a` was not moved; `b` started on the node that joined.
+    assert!(matches!(admission.decide(&a, &Gang::Absent), Admit::Run(p) if p == on));
+    let Admit::Run(b_on) = admission.decide(&b, &Gang::Absent) else {
+        panic!("b runs on the new node")
+    };
+    assert_eq!(b_on[0].node, "gpu-node-2");
+
+    // The first node leaves: `a` is preempted, then waits for `b`'s node.
+    let r = admission
+        .rebuild(inputs(
+            &[node("gpu-node-2", "8", gpu.clone())],
+            16,
+            "team-a",
+        ))
+        .unwrap();
+    assert_eq!(r.preempted, ["team-a/a"]);
+    assert!(matches!(
+        admission.decide(&a, &Gang::Absent),
+        Admit::Preempt(why) if why.contains("the cluster changed under it")
+    ));
+    admission.evicted(&a);
+    assert!(matches!(
+        admission.decide(&a, &Gang::Absent),
+        Admit::Wait(_)
+    ));
+    admission.finished(&b);
+    assert!(
+        matches!(admission.decide(&a, &Gang::Absent), Admit::Run(p) if p[0].node == "gpu-node-2")
+    );
+
+    // A waiting job whose queue is gone is dropped and refused at its next decision.
+    let c = resource("c", "low", None);
+    assert!(matches!(
+        admission.decide(&c, &Gang::Absent),
+        Admit::Wait(_)
+    ));
+    let r = admission
+        .rebuild(inputs(&[node("gpu-node-2", "8", gpu)], 8, "other"))
+        .unwrap();
+    assert_eq!(r.dropped, ["team-a/c"]);
+    assert!(
+        matches!(admission.decide(&c, &Gang::Absent), Admit::Never(why) if why.contains("team-a"))
+    );
 }
 
 /// A low-priority single-node job of `gpus` GPUs created at `created` (RFC 3339).
