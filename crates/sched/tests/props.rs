@@ -439,7 +439,7 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
             }
         }
         // Where a cycle decided something, and every few seconds besides (each is a replay).
-        if !decisions.is_empty() || t % 5 == 0 {
+        if !decisions.is_empty() || t.is_multiple_of(5) {
             check_forecast(&s, t, &accepted, &done, &running)?;
         }
         // Quota: usage within nominal + permitted borrowing, and cohorts within what they hold.
