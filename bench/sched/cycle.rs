@@ -3,12 +3,15 @@
 //! Run: `cargo bench -p ferry-sched --bench cycle`. Prints p50/p99 cycle time and decisions
 //! per second for Ferry's incremental scheduler, and the same numbers for a peer in the same
 //! process: the same scheduler with its per-cycle scan bound lifted, i.e. a rescan of all
-//! pending work every cycle. The ratio is what the incremental design buys.
+//! pending work every cycle. The ratio is what the incremental design buys. Then one forecast
+//! of every waiting job's start (`Scheduler::forecast`, what `ferry up` runs once a pass), as
+//! a multiple of a steady cycle.
 
 use std::time::{Duration, Instant};
 
 use ferry_sched::{
-    Cluster, Decision, FlavorQuota, Node, Options, PriorityClass, QueueSpec, Scheduler, Workload,
+    Cluster, Decision, FORECAST_CYCLES, FlavorQuota, Node, Options, PriorityClass, QueueSpec,
+    Scheduler, Workload,
 };
 
 const NODES: usize = 2_000;
@@ -102,9 +105,11 @@ struct Stats {
     cycles: Vec<Duration>,
     decisions: usize,
     submit: Duration,
+    /// One `Scheduler::forecast` after the steady cycles: its time and what it told.
+    forecast: Option<(Duration, ferry_sched::Forecast)>,
 }
 
-fn run(opts: Options) -> Stats {
+fn run(opts: Options, forecast: bool) -> Stats {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut s =
         Scheduler::with_options(cluster(), queues(), priorities(), opts).expect("valid config");
@@ -156,11 +161,17 @@ fn run(opts: Options) -> Stats {
             }
         }
     }
+    let forecast = forecast.then(|| {
+        let t = Instant::now();
+        let f = s.forecast(now, FORECAST_CYCLES);
+        (t.elapsed(), f)
+    });
     Stats {
         first: first_t,
         cycles,
         decisions,
         submit,
+        forecast,
     }
 }
 
@@ -189,13 +200,29 @@ fn main() {
         "{PENDING} pending workloads, {QUEUES} queues in cohorts of {COHORT_SIZE}, {NODES} nodes x {GPUS} GPUs; \
          {STEADY_CYCLES} steady cycles, {CHURN} finishes + {CHURN} submits before each"
     );
-    let mut ferry = run(Options::default());
+    let mut ferry = run(Options::default(), true);
     let (f50, f99) = report("ferry (incremental)", &mut ferry);
-    let mut peer = run(Options {
-        max_candidates_per_cycle: usize::MAX,
-        max_preemption_attempts_per_cycle: usize::MAX,
-        ..Options::default()
-    });
+    if let Some((took, f)) = &ferry.forecast {
+        let told = f.starts.iter().filter(|x| x.at.is_some()).count();
+        println!(
+            "forecast of every waiting job: {:.0} ms = {:.0}x a steady p50 cycle, {} cycles replayed \
+             ({:.1}x a p50 cycle each, the copy included){}; {told} of {} waiting told a start",
+            took.as_secs_f64() * 1e3,
+            took.as_secs_f64() / f50.as_secs_f64().max(1e-9),
+            f.cycles,
+            took.as_secs_f64() / f.cycles.max(1) as f64 / f50.as_secs_f64().max(1e-9),
+            if f.capped { ", capped" } else { "" },
+            f.starts.len(),
+        );
+    }
+    let mut peer = run(
+        Options {
+            max_candidates_per_cycle: usize::MAX,
+            max_preemption_attempts_per_cycle: usize::MAX,
+            ..Options::default()
+        },
+        false,
+    );
     let (p50, p99) = report("peer (rescan all pending)", &mut peer);
     println!(
         "ratio peer/ferry: p50 {:.1}x  p99 {:.1}x   (goal: ferry p99 < 50 ms)",

@@ -1,7 +1,13 @@
-//! Replays a trace under every policy: `cargo run --release -p ferry-sched --example sim -- TRACE.csv [OUT.svg]`.
+//! Replays a trace under every policy: `cargo run --release -p ferry-sched --example sim --
+//! TRACE.csv [OUT.svg] [--forecast]` (`--forecast`: also measure how well every waiting job's
+//! forecast start held).
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    let path = args.get(1).ok_or("usage: sim TRACE.csv [OUT.svg]")?;
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let forecast = args.iter().any(|a| a == "--forecast");
+    args.retain(|a| a != "--forecast");
+    let path = args
+        .first()
+        .ok_or("usage: sim TRACE.csv [OUT.svg] [--forecast]")?;
     let trace = ferry_sched::read_trace(std::path::Path::new(path))?;
     let cluster = ferry_sched::default_cluster(&trace);
     let queues = ferry_sched::default_queues(&trace, &cluster);
@@ -9,10 +15,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{}",
         ferry_sched::describe_setup(&trace, &cluster, &queues, Default::default())
     );
+    let probes = ferry_sched::Probes { forecast };
     let mut reports = Vec::new();
     for p in ferry_sched::Policy::ALL {
         let t = std::time::Instant::now();
-        reports.push(ferry_sched::simulate(&trace, &cluster, &queues, p)?);
+        reports.push(ferry_sched::simulate_probing(
+            &trace,
+            &cluster,
+            &queues,
+            p,
+            p.options(),
+            ferry_sched::Knowledge::exact(),
+            probes,
+        )?);
         eprintln!("{} simulated in {:?}", p.name(), t.elapsed());
     }
     print!("{}", ferry_sched::render_table(&reports));
@@ -23,7 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("{}", serde_json::to_string(&r)?);
         }
     }
-    if let Some(out) = args.get(2) {
+    if let Some(out) = args.get(1) {
         std::fs::write(out, ferry_sched::render_svg(&reports, cluster.total_gpus()))?;
     }
     Ok(())

@@ -438,6 +438,10 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
                 }
             }
         }
+        // Where a cycle decided something, and every few seconds besides (each is a replay).
+        if !decisions.is_empty() || t.is_multiple_of(5) {
+            check_forecast(&s, t, &accepted, &done, &running)?;
+        }
         // Quota: usage within nominal + permitted borrowing, and cohorts within what they hold.
         let mut cohort_use: BTreeMap<(String, String), u64> = BTreeMap::new();
         for u in s.queue_usage() {
@@ -509,6 +513,55 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
             !all_edges.contains(&(b.clone(), a.clone())),
             "{a} and {b} preempted each other"
         );
+    }
+    Ok(())
+}
+
+/// `Scheduler::forecast` after a cycle at `t`: every waiting job once, those told a start
+/// first, by start, none before `t`; the jobs first in line told the start their reservations
+/// know; and, while every job has an expected duration, a start for each (nothing is stuck).
+fn check_forecast(
+    s: &Scheduler,
+    t: u64,
+    accepted: &[(Workload, u64)],
+    done: &HashSet<String>,
+    running: &HashMap<String, (u64, u64)>,
+) -> Result<(), TestCaseError> {
+    let forecast = s.forecast(t, ferry_sched::FORECAST_CYCLES);
+    let waiting: HashSet<&str> = accepted
+        .iter()
+        .map(|(w, _)| w.id.as_str())
+        .filter(|id| !done.contains(*id) && !running.contains_key(*id))
+        .collect();
+    let told: HashSet<&str> = forecast.starts.iter().map(|f| f.id.as_str()).collect();
+    prop_assert_eq!(told.len(), forecast.starts.len(), "{:?}", forecast);
+    prop_assert_eq!(&told, &waiting);
+    let times: Vec<Option<u64>> = forecast.starts.iter().map(|f| f.at).collect();
+    prop_assert!(
+        times.windows(2).all(|w| match (w[0], w[1]) {
+            (Some(a), Some(b)) => a <= b,
+            (a, b) => a.is_some() || b.is_none(),
+        }),
+        "{:?}",
+        forecast
+    );
+    prop_assert!(times.iter().flatten().all(|&at| at >= t), "{:?}", forecast);
+    // First in line (for several flavors: the earliest start known).
+    let mut promised: HashMap<String, u64> = HashMap::new();
+    for e in s.expected_starts() {
+        if let Some(at) = e.at {
+            let p = promised.entry(e.id).or_insert(at);
+            *p = (*p).min(at);
+        }
+    }
+    for (id, at) in promised {
+        prop_assert_eq!(forecast.start_of(&id), Some(at), "{}: {:?}", id, forecast);
+    }
+    let every_end_known = accepted.iter().all(|(w, _)| {
+        done.contains(&w.id) || w.expected_duration_s.is_some() || t >= w.created_at + 7
+    });
+    if every_end_known && !forecast.capped {
+        prop_assert!(times.iter().all(Option::is_some), "{:?}", forecast);
     }
     Ok(())
 }

@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 
 use ferry_sched::{
-    Cluster, Estimates, FlavorQuota, Knowledge, MakespanLimit, Options, Policy, QueueSpec,
+    Cluster, Estimates, FlavorQuota, Knowledge, MakespanLimit, Options, Policy, Probes, QueueSpec,
     SchedError, SimReport, TraceJob, cluster_with_gpus, default_cluster, default_queues,
     parse_trace, read_trace, render_jobs_csv, render_svg, render_table, simulate, simulate_knowing,
-    with_load,
+    simulate_probing, with_load,
 };
 
 /// A queue of `nominal` GPUs of flavor `gpu` in the cohort `all`.
@@ -210,6 +210,61 @@ fn jobs_first_in_line_start_when_they_were_told() {
         line.ends_with(&format!(" {}/{}", exact.within_5_min, exact.told)),
         "{line}"
     );
+}
+
+/// Every job that has to wait is told when it starts (`Scheduler::forecast`, what `ferry up`
+/// shows every queued job), replayed on the shared trace with exact run times under Ferry and
+/// EASY backfill: only later arrivals can move a start, and rarely do by more than 5 minutes
+/// (112 of 113 held for Ferry, 635 of 635 for EASY).
+/// Measuring changes nothing the policies decide.
+#[test]
+fn waiting_jobs_start_when_the_forecast_said() {
+    let trace = read_trace(&fixture()).expect("fixture trace reads");
+    let cluster = default_cluster(&trace);
+    let queues = default_queues(&trace, &cluster);
+    let mut reports = Vec::new();
+    for policy in [Policy::Ferry, Policy::EasyBackfill] {
+        let sim = |probes| {
+            simulate_probing(
+                &trace,
+                &cluster,
+                &queues,
+                policy,
+                policy.options(),
+                Knowledge::exact(),
+                probes,
+            )
+            .expect("simulation runs")
+        };
+        let mut probed = sim(Probes { forecast: true });
+        let accuracy = probed.forecast.take().expect("forecast measured");
+        assert_eq!(probed, sim(Probes::default()), "{policy:?}");
+        println!("{policy:?}: {accuracy:?}");
+        // Every run time is known, so every waiting job is told a start.
+        assert!(accuracy.waited >= 100, "{accuracy:?}");
+        assert_eq!(accuracy.starts.told, accuracy.waited, "{accuracy:?}");
+        assert!(
+            accuracy.starts.within_5_min * 20 >= accuracy.starts.told * 19,
+            "{accuracy:?}"
+        );
+        probed.forecast = Some(accuracy);
+        reports.push(probed);
+    }
+    let table = render_table(&reports);
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("forecast, within 5 min"))
+        .unwrap_or_else(|| panic!("no forecast row: {table}"));
+    let easy = reports[1].forecast.as_ref().expect("measured");
+    assert!(
+        line.ends_with(&format!(
+            " {}/{} of {}",
+            easy.starts.within_5_min, easy.starts.told, easy.waited
+        )),
+        "{line}"
+    );
+    let unprobed = simulate(&trace, &cluster, &queues, Policy::Ferry).expect("simulation runs");
+    assert!(!render_table(&[unprobed]).contains("forecast"));
 }
 
 /// Bar 2 on a real window no policy decision has seen (`tests/data/README.md`: the second half

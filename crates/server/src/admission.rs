@@ -10,12 +10,13 @@
 //! Jobs that need no GPU bypass the scheduler.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 use std::path::Path;
 
 use ferry_runtime::Inventory;
 use ferry_sched::{
-    ANY_FLAVOR, Cluster, Decision, FlavorQuota, InLine, PodPlacement, PreemptReason, QueueSpec,
-    SchedError, Scheduler, Time, Workload,
+    ANY_FLAVOR, Cluster, Decision, FORECAST_CYCLES, FlavorQuota, InLine, PodPlacement,
+    PreemptReason, QueueSpec, SchedError, Scheduler, Time, Workload,
 };
 use ferry_spec::{FieldError, JobPhase, PriorityClass, Queue, Resource, TrainJob};
 use ferry_store::{JobRecord, StatusPatch, StoreError};
@@ -609,7 +610,8 @@ pub(crate) async fn schedule(
     let adm = slot.as_mut().expect("built above");
     let ids = inventory.ids();
     sync(plane, adm, active, &ids).await?;
-    let decisions = adm.sched.cycle(now());
+    let now = now();
+    let decisions = adm.sched.cycle(now);
     // Admitted jobs launch, and preempted ones stop, in the next pass: run it at once.
     let acted = !decisions.is_empty();
     let names: HashMap<&str, &JobRecord> = active.iter().map(|j| (j.uid.as_str(), j)).collect();
@@ -658,7 +660,7 @@ pub(crate) async fn schedule(
             }
         }
     }
-    note_waiting(plane, adm, active, &names).await?;
+    note_waiting(plane, adm, active, &names, now).await?;
     plane.set_queue_usage(adm.sched.queue_usage());
     if acted {
         plane.wake();
@@ -991,14 +993,23 @@ async fn requeue(plane: &ControlPlane, job: &JobRecord) -> Result<(), ApiError> 
     ignore_conflict(res)
 }
 
-/// One `Waiting` event per change of reason for each job still pending; the reason is the
-/// scheduler's (`Scheduler::waiting`), the job first in line named by namespace and name.
+/// Why each job still pending waits (`Scheduler::waiting`), and when it is expected to start:
+/// the job first in line by its reservation, every other by one forecast of the queue per pass
+/// (`Scheduler::forecast`), which also says whom it is expected to start after. One `Waiting`
+/// event per change of reason.
 async fn note_waiting(
     plane: &ControlPlane,
     adm: &Admission,
     active: &[JobRecord],
     names: &HashMap<&str, &JobRecord>,
+    now: Time,
 ) -> Result<(), ApiError> {
+    let forecast = adm.sched.forecast(now, FORECAST_CYCLES);
+    let name_of = |uid: &str| {
+        names
+            .get(uid)
+            .map_or_else(|| uid.to_owned(), |j| format!("{}/{}", j.namespace, j.name))
+    };
     for job in active {
         if adm.tracked.get(&job.uid) != Some(&Tracked::Pending) || job.phase != JobPhase::Queued {
             continue;
@@ -1006,13 +1017,40 @@ async fn note_waiting(
         let Some(mut waiting) = adm.sched.waiting(&job.uid) else {
             continue;
         };
-        if let Some(InLine::Behind { first }) = &waiting.line {
-            waiting.line = names.get(first.as_str()).map(|ahead| InLine::Behind {
-                first: format!("{}/{}", ahead.namespace, ahead.name),
-            });
+        let at = forecast.start_of(&job.uid);
+        match &mut waiting.line {
+            Some(InLine::Behind { first }) => *first = name_of(first),
+            // Unknown to the reservation, the replay may still know (a preemptor's victims
+            // about to leave); otherwise the forecast gives the reservation's own start.
+            Some(InLine::First { start }) => *start = start.or(at),
+            None => {}
         }
-        let reason = waiting.to_string();
-        if plane.set_waiting(&job.uid, &reason, waiting.expected_start()) {
+        let mut reason = waiting.to_string();
+        if !matches!(waiting.line, Some(InLine::First { .. })) {
+            match (at, forecast.before(&job.uid)) {
+                (Some(_), Some(before)) => {
+                    let _ = write!(
+                        reason,
+                        "; expected to start after {} (status.estimatedStartTime)",
+                        name_of(before)
+                    );
+                }
+                (Some(_), None) => reason.push_str(
+                    "; expected to start when the running work in its way ends \
+                     (status.estimatedStartTime)",
+                ),
+                (None, _) if forecast.capped => reason.push_str(
+                    "; when it starts is not forecast: more work is ahead of it than one \
+                     forecast replays",
+                ),
+                (None, _) => reason.push_str(
+                    "; when it starts is unknown: some work ahead of it has no expected end \
+                     (no time limit, no measured pace yet)",
+                ),
+            }
+        }
+        let expected_start = waiting.expected_start().or(at);
+        if plane.set_waiting(&job.uid, &reason, expected_start) {
             plane.store().note(&job.uid, "Waiting", &reason).await?;
         }
     }

@@ -54,7 +54,8 @@ struct Inner {
 pub(crate) struct Waiting {
     /// The reason, as its `Waiting` event says it.
     pub(crate) reason: String,
-    /// Unix seconds, for the job first in line for its GPUs whose way clears at known times.
+    /// Unix seconds it is expected to start: the job first in line by its reservation, the
+    /// others by the scheduler's forecast; `None` while work in its way has no expected end.
     pub(crate) expected_start: Option<u64>,
 }
 

@@ -513,9 +513,10 @@ pub struct TrainJobStatus {
     /// its metrics lines show (absent until that pace is known, and once it stops running).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_completion_time: Option<String>,
-    /// RFC 3339 time a queued job first in line for its GPUs is expected to start: when the
-    /// running work in its way ends, by those jobs' time limits or measured pace (absent for
-    /// a job behind another, or while some of that work has no expected end).
+    /// RFC 3339 time a queued job is expected to start, by the time limits or measured pace of
+    /// the work ahead of it: for the job first in line for its GPUs, when the running work in
+    /// its way ends; for the others, from the scheduler's forecast of the queue (absent while
+    /// some of that work has no expected end; on Kubernetes, for a job behind another).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_start_time: Option<String>,
     /// Seconds its runs have been running, the ended ones and the current one: what

@@ -339,7 +339,7 @@ pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()>
         field(
             "Expected start",
             format!(
-                "{at} (in {}, when the running work in its way ends)",
+                "{at} (in {}, when the work ahead of it ends by its time limits or pace)",
                 time_left(Some(at))
             ),
         );

@@ -61,6 +61,11 @@ pub struct SimArgs {
     /// true remaining time, as when Ferry measures a training job's step pace.
     #[arg(long, value_name = "SECONDS")]
     pub pace_after: Option<u64>,
+    /// Also forecast, whenever a job arrives and has to wait, when it starts (what `ferry up`
+    /// tells every queued job) and report how well that held: `forecast, within 5 min` in the
+    /// table, `forecast` in JSON. Slower: one replay of the queue per such arrival.
+    #[arg(long)]
+    pub forecast: bool,
     /// Also write the utilization timeline as an SVG chart here.
     #[arg(long)]
     pub svg: Option<PathBuf>,
@@ -237,9 +242,14 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             }
             options.reclaim_through_reservation |= args.reclaim_through_reservation;
         }
+        let probes = ferry_sched::Probes {
+            forecast: args.forecast,
+        };
         reports.push(
-            ferry_sched::simulate_knowing(&trace, &cluster, &queues, policy, options, knowledge)
-                .map_err(|e| in_file(e, trace_path))?,
+            ferry_sched::simulate_probing(
+                &trace, &cluster, &queues, policy, options, knowledge, probes,
+            )
+            .map_err(|e| in_file(e, trace_path))?,
         );
     }
     if let Some(svg) = &args.svg {

@@ -623,9 +623,9 @@ fn expected_start(job: &Value) -> Option<chrono::DateTime<chrono::Utc>> {
 }
 
 /// A queued gang first in line for its GPUs is told when it starts (`status.estimatedStartTime`,
-/// `ferry describe job`): when the running job in its way reaches its time limit, moved when
-/// that limit changes; a job queued behind it is told whom it waits for; the estimate goes
-/// once the gang runs.
+/// `ferry describe job`, `ferry get jobs -o wide`): when the running job in its way reaches its
+/// time limit, moved when that limit changes; a job queued behind it is told whom it waits for
+/// and when it starts, after the gang's limit; the estimate goes once the gang runs.
 #[test]
 fn the_job_first_in_line_is_told_when_it_starts() {
     let plane = Plane::start(Some(2));
@@ -656,12 +656,36 @@ fn the_job_first_in_line_is_told_when_it_starts() {
         expected_start(j).is_some_and(|t| (t - admitted).num_seconds() < 400)
     });
     assert!(off(&gang, 200).abs() <= 2, "{gang:#}");
-    // A job behind the gang is told whom it waits for, and no start of its own.
+    // A job behind the gang is told whom it waits for, and when it starts: when the gang,
+    // started then, reaches its own 60 s limit.
     plane.apply("later.yaml", &limited_sleeper("later", 2, 2, Some(60)));
-    let later = wait_job(&plane, "later", "waiting reason", |j| {
-        message(&j["status"]).contains("first in line: default/gang")
+    let later = wait_job(&plane, "later", "an expected start", |j| {
+        expected_start(j).is_some()
     });
-    assert!(expected_start(&later).is_none(), "{later:#}");
+    let status = message(&later["status"]);
+    assert!(
+        status.contains("first in line: default/gang")
+            && status.contains("expected to start after default/gang"),
+        "{later:#}"
+    );
+    let gang = plane.job("gang");
+    let (gang_at, later_at) = (
+        expected_start(&gang).expect("the gang's start"),
+        expected_start(&later).expect("the later job's start"),
+    );
+    assert!(later_at > gang_at, "{gang:#} {later:#}");
+    assert!(off(&later, 260).abs() <= 2, "{later:#}");
+    let described = plane.ok(&["describe", "job", "later"]);
+    assert!(described.contains("Expected start"), "{described}");
+    let wide = plane.ok(&["get", "jobs", "-o", "wide"]);
+    for name in ["gang", "later"] {
+        let row = wide
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{wide}"));
+        let starts = row.split_whitespace().nth(10).unwrap_or_default();
+        assert!(starts.ends_with('s'), "STARTS of {name}: {wide}");
+    }
     plane.ok(&["cancel", "job", "first"]);
     let gang = plane.wait_phase("gang", "Running", LIMIT);
     assert!(expected_start(&gang).is_none(), "{gang:#}");

@@ -588,3 +588,48 @@ fn run_time_estimates_are_stated_and_change_what_every_policy_knows() {
         );
     }
 }
+
+/// `--forecast` tells each job that has to wait, when it arrives, when it starts (what `ferry
+/// up` shows every queued job), and reports how that held: three 8-GPU jobs in a row on 8
+/// GPUs, the second told 100 (when the first ends), the third 150, both kept. Without the flag
+/// nothing is measured, in the table or in JSON.
+#[test]
+fn forecast_starts_are_measured_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("row.csv");
+    std::fs::write(
+        &trace,
+        "job_id,submit_s,duration_s,gpus,nodes,team,status\n\
+         a,0,100,8,1,t,COMPLETED\n\
+         b,10,50,8,1,t,COMPLETED\n\
+         c,20,30,8,1,t,COMPLETED\n",
+    )
+    .unwrap();
+    let trace = trace.to_str().unwrap();
+    let out = sim_ok(&["--trace", trace, "--gpus", "8", "--forecast", "-o", "json"]);
+    let reports: Vec<Value> = serde_json::from_str(&out).unwrap();
+    for r in &reports {
+        let f = &r["forecast"];
+        assert_eq!(
+            (&f["waited"], &f["told"], &f["within_5_min"], &f["later"]),
+            (
+                &Value::from(2),
+                &Value::from(2),
+                &Value::from(2),
+                &Value::from(0)
+            ),
+            "{}: {f}",
+            r["policy"]
+        );
+        assert_eq!(f["p90_error_s"], 0.0, "{f}");
+    }
+    let text = sim_ok(&["--trace", trace, "--gpus", "8", "--forecast"]);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("forecast, within 5 min"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(row.matches("2/2 of 2").count(), 4, "{row}");
+    let plain = sim_ok(&["--trace", trace, "--gpus", "8", "-o", "json"]);
+    assert!(!plain.contains("forecast"), "{plain}");
+    assert!(!sim_ok(&["--trace", trace, "--gpus", "8"]).contains("forecast"));
+}

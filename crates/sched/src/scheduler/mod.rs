@@ -7,6 +7,7 @@ mod build;
 mod cycle;
 mod events;
 mod fairness;
+mod forecast;
 mod preempt;
 mod reserve;
 mod waiting;
@@ -17,6 +18,8 @@ use std::collections::{BTreeSet, HashMap};
 use crate::config::{Decision, Options, PodPlacement, Time};
 use crate::pool::{Pool, bits};
 
+pub(crate) use forecast::CYCLES_PER_INSTANT;
+pub use forecast::{FORECAST_CYCLES, Forecast, ForecastStart};
 pub use waiting::{InLine, WaitCause, Waiting};
 
 type PKey = (Reverse<i32>, Time, u64, u32);
@@ -425,7 +428,8 @@ impl Scheduler {
             .collect()
     }
 
-    /// Each flavor's reservation holder as of the last cycle, with its expected start.
+    /// Each flavor's reservation holder as of the last cycle, with its expected start (the jobs
+    /// behind it: `forecast`).
     pub fn expected_starts(&self) -> Vec<ExpectedStart> {
         self.holder_starts()
             .map(|(id, f, at)| ExpectedStart {

@@ -1196,3 +1196,163 @@ fn a_job_blocked_by_its_quota_starts_when_its_queue_frees_enough() {
     let e = s.expected_starts();
     assert_eq!((e[0].id.as_str(), e[0].at), ("b", Some(500)), "{e:?}");
 }
+
+/// `forecast` as (id, start) pairs, in its order.
+fn forecast_at(s: &Scheduler, now: Time) -> Vec<(String, Option<Time>)> {
+    let f = s.forecast(now, FORECAST_CYCLES);
+    assert!(!f.capped, "{f:?}");
+    f.starts.into_iter().map(|x| (x.id, x.at)).collect()
+}
+
+fn with_priority(w: Workload, priority: &str) -> Workload {
+    Workload {
+        priority: Some(priority.into()),
+        ..w
+    }
+}
+
+#[test]
+fn every_waiting_job_is_told_when_it_starts_in_turn() {
+    let mut s = local(4);
+    s.submit(wl("run", "default", 1, 4, 0, Some(100))).unwrap();
+    assert_eq!(admitted(&s.cycle(0)), ["run"]);
+    for (id, t, d) in [("a", 1, 50), ("b", 2, 60), ("c", 3, 70)] {
+        s.submit(wl(id, "default", 1, 4, t, Some(d))).unwrap();
+    }
+    assert!(s.cycle(5).is_empty());
+    let starts = forecast_at(&s, 5);
+    assert_eq!(
+        starts,
+        [
+            ("a".into(), Some(100)),
+            ("b".into(), Some(150)),
+            ("c".into(), Some(210))
+        ]
+    );
+    // The job first in line is told what its reservation says.
+    let first = s.expected_starts();
+    assert_eq!((first[0].id.as_str(), first[0].at), ("a", Some(100)));
+    let f = s.forecast(5, FORECAST_CYCLES);
+    assert_eq!(
+        [f.before("a"), f.before("b"), f.before("c")],
+        [None, Some("a"), Some("b")]
+    );
+    // With too few cycles to reach them, the last jobs get no start, and the forecast says so.
+    let short = s.forecast(5, 3);
+    assert!(short.capped, "{short:?}");
+    assert_eq!(short.start_of("a"), Some(100));
+    assert_eq!(short.start_of("c"), None);
+}
+
+#[test]
+fn a_job_behind_work_without_an_expected_end_is_not_told_a_start() {
+    let mut s = local(4);
+    s.submit(wl("endless", "default", 1, 2, 0, None)).unwrap();
+    s.submit(wl("timed", "default", 1, 2, 0, Some(100)))
+        .unwrap();
+    assert_eq!(admitted(&s.cycle(0)), ["endless", "timed"]);
+    // `all` needs the GPUs `endless` never gives back; `pair` needs only those `timed` frees.
+    s.submit(wl("all", "default", 1, 4, 1, Some(10))).unwrap();
+    s.submit(wl("pair", "default", 1, 2, 2, Some(50))).unwrap();
+    assert!(s.cycle(5).is_empty());
+    assert_eq!(
+        forecast_at(&s, 5),
+        [("pair".into(), Some(100)), ("all".into(), None)]
+    );
+    // Behind a whole cluster of work without an end, nobody is told anything.
+    let mut s = local(4);
+    s.submit(wl("endless", "default", 1, 4, 0, None)).unwrap();
+    assert_eq!(admitted(&s.cycle(0)), ["endless"]);
+    s.submit(wl("a", "default", 1, 4, 1, Some(10))).unwrap();
+    s.submit(wl("b", "default", 1, 1, 2, Some(10))).unwrap();
+    assert!(s.cycle(5).is_empty());
+    assert_eq!(forecast_at(&s, 5), [("a".into(), None), ("b".into(), None)]);
+}
+
+#[test]
+fn the_forecast_follows_priorities_and_backfill() {
+    let mut s = local(4);
+    s.submit(wl("run3", "default", 1, 3, 0, Some(100))).unwrap();
+    s.submit(wl("run1", "default", 1, 1, 0, Some(20))).unwrap();
+    assert_eq!(admitted(&s.cycle(0)), ["run1", "run3"]);
+    // Oldest and shortest, but of low priority: it goes last.
+    s.submit(with_priority(
+        wl("low", "default", 1, 4, 1, Some(10)),
+        "low",
+    ))
+    .unwrap();
+    s.submit(wl("gang", "default", 1, 4, 2, Some(10))).unwrap();
+    // Behind the gang, but it ends (20 + 50) before the gang can start (100): it backfills
+    // as soon as `run1` ends.
+    s.submit(wl("short", "default", 1, 1, 3, Some(50))).unwrap();
+    assert!(s.cycle(5).is_empty());
+    assert_eq!(
+        forecast_at(&s, 5),
+        [
+            ("short".into(), Some(20)),
+            ("gang".into(), Some(100)),
+            ("low".into(), Some(110))
+        ]
+    );
+    assert_eq!(s.expected_starts()[0].id, "gang");
+    // And so it goes.
+    s.finished("run1").unwrap();
+    assert_eq!(admitted(&s.cycle(20)), ["short"]);
+}
+
+#[test]
+fn a_preemption_under_way_plays_out_in_the_forecast() {
+    let mut s = local(4);
+    s.submit(with_priority(
+        wl("low", "default", 1, 4, 0, Some(100)),
+        "low",
+    ))
+    .unwrap();
+    assert_eq!(admitted(&s.cycle(0)), ["low"]);
+    s.submit(with_priority(
+        wl("high", "default", 1, 2, 10, Some(30)),
+        "high",
+    ))
+    .unwrap();
+    s.submit(wl("next", "default", 1, 4, 11, Some(10))).unwrap();
+    let d = s.cycle(11);
+    assert!(
+        matches!(&d[..], [Decision::Preempt { id, .. }] if id == "low"),
+        "{d:?}"
+    );
+    // `low` leaves at once (as far as the forecast knows), `high` starts on its GPUs, and the
+    // 4-GPU job starts when `high` ends; `low`, running now, is not waiting and not told.
+    assert_eq!(
+        forecast_at(&s, 11),
+        [("high".into(), Some(11)), ("next".into(), Some(41))]
+    );
+}
+
+#[test]
+fn forecasting_leaves_the_scheduler_as_it_was() {
+    let mut s = local(4);
+    s.submit(wl("run3", "default", 1, 3, 0, Some(100))).unwrap();
+    s.submit(wl("run1", "default", 1, 1, 0, Some(20))).unwrap();
+    assert_eq!(admitted(&s.cycle(0)), ["run1", "run3"]);
+    s.submit(wl("gang", "default", 1, 4, 2, Some(10))).unwrap();
+    s.submit(wl("short", "default", 1, 1, 3, Some(50))).unwrap();
+    assert!(s.cycle(5).is_empty());
+    let mut untouched = s.clone();
+    let first = s.forecast(5, FORECAST_CYCLES);
+    // Asked again, it says the same; the real cycles that follow decide as if never asked.
+    assert_eq!(s.forecast(5, FORECAST_CYCLES), first);
+    assert_eq!(s.expected_starts(), untouched.expected_starts());
+    let mut starts = Vec::new();
+    for (t, ended) in [(20, "run1"), (70, "short"), (100, "run3")] {
+        s.finished(ended).unwrap();
+        untouched.finished(ended).unwrap();
+        let d = s.cycle(t);
+        assert_eq!(d, untouched.cycle(t), "t = {t}");
+        assert_eq!(s.queue_usage(), untouched.queue_usage());
+        starts.extend(admitted(&d).into_iter().map(|id| (id, t)));
+    }
+    // As forecast.
+    let told: Vec<_> = first.starts.into_iter().map(|f| (f.id, f.at)).collect();
+    let started: Vec<_> = starts.into_iter().map(|(id, t)| (id, Some(t))).collect();
+    assert_eq!(told, started);
+}

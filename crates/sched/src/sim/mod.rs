@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{Cluster, Decision, FlavorQuota, Options, QueueSpec, Time, Workload};
 use crate::error::Result;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{CYCLES_PER_INSTANT, FORECAST_CYCLES, Scheduler};
 use trace::trace_err;
 
 /// How often a running job checkpoints in the simulation (lost work on preemption is since then).
@@ -219,6 +219,10 @@ pub struct SimReport {
     /// How well the policy told waiting jobs when they would start (`Scheduler::expected_starts`).
     #[serde(default)]
     pub start_estimates: StartEstimates,
+    /// How well every waiting job's forecast start held (`Probes::forecast`; absent when not
+    /// asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<ForecastAccuracy>,
     /// Busy GPUs over time: (time, busy GPUs) at each change.
     pub timeline: Vec<(Time, u64)>,
     /// What happened to each job, in trace order (`ferry sim --jobs`; not in the JSON report,
@@ -242,6 +246,29 @@ pub struct StartEstimates {
     pub p50_error_s: f64,
     /// 90th percentile of |started − told|, seconds.
     pub p90_error_s: f64,
+}
+
+/// Measurements a simulation takes only when asked, because they cost more than the replay
+/// itself (`ferry sim --forecast`); the scheduler decides the same with or without them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Probes {
+    /// Forecast every start when a job arrives and has to wait (`Scheduler::forecast`), and
+    /// compare with when it started (`SimReport::forecast`).
+    pub forecast: bool,
+}
+
+/// How close the start `Scheduler::forecast` told each job that had to wait when it arrived
+/// came to when it started: new arrivals, preemptions' grace periods and work lost to them
+/// are what the forecast cannot know.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct ForecastAccuracy {
+    /// Jobs that had to wait when they arrived (each was forecast once, then).
+    pub waited: u64,
+    /// Those told a start (the others waited behind work without an expected end, or beyond
+    /// `FORECAST_CYCLES`), and how it held.
+    #[serde(flatten)]
+    pub starts: StartEstimates,
 }
 
 /// One job's fate under one policy: lets a user compare their own jobs across policies.
@@ -603,6 +630,28 @@ pub fn simulate_knowing(
     options: Options,
     knowledge: Knowledge,
 ) -> Result<SimReport> {
+    simulate_probing(
+        trace,
+        cluster,
+        queues,
+        policy,
+        options,
+        knowledge,
+        Probes::default(),
+    )
+}
+
+/// `simulate_knowing` that also takes the costlier measurements `probes` asks for (what the
+/// scheduler does is the same either way).
+pub fn simulate_probing(
+    trace: &[TraceJob],
+    cluster: &Cluster,
+    queues: &[QueueSpec],
+    policy: Policy,
+    options: Options,
+    knowledge: Knowledge,
+    probes: Probes,
+) -> Result<SimReport> {
     if knowledge.estimates == Estimates::Trace && trace.iter().all(|t| t.time_limit_s.is_none()) {
         return Err(trace_err(
             "<trace>",
@@ -670,6 +719,11 @@ pub fn simulate_knowing(
     // The start each job was first told when it first stood first in line.
     let mut told: HashMap<usize, Time> = HashMap::new();
     let mut start_errors: Vec<(Time, Time)> = Vec::new();
+    // The start the forecast told each job that had to wait when it arrived (`Probes`).
+    let mut arrived: Vec<usize> = Vec::new();
+    let mut forecast_waited = 0u64;
+    let mut forecast_told: HashMap<usize, Time> = HashMap::new();
+    let mut forecast_errors: Vec<(Time, Time)> = Vec::new();
     let mut running: Vec<usize> = Vec::new();
     loop {
         // Handle everything at `now`.
@@ -741,6 +795,7 @@ pub fn simulate_knowing(
                 created_at: t.submit_s,
             })?;
             teams.queued(jobs[i].team, jobs[i].gpus);
+            arrived.push(i);
         }
         if team_queues {
             for &i in &running {
@@ -755,15 +810,11 @@ pub fn simulate_knowing(
                 }
             }
         }
-        for _ in 0..64 {
-            let decisions = sched.cycle(now);
+        sched.settle(now, CYCLES_PER_INSTANT, |sched, decisions| {
             for (id, _, at) in sched.holder_starts() {
                 if let Some(at) = at {
                     told.entry(ids[id]).or_insert(at);
                 }
-            }
-            if decisions.is_empty() {
-                break;
             }
             for d in decisions {
                 match d {
@@ -771,6 +822,9 @@ pub fn simulate_knowing(
                         let i = ids[&id];
                         if let Some(at) = told.remove(&i) {
                             start_errors.push((at, now));
+                        }
+                        if let Some(at) = forecast_told.remove(&i) {
+                            forecast_errors.push((at, now));
                         }
                         let j = &mut jobs[i];
                         j.start = Some(now);
@@ -809,7 +863,22 @@ pub fn simulate_knowing(
                     }
                 }
             }
+        });
+        // Jobs submitted now that must wait: what the forecast tells them.
+        arrived.retain(|&i| jobs[i].first_start.is_none());
+        if probes.forecast && !arrived.is_empty() {
+            let forecast = sched.forecast(now, FORECAST_CYCLES);
+            forecast_waited += arrived.len() as u64;
+            for s in &forecast.starts {
+                let i = ids[&s.id];
+                if let Some(at) = s.at
+                    && arrived.contains(&i)
+                {
+                    forecast_told.insert(i, at);
+                }
+            }
         }
+        arrived.clear();
         if timeline.last().is_some_and(|l| l.1 != busy) {
             timeline.push((now, busy));
         }
@@ -907,6 +976,10 @@ pub fn simulate_knowing(
         knowledge,
         makespan_s: makespan,
         start_estimates: start_estimates(&start_errors),
+        forecast: probes.forecast.then(|| ForecastAccuracy {
+            waited: forecast_waited,
+            starts: start_estimates(&forecast_errors),
+        }),
         bound: Some(makespan_bound(trace, cluster.total_gpus())),
         timeline,
         team_mean_jct_s: per_team

@@ -93,6 +93,27 @@ pub fn render_table(reports: &[SimReport]) -> String {
             format!("{:.0} / {:.0}", e.p50_error_s, e.p90_error_s)
         })
     });
+    if reports.iter().any(|r| r.forecast.is_some()) {
+        let forecast = |r: &SimReport, f: &dyn Fn(&super::ForecastAccuracy) -> String| {
+            r.forecast.as_ref().map_or("-".into(), f)
+        };
+        row(&mut s, "forecast, within 5 min", &|r| {
+            forecast(r, &|a| {
+                format!(
+                    "{}/{} of {}",
+                    a.starts.within_5_min, a.starts.told, a.waited
+                )
+            })
+        });
+        row(&mut s, "  later than forecast", &|r| {
+            forecast(r, &|a| a.starts.later.to_string())
+        });
+        row(&mut s, "  p50 / p90 miss (s)", &|r| {
+            forecast(r, &|a| {
+                format!("{:.0} / {:.0}", a.starts.p50_error_s, a.starts.p90_error_s)
+            })
+        });
+    }
     row(&mut s, "all-saturated time (s)", &|r| {
         r.saturated_s.to_string()
     });
