@@ -401,13 +401,7 @@ pub(crate) async fn check_delete(
     }
     let active = plane
         .store()
-        .list_jobs(&ferry_store::JobFilter {
-            namespace: None,
-            phases: JobPhase::ALL
-                .into_iter()
-                .filter(|p| !p.is_terminal())
-                .collect(),
-        })
+        .list_jobs(&ferry_store::JobFilter::unfinished())
         .await?;
     let users: Vec<String> = active
         .iter()

@@ -219,15 +219,7 @@ pub(crate) async fn pass(
     admission: &mut Option<Admission>,
 ) -> Result<(), ApiError> {
     let store = plane.store();
-    let mut active = store
-        .list_jobs(&JobFilter {
-            namespace: None,
-            phases: JobPhase::ALL
-                .into_iter()
-                .filter(|p| !p.is_terminal())
-                .collect(),
-        })
-        .await?;
+    let mut active = store.list_jobs(&JobFilter::unfinished()).await?;
 
     // Gangs whose job has finished (cancelled, failed, deleted) are stopped.
     let active_uids: HashMap<&str, &JobRecord> =

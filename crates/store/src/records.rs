@@ -139,6 +139,19 @@ pub struct JobFilter {
     pub phases: Vec<JobPhase>,
 }
 
+impl JobFilter {
+    /// Every job that has not ended, in every namespace: what a control plane still acts on.
+    pub fn unfinished() -> JobFilter {
+        JobFilter {
+            namespace: None,
+            phases: JobPhase::ALL
+                .into_iter()
+                .filter(|p| !p.is_terminal())
+                .collect(),
+        }
+    }
+}
+
 /// One metrics line an engine printed, as ingested.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
