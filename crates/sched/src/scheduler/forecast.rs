@@ -44,18 +44,21 @@ pub struct Forecast {
     pub capped: bool,
     /// Cycles the replay ran (what the forecast cost, in cycles).
     pub cycles: usize,
+    /// Each workload's position in `starts`, so a control plane asking for every waiting job
+    /// pays one lookup each.
+    position: HashMap<String, usize>,
 }
 
 impl Forecast {
     /// The forecast start of workload `id` (`None`: none forecast, or not waiting).
     pub fn start_of(&self, id: &str) -> Option<Time> {
-        self.starts.iter().find(|s| s.id == id).and_then(|s| s.at)
+        self.starts[*self.position.get(id)?].at
     }
 
     /// The waiting workload forecast to start just before `id`, so the last one `id` waits
     /// for; `None` when `id` is forecast to start first, or gets no start.
     pub fn before(&self, id: &str) -> Option<&str> {
-        let k = self.starts.iter().position(|s| s.id == id)?;
+        let k = *self.position.get(id)?;
         self.starts[k].at?;
         k.checked_sub(1).map(|p| self.starts[p].id.as_str())
     }
@@ -180,10 +183,16 @@ impl Scheduler {
                     at: None,
                 }),
         );
+        let position = starts
+            .iter()
+            .enumerate()
+            .map(|(k, s)| (s.id.clone(), k))
+            .collect();
         Forecast {
             starts,
             capped,
             cycles,
+            position,
         }
     }
 
