@@ -205,13 +205,18 @@ pub fn workload_id(ns: &str, name: &str) -> String {
     format!("{ns}/{name}")
 }
 
+/// The scheduler's workload id of a `TrainJob`.
+fn job_id(job: &TrainJobResource) -> String {
+    workload_id(&job.namespace().unwrap_or_default(), &job.name_any())
+}
+
 /// The workload a `TrainJob` asks the scheduler for: one pod per node.
 pub fn workload(job: &TrainJobResource) -> Workload {
     let ns = job.namespace().unwrap_or_default();
     let r = &job.spec.resources;
     let queue = job.spec.queue.as_deref().unwrap_or("default");
     Workload {
-        id: workload_id(&ns, &job.name_any()),
+        id: job_id(job),
         queue: workload_id(&ns, queue),
         priority: job.spec.priority.clone(),
         pods: r.nodes.max(1) as u32,
@@ -579,7 +584,7 @@ impl Admission for SchedAdmission {
     }
 
     fn evicted(&self, job: &TrainJobResource) {
-        let id = workload_id(&job.namespace().unwrap_or_default(), &job.name_any());
+        let id = job_id(job);
         let mut st = self.lock();
         if !matches!(st.entries.get(&id), Some(Entry::Preempting { .. })) {
             return;
@@ -604,7 +609,7 @@ impl Admission for SchedAdmission {
     }
 
     fn finished(&self, job: &TrainJobResource) {
-        let id = workload_id(&job.namespace().unwrap_or_default(), &job.name_any());
+        let id = job_id(job);
         let mut st = self.lock();
         st.workloads.remove(&id);
         if st.entries.remove(&id).is_none() {
@@ -617,7 +622,7 @@ impl Admission for SchedAdmission {
     }
 
     fn expected_start(&self, job: &TrainJobResource) -> Option<u64> {
-        let id = workload_id(&job.namespace().unwrap_or_default(), &job.name_any());
+        let id = job_id(job);
         self.lock()
             .sched
             .expected_starts()
@@ -627,12 +632,12 @@ impl Admission for SchedAdmission {
     }
 
     fn waiting(&self, job: &TrainJobResource) -> Option<String> {
-        let id = workload_id(&job.namespace().unwrap_or_default(), &job.name_any());
+        let id = job_id(job);
         self.lock().sched.waiting(&id).map(|w| w.to_string())
     }
 
     fn progress(&self, job: &TrainJobResource, remaining_s: u64) {
-        let id = workload_id(&job.namespace().unwrap_or_default(), &job.name_any());
+        let id = job_id(job);
         let mut guard = self.lock();
         let st = &mut *guard;
         let now = (self.clock)();

@@ -319,6 +319,23 @@ async fn stored<T: serde::de::DeserializeOwned>(
     Ok(out)
 }
 
+/// The stored objects of `kind` with the batch's own in place of those of the same name: what
+/// the control plane will hold once `batch` is applied.
+async fn stored_and_applied<T: serde::de::DeserializeOwned + Clone>(
+    plane: &ControlPlane,
+    kind: &str,
+    batch: &[&T],
+    name: impl Fn(&T) -> &str,
+) -> Result<Vec<T>, ApiError> {
+    let mut out: Vec<T> = stored::<T>(plane, kind)
+        .await?
+        .into_iter()
+        .filter(|s| !batch.iter().any(|b| name(b) == name(s)))
+        .collect();
+    out.extend(batch.iter().map(|b| (*b).clone()));
+    Ok(out)
+}
+
 /// Reads the stored queues.
 async fn stored_queues(plane: &ControlPlane) -> Result<Vec<Queue>, ApiError> {
     stored(plane, "Queue").await
@@ -449,16 +466,8 @@ pub(crate) async fn check_batch(
             _ => None,
         })
         .collect();
-    let mut applied: Vec<PriorityClass> = stored::<PriorityClass>(plane, "PriorityClass")
-        .await?
-        .into_iter()
-        .filter(|c| {
-            !batch_classes
-                .iter()
-                .any(|b| b.metadata.name == c.metadata.name)
-        })
-        .collect();
-    applied.extend(batch_classes.into_iter().cloned());
+    let applied =
+        stored_and_applied(plane, "PriorityClass", &batch_classes, |c| &c.metadata.name).await?;
     let priorities = priorities_with(plane, applied);
     for &(i, job) in &jobs {
         if let Some(p) = &job.spec.priority
@@ -484,16 +493,8 @@ pub(crate) async fn check_batch(
         // No GPUs: GPU jobs are refused by the inventory check; queues are kept for later.
         return Ok(problems);
     };
-    let mut queues: Vec<Queue> = stored_queues(plane)
-        .await?
-        .into_iter()
-        .filter(|q| {
-            !batch_queues
-                .iter()
-                .any(|(_, b)| b.metadata.name == q.metadata.name)
-        })
-        .collect();
-    queues.extend(batch_queues.iter().map(|(_, q)| (*q).clone()));
+    let batch: Vec<&Queue> = batch_queues.iter().map(|&(_, q)| q).collect();
+    let queues = stored_and_applied(plane, "Queue", &batch, |q| &q.metadata.name).await?;
     let (specs, origins) = queue_specs(&queues, plane.inventory());
     let policy = plane.config().scheduler.clone();
     let mut sched = match Scheduler::with_options(cluster, specs.clone(), priorities, policy) {

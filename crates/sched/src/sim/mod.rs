@@ -869,11 +869,8 @@ pub fn simulate_probing(
         if probes.forecast && !arrived.is_empty() {
             let forecast = sched.forecast(now, FORECAST_CYCLES);
             forecast_waited += arrived.len() as u64;
-            for s in &forecast.starts {
-                let i = ids[&s.id];
-                if let Some(at) = s.at
-                    && arrived.contains(&i)
-                {
+            for &i in &arrived {
+                if let Some(at) = forecast.start_of(&format!("{i}")) {
                     forecast_told.insert(i, at);
                 }
             }
