@@ -656,7 +656,7 @@ pub(crate) async fn schedule(
         }
     }
     note_waiting(plane, adm, active, &names, now).await?;
-    plane.set_queue_usage(adm.sched.queue_usage());
+    plane.set_queue_views(crate::queue_view::queue_views(&adm.sched, &names));
     if acted {
         plane.wake();
     }
@@ -1050,35 +1050,6 @@ async fn note_waiting(
         }
     }
     Ok(())
-}
-
-/// A stored queue with what it holds now under `status` (GPUs in use, jobs running and
-/// waiting), as of the last scheduling cycle.
-pub(crate) fn with_status(
-    plane: &ControlPlane,
-    mut record: ferry_store::ObjectRecord,
-) -> ferry_store::ObjectRecord {
-    if record.kind != "Queue" {
-        return record;
-    }
-    let usage = plane.queue_usage();
-    let (used, running, pending) =
-        usage
-            .iter()
-            .find(|u| u.name == record.name)
-            .map_or((0, 0, 0), |u| {
-                (
-                    u.usage.iter().map(|(_, n)| n).sum::<u64>(),
-                    u.running,
-                    u.pending,
-                )
-            });
-    record.doc["status"] = serde_json::json!({
-        "usedGpus": used,
-        "running": running,
-        "pending": pending,
-    });
-    record
 }
 
 fn ignore_conflict<T>(res: Result<T, StoreError>) -> Result<(), ApiError> {

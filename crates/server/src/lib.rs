@@ -17,6 +17,7 @@ mod export;
 mod limits;
 mod metrics;
 mod pace;
+mod queue_view;
 mod reconcile;
 mod serving;
 mod state;

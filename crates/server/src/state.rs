@@ -45,7 +45,7 @@ struct Inner {
     waiting: Mutex<HashMap<String, Waiting>>,
     deployments: Mutex<Deployments>,
     gateway: std::sync::OnceLock<GatewayLink>,
-    queue_usage: Mutex<Vec<ferry_sched::QueueUsage>>,
+    queue_views: Mutex<Vec<crate::queue_view::QueueView>>,
     exports: Mutex<HashMap<String, ExportState>>,
 }
 
@@ -118,7 +118,7 @@ impl ControlPlane {
                 waiting: Mutex::new(HashMap::new()),
                 deployments: Mutex::new(HashMap::new()),
                 gateway: std::sync::OnceLock::new(),
-                queue_usage: Mutex::new(Vec::new()),
+                queue_views: Mutex::new(Vec::new()),
                 exports: Mutex::new(HashMap::new()),
             }),
         }
@@ -224,21 +224,22 @@ impl ControlPlane {
         waiting.get(uid).cloned()
     }
 
-    /// What each queue holds, as of the last scheduling cycle (for `ferry get queues`).
-    pub(crate) fn queue_usage(&self) -> Vec<ferry_sched::QueueUsage> {
+    /// What each queue holds and who waits in it, as of the last scheduling cycle (for
+    /// `ferry get queues` and `ferry describe queue`).
+    pub(crate) fn queue_views(&self) -> Vec<crate::queue_view::QueueView> {
         self.inner
-            .queue_usage
+            .queue_views
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
 
-    pub(crate) fn set_queue_usage(&self, usage: Vec<ferry_sched::QueueUsage>) {
+    pub(crate) fn set_queue_views(&self, views: Vec<crate::queue_view::QueueView>) {
         *self
             .inner
-            .queue_usage
+            .queue_views
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = usage;
+            .unwrap_or_else(|p| p.into_inner()) = views;
     }
 
     /// Exports by job uid (see `reconcile::store_succeeded`).

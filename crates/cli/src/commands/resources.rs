@@ -166,7 +166,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
             "AGE",
         ]),
         _ => Table::new(&[
-            "NAME", "COHORT", "QUOTAS", "WEIGHT", "USED", "RUNNING", "PENDING", "AGE",
+            "NAME", "COHORT", "QUOTAS", "WEIGHT", "USED", "BORROWED", "RUNNING", "PENDING", "AGE",
         ]),
     };
     for o in &objects {
@@ -231,9 +231,14 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     quotas,
                     cell(&spec["weight"]),
                     cell(&o["doc"]["status"]["usedGpus"]),
+                    cell(&o["doc"]["status"]["borrowedGpus"]),
                     cell(&o["doc"]["status"]["running"]),
                     cell(&o["doc"]["status"]["pending"]),
-                    created,
+                    if o["doc"]["status"]["builtIn"] == Value::Bool(true) {
+                        String::new()
+                    } else {
+                        created
+                    },
                 ]);
             }
         }
@@ -257,7 +262,11 @@ pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()>
                 args.namespace, args.name
             ))
             .await?;
-        print!("{}", serde_saphyr::to_string(&o["doc"])?);
+        if kind == ResourceKind::Queue {
+            print!("{}", describe_queue(&o["doc"]));
+        } else {
+            print!("{}", serde_saphyr::to_string(&o["doc"])?);
+        }
         return Ok(());
     }
     let path = job_path(&args.namespace, &args.name);
@@ -364,6 +373,86 @@ pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()>
     }
     print!("{}", t.render());
     Ok(())
+}
+
+/// `ferry describe queue`: its quota and what it holds per flavor, then its waiting jobs in
+/// the order the scheduler tries them, each with its expected start.
+fn describe_queue(doc: &Value) -> String {
+    use std::fmt::Write as _;
+    let (spec, status) = (&doc["spec"], &doc["status"]);
+    let mut out = String::new();
+    let mut field = |k: &str, v: String| {
+        let _ = writeln!(out, "{:<14}{v}", format!("{k}:"));
+    };
+    field("Name", cell(&doc["metadata"]["name"]));
+    if status["builtIn"] == Value::Bool(true) {
+        field(
+            "Source",
+            "ferry up (jobs without spec.queue wait here; apply a Queue named default to set its quota)".into(),
+        );
+    }
+    field("Cohort", cell(&spec["cohort"]));
+    field("Weight", spec["weight"].as_f64().unwrap_or(1.0).to_string());
+    field(
+        "Running",
+        format!("{} job(s)", status["running"].as_u64().unwrap_or(0)),
+    );
+    let pending = status["pending"].as_u64().unwrap_or(0);
+    field("Waiting", format!("{pending} job(s)"));
+    let mut flavors = Table::new(&["FLAVOR", "NOMINAL", "MAX", "USED", "BORROWED"]);
+    for f in status["flavors"].as_array().into_iter().flatten() {
+        flavors.row(vec![
+            cell(&f["flavor"]),
+            cell(&f["nominal"]),
+            cell(&f["maxGpus"]),
+            cell(&f["usedGpus"]),
+            cell(&f["borrowedGpus"]),
+        ]);
+    }
+    out.push_str("GPUs (MAX: nominal plus what it may borrow in its cohort):\n");
+    for line in flavors.render().lines() {
+        let _ = writeln!(out, "  {line}");
+    }
+    let listed = status["pendingWorkloads"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if listed.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "Waiting jobs, in the order they are tried{}:",
+        if (listed.len() as u64) < pending {
+            format!(" (first {} of {pending})", listed.len())
+        } else {
+            String::new()
+        }
+    );
+    let mut t = Table::new(&[
+        "#",
+        "JOB",
+        "PRIORITY",
+        "GPUS",
+        "WAITING",
+        "STARTS IN",
+        "WHY",
+    ]);
+    for p in &listed {
+        t.row(vec![
+            cell(&p["position"]),
+            cell(&p["job"]),
+            cell(&p["priority"]),
+            cell(&p["gpus"]),
+            age(p["createdAt"].as_str()),
+            time_left(p["estimatedStartTime"].as_str()),
+            cell(&p["message"]),
+        ]);
+    }
+    for line in t.render().lines() {
+        let _ = writeln!(out, "  {line}");
+    }
+    out
 }
 
 fn job_name(target: &[String]) -> anyhow::Result<&str> {

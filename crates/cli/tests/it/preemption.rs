@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::harness::Plane;
 
@@ -677,6 +677,36 @@ fn the_job_first_in_line_is_told_when_it_starts() {
     assert!(off(&later, 260).abs() <= 2, "{later:#}");
     let described = plane.ok(&["describe", "job", "later"]);
     assert!(described.contains("Expected start"), "{described}");
+    // The queue lists both in the order they are tried, each with its start.
+    let queue: Value =
+        serde_json::from_str(&plane.ok(&["get", "queue", "default", "-o", "json"])).unwrap();
+    let status = &queue[0]["status"];
+    assert_eq!(status["builtIn"], true, "{queue:#}");
+    assert_eq!(
+        (&status["usedGpus"], &status["running"], &status["pending"]),
+        (&json!(1), &json!(1), &json!(2)),
+        "{queue:#}"
+    );
+    let listed = status["pendingWorkloads"]
+        .as_array()
+        .expect("pendingWorkloads");
+    let jobs: Vec<&str> = listed.iter().filter_map(|p| p["job"].as_str()).collect();
+    assert_eq!(jobs, ["default/gang", "default/later"], "{queue:#}");
+    for (p, at) in listed.iter().zip([gang_at, later_at]) {
+        let told: chrono::DateTime<chrono::Utc> =
+            p["estimatedStartTime"].as_str().unwrap().parse().unwrap();
+        assert!((told - at).num_seconds().abs() <= 2, "{queue:#}");
+    }
+    let described = plane.ok(&["describe", "queue", "default"]);
+    let order: Vec<&str> = described
+        .lines()
+        .filter_map(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .filter(|j| j.starts_with("default/"))
+        })
+        .collect();
+    assert_eq!(order, ["default/gang", "default/later"], "{described}");
     let wide = plane.ok(&["get", "jobs", "-o", "wide"]);
     for name in ["gang", "later"] {
         let row = wide

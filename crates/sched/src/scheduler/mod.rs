@@ -449,6 +449,19 @@ impl Scheduler {
         })
     }
 
+    /// The workloads waiting in `queue`, in the order the scheduler tries them (priority, then
+    /// duration-weighted age): who is ahead of whom within one team's queue, as Kueue's pending
+    /// workloads view shows it. `None` for a queue it does not know.
+    pub fn pending_order(&self, queue: &str) -> Option<impl Iterator<Item = &str>> {
+        let q = *self.queue_idx.get(queue)?;
+        Some(
+            self.queues[q as usize]
+                .pending
+                .iter()
+                .filter_map(|&(.., j)| self.jobs[j as usize].as_ref().map(|job| job.id.as_str())),
+        )
+    }
+
     /// Number of workloads waiting in all queues.
     pub fn pending_len(&self) -> usize {
         self.queues.iter().map(|q| q.pending.len()).sum()

@@ -1356,3 +1356,25 @@ fn forecasting_leaves_the_scheduler_as_it_was() {
     let started: Vec<_> = starts.into_iter().map(|(id, t)| (id, Some(t))).collect();
     assert_eq!(told, started);
 }
+
+/// A queue's waiting work is listed in the order it is tried: priority first, then the
+/// duration-weighted age (a short job passes a long one created a little earlier).
+#[test]
+fn a_queues_waiting_work_is_listed_in_the_order_it_is_tried() {
+    let mut s = local(2);
+    let mut running = wl("running", "default", 1, 2, 0, Some(1_000));
+    running.priority = Some("high".into());
+    s.submit(running).unwrap();
+    assert_eq!(admitted(&s.cycle(0)), vec!["running"]);
+    s.submit(wl("long", "default", 1, 2, 1, Some(36_000)))
+        .unwrap();
+    s.submit(wl("short", "default", 1, 2, 2, Some(600)))
+        .unwrap();
+    let mut urgent = wl("urgent", "default", 1, 2, 3, Some(36_000));
+    urgent.priority = Some("high".into());
+    s.submit(urgent).unwrap();
+    s.cycle(4);
+    let order: Vec<&str> = s.pending_order("default").unwrap().collect();
+    assert_eq!(order, vec!["urgent", "short", "long"]);
+    assert!(s.pending_order("nobody").is_none());
+}

@@ -22,7 +22,7 @@ fn object_kind(kind: &str) -> Result<&'static str, ApiError> {
 
 /// The stored object with its live status (deployments' replicas, queues' usage).
 fn with_status(plane: &ControlPlane, record: ObjectRecord) -> ObjectRecord {
-    crate::admission::with_status(plane, serving::with_status(plane, record))
+    crate::queue_view::with_status(plane, serving::with_status(plane, record))
 }
 
 pub(crate) async fn list(
@@ -37,6 +37,9 @@ pub(crate) async fn list(
     if kind == "PriorityClass" {
         records.extend(crate::admission::built_in_classes(&plane, &records));
     }
+    if kind == "Queue" {
+        records.extend(crate::queue_view::built_in_queue(&plane, &records));
+    }
     Ok(Json(
         records
             .into_iter()
@@ -50,10 +53,15 @@ pub(crate) async fn get(
     Path((ns, kind, name)): Path<(String, String, String)>,
 ) -> Result<Json<ObjectRecord>, ApiError> {
     let kind = object_kind(&kind)?;
-    plane
-        .store()
-        .get_object(kind, &ns, &name)
-        .await?
+    let stored = plane.store().get_object(kind, &ns, &name).await?;
+    let built_in = || match kind {
+        "Queue" if name == crate::admission::DEFAULT_QUEUE => {
+            crate::queue_view::built_in_queue(&plane, &[])
+        }
+        _ => None,
+    };
+    stored
+        .or_else(built_in)
         .map(|r| Json(with_status(&plane, r)))
         .ok_or_else(|| ApiError::not_found(format!("{kind} {ns}/{name} not found")))
 }

@@ -1,0 +1,289 @@
+//! What a team sees of its queue (`ferry get queues`, `ferry describe queue`): GPUs held
+//! against its nominal quota and what it borrows, and its waiting jobs in the order the
+//! scheduler tries them, each with its expected start — Kueue's ClusterQueue status and
+//! pending-workloads view in one place.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use ferry_sched::{QueueUsage, Scheduler};
+use ferry_store::{JobRecord, ObjectRecord};
+use serde_json::{Value, json};
+
+use crate::admission::DEFAULT_QUEUE;
+use crate::state::{ControlPlane, Waiting};
+
+/// At most this many of a queue's waiting jobs are listed in its status (the count is always
+/// whole): enough to find one's own job, few enough to read.
+pub(crate) const LISTED_PENDING: usize = 50;
+
+/// A queue as the last scheduling cycle left it.
+#[derive(Debug, Clone)]
+pub(crate) struct QueueView {
+    usage: QueueUsage,
+    /// Per flavor of `usage.usage`: nominal quota and the most it may hold with borrowing.
+    limits: Vec<Option<(u64, u64)>>,
+    /// Its first waiting jobs, in the order they are tried.
+    pending: Vec<PendingJob>,
+}
+
+/// One waiting job as its queue lists it.
+#[derive(Debug, Clone)]
+struct PendingJob {
+    uid: String,
+    /// `namespace/name`.
+    job: String,
+    priority: String,
+    gpus: u64,
+    created_at: DateTime<Utc>,
+}
+
+/// Every queue of `sched` after a cycle, its waiting jobs named from `jobs` (by uid).
+pub(crate) fn queue_views(sched: &Scheduler, jobs: &HashMap<&str, &JobRecord>) -> Vec<QueueView> {
+    sched
+        .queue_usage()
+        .into_iter()
+        .map(|usage| {
+            let limits = usage
+                .usage
+                .iter()
+                .map(|(flavor, _)| sched.quota_limits(&usage.name, flavor))
+                .collect();
+            let pending = sched
+                .pending_order(&usage.name)
+                .into_iter()
+                .flatten()
+                .filter_map(|uid| jobs.get(uid))
+                .take(LISTED_PENDING)
+                .map(|j| PendingJob {
+                    uid: j.uid.clone(),
+                    job: format!("{}/{}", j.namespace, j.name),
+                    priority: j
+                        .job
+                        .spec
+                        .priority
+                        .clone()
+                        .unwrap_or_else(|| ferry_sched::DEFAULT_PRIORITY.to_owned()),
+                    gpus: u64::from(j.job.spec.resources.total_gpus()),
+                    created_at: j.created_at,
+                })
+                .collect();
+            QueueView {
+                usage,
+                limits,
+                pending,
+            }
+        })
+        .collect()
+}
+
+/// A stored queue with what it holds now under `status`, as of the last scheduling cycle:
+/// GPUs used and borrowed (in all and per flavor, against its quota), jobs running and
+/// waiting, and the first [`LISTED_PENDING`] waiting jobs in order with their expected starts.
+pub(crate) fn with_status(plane: &ControlPlane, mut record: ObjectRecord) -> ObjectRecord {
+    if record.kind != "Queue" {
+        return record;
+    }
+    let views = plane.queue_views();
+    let status = match views.iter().find(|v| v.usage.name == record.name) {
+        Some(view) => status(view, |uid| plane.waiting(uid)),
+        None => json!({"usedGpus": 0, "borrowedGpus": 0, "running": 0, "pending": 0}),
+    };
+    let built_in = record.doc["status"]["builtIn"].as_bool() == Some(true);
+    record.doc["status"] = status;
+    if built_in {
+        record.doc["status"]["builtIn"] = Value::Bool(true);
+    }
+    record
+}
+
+/// `status` of a queue from its view; `waiting` tells a waiting job's reason and start.
+fn status(view: &QueueView, waiting: impl Fn(&str) -> Option<Waiting>) -> Value {
+    let flavors: Vec<Value> = view
+        .usage
+        .usage
+        .iter()
+        .zip(&view.limits)
+        .map(|((flavor, used), limits)| {
+            let (nominal, max) = limits.unwrap_or((0, 0));
+            json!({
+                "flavor": flavor,
+                "nominal": nominal,
+                "maxGpus": max,
+                "usedGpus": used,
+                "borrowedGpus": used.saturating_sub(nominal),
+            })
+        })
+        .collect();
+    let sum = |key: &str| flavors.iter().filter_map(|f| f[key].as_u64()).sum::<u64>();
+    let pending: Vec<Value> = view
+        .pending
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let waiting = waiting(&p.uid);
+            let start = waiting
+                .as_ref()
+                .and_then(|w| w.expected_start)
+                .and_then(|s| DateTime::<Utc>::from_timestamp(i64::try_from(s).ok()?, 0));
+            let mut entry = json!({
+                "position": i + 1,
+                "job": p.job,
+                "priority": p.priority,
+                "gpus": p.gpus,
+                "createdAt": p.created_at.to_rfc3339(),
+            });
+            if let Some(at) = start {
+                entry["estimatedStartTime"] = json!(at.to_rfc3339());
+            }
+            if let Some(w) = waiting {
+                entry["message"] = json!(w.reason);
+            }
+            entry
+        })
+        .collect();
+    json!({
+        "usedGpus": sum("usedGpus"),
+        "borrowedGpus": sum("borrowedGpus"),
+        "running": view.usage.running,
+        "pending": view.usage.pending,
+        "flavors": flavors,
+        "pendingWorkloads": pending,
+    })
+}
+
+/// The `default` queue jobs without `spec.queue` use, when no stored `Queue` defines it: a
+/// record marked `status.builtIn`, so `ferry get queues` shows where those jobs wait.
+pub(crate) fn built_in_queue(
+    plane: &ControlPlane,
+    stored: &[ObjectRecord],
+) -> Option<ObjectRecord> {
+    if stored.iter().any(|r| r.name == DEFAULT_QUEUE) {
+        return None;
+    }
+    let gpus = plane.inventory().len();
+    if gpus == 0 {
+        return None;
+    }
+    let doc = json!({
+        "apiVersion": ferry_spec::API_VERSION,
+        "kind": "Queue",
+        "metadata": {"name": DEFAULT_QUEUE},
+        "spec": {"quotas": [{"flavor": ferry_sched::ANY_FLAVOR, "nominal": gpus}]},
+        "status": {"builtIn": true},
+    });
+    Some(ObjectRecord {
+        uid: String::new(),
+        kind: "Queue".into(),
+        namespace: String::new(),
+        name: DEFAULT_QUEUE.into(),
+        doc,
+        generation: 0,
+        // Not stored: no time of its own (`ferry get` shows no age).
+        created_at: DateTime::UNIX_EPOCH,
+        updated_at: DateTime::UNIX_EPOCH,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferry_sched::{Cluster, PriorityClass, QueueSpec, Workload};
+
+    fn record(uid: &str, name: &str, queue: &str, gpus: u32) -> JobRecord {
+        let yaml = format!(
+            "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: {name}}}\n\
+             spec: {{engine: command, command: [sleep, '1'], queue: {queue}, \
+             resources: {{gpusPerNode: {gpus}}}}}\n"
+        );
+        let ferry_spec::Resource::TrainJob(job) = ferry_spec::parse_documents(&yaml, "job.yaml")
+            .unwrap()
+            .remove(0)
+        else {
+            panic!("not a job")
+        };
+        let t = DateTime::UNIX_EPOCH;
+        JobRecord {
+            uid: uid.into(),
+            namespace: "team".into(),
+            name: name.into(),
+            job,
+            phase: ferry_spec::JobPhase::Queued,
+            attempt: 0,
+            restarts: 0,
+            message: None,
+            gpus: Vec::new(),
+            resumed_from: None,
+            created_at: t,
+            updated_at: t,
+            started_at: None,
+            finished_at: None,
+        }
+    }
+
+    /// Queue `a` (nominal 2) borrows a GPU of `b`'s; `b`'s waiting jobs are listed in the
+    /// order they are tried, each with what the last pass told it.
+    #[test]
+    fn a_queue_shows_what_it_borrows_and_its_waiting_jobs_in_order() {
+        let mut sched = Scheduler::new(
+            Cluster::local(4, "virtual"),
+            vec![
+                QueueSpec::any_flavor("a", Some("c"), 2),
+                QueueSpec::any_flavor("b", Some("c"), 2),
+            ],
+            PriorityClass::standard(),
+        )
+        .unwrap();
+        let w = |id: &str, q: &str, gpus: u32, t: u64, dur: u64| Workload {
+            expected_duration_s: Some(dur),
+            created_at: t,
+            ..Workload::single(id, q, None, gpus, t)
+        };
+        sched.submit(w("a1", "a", 3, 0, 1_000)).unwrap();
+        assert_eq!(sched.cycle(0).len(), 1);
+        sched.submit(w("b-long", "b", 2, 1, 50_000)).unwrap();
+        sched.submit(w("b-short", "b", 2, 2, 60)).unwrap();
+        sched.cycle(3);
+        let jobs = [
+            record("a1", "a-one", "a", 3),
+            record("b-long", "long", "b", 2),
+            record("b-short", "short", "b", 2),
+        ];
+        let by_uid: HashMap<&str, &JobRecord> = jobs.iter().map(|j| (j.uid.as_str(), j)).collect();
+        let views = queue_views(&sched, &by_uid);
+        let told = |uid: &str| {
+            (uid == "b-short").then(|| Waiting {
+                reason: "first in line".into(),
+                expected_start: Some(1_000),
+            })
+        };
+        let a = status(&views[0], told);
+        assert_eq!(
+            (
+                &a["usedGpus"],
+                &a["borrowedGpus"],
+                &a["running"],
+                &a["pending"]
+            ),
+            (&json!(3), &json!(1), &json!(1), &json!(0)),
+            "{a:#}"
+        );
+        assert_eq!(a["flavors"][0]["nominal"], 2, "{a:#}");
+        assert_eq!(a["flavors"][0]["maxGpus"], 4, "{a:#}");
+        let b = status(&views[1], told);
+        let listed = b["pendingWorkloads"].as_array().unwrap();
+        let order: Vec<(&Value, &Value)> =
+            listed.iter().map(|p| (&p["position"], &p["job"])).collect();
+        assert_eq!(
+            order,
+            [
+                (&json!(1), &json!("team/short")),
+                (&json!(2), &json!("team/long"))
+            ],
+            "{b:#}"
+        );
+        assert_eq!(listed[0]["estimatedStartTime"], "1970-01-01T00:16:40+00:00");
+        assert_eq!(listed[0]["message"], "first in line");
+        assert!(listed[1].get("estimatedStartTime").is_none(), "{b:#}");
+    }
+}
