@@ -9,13 +9,18 @@
 //! namespace `ns` is the scheduler queue `ns/q`, and a `TrainJob` `ns/name` is the workload
 //! `ns/name`. An operator that restarts re-registers running gangs from the placement
 //! recorded on them, so nothing is preempted by the restart.
+//!
+//! Every queued job is told when it is expected to start, as `ferry up` tells it: the job first
+//! in line by its reservation, the others by a `Scheduler::forecast`. A forecast replays up to
+//! `FORECAST_CYCLES` cycles on a copy of the scheduler, too much for every reconcile of every
+//! job, so one is kept and replayed again only when asked and stale (`State::forecast`).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use ferry_sched::{
-    ANY_FLAVOR, Decision, FlavorQuota, PodPlacement, PreemptReason, QueueSpec, Scheduler, Time,
-    Workload,
+    ANY_FLAVOR, Decision, FORECAST_CYCLES, FlavorQuota, Forecast, PodPlacement, PreemptReason,
+    QueueSpec, Scheduler, Time, Waiting, Workload,
 };
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::Node;
@@ -40,6 +45,15 @@ pub const LABEL_NVLINK_CLIQUE: &str = "nvidia.com/gpu.clique";
 pub const LABEL_RACK: &str = "topology.kubernetes.io/rack";
 /// The extended resource of NVIDIA's device plugin.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+
+/// Seconds a forecast is kept while the scheduler does not change: expected ends are absolute,
+/// but work past its end and starts "from now" move with the clock; a minute is the operator's
+/// own refresh of a queued job (it is reconciled at least once a minute).
+pub const FORECAST_MAX_AGE_S: Time = 60;
+/// Fewest seconds between two forecasts however often the scheduler changes: a replay holds the
+/// admission's lock that every reconcile takes, so under churn the starts told lag by at most
+/// this much rather than every reconcile paying for a replay.
+pub const FORECAST_MIN_INTERVAL_S: Time = 5;
 
 /// What the scheduler says about a job right now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,13 +115,15 @@ pub trait Admission: Send + Sync + 'static {
     /// The running job's measured pace says it needs `remaining_s` more seconds: when it
     /// will really end, for reservations and backfill.
     fn progress(&self, _job: &TrainJobResource, _remaining_s: u64) {}
-    /// When the waiting job first in line for its GPUs is expected to start (Unix seconds):
-    /// `None` for a job behind another, or while the work in its way has no expected end.
+    /// When the waiting job is expected to start (Unix seconds): the job first in line for its
+    /// GPUs by its reservation, any other by a forecast of the queue; `None` while the work
+    /// ahead of it has no expected end, or is more than one forecast replays.
     fn expected_start(&self, _job: &TrainJobResource) -> Option<u64> {
         None
     }
     /// Why the waiting job waits now, in the words its user reads (`status.message`, the
-    /// `Waiting` event): `None` when this admission keeps no such reason.
+    /// `Waiting` event; never the expected start itself, so a start that moves writes no
+    /// event): `None` when this admission keeps no such reason.
     fn waiting(&self, _job: &TrainJobResource) -> Option<String> {
         None
     }
@@ -159,9 +175,76 @@ struct State {
     /// the spec's time limits (`State::note_limits`: the limits of a live job may be edited),
     /// and all a rebuild needs to register it again (`SchedAdmission::rebuild`).
     workloads: BTreeMap<String, Workload>,
+    /// Counts the changes to the scheduler's state (`State::changed`): a forecast made at
+    /// another generation may be out of date.
+    generation: u64,
+    /// The last forecast, kept for the reconciles that ask for starts (`State::forecast`).
+    forecast: Option<Kept>,
+    /// Forecasts replayed so far (`SchedAdmission::forecasts_replayed`).
+    replayed: u64,
+}
+
+/// A forecast and what it was made from.
+struct Kept {
+    forecast: Forecast,
+    /// When it was made (the admission's clock).
+    at: Time,
+    /// `State::generation` it was made at.
+    generation: u64,
 }
 
 impl State {
+    /// The scheduler, to change it (submit, restore, evict, finish, progress, a new expected
+    /// duration): a cached forecast is out of date from now on.
+    fn sched_mut(&mut self) -> &mut Scheduler {
+        self.changed();
+        &mut self.sched
+    }
+
+    /// The scheduler's state changed: the one place the generation moves.
+    fn changed(&mut self) {
+        self.generation += 1;
+    }
+
+    /// A forecast of every waiting job's start as of `now`: the kept one unless it is stale
+    /// (the scheduler changed since, or it is `FORECAST_MAX_AGE_S` old) and at least
+    /// `FORECAST_MIN_INTERVAL_S` old. A stale one kept for the interval may miss a job that
+    /// arrived since (it is told only why it waits until the next replay) or name a job that
+    /// has started since.
+    fn forecast(&mut self, now: Time) -> &Forecast {
+        let fresh = self.forecast.as_ref().is_some_and(|k| {
+            let age = now.abs_diff(k.at);
+            age < FORECAST_MIN_INTERVAL_S
+                || (k.generation == self.generation && age < FORECAST_MAX_AGE_S)
+        });
+        if !fresh {
+            let forecast = self.sched.forecast(now, FORECAST_CYCLES);
+            self.replayed += 1;
+            tracing::debug!(
+                cycles = forecast.cycles,
+                capped = forecast.capped,
+                "forecast every waiting job's start"
+            );
+            self.forecast = Some(Kept {
+                forecast,
+                at: now,
+                generation: self.generation,
+            });
+        }
+        &self
+            .forecast
+            .as_ref()
+            .expect("a forecast was just kept")
+            .forecast
+    }
+
+    /// Why waiting workload `id` waits and when it starts, by the kept forecast; `None` unless
+    /// it waits now.
+    fn told(&mut self, id: &str, now: Time) -> Option<Waiting> {
+        let waiting = self.sched.waiting(id)?;
+        Some(waiting.with_forecast(id, self.forecast(now)))
+    }
+
     /// A known job whose time limits (or what is left of its budget) changed since the
     /// scheduler was given them: a pending job is ordered and backfilled by the new expected
     /// duration, a running one's end moves, unless its measured pace already replaced it.
@@ -179,7 +262,7 @@ impl State {
         ) {
             return;
         }
-        match self.sched.set_expected_duration(id, expected) {
+        match self.sched_mut().set_expected_duration(id, expected) {
             Ok(()) => tracing::info!(job = %id, ?expected, "time limits changed: scheduler told"),
             Err(e) => tracing::debug!(job = %id, error = %e, "expected duration not taken"),
         }
@@ -336,6 +419,9 @@ impl SchedAdmission {
                 sched,
                 entries: BTreeMap::new(),
                 workloads: BTreeMap::new(),
+                generation: 0,
+                forecast: None,
+                replayed: 0,
             }),
             clock: Box::new(wall_clock),
             wake,
@@ -422,7 +508,7 @@ impl SchedAdmission {
             st.workloads.remove(id);
         }
         out.dropped = dropped;
-        st.sched = sched;
+        *st.sched_mut() = sched;
         st.entries = entries;
         for (id, end) in told {
             if end > now {
@@ -434,6 +520,12 @@ impl SchedAdmission {
             let _ = w.unbounded_send(());
         }
         Ok(out)
+    }
+
+    /// How many forecasts this admission has replayed (each `FORECAST_CYCLES` cycles at most):
+    /// what the kept forecast saves, for tests and logs.
+    pub fn forecasts_replayed(&self) -> u64 {
+        self.lock().replayed
     }
 
     /// Replaces the clock (tests drive time by hand).
@@ -454,6 +546,10 @@ impl SchedAdmission {
     fn cycle(&self, st: &mut State, current: Option<&str>) {
         let now = (self.clock)();
         let decisions = st.sched.cycle(now);
+        // A cycle that decides nothing leaves what a forecast replays as it was.
+        if !decisions.is_empty() {
+            st.changed();
+        }
         let mut others = false;
         for d in decisions {
             let (id, entry) = match d {
@@ -542,7 +638,7 @@ impl Admission for SchedAdmission {
                     admitted_at,
                 } => {
                     let at = admitted_at.unwrap_or_else(|| (self.clock)());
-                    if let Err(e) = restore_running(&mut st.sched, w.clone(), p, at) {
+                    if let Err(e) = restore_running(st.sched_mut(), w.clone(), p, at) {
                         return Admit::Preempt(e.to_string());
                     }
                     st.entries.insert(id.clone(), Entry::running(p.clone(), at));
@@ -558,7 +654,7 @@ impl Admission for SchedAdmission {
                     return Admit::Run(p.clone());
                 }
                 _ => {
-                    if let Err(e) = st.sched.submit(w.clone()) {
+                    if let Err(e) = st.sched_mut().submit(w.clone()) {
                         return Admit::Never(e.to_string());
                     }
                     st.entries.insert(id.clone(), Entry::Pending);
@@ -570,7 +666,7 @@ impl Admission for SchedAdmission {
         match st.entries.get(&id) {
             Some(Entry::Running { placement, .. }) => Admit::Run(placement.clone()),
             Some(Entry::Preempting { why, .. }) => Admit::Preempt(why.clone()),
-            _ => Admit::Wait(st.sched.waiting(&id).map_or_else(
+            _ => Admit::Wait(st.told(&id, (self.clock)()).map_or_else(
                 || {
                     let queue = job.spec.queue.as_deref().unwrap_or("default");
                     format!(
@@ -589,14 +685,14 @@ impl Admission for SchedAdmission {
         if !matches!(st.entries.get(&id), Some(Entry::Preempting { .. })) {
             return;
         }
-        if st.sched.evicted(&id).is_err() {
+        if st.sched_mut().evicted(&id).is_err() {
             // Rebuilt while it stopped: the new scheduler has it as running (or not at all).
-            let _ = st.sched.finished(&id);
+            let _ = st.sched_mut().finished(&id);
             let Some(w) = st.workloads.get(&id).cloned() else {
                 st.entries.remove(&id);
                 return;
             };
-            if let Err(e) = st.sched.submit(w) {
+            if let Err(e) = st.sched_mut().submit(w) {
                 // Its queue is gone: its next reconcile submits it afresh and is told why.
                 tracing::warn!(job = %id, error = %e, "evicted job not requeued");
                 st.entries.remove(&id);
@@ -615,25 +711,20 @@ impl Admission for SchedAdmission {
         if st.entries.remove(&id).is_none() {
             return;
         }
-        if let Err(e) = st.sched.finished(&id) {
+        if let Err(e) = st.sched_mut().finished(&id) {
             tracing::warn!(job = %id, error = %e, "scheduler did not know a finished job");
         }
         self.cycle(&mut st, Some(&id));
     }
 
     fn expected_start(&self, job: &TrainJobResource) -> Option<u64> {
-        let id = job_id(job);
-        self.lock()
-            .sched
-            .expected_starts()
-            .into_iter()
-            .find(|e| e.id == id)
-            .and_then(|e| e.at)
+        let now = (self.clock)();
+        self.lock().told(&job_id(job), now)?.expected_start()
     }
 
     fn waiting(&self, job: &TrainJobResource) -> Option<String> {
-        let id = job_id(job);
-        self.lock().sched.waiting(&id).map(|w| w.to_string())
+        let now = (self.clock)();
+        self.lock().told(&job_id(job), now).map(|w| w.to_string())
     }
 
     fn progress(&self, job: &TrainJobResource, remaining_s: u64) {
@@ -658,7 +749,7 @@ impl Admission for SchedAdmission {
 /// Tells the scheduler that running workload `id` has `remaining_s` seconds left at `now` and
 /// records the end told; false when the scheduler did not take it.
 fn tell_end(st: &mut State, id: &str, now: Time, remaining_s: u64) -> bool {
-    match st.sched.progress(id, now, remaining_s) {
+    match st.sched_mut().progress(id, now, remaining_s) {
         Ok(()) => {
             if let Some(Entry::Running { told, .. }) = st.entries.get_mut(id) {
                 *told = Some(now.saturating_add(remaining_s));

@@ -75,9 +75,10 @@ pub struct TrainJobClusterStatus {
     /// known, and once the attempt stops running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_completion_time: Option<String>,
-    /// RFC 3339 time a queued job first in line for its GPUs is expected to start, when the
-    /// running work in its way ends (by time limits or measured pace); absent for a job behind
-    /// another, while that work has no expected end, and once the job runs.
+    /// RFC 3339 time a queued job is expected to start, by the time limits or measured pace of
+    /// the work ahead of it: for the job first in line for its GPUs, when the running work in
+    /// its way ends; for the others, from Ferry's scheduler's forecast of the queue (absent
+    /// while some of that work has no expected end, and once the job runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_start_time: Option<String>,
     /// Seconds the job's ended runs were running: with the current run, what

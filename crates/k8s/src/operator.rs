@@ -713,8 +713,9 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
         ctx.not_running(&ns, &name, &mut status);
     }
     ctx.account_run(&mut status, ended_ms);
-    // A queued job first in line is told when it starts (refreshed each reconcile, at least
-    // every minute while it waits).
+    // A queued job is told when it starts: first in line by its reservation, behind it by the
+    // admission's kept forecast (refreshed each reconcile, at least every minute while it
+    // waits; removed by name when none is known).
     status.estimated_start_time = (status.phase == Some(JobPhase::Queued))
         .then(|| ctx.admission.expected_start(&job))
         .flatten()

@@ -48,8 +48,8 @@ pub use config::{
 };
 pub use error::{Result, SchedError};
 pub use scheduler::{
-    ExpectedStart, FORECAST_CYCLES, Forecast, ForecastStart, InLine, QueueUsage, Scheduler,
-    WaitCause, Waiting,
+    ExpectedStart, FORECAST_CYCLES, Forecast, ForecastStart, Forecasted, InLine, QueueUsage,
+    Scheduler, WaitCause, Waiting,
 };
 pub use sim::{
     Estimates, FAIRNESS_TOLERANCE, ForecastAccuracy, GenSpec, JOB_COLUMNS, JobOutcome, Knowledge,

@@ -10,13 +10,12 @@
 //! Jobs that need no GPU bypass the scheduler.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::path::Path;
 
 use ferry_runtime::Inventory;
 use ferry_sched::{
-    ANY_FLAVOR, Cluster, Decision, FORECAST_CYCLES, FlavorQuota, InLine, PodPlacement,
-    PreemptReason, QueueSpec, SchedError, Scheduler, Time, Workload,
+    ANY_FLAVOR, Cluster, Decision, FORECAST_CYCLES, FlavorQuota, PodPlacement, PreemptReason,
+    QueueSpec, SchedError, Scheduler, Time, Workload,
 };
 use ferry_spec::{FieldError, JobPhase, PriorityClass, Queue, Resource, TrainJob};
 use ferry_store::{JobRecord, StatusPatch, StoreError};
@@ -1009,42 +1008,11 @@ async fn note_waiting(
         if adm.tracked.get(&job.uid) != Some(&Tracked::Pending) || job.phase != JobPhase::Queued {
             continue;
         }
-        let Some(mut waiting) = adm.sched.waiting(&job.uid) else {
+        let Some(waiting) = adm.sched.waiting(&job.uid) else {
             continue;
         };
-        let at = forecast.start_of(&job.uid);
-        match &mut waiting.line {
-            Some(InLine::Behind { first }) => *first = name_of(first),
-            // Unknown to the reservation, the replay may still know (a preemptor's victims
-            // about to leave); otherwise the forecast gives the reservation's own start.
-            Some(InLine::First { start }) => *start = start.or(at),
-            None => {}
-        }
-        let mut reason = waiting.to_string();
-        if !matches!(waiting.line, Some(InLine::First { .. })) {
-            match (at, forecast.before(&job.uid)) {
-                (Some(_), Some(before)) => {
-                    let _ = write!(
-                        reason,
-                        "; expected to start after {} (status.estimatedStartTime)",
-                        name_of(before)
-                    );
-                }
-                (Some(_), None) => reason.push_str(
-                    "; expected to start when the running work in its way ends \
-                     (status.estimatedStartTime)",
-                ),
-                (None, _) if forecast.capped => reason.push_str(
-                    "; when it starts is not forecast: more work is ahead of it than one \
-                     forecast replays",
-                ),
-                (None, _) => reason.push_str(
-                    "; when it starts is unknown: some work ahead of it has no expected end \
-                     (no time limit, no measured pace yet)",
-                ),
-            }
-        }
-        let expected_start = waiting.expected_start().or(at);
+        let waiting = waiting.with_forecast(&job.uid, &forecast).named(name_of);
+        let (reason, expected_start) = (waiting.to_string(), waiting.expected_start());
         if plane.set_waiting(&job.uid, &reason, expected_start) {
             plane.store().note(&job.uid, "Waiting", &reason).await?;
         }

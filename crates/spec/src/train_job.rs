@@ -516,7 +516,7 @@ pub struct TrainJobStatus {
     /// RFC 3339 time a queued job is expected to start, by the time limits or measured pace of
     /// the work ahead of it: for the job first in line for its GPUs, when the running work in
     /// its way ends; for the others, from the scheduler's forecast of the queue (absent while
-    /// some of that work has no expected end; on Kubernetes, for a job behind another).
+    /// some of that work has no expected end).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_start_time: Option<String>,
     /// Seconds its runs have been running, the ended ones and the current one: what

@@ -5,9 +5,11 @@
 //! re-registers a running gang without preempting it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ferry_k8s::admission::{
-    ANNOTATION_ADMITTED_AT, ANNOTATION_PLACEMENT, cluster_from_nodes, queue_spec,
+    ANNOTATION_ADMITTED_AT, ANNOTATION_PLACEMENT, FORECAST_MAX_AGE_S, FORECAST_MIN_INTERVAL_S,
+    cluster_from_nodes, queue_spec,
 };
 use ferry_k8s::cluster::{SchedulerInputs, priority_classes};
 use ferry_k8s::crd::{TrainJobClusterStatus, TrainJobResource};
@@ -111,6 +113,19 @@ fn admission_in(
         .unwrap()
         .with_clock(|| 1_000);
     (a, rx)
+}
+
+/// `admission()` on a clock the test moves, starting at 1,000 s.
+fn clocked() -> (SchedAdmission, Arc<AtomicU64>) {
+    let clock = Arc::new(AtomicU64::new(1_000));
+    let read = clock.clone();
+    let (a, _rx) = admission();
+    (a.with_clock(move || read.load(Ordering::SeqCst)), clock)
+}
+
+/// Moves the test clock `by` seconds.
+fn tick(clock: &AtomicU64, by: u64) {
+    clock.fetch_add(by, Ordering::SeqCst);
 }
 
 fn gang(name: &str, suspend: bool, placement: Option<&str>, condition: Option<&str>) -> Value {
@@ -313,8 +328,13 @@ async fn high_priority_preempts_low_by_suspension_then_low_resumes() {
     );
     assert_eq!(
         admission.decide(&resource("high", "high", None), &Gang::Suspended),
-        Admit::Wait("needs 8 GPU(s); 0 of 8 free".into()),
-        "GPUs stay the victim's until its pods are gone"
+        Admit::Wait(
+            "needs 8 GPU(s); 0 of 8 free; expected to start when the running work in its way \
+             ends (status.estimatedStartTime)"
+                .into()
+        ),
+        "GPUs stay the victim's until its pods are gone (it leaves at once, as far as the \
+         forecast knows)"
     );
 
     // 5. Its pods are gone: evicted and requeued; the scheduler admits the high job.
@@ -1072,28 +1092,129 @@ fn a_limit_set_on_a_running_job_lets_short_work_backfill() {
 }
 
 /// The gang first in line is told when it starts (what the operator writes as
-/// `status.estimatedStartTime`): unknown while the running job in its way has no expected end,
-/// then when its measured pace says it ends; a job that is not first in line is told nothing.
+/// `status.estimatedStartTime`) by its reservation: unknown while the running job in its way
+/// has no expected end, then when its measured pace says it ends, at once (a forecast kept from
+/// before the pace was told does not hold it back); a job the scheduler was never asked about,
+/// and a running one, are told nothing.
 #[test]
 fn the_gang_first_in_line_is_told_when_it_starts() {
     let (admission, _rx) = admission();
     let (running, gang, short) = running_then_gang_and_short(&admission);
     assert_eq!(admission.expected_start(&gang), None, "no end known yet");
     admission.progress(&running, 2_000);
-    // The operator's clock reads 1,000 s.
+    // The operator's clock reads 1,000 s, so the kept forecast is younger than the interval.
     assert_eq!(admission.expected_start(&gang), Some(3_000));
     assert_eq!(admission.expected_start(&short), None);
     assert_eq!(admission.expected_start(&running), None);
 }
 
+/// A whole-node job running with a 1,000 s limit (it ends at 2,000 s), then three whole-node
+/// jobs with limits of 100, 200 and 300 s: each is decided at 1,000 s, then asked once the
+/// forecast may be replayed again. The first in line starts at the running job's end, by its
+/// reservation; the two behind it are told their forecast starts in turn, and whom they start
+/// after.
+#[test]
+fn every_queued_job_is_told_when_it_starts_in_turn() {
+    let (admission, clock) = clocked();
+    let jobs = limited(&admission, &[("a", 1, 100), ("b", 2, 200), ("c", 3, 300)]);
+    tick(&clock, FORECAST_MIN_INTERVAL_S);
+    let starts: Vec<_> = jobs.iter().map(|j| admission.expected_start(j)).collect();
+    assert_eq!(starts, [Some(2_000), Some(2_100), Some(2_300)]);
+    assert_eq!(
+        admission.waiting(&jobs[2]).as_deref(),
+        Some(
+            "needs 8 GPU(s); 0 of 8 free; first in line: team-a/a; expected to start after \
+             team-a/b (status.estimatedStartTime)"
+        )
+    );
+}
+
+/// Runs a whole-node job with a 1,000 s limit at the clock's time, then decides whole-node
+/// jobs `(name, created second, limit)` behind it: they wait.
+fn limited(admission: &SchedAdmission, behind: &[(&str, u32, u64)]) -> Vec<TrainJobResource> {
+    let mut running = sized("running", 8, "2026-01-01T00:00:00Z");
+    running.spec.max_runtime_seconds = Some(1_000);
+    assert!(matches!(
+        admission.decide(&running, &Gang::Absent),
+        Admit::Run(_)
+    ));
+    queue(admission, behind)
+}
+
+/// Decides whole-node jobs `(name, created second, limit)`: they wait.
+fn queue(admission: &SchedAdmission, jobs: &[(&str, u32, u64)]) -> Vec<TrainJobResource> {
+    jobs.iter()
+        .map(|&(name, created, limit)| {
+            let mut job = sized(name, 8, &format!("2026-01-01T00:00:{created:02}Z"));
+            job.spec.max_runtime_seconds = Some(limit);
+            assert!(matches!(
+                admission.decide(&job, &Gang::Absent),
+                Admit::Wait(_)
+            ));
+            job
+        })
+        .collect()
+}
+
+/// Starts come from one kept forecast, replayed again only when asked and stale: the scheduler
+/// changed since (a submit, a pace told) or it is `FORECAST_MAX_AGE_S` old; and never within
+/// `FORECAST_MIN_INTERVAL_S` of the last one, however the scheduler changes meanwhile. A cycle
+/// that decides nothing is no change.
+#[test]
+fn the_forecast_is_kept_until_the_scheduler_changes_or_it_ages() {
+    let (admission, clock) = clocked();
+    let replays = || admission.forecasts_replayed();
+    let jobs = limited(&admission, &[("a", 1, 100), ("b", 2, 200)]);
+    let r = replays();
+    assert!(r >= 1, "asked at each wait");
+    // The scheduler changed since (b arrived): replayed once, then kept for every question.
+    tick(&clock, FORECAST_MIN_INTERVAL_S);
+    assert_eq!(admission.expected_start(&jobs[1]), Some(2_100));
+    assert_eq!(replays(), r + 1);
+    admission.expected_start(&jobs[0]);
+    admission.waiting(&jobs[1]);
+    assert_eq!(replays(), r + 1, "nothing changed");
+    // Reconciles that change nothing (a quiet cycle) keep it, past the interval.
+    tick(&clock, FORECAST_MIN_INTERVAL_S + 1);
+    assert!(matches!(
+        admission.decide(&jobs[1], &Gang::Suspended),
+        Admit::Wait(_)
+    ));
+    assert_eq!(admission.expected_start(&jobs[1]), Some(2_100));
+    assert_eq!(replays(), r + 1, "a quiet cycle changes nothing");
+    // A new job is a change: replayed as its wait is decided, and it is told its start.
+    let c = queue(&admission, &[("c", 3, 300)]).remove(0);
+    assert_eq!(replays(), r + 2);
+    assert_eq!(admission.expected_start(&c), Some(2_300));
+    // A pace told within the interval is a change too, but the kept forecast stands until the
+    // interval has passed: then the new end moves the job behind the first in line.
+    let running = sized("running", 8, "2026-01-01T00:00:00Z");
+    admission.progress(&running, 500);
+    tick(&clock, FORECAST_MIN_INTERVAL_S - 1);
+    assert_eq!(admission.expected_start(&jobs[1]), Some(2_100), "kept");
+    assert_eq!(replays(), r + 2);
+    tick(&clock, 1);
+    // The running job now ends at 1,011 + 500 = 1,511 s: a starts then, b 100 s later.
+    assert_eq!(admission.expected_start(&jobs[1]), Some(1_611));
+    assert_eq!(replays(), r + 3);
+    // Unchanged, it is kept until it is as old as the bound, then replayed.
+    tick(&clock, FORECAST_MAX_AGE_S - 1);
+    admission.expected_start(&jobs[1]);
+    assert_eq!(replays(), r + 3);
+    tick(&clock, 1);
+    admission.expected_start(&jobs[1]);
+    assert_eq!(replays(), r + 4);
+}
+
 /// Why a queued gang waits follows the scheduler from one reconcile to the next, in
 /// `status.message` and one `Waiting` event per change: first in line behind a running job
 /// with no expected end, then told when it starts once that job's pace is measured; a job
-/// queued behind it names it, then, once the gang runs on the whole node, waits first in line
-/// itself. A reconcile that finds the same reason writes nothing.
+/// queued behind it names it (and, the gang having no time limit, that its start is unknown),
+/// then, once the gang runs on the whole node, waits first in line itself. A reconcile that
+/// finds the same reason writes nothing.
 #[tokio::test]
 async fn a_queued_jobs_message_follows_why_it_waits_with_one_event_per_change() {
-    let (admission, _rx) = admission();
+    let (admission, clock) = clocked();
     let admission = Arc::new(admission);
     let running = sized("running", 4, "2026-01-01T00:00:00Z");
     assert!(matches!(
@@ -1146,13 +1267,18 @@ async fn a_queued_jobs_message_follows_why_it_waits_with_one_event_per_change() 
     )
     .await;
 
-    // A job behind the gang names it.
+    // A job behind the gang names it, once the forecast may be replayed again.
+    tick(&clock, FORECAST_MIN_INTERVAL_S);
     let later = sized("later", 8, "2026-01-01T00:00:02Z");
     let seen = run(&admission, later.clone(), create_steps("later", true)).await;
     let st = status_of(&seen, "later");
     assert_eq!(
         st.message.as_deref(),
-        Some("needs 8 GPU(s); 4 of 8 free; first in line: team-a/gang")
+        Some(
+            "needs 8 GPU(s); 4 of 8 free; first in line: team-a/gang; when it starts is \
+             unknown: some work ahead of it has no expected end (no time limit, no measured \
+             pace yet)"
+        )
     );
     assert_eq!(st.estimated_start_time, None);
     let mut later = later;
@@ -1181,4 +1307,48 @@ async fn a_queued_jobs_message_follows_why_it_waits_with_one_event_per_change() 
     );
     run(&admission, later, vec![get_gang("later", true, None, None)]).await;
     assert_eq!(admission.waiting(&gang), None, "the gang runs");
+}
+
+/// A job second in line is told by the operator when it starts, from the forecast, and whom it
+/// starts after: `status.estimatedStartTime` and `status.message` at creation (the `Queued`
+/// event carries the words, no `Waiting` event). When the running job's pace moves the
+/// estimate, the new start is patched without an event: the words hold no time.
+#[tokio::test]
+async fn a_job_second_in_line_is_told_when_it_starts_and_after_whom() {
+    let (admission, clock) = clocked();
+    let admission = Arc::new(admission);
+    // The running job ends at 2,000 s; the gang, first in line, runs 600 s from then.
+    limited(&admission, &[("gang", 1, 600)]);
+    tick(&clock, FORECAST_MIN_INTERVAL_S);
+    let mut later = sized("later", 8, "2026-01-01T00:00:02Z");
+    later.spec.max_runtime_seconds = Some(100);
+    let seen = run(&admission, later.clone(), create_steps("later", true)).await;
+    let behind = "needs 8 GPU(s); 0 of 8 free; first in line: team-a/gang; expected to start \
+                  after team-a/gang (status.estimatedStartTime)";
+    let st = status_of(&seen, "later");
+    assert_eq!(st.message.as_deref(), Some(behind));
+    assert_eq!(
+        st.estimated_start_time.as_deref(),
+        Some("1970-01-01T00:43:20Z"),
+        "2,600 s"
+    );
+    assert_eq!(seen[4].body["reason"], "Queued");
+    assert!(seen[4].body["note"].as_str().unwrap().ends_with(behind));
+    later.status = Some(st);
+
+    // Its pace says the running job ends at 1,005 + 495 = 1,500 s: the gang starts then, and
+    // the job behind it 600 s later.
+    let mut running = sized("running", 8, "2026-01-01T00:00:00Z");
+    running.spec.max_runtime_seconds = Some(1_000);
+    admission.progress(&running, 495);
+    tick(&clock, FORECAST_MIN_INTERVAL_S);
+    let steps = vec![get_gang("later", true, None, None), patch_status("later")];
+    let seen = run(&admission, later, steps).await;
+    let st = status_of(&seen, "later");
+    assert_eq!(st.message.as_deref(), Some(behind));
+    assert_eq!(
+        st.estimated_start_time.as_deref(),
+        Some("1970-01-01T00:35:00Z"),
+        "2,100 s"
+    );
 }

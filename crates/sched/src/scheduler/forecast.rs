@@ -55,6 +55,11 @@ impl Forecast {
         self.starts[*self.position.get(id)?].at
     }
 
+    /// Whether `id` was waiting when the forecast was made (it has a place in `starts`).
+    pub fn covers(&self, id: &str) -> bool {
+        self.position.contains_key(id)
+    }
+
     /// The waiting workload forecast to start just before `id`, so the last one `id` waits
     /// for; `None` when `id` is forecast to start first, or gets no start.
     pub fn before(&self, id: &str) -> Option<&str> {

@@ -20,7 +20,7 @@ use crate::pool::{Pool, bits};
 
 pub(crate) use forecast::CYCLES_PER_INSTANT;
 pub use forecast::{FORECAST_CYCLES, Forecast, ForecastStart};
-pub use waiting::{InLine, WaitCause, Waiting};
+pub use waiting::{Forecasted, InLine, WaitCause, Waiting};
 
 type PKey = (Reverse<i32>, Time, u64, u32);
 

@@ -1,10 +1,13 @@
-//! Why a waiting workload waits, in the words its user reads: the one wording both the local
-//! control plane and the Kubernetes operator put in a queued job's `status.message` and its
-//! `Waiting` event, read from the scheduler's state after a cycle.
+//! Why a waiting workload waits, and when it starts, in the words its user reads: the one
+//! wording both the local control plane and the Kubernetes operator put in a queued job's
+//! `status.message` and its `Waiting` event, read from the scheduler's state after a cycle and,
+//! for a job not first in line, from a `Scheduler::forecast` (`Waiting::with_forecast`). The
+//! words never hold the expected start itself (that is `status.estimatedStartTime`), so a
+//! start that moves writes no event.
 
 use std::fmt;
 
-use super::{Scheduler, St};
+use super::{Forecast, Scheduler, St};
 use crate::config::Time;
 
 /// Why a workload waits now, as of the last cycle (`Scheduler::waiting`); `Display` is the
@@ -17,6 +20,9 @@ pub struct Waiting {
     pub cause: WaitCause,
     /// Where it stands in line for its GPUs; `None` while nobody is first in line for them.
     pub line: Option<InLine>,
+    /// When it starts by a forecast, for a workload not first in line (`with_forecast`);
+    /// `None` until a forecast that covers it is given.
+    pub forecast: Option<Forecasted>,
 }
 
 /// What holds a waiting workload back, checked in this order.
@@ -59,13 +65,73 @@ pub enum InLine {
     },
 }
 
+/// What a `Scheduler::forecast` says of a waiting workload that is not first in line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Forecasted {
+    /// It starts at `at`, after workload `after` (the waiting one forecast to start just before
+    /// it, so the last it waits for); `after` is `None` when it is forecast to start before
+    /// every other waiting workload, when the running work in its way ends.
+    Start {
+        /// Forecast start.
+        at: Time,
+        /// That workload's id (a caller may replace it with a name its users know).
+        after: Option<String>,
+    },
+    /// The forecast stopped at its cycle limit (`Forecast::capped`) before its turn.
+    Beyond,
+    /// Some work ahead of it has no expected end, so the replay never reaches it.
+    Unknown,
+}
+
 impl Waiting {
-    /// The expected start of a workload first in line whose way clears at known times.
+    /// When it is expected to start: a workload first in line by its reservation (or the
+    /// forecast, where the reservation cannot tell), any other by the forecast; `None` when
+    /// neither knows.
     pub fn expected_start(&self) -> Option<Time> {
-        match self.line {
-            Some(InLine::First { start }) => start,
+        match (&self.line, &self.forecast) {
+            (Some(InLine::First { start }), _) => *start,
+            (_, Some(Forecasted::Start { at, .. })) => Some(*at),
             _ => None,
         }
+    }
+
+    /// Adds what `forecast` (a `Scheduler::forecast`) says of workload `id`: the start of a
+    /// workload first in line whose reservation cannot tell it (a preemptor whose victims are
+    /// about to leave), and for any other when it starts and whom after. A forecast that does
+    /// not cover `id` (made before it arrived) adds nothing.
+    pub fn with_forecast(mut self, id: &str, forecast: &Forecast) -> Waiting {
+        if !forecast.covers(id) {
+            return self;
+        }
+        let at = forecast.start_of(id);
+        if let Some(InLine::First { start }) = &mut self.line {
+            *start = start.or(at);
+            return self;
+        }
+        self.forecast = Some(match (at, forecast.before(id)) {
+            (Some(at), after) => Forecasted::Start {
+                at,
+                after: after.map(str::to_owned),
+            },
+            (None, _) if forecast.capped => Forecasted::Beyond,
+            (None, _) => Forecasted::Unknown,
+        });
+        self
+    }
+
+    /// The same, with every workload id it names (the one first in line, the one it starts
+    /// after) replaced by `name_of(id)`: a name its users know.
+    pub fn named(mut self, name_of: impl Fn(&str) -> String) -> Waiting {
+        if let Some(InLine::Behind { first }) = &mut self.line {
+            *first = name_of(first);
+        }
+        if let Some(Forecasted::Start {
+            after: Some(after), ..
+        }) = &mut self.forecast
+        {
+            *after = name_of(after);
+        }
+        self
     }
 }
 
@@ -95,6 +161,27 @@ impl fmt::Display for Waiting {
                  time limit, no measured pace yet), so when it starts is unknown",
             ),
             Some(InLine::Behind { first }) => write!(f, "; first in line: {first}"),
+            None => Ok(()),
+        }?;
+        match &self.forecast {
+            Some(Forecasted::Start {
+                after: Some(after), ..
+            }) => write!(
+                f,
+                "; expected to start after {after} (status.estimatedStartTime)"
+            ),
+            Some(Forecasted::Start { after: None, .. }) => f.write_str(
+                "; expected to start when the running work in its way ends \
+                 (status.estimatedStartTime)",
+            ),
+            Some(Forecasted::Beyond) => f.write_str(
+                "; when it starts is not forecast: more work is ahead of it than one forecast \
+                 replays",
+            ),
+            Some(Forecasted::Unknown) => f.write_str(
+                "; when it starts is unknown: some work ahead of it has no expected end (no \
+                 time limit, no measured pace yet)",
+            ),
             None => Ok(()),
         }
     }
@@ -155,14 +242,19 @@ impl Scheduler {
                     })
             }),
         };
-        Some(Waiting { need, cause, line })
+        Some(Waiting {
+            need,
+            cause,
+            line,
+            forecast: None,
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use crate::config::{Cluster, Node, Options, PriorityClass, QueueSpec, Time, Workload};
-    use crate::scheduler::Scheduler;
+    use crate::scheduler::{FORECAST_CYCLES, Forecast, Scheduler};
 
     fn sched(gpus: u32, quota: u32, options: Options) -> Scheduler {
         Scheduler::with_options(
@@ -184,6 +276,122 @@ mod tests {
 
     fn said(s: &Scheduler, id: &str) -> Option<String> {
         s.waiting(id).map(|w| w.to_string())
+    }
+
+    /// What `id`'s user is told with `forecast`: the words (ids named `default/…`) and the
+    /// expected start.
+    fn told(s: &Scheduler, id: &str, forecast: &Forecast) -> (String, Option<Time>) {
+        let w = s
+            .waiting(id)
+            .unwrap()
+            .with_forecast(id, forecast)
+            .named(|id| format!("default/{id}"));
+        (w.to_string(), w.expected_start())
+    }
+
+    /// Three whole-cluster jobs behind a running one: the first in line keeps its reservation's
+    /// words and start; each job behind is told its forecast start and whom it starts after,
+    /// never the time itself in the words.
+    #[test]
+    fn a_forecast_tells_each_job_behind_the_first_when_and_after_whom_it_starts() {
+        let mut s = sched(4, 4, Options::default());
+        submit(&mut s, "run", 4, 0, Some(100));
+        s.cycle(0);
+        for (id, at, expected) in [("a", 1, 50), ("b", 2, 60), ("c", 3, 70)] {
+            submit(&mut s, id, 4, at, Some(expected));
+        }
+        s.cycle(5);
+        let f = s.forecast(5, FORECAST_CYCLES);
+        assert_eq!(
+            told(&s, "a", &f),
+            (
+                "needs 4 GPU(s); 0 of 4 free; first in line: it starts when the running work in \
+                 its way ends (status.estimatedStartTime)"
+                    .into(),
+                Some(100)
+            )
+        );
+        assert_eq!(
+            told(&s, "b", &f),
+            (
+                "needs 4 GPU(s); 0 of 4 free; first in line: default/a; expected to start after \
+                 default/a (status.estimatedStartTime)"
+                    .into(),
+                Some(150)
+            )
+        );
+        assert_eq!(
+            told(&s, "c", &f),
+            (
+                "needs 4 GPU(s); 0 of 4 free; first in line: default/a; expected to start after \
+                 default/b (status.estimatedStartTime)"
+                    .into(),
+                Some(210)
+            )
+        );
+        // A forecast that stopped before `c`'s turn says so, and tells no start.
+        let short = s.forecast(5, 3);
+        assert_eq!(
+            told(&s, "c", &short),
+            (
+                "needs 4 GPU(s); 0 of 4 free; first in line: default/a; when it starts is not \
+                 forecast: more work is ahead of it than one forecast replays"
+                    .into(),
+                None
+            )
+        );
+        // A job that arrived after the forecast is told only why it waits.
+        submit(&mut s, "d", 4, 6, Some(10));
+        s.cycle(6);
+        assert_eq!(
+            told(&s, "d", &f),
+            (
+                "needs 4 GPU(s); 0 of 4 free; first in line: default/a".into(),
+                None
+            )
+        );
+    }
+
+    /// Behind work without an expected end nobody is told a start, and the words say why; a
+    /// job that backfills before the first in line starts when the work in its way ends.
+    #[test]
+    fn a_forecast_says_why_it_has_no_start_and_when_backfill_starts() {
+        let mut s = sched(4, 4, Options::default());
+        submit(&mut s, "endless", 4, 0, None);
+        s.cycle(0);
+        submit(&mut s, "a", 4, 1, Some(10));
+        submit(&mut s, "b", 1, 2, Some(10));
+        s.cycle(5);
+        let f = s.forecast(5, FORECAST_CYCLES);
+        assert_eq!(
+            told(&s, "b", &f),
+            (
+                "needs 1 GPU(s); 0 of 4 free; first in line: default/a; when it starts is \
+                 unknown: some work ahead of it has no expected end (no time limit, no measured \
+                 pace yet)"
+                    .into(),
+                None
+            )
+        );
+
+        let mut s = sched(4, 4, Options::default());
+        submit(&mut s, "run3", 3, 0, Some(100));
+        submit(&mut s, "run1", 1, 0, Some(20));
+        s.cycle(0);
+        submit(&mut s, "gang", 4, 2, Some(10));
+        submit(&mut s, "short", 1, 3, Some(50));
+        s.cycle(5);
+        let f = s.forecast(5, FORECAST_CYCLES);
+        assert_eq!(
+            told(&s, "short", &f),
+            (
+                "needs 1 GPU(s); 0 of 4 free; first in line: default/gang; expected to start \
+                 when the running work in its way ends (status.estimatedStartTime)"
+                    .into(),
+                Some(20)
+            )
+        );
+        assert_eq!(told(&s, "gang", &f).1, Some(100));
     }
 
     /// Too few GPUs: the job first in line is told when it starts (or that nobody knows), the
