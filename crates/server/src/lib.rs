@@ -18,6 +18,7 @@ mod limits;
 mod metrics;
 mod pace;
 mod reconcile;
+mod scope;
 mod serving;
 mod state;
 
