@@ -23,7 +23,7 @@ fn object_kind(kind: &str) -> Result<ResourceKind, ApiError> {
 
 /// The namespace key of `kind`'s objects for a request naming `namespace` (`None`: the
 /// cluster-wide route). Queues and priority classes ignore it; other kinds need one.
-fn namespace_key<'a>(kind: ResourceKind, namespace: Option<&'a str>) -> Result<&'a str, ApiError> {
+fn namespace_key(kind: ResourceKind, namespace: Option<&str>) -> Result<&str, ApiError> {
     match namespace {
         _ if kind.is_cluster_scoped() => Ok(scope::CLUSTER),
         Some(ns) => Ok(ns),

@@ -150,6 +150,15 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_cluster_wide_route_names_the_cluster_scoped_kinds() {
+        let doc = build();
+        let kinds =
+            &doc["paths"]["/api/v1/{kind}/{name}"]["get"]["parameters"][0]["schema"]["enum"];
+        assert_eq!(kinds, &json!(["queues", "priorityclasses"]));
+        assert!(doc["paths"]["/api/v1/namespaces/{ns}/{kind}/{name}"]["delete"].is_object());
+    }
+
     fn collect_refs(v: &Value, out: &mut Vec<String>) {
         match v {
             Value::Object(m) => {
