@@ -17,7 +17,7 @@ use ferry_sched::{
     ANY_FLAVOR, Cluster, Decision, FORECAST_CYCLES, FlavorQuota, PodPlacement, PreemptReason,
     QueueSpec, SchedError, Scheduler, Time, Workload,
 };
-use ferry_spec::{FieldError, JobPhase, PriorityClass, Queue, Resource, TrainJob};
+use ferry_spec::{FieldError, JobPhase, PriorityClass, Queue, Resource, ResourceKind, TrainJob};
 use ferry_store::{JobRecord, StatusPatch, StoreError};
 
 use crate::checkpoint::{Layout, latest_checkpoint};
@@ -405,15 +405,28 @@ pub(crate) fn built_in_classes(
         .collect()
 }
 
-/// Refuses to delete a `PriorityClass` that an unfinished job still names (unless `ferry up`'s
-/// own classes keep the name): the job would otherwise fail as unschedulable at the next pass.
+/// Refuses to delete a `PriorityClass` that is `ferry up`'s own (not stored: there is nothing to
+/// delete; an applied class of its name may be deleted, the name then falls back to it), or that
+/// an unfinished job still names: the job would otherwise fail as unschedulable at the next pass.
 pub(crate) async fn check_delete(
     plane: &ControlPlane,
-    kind: &str,
+    kind: ResourceKind,
     name: &str,
 ) -> Result<(), ApiError> {
-    if kind != "PriorityClass" || plane.config().priorities.iter().any(|c| c.name == name) {
+    if kind != ResourceKind::PriorityClass {
         return Ok(());
+    }
+    if plane.config().priorities.iter().any(|c| c.name == name) {
+        let applied = plane
+            .store()
+            .get_object(kind.as_str(), crate::scope::CLUSTER, name)
+            .await?;
+        return match applied {
+            Some(_) => Ok(()),
+            None => Err(ApiError::conflict(format!(
+                "PriorityClass `{name}` is ferry up's own (set by --priority-classes or the defaults low/normal/high); it cannot be deleted; apply a PriorityClass named `{name}` to change its value"
+            ))),
+        };
     }
     let active = plane
         .store()

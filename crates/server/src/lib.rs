@@ -19,6 +19,7 @@ mod metrics;
 mod pace;
 mod queue_view;
 mod reconcile;
+mod scope;
 mod serving;
 mod state;
 

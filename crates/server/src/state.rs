@@ -78,7 +78,8 @@ pub(crate) struct GatewayLink {
 }
 
 impl ControlPlane {
-    /// Opens the store and the local runtime and discovers GPUs. Re-adoption of jobs a
+    /// Opens the store (moving queues and priority classes an older version kept per namespace,
+    /// `scope::gather`) and the local runtime and discovers GPUs. Re-adoption of jobs a
     /// previous process left running happens in the reconcile loop's first pass.
     pub async fn start(config: ServerConfig) -> Result<Self, ApiError> {
         std::fs::create_dir_all(&config.home).map_err(|e| {
@@ -88,6 +89,7 @@ impl ControlPlane {
             ))
         })?;
         let store = ferry_store::open(&config.store_location()).await?;
+        crate::scope::gather(&*store).await?;
         let inventory = match config.gpus {
             GpuSetting::Discover => ferry_runtime::discover(),
             GpuSetting::Virtual(n) => Inventory::virtual_slots(n),

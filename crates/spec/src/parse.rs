@@ -44,6 +44,29 @@ impl ResourceKind {
         }
     }
 
+    /// The plural the API's routes and `ferry get` use (`jobs`, `deployments`, `queues`,
+    /// `priorityclasses`).
+    pub fn plural(self) -> &'static str {
+        match self {
+            ResourceKind::TrainJob => "jobs",
+            ResourceKind::ModelDeployment => "deployments",
+            ResourceKind::Queue => "queues",
+            ResourceKind::PriorityClass => "priorityclasses",
+        }
+    }
+
+    /// Whether objects of this kind are named across namespaces: a job's `spec.queue` and
+    /// `spec.priority` give a name only, as Kueue's `ClusterQueue` and Kubernetes'
+    /// `PriorityClass` are cluster-scoped. A `ferry up` control plane keeps one object of each
+    /// name, whatever `metadata.namespace` says. (`ferry render` still reads a Queue's
+    /// namespace as its team's, for the `LocalQueue` and quota it gets there.)
+    pub fn is_cluster_scoped(self) -> bool {
+        match self {
+            ResourceKind::Queue | ResourceKind::PriorityClass => true,
+            ResourceKind::TrainJob | ResourceKind::ModelDeployment => false,
+        }
+    }
+
     /// Parses a kind name, also accepting the plural and lowercase forms the CLI uses
     /// (`jobs`, `trainjob`, `deployments`, `queues`, `priorityclasses`, `pc`).
     pub fn from_name(name: &str) -> Option<ResourceKind> {

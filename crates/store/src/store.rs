@@ -113,6 +113,19 @@ pub trait Store: Send + Sync {
     /// Objects of a kind, in one namespace or all, oldest first.
     async fn list_objects(&self, kind: &str, namespace: Option<&str>) -> Result<Vec<ObjectRecord>>;
 
+    /// Moves a generic object to `to_namespace`, its document replaced by `doc` (the same
+    /// object, e.g. without the namespace it named), keeping its uid, generation and times: a
+    /// change of where it is kept, not an update. `Ok(None)` when it does not exist; a taken
+    /// target gives [`crate::StoreError::AlreadyExists`].
+    async fn move_object(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        to_namespace: &str,
+        doc: &serde_json::Value,
+    ) -> Result<Option<ObjectRecord>>;
+
     /// Deletes a generic object; `Ok(false)` when it did not exist.
     async fn delete_object(&self, kind: &str, namespace: &str, name: &str) -> Result<bool>;
 

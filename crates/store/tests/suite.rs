@@ -926,6 +926,64 @@ mod cases {
         );
     }
 
+    pub async fn objects_move_keeping_their_identity(fx: &Fixture) {
+        let store = &*fx.store;
+        let v1 = json!({"kind": "Queue", "metadata": {"name": "a", "namespace": "x"}});
+        store
+            .put_object("Queue", "x", "a", &v1, false)
+            .await
+            .unwrap();
+        let before = store
+            .put_object("Queue", "x", "a", &v1, false)
+            .await
+            .unwrap();
+        let v2 = json!({"kind": "Queue", "metadata": {"name": "a"}});
+        let moved = store
+            .move_object("Queue", "x", "a", "", &v2)
+            .await
+            .unwrap()
+            .expect("moved");
+        assert_eq!(moved.namespace, "");
+        assert_eq!(moved.doc, v2);
+        assert_eq!(
+            (
+                &moved.uid,
+                moved.generation,
+                moved.created_at,
+                moved.updated_at
+            ),
+            (&before.uid, 2, before.created_at, before.updated_at)
+        );
+        assert!(store.get_object("Queue", "x", "a").await.unwrap().is_none());
+        assert_eq!(
+            store.get_object("Queue", "", "a").await.unwrap(),
+            Some(moved)
+        );
+        assert_eq!(
+            store.list_objects("Queue", Some("")).await.unwrap().len(),
+            1
+        );
+
+        // Nothing to move; a taken target is refused and both stay.
+        assert!(
+            store
+                .move_object("Queue", "x", "a", "", &v2)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        store
+            .put_object("Queue", "y", "a", &v1, false)
+            .await
+            .unwrap();
+        let err = store
+            .move_object("Queue", "y", "a", "", &v2)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::AlreadyExists { .. }), "{err:?}");
+        assert_eq!(store.list_objects("Queue", None).await.unwrap().len(), 2);
+    }
+
     pub async fn model_registry(fx: &Fixture) {
         let store = &*fx.store;
         let rec = store
@@ -1106,6 +1164,7 @@ suite!(
     gang_round_trip,
     metrics_page_and_latest,
     objects_bump_generation,
+    objects_move_keeping_their_identity,
     model_registry,
     reopening_keeps_everything,
     phases_listed_in_filters_round_trip,

@@ -12,12 +12,13 @@ use crate::client::Client;
 use crate::output::{self, age, cell, time_left};
 use crate::table::Table;
 
-/// The API route segment of a generic object kind (deployments, queues, priority classes).
-fn object_route(kind: ResourceKind) -> &'static str {
-    match kind {
-        ResourceKind::Queue => "queues",
-        ResourceKind::PriorityClass => "priorityclasses",
-        _ => "deployments",
+/// The API path of one generic object (deployments, queues, priority classes). Queues and
+/// priority classes are named across namespaces, so theirs names none.
+fn object_path(kind: ResourceKind, ns: &str, name: &str) -> String {
+    if kind.is_cluster_scoped() {
+        format!("/api/v1/{}/{name}", kind.plural())
+    } else {
+        format!("/api/v1/namespaces/{ns}/{}/{name}", kind.plural())
     }
 }
 
@@ -131,17 +132,21 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
         print!("{}", t.render());
         return Ok(());
     }
-    let plural = object_route(kind);
     let objects: Vec<Value> = match &args.name {
         Some(name) => vec![
             client
-                .get(&format!(
-                    "/api/v1/namespaces/{}/{plural}/{name}",
-                    args.namespace
-                ))
+                .get(&object_path(kind, &args.namespace, name))
                 .await?,
         ],
-        None => client.get(&format!("/api/v1/{plural}{ns_query}")).await?,
+        // Every queue and priority class, whatever -n says.
+        None if kind.is_cluster_scoped() => {
+            client.get(&format!("/api/v1/{}", kind.plural())).await?
+        }
+        None => {
+            client
+                .get(&format!("/api/v1/{}{ns_query}", kind.plural()))
+                .await?
+        }
     };
     let docs: Vec<&Value> = objects.iter().map(|o| &o["doc"]).collect();
     if output::structured(&docs, args.output)? {
@@ -255,12 +260,8 @@ pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()>
         )
     })?;
     if kind != ResourceKind::TrainJob {
-        let plural = object_route(kind);
         let o: Value = client
-            .get(&format!(
-                "/api/v1/namespaces/{}/{plural}/{}",
-                args.namespace, args.name
-            ))
+            .get(&object_path(kind, &args.namespace, &args.name))
             .await?;
         if kind == ResourceKind::Queue {
             print!("{}", describe_queue(&o["doc"]));
@@ -514,10 +515,7 @@ pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
         println!("trainjob/{name} deleted");
         return Ok(());
     }
-    let plural = object_route(kind);
-    client
-        .delete(&format!("/api/v1/namespaces/{ns}/{plural}/{name}"))
-        .await?;
+    client.delete(&object_path(kind, ns, name)).await?;
     println!("{}/{name} deleted", kind.as_str().to_lowercase());
     Ok(())
 }

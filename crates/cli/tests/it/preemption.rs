@@ -368,7 +368,9 @@ fn a_clusters_own_priority_classes_rank_among_the_standard_ones() {
 /// A `PriorityClass` applied to a running `ferry up` takes effect without a restart: a job
 /// naming it is refused until it exists, then preempts a `high` job; `ferry get
 /// priorityclasses` lists it beside `ferry up`'s own classes; it cannot be deleted while a job
-/// still names it, and can once none does.
+/// still names it, and can once none does. Classes and queues are named across namespaces: found,
+/// listed and deleted whatever `-n` says; `ferry up`'s own classes are found by name and cannot be
+/// deleted.
 #[test]
 fn a_priority_class_applied_to_a_running_control_plane_takes_effect() {
     let plane = Plane::start(Some(4));
@@ -384,11 +386,13 @@ fn a_priority_class_applied_to_a_running_control_plane_takes_effect() {
         "apiVersion: ferry.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: huge}\nspec: {value: 2000000000}\n",
         &["spec.value", "between -1000000000 and 1000000000"],
     );
-    plane.apply(
+    // Named across namespaces: the document's namespace is not the class's.
+    let applied = plane.apply(
         "urgent.yaml",
-        "apiVersion: ferry.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: urgent}\nspec: {value: 1000, description: deadline work}\n",
+        "apiVersion: ferry.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: urgent, namespace: team-a}\nspec: {value: 1000, description: deadline work}\n",
     );
-    let listed = plane.ok(&["get", "priorityclasses"]);
+    assert_eq!(applied.trim(), "priorityclass/urgent created");
+    let listed = plane.ok(&["get", "priorityclasses", "-n", "other"]);
     let line = |name: &str| {
         listed
             .lines()
@@ -405,6 +409,21 @@ fn a_priority_class_applied_to_a_running_control_plane_takes_effect() {
     assert!(
         line("high").starts_with("high 100 PreemptLowerPriority ferry up"),
         "{listed}"
+    );
+    let one = |name: &str| {
+        let got = plane.ok(&["get", "priorityclass", name, "-n", "other", "-o", "json"]);
+        serde_json::from_str::<Value>(&got).unwrap()[0].clone()
+    };
+    assert_eq!(one("urgent")["spec"]["value"], 1000);
+    assert!(one("urgent")["metadata"].get("namespace").is_none());
+    assert_eq!(one("high")["status"]["builtIn"], true);
+    let out = plane.ferry(&["delete", "priorityclass", "high", "-n", "other"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "ferry up's own class was deleted");
+    assert!(
+        err.contains("PriorityClass `high` is ferry up's own")
+            && err.contains("apply a PriorityClass named `high`"),
+        "{err}"
     );
 
     plane.apply("big.yaml", &sleeper("big", "high", 4, 600));
@@ -430,7 +449,7 @@ fn a_priority_class_applied_to_a_running_control_plane_takes_effect() {
     plane.ok(&["cancel", "job", "rush"]);
     plane.ok(&["cancel", "job", "big"]);
     plane.wait_phase("rush", "Cancelled", LIMIT);
-    plane.ok(&["delete", "priorityclass", "urgent"]);
+    plane.ok(&["delete", "priorityclass", "urgent", "-n", "other"]);
     let listed = plane.ok(&["get", "priorityclasses"]);
     assert!(!listed.contains("urgent"), "{listed}");
     refused(
@@ -439,6 +458,33 @@ fn a_priority_class_applied_to_a_running_control_plane_takes_effect() {
         &sleeper("late", "urgent", 2, 1),
         &["spec.priority", "`urgent` does not exist"],
     );
+
+    let queue = |ns: &str, nominal: u32| {
+        format!(
+            "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: a, namespace: {ns}}}\nspec: {{quotas: [{{flavor: any, nominal: {nominal}}}]}}\n"
+        )
+    };
+    assert_eq!(
+        plane.apply("a-x.yaml", &queue("team-x", 1)).trim(),
+        "queue/a created"
+    );
+    assert_eq!(
+        plane.apply("a-y.yaml", &queue("team-y", 2)).trim(),
+        "queue/a configured"
+    );
+    let queues = plane.ok(&["get", "queues", "-n", "other"]);
+    assert_eq!(
+        queues.lines().filter(|l| l.starts_with("a ")).count(),
+        1,
+        "{queues}"
+    );
+    assert!(
+        plane
+            .ok(&["describe", "queue", "a", "-n", "z"])
+            .contains("nominal: 2")
+    );
+    plane.ok(&["delete", "queue", "a", "-n", "other"]);
+    assert!(!plane.ok(&["get", "queues", "-A"]).contains("\na "));
 }
 
 /// A job on queue `queue` running `examples/sleeper.py STEPS` on `gpus` GPUs.

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::engines::adapter_for;
 use crate::error::ApiError;
+use crate::scope;
 use crate::state::ControlPlane;
 
 /// Options of an apply request.
@@ -25,7 +26,9 @@ pub(crate) struct ApplyQuery {
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Applied {
     kind: String,
-    namespace: String,
+    /// Absent for kinds named across namespaces (queues, priority classes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    namespace: Option<String>,
     name: String,
     uid: Option<String>,
     /// `created`, `configured` (updated) or `valid` (dry run).
@@ -85,11 +88,12 @@ pub(crate) async fn apply(
     let mut out = Vec::with_capacity(resources.len());
     for (r, change) in resources.into_iter().zip(limit_changes) {
         let meta = r.metadata().clone();
-        let kind = r.kind().as_str().to_owned();
+        let scope = r.kind();
+        let kind = scope.as_str().to_owned();
         if query.dry_run {
             out.push(Applied {
                 kind,
-                namespace: meta.namespace,
+                namespace: scope::reported_namespace(scope, meta.namespace),
                 name: meta.name,
                 uid: None,
                 action: "valid".into(),
@@ -109,21 +113,24 @@ pub(crate) async fn apply(
                 (rec.uid, "created")
             }
             (other, _) => {
+                // Queues and priority classes: one of each name, whatever the namespace.
+                let namespace = scope::namespace_key(scope, &meta.namespace);
                 let existed = plane
                     .store()
-                    .get_object(&kind, &meta.namespace, &meta.name)
+                    .get_object(&kind, namespace, &meta.name)
                     .await?
                     .is_some();
+                let doc = scope::stored_doc(scope, other.to_value());
                 let rec = plane
                     .store()
-                    .put_object(&kind, &meta.namespace, &meta.name, &other.to_value(), false)
+                    .put_object(&kind, namespace, &meta.name, &doc, false)
                     .await?;
                 (rec.uid, if existed { "configured" } else { "created" })
             }
         };
         out.push(Applied {
             kind,
-            namespace: meta.namespace,
+            namespace: scope::reported_namespace(scope, meta.namespace),
             name: meta.name,
             uid: Some(uid),
             action: action.into(),

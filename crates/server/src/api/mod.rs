@@ -4,6 +4,8 @@ mod apply;
 mod jobs;
 mod objects;
 mod openapi;
+#[cfg(test)]
+pub(crate) mod tests;
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -41,6 +43,10 @@ pub fn router(plane: ControlPlane) -> Router {
         .route("/api/v1/gpus", get(objects::gpus))
         .route("/api/v1/models", get(objects::models))
         .route("/api/v1/{kind}", get(objects::list))
+        .route(
+            "/api/v1/{kind}/{name}",
+            get(objects::get_cluster_wide).delete(objects::delete_cluster_wide),
+        )
         .route(
             "/api/v1/namespaces/{ns}/{kind}/{name}",
             get(objects::get).delete(objects::delete),

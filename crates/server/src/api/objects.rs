@@ -4,20 +4,43 @@
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use ferry_spec::ResourceKind;
-use ferry_store::{ModelRecord, ObjectRecord};
+use ferry_store::{ModelRecord, ObjectRecord, StoreError};
 
 use super::NamespaceQuery;
 use crate::error::ApiError;
+use crate::scope;
 use crate::serving;
 use crate::state::ControlPlane;
 
-fn object_kind(kind: &str) -> Result<&'static str, ApiError> {
+fn object_kind(kind: &str) -> Result<ResourceKind, ApiError> {
     match ResourceKind::from_name(kind) {
         Some(ResourceKind::TrainJob) | None => Err(ApiError::not_found(format!(
             "no resource type {kind:?}; use jobs, deployments, queues or priorityclasses"
         ))),
-        Some(k) => Ok(k.as_str()),
+        Some(k) => Ok(k),
     }
+}
+
+/// The namespace key of `kind`'s objects for a request naming `namespace` (`None`: the
+/// cluster-wide route). Queues and priority classes ignore it; other kinds need one.
+fn namespace_key(kind: ResourceKind, namespace: Option<&str>) -> Result<&str, ApiError> {
+    match namespace {
+        _ if kind.is_cluster_scoped() => Ok(scope::CLUSTER),
+        Some(ns) => Ok(ns),
+        None => Err(ApiError::not_found(format!(
+            "{} objects live in a namespace; use /api/v1/namespaces/NAMESPACE/{}/NAME",
+            kind.as_str(),
+            kind.plural()
+        ))),
+    }
+}
+
+fn not_found(kind: ResourceKind, namespace: &str, name: &str) -> ApiError {
+    StoreError::NotFound {
+        kind: kind.as_str().to_owned(),
+        id: scope::qualified(kind, namespace, name),
+    }
+    .into()
 }
 
 /// The stored object with its live status (deployments' replicas, queues' usage).
@@ -31,13 +54,13 @@ pub(crate) async fn list(
     Query(q): Query<NamespaceQuery>,
 ) -> Result<Json<Vec<ObjectRecord>>, ApiError> {
     let kind = object_kind(&kind)?;
-    // Priority classes are named across namespaces, as a job's `spec.priority` is.
-    let namespace = q.namespace.as_deref().filter(|_| kind != "PriorityClass");
-    let mut records = plane.store().list_objects(kind, namespace).await?;
-    if kind == "PriorityClass" {
+    // Queues and priority classes are named across namespaces: all of them, always.
+    let namespace = q.namespace.as_deref().filter(|_| !kind.is_cluster_scoped());
+    let mut records = plane.store().list_objects(kind.as_str(), namespace).await?;
+    if kind == ResourceKind::PriorityClass {
         records.extend(crate::admission::built_in_classes(&plane, &records));
     }
-    if kind == "Queue" {
+    if kind == ResourceKind::Queue {
         records.extend(crate::queue_view::built_in_queue(&plane, &records));
     }
     Ok(Json(
@@ -48,34 +71,80 @@ pub(crate) async fn list(
     ))
 }
 
+/// `GET /api/v1/namespaces/{ns}/{kind}/{name}` (queues and priority classes: any `ns`).
 pub(crate) async fn get(
     State(plane): State<ControlPlane>,
     Path((ns, kind, name)): Path<(String, String, String)>,
 ) -> Result<Json<ObjectRecord>, ApiError> {
-    let kind = object_kind(&kind)?;
-    let stored = plane.store().get_object(kind, &ns, &name).await?;
-    let built_in = || match kind {
-        "Queue" if name == crate::admission::DEFAULT_QUEUE => {
-            crate::queue_view::built_in_queue(&plane, &[])
-        }
-        _ => None,
-    };
-    stored
-        .or_else(built_in)
-        .map(|r| Json(with_status(&plane, r)))
-        .ok_or_else(|| ApiError::not_found(format!("{kind} {ns}/{name} not found")))
+    find(&plane, &kind, Some(&ns), &name).await
 }
 
+/// `GET /api/v1/{kind}/{name}`: a queue or priority class.
+pub(crate) async fn get_cluster_wide(
+    State(plane): State<ControlPlane>,
+    Path((kind, name)): Path<(String, String)>,
+) -> Result<Json<ObjectRecord>, ApiError> {
+    find(&plane, &kind, None, &name).await
+}
+
+/// One object; a priority class of `ferry up`'s own that no applied one replaces, and the
+/// implicit `default` queue, are found too, as `list` shows them.
+async fn find(
+    plane: &ControlPlane,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Json<ObjectRecord>, ApiError> {
+    let kind = object_kind(kind)?;
+    let ns = namespace_key(kind, namespace)?;
+    let mut record = plane.store().get_object(kind.as_str(), ns, name).await?;
+    if record.is_none() {
+        record = match kind {
+            ResourceKind::PriorityClass => crate::admission::built_in_classes(plane, &[])
+                .into_iter()
+                .find(|c| c.name == name),
+            ResourceKind::Queue if name == crate::admission::DEFAULT_QUEUE => {
+                crate::queue_view::built_in_queue(plane, &[])
+            }
+            _ => None,
+        };
+    }
+    record
+        .map(|r| Json(with_status(plane, r)))
+        .ok_or_else(|| not_found(kind, ns, name))
+}
+
+/// `DELETE /api/v1/namespaces/{ns}/{kind}/{name}` (queues and priority classes: any `ns`).
 pub(crate) async fn delete(
     State(plane): State<ControlPlane>,
     Path((ns, kind, name)): Path<(String, String, String)>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let kind = object_kind(&kind)?;
-    crate::admission::check_delete(&plane, kind, &name).await?;
-    if plane.store().delete_object(kind, &ns, &name).await? {
-        Ok(Json(serde_json::json!({"deleted": format!("{ns}/{name}")})))
+    remove(&plane, &kind, Some(&ns), &name).await
+}
+
+/// `DELETE /api/v1/{kind}/{name}`: a queue or priority class.
+pub(crate) async fn delete_cluster_wide(
+    State(plane): State<ControlPlane>,
+    Path((kind, name)): Path<(String, String)>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    remove(&plane, &kind, None, &name).await
+}
+
+async fn remove(
+    plane: &ControlPlane,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let kind = object_kind(kind)?;
+    let ns = namespace_key(kind, namespace)?;
+    crate::admission::check_delete(plane, kind, name).await?;
+    if plane.store().delete_object(kind.as_str(), ns, name).await? {
+        Ok(Json(
+            serde_json::json!({"deleted": scope::qualified(kind, ns, name)}),
+        ))
     } else {
-        Err(ApiError::not_found(format!("{kind} {ns}/{name} not found")))
+        Err(not_found(kind, ns, name))
     }
 }
 

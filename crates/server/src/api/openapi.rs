@@ -44,6 +44,21 @@ pub(crate) fn build() -> Value {
     let ns = json!({"name": "ns", "in": "path", "required": true, "schema": {"type": "string"}});
     let name =
         json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string"}});
+    let kind_param = |kinds: Vec<&str>| json!({"name": "kind", "in": "path", "required": true, "schema": {"enum": kinds}});
+    let object_kind = kind_param(
+        ResourceKind::ALL
+            .into_iter()
+            .filter(|k| *k != ResourceKind::TrainJob)
+            .map(ResourceKind::plural)
+            .collect(),
+    );
+    let cluster_kind = kind_param(
+        ResourceKind::ALL
+            .into_iter()
+            .filter(|k| k.is_cluster_scoped())
+            .map(ResourceKind::plural)
+            .collect(),
+    );
     let ok = |description: &str, schema: Value| json!({"description": description, "content": {"application/json": {"schema": schema}}});
     json!({
         "openapi": "3.1.0",
@@ -81,9 +96,20 @@ pub(crate) fn build() -> Value {
             "/api/v1/namespaces/{ns}/jobs/{name}/cancel": {"post": {"summary": "Cancel: SIGTERM, grace, SIGKILL",
                 "parameters": [ns, name], "responses": {"200": ok("the cancelled job", job_ref.clone()), "404": err, "409": err}}},
             "/api/v1/{kind}": {"get": {"summary": "List deployments, queues or priority classes (these with ferry up's own)",
+                "description": "Queues and priority classes are named across namespaces: all are listed, whatever `namespace` says.",
                 "parameters": [{"name": "kind", "in": "path", "required": true, "schema": {"enum": ["deployments", "queues", "priorityclasses"]}},
                                {"name": "namespace", "in": "query", "schema": {"type": "string"}}],
                 "responses": {"200": ok("objects", json!({"type": "array"})), "404": err}}},
+            "/api/v1/namespaces/{ns}/{kind}/{name}": {
+                "get": {"summary": "One deployment, queue or priority class (queues and priority classes: any ns)",
+                        "parameters": [ns, object_kind, name], "responses": {"200": ok("the object", json!({"type": "object"})), "404": err}},
+                "delete": {"summary": "Delete a deployment, queue or priority class (queues and priority classes: any ns)",
+                           "parameters": [ns, object_kind, name], "responses": {"200": ok("deleted", json!({"type": "object"})), "404": err, "409": err}}},
+            "/api/v1/{kind}/{name}": {
+                "get": {"summary": "One queue or priority class (named across namespaces; ferry up's own classes too)",
+                        "parameters": [cluster_kind, name], "responses": {"200": ok("the object", json!({"type": "object"})), "404": err}},
+                "delete": {"summary": "Delete a queue or priority class (ferry up's own classes cannot be deleted: 409)",
+                           "parameters": [cluster_kind, name], "responses": {"200": ok("deleted", json!({"type": "object"})), "404": err, "409": err}}},
             "/api/v1/models": {"get": {"summary": "Registered models", "responses": {"200": ok("models", json!({"type": "array"}))}}},
             "/api/v1/gpus": {"get": {"summary": "GPU inventory", "responses": {"200": ok("inventory", json!({"type": "object"}))}}}
         },
@@ -122,6 +148,15 @@ mod tests {
             let pointer = r.strip_prefix('#').unwrap();
             assert!(doc.pointer(pointer).is_some(), "dangling {r}");
         }
+    }
+
+    #[test]
+    fn the_cluster_wide_route_names_the_cluster_scoped_kinds() {
+        let doc = build();
+        let kinds =
+            &doc["paths"]["/api/v1/{kind}/{name}"]["get"]["parameters"][0]["schema"]["enum"];
+        assert_eq!(kinds, &json!(["queues", "priorityclasses"]));
+        assert!(doc["paths"]["/api/v1/namespaces/{ns}/{kind}/{name}"]["delete"].is_object());
     }
 
     fn collect_refs(v: &Value, out: &mut Vec<String>) {

@@ -274,3 +274,20 @@ fn a_priority_class_names_each_bad_field_and_the_fix() {
         problems("apiVersion: ferry.dev/v1alpha1\nkind: PriorityClass\nmetadata: {name: top}\n");
     assert!(p[0].starts_with("spec:") || p[0].contains("spec"), "{p:?}");
 }
+
+#[test]
+fn queues_and_priority_classes_are_the_cluster_scoped_kinds() {
+    let scoped: Vec<&str> = ResourceKind::ALL
+        .into_iter()
+        .filter(|k| k.is_cluster_scoped())
+        .map(ResourceKind::as_str)
+        .collect();
+    assert_eq!(scoped, ["Queue", "PriorityClass"]);
+}
+
+#[test]
+fn every_kind_is_found_by_its_plural() {
+    for kind in ResourceKind::ALL {
+        assert_eq!(ResourceKind::from_name(kind.plural()), Some(kind));
+    }
+}

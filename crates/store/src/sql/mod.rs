@@ -842,6 +842,41 @@ impl Store for SqlStore {
         rows.into_iter().map(|r| r.decode(&decoder)).collect()
     }
 
+    async fn move_object(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        to_namespace: &str,
+        doc: &serde_json::Value,
+    ) -> Result<Option<ObjectRecord>> {
+        let text = to_json_text(&format!("{kind} {to_namespace}/{name}"), doc)?;
+        let result: std::result::Result<Option<ObjectRow>, sqlx::Error> =
+            on_db!(&self.pool, |db| {
+                sqlx::query_as(concat!(
+                    "UPDATE objects SET namespace = $4, doc = $5 \
+                     WHERE kind = $1 AND namespace = $2 AND name = $3 RETURNING ",
+                    object_cols!()
+                ))
+                .bind(kind)
+                .bind(namespace)
+                .bind(name)
+                .bind(to_namespace)
+                .bind(&text)
+                .fetch_optional(db)
+                .await
+            });
+        match result {
+            Ok(row) => row.map(|r| r.decode(&self.decoder())).transpose(),
+            Err(e) if is_unique_violation(&e) => Err(StoreError::AlreadyExists {
+                kind: kind.to_owned(),
+                namespace: to_namespace.to_owned(),
+                name: name.to_owned(),
+            }),
+            Err(e) => Err(self.db()(e)),
+        }
+    }
+
     async fn delete_object(&self, kind: &str, namespace: &str, name: &str) -> Result<bool> {
         let affected = on_db!(&self.pool, |db| {
             sqlx::query("DELETE FROM objects WHERE kind = $1 AND namespace = $2 AND name = $3")
