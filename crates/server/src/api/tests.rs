@@ -71,10 +71,12 @@ async fn a_queue_applied_from_two_namespaces_is_one_object() {
     let stored = plane.store().list_objects("Queue", None).await.unwrap();
     assert_eq!(stored.len(), 1, "{stored:?}");
     assert_eq!(stored[0].generation, 2);
-    // Listed from any namespace, without claiming one.
+    // Listed from any namespace, without claiming one (beside ferry up's own `default`).
     let (_, listed) = call(&app, "GET", "/api/v1/queues?namespace=x", None).await;
     let listed = listed.as_array().unwrap();
-    assert_eq!(listed.len(), 1, "{listed:?}");
+    let names: Vec<&Value> = listed.iter().map(|q| &q["name"]).collect();
+    assert_eq!(names, [&json!("a"), &json!("default")], "{listed:?}");
+    assert_eq!(listed[1]["doc"]["status"]["builtIn"], true, "{listed:?}");
     assert_eq!(listed[0]["doc"]["spec"]["quotas"][0]["nominal"], 2);
     assert!(
         listed[0]["doc"]["metadata"].get("namespace").is_none(),
