@@ -182,6 +182,9 @@ struct State {
     forecast: Option<Kept>,
     /// Forecasts replayed so far (`SchedAdmission::forecasts_replayed`).
     replayed: u64,
+    /// A forecast is being replayed on a copy of the scheduler, outside the lock
+    /// (`SchedAdmission::refresh_forecast`): no second one starts meanwhile.
+    replaying: bool,
 }
 
 /// A forecast and what it was made from.
@@ -206,43 +209,28 @@ impl State {
         self.generation += 1;
     }
 
-    /// A forecast of every waiting job's start as of `now`: the kept one unless it is stale
-    /// (the scheduler changed since, or it is `FORECAST_MAX_AGE_S` old) and at least
-    /// `FORECAST_MIN_INTERVAL_S` old. A stale one kept for the interval may miss a job that
-    /// arrived since (it is told only why it waits until the next replay) or name a job that
-    /// has started since.
-    fn forecast(&mut self, now: Time) -> &Forecast {
-        let fresh = self.forecast.as_ref().is_some_and(|k| {
-            let age = now.abs_diff(k.at);
-            age < FORECAST_MIN_INTERVAL_S
-                || (k.generation == self.generation && age < FORECAST_MAX_AGE_S)
-        });
-        if !fresh {
-            let forecast = self.sched.forecast(now, FORECAST_CYCLES);
-            self.replayed += 1;
-            tracing::debug!(
-                cycles = forecast.cycles,
-                capped = forecast.capped,
-                "forecast every waiting job's start"
-            );
-            self.forecast = Some(Kept {
-                forecast,
-                at: now,
-                generation: self.generation,
-            });
-        }
-        &self
-            .forecast
-            .as_ref()
-            .expect("a forecast was just kept")
-            .forecast
+    /// Whether the kept forecast should be replayed at `now`: there is none, or it is stale (the
+    /// scheduler changed since, or it is `FORECAST_MAX_AGE_S` old) and at least
+    /// `FORECAST_MIN_INTERVAL_S` old, and no replay is under way. A stale one kept for the
+    /// interval may miss a job that arrived since (it is told only why it waits until the next
+    /// replay) or name a job that has started since.
+    fn forecast_due(&self, now: Time) -> bool {
+        !self.replaying
+            && self.forecast.as_ref().is_none_or(|k| {
+                let age = now.abs_diff(k.at);
+                age >= FORECAST_MIN_INTERVAL_S
+                    && (k.generation != self.generation || age >= FORECAST_MAX_AGE_S)
+            })
     }
 
     /// Why waiting workload `id` waits and when it starts, by the kept forecast; `None` unless
     /// it waits now.
-    fn told(&mut self, id: &str, now: Time) -> Option<Waiting> {
+    fn told(&self, id: &str) -> Option<Waiting> {
         let waiting = self.sched.waiting(id)?;
-        Some(waiting.with_forecast(id, self.forecast(now)))
+        Some(match &self.forecast {
+            Some(kept) => waiting.with_forecast(id, &kept.forecast),
+            None => waiting,
+        })
     }
 
     /// A known job whose time limits (or what is left of its budget) changed since the
@@ -274,7 +262,12 @@ pub struct SchedAdmission {
     state: Mutex<State>,
     clock: Box<dyn Fn() -> Time + Send + Sync>,
     wake: Option<UnboundedSender<()>>,
+    /// Called while a forecast replays with the lock released (`during_replay`; tests).
+    during_replay: Option<ReplayHook>,
 }
+
+/// See [`SchedAdmission::during_replay`].
+type ReplayHook = Box<dyn Fn(&SchedAdmission) + Send + Sync>;
 
 /// Seconds since the Unix epoch (the scheduler's clock on a cluster).
 pub fn wall_clock() -> Time {
@@ -422,9 +415,11 @@ impl SchedAdmission {
                 generation: 0,
                 forecast: None,
                 replayed: 0,
+                replaying: false,
             }),
             clock: Box::new(wall_clock),
             wake,
+            during_replay: None,
         })
     }
 
@@ -522,10 +517,65 @@ impl SchedAdmission {
         Ok(out)
     }
 
+    /// Replays the forecast when it is due (`State::forecast_due`) on a copy of the scheduler
+    /// taken under the lock, with the lock released: at the scale of the cycle bench a replay
+    /// takes thousands of cycles, and every reconcile waits on this lock. Reconciles meanwhile
+    /// read the forecast kept before.
+    fn refresh_forecast(&self, now: Time) {
+        let (copy, generation) = {
+            let mut st = self.lock();
+            if !st.forecast_due(now) {
+                return;
+            }
+            st.replaying = true;
+            (st.sched.clone(), st.generation)
+        };
+        // However the replay ends (a panic included), the next one may start.
+        struct Done<'a>(&'a SchedAdmission);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.lock().replaying = false;
+            }
+        }
+        let done = Done(self);
+        if let Some(hook) = &self.during_replay {
+            hook(self);
+        }
+        let forecast = copy.into_forecast(now, FORECAST_CYCLES);
+        tracing::debug!(
+            cycles = forecast.cycles,
+            capped = forecast.capped,
+            "forecast every waiting job's start"
+        );
+        let mut st = self.lock();
+        st.replayed += 1;
+        st.forecast = Some(Kept {
+            forecast,
+            at: now,
+            generation,
+        });
+        drop(st);
+        drop(done);
+    }
+
+    /// Why waiting job `id` waits and when it starts, by a forecast replayed first if due.
+    fn told(&self, id: &str) -> Option<Waiting> {
+        self.refresh_forecast((self.clock)());
+        self.lock().told(id)
+    }
+
     /// How many forecasts this admission has replayed (each `FORECAST_CYCLES` cycles at most):
     /// what the kept forecast saves, for tests and logs.
     pub fn forecasts_replayed(&self) -> u64 {
         self.lock().replayed
+    }
+
+    /// Runs `hook` while each forecast replays, with the admission's lock released: tests show
+    /// that reconciles go on meanwhile and start no second replay.
+    #[doc(hidden)]
+    pub fn during_replay(mut self, hook: impl Fn(&SchedAdmission) + Send + Sync + 'static) -> Self {
+        self.during_replay = Some(Box::new(hook));
+        self
     }
 
     /// Replaces the clock (tests drive time by hand).
@@ -664,19 +714,22 @@ impl Admission for SchedAdmission {
         }
         self.cycle(&mut st, Some(&id));
         match st.entries.get(&id) {
-            Some(Entry::Running { placement, .. }) => Admit::Run(placement.clone()),
-            Some(Entry::Preempting { why, .. }) => Admit::Preempt(why.clone()),
-            _ => Admit::Wait(st.told(&id, (self.clock)()).map_or_else(
-                || {
-                    let queue = job.spec.queue.as_deref().unwrap_or("default");
-                    format!(
-                        "queued in {queue}: waiting for {} GPUs within the queue's quota",
-                        job.spec.resources.total_gpus()
-                    )
-                },
-                |w| w.to_string(),
-            )),
+            Some(Entry::Running { placement, .. }) => return Admit::Run(placement.clone()),
+            Some(Entry::Preempting { why, .. }) => return Admit::Preempt(why.clone()),
+            _ => {}
         }
+        // A forecast may be replayed for the words: not under the lock.
+        drop(st);
+        Admit::Wait(self.told(&id).map_or_else(
+            || {
+                let queue = job.spec.queue.as_deref().unwrap_or("default");
+                format!(
+                    "queued in {queue}: waiting for {} GPUs within the queue's quota",
+                    job.spec.resources.total_gpus()
+                )
+            },
+            |w| w.to_string(),
+        ))
     }
 
     fn evicted(&self, job: &TrainJobResource) {
@@ -718,13 +771,11 @@ impl Admission for SchedAdmission {
     }
 
     fn expected_start(&self, job: &TrainJobResource) -> Option<u64> {
-        let now = (self.clock)();
-        self.lock().told(&job_id(job), now)?.expected_start()
+        self.told(&job_id(job))?.expected_start()
     }
 
     fn waiting(&self, job: &TrainJobResource) -> Option<String> {
-        let now = (self.clock)();
-        self.lock().told(&job_id(job), now).map(|w| w.to_string())
+        self.told(&job_id(job)).map(|w| w.to_string())
     }
 
     fn progress(&self, job: &TrainJobResource, remaining_s: u64) {

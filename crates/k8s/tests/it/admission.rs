@@ -1206,6 +1206,44 @@ fn the_forecast_is_kept_until_the_scheduler_changes_or_it_ages() {
     assert_eq!(replays(), r + 4);
 }
 
+/// A forecast replays on a copy of the scheduler with the admission's lock released: while it
+/// runs, another reconcile decides (a new job is submitted and told why it waits) and asks for
+/// starts, reading the forecast kept before without starting a second replay. (Were the lock
+/// held, the reconcile inside the replay would deadlock: the test gives up after two minutes.)
+#[test]
+fn a_forecast_replays_without_holding_up_other_reconciles() {
+    type Seen = (bool, Option<u64>, u64);
+    let seen: Arc<std::sync::Mutex<Vec<Seen>>> = Arc::default();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        let (admission, clock) = clocked();
+        let jobs = limited(&admission, &[("a", 1, 100), ("b", 2, 200)]);
+        let admission = admission.during_replay(move |a| {
+            let before = a.forecasts_replayed();
+            let c = sized("c", 8, "2026-01-01T00:00:09Z");
+            let waits = matches!(a.decide(&c, &Gang::Absent), Admit::Wait(_));
+            let start = a.expected_start(&c);
+            record
+                .lock()
+                .unwrap()
+                .push((waits, start, a.forecasts_replayed() - before));
+        });
+        let before = admission.forecasts_replayed();
+        tick(&clock, FORECAST_MIN_INTERVAL_S);
+        let b = admission.expected_start(&jobs[1]);
+        tx.send((b, admission.forecasts_replayed() - before))
+            .unwrap();
+    });
+    let (b, replayed) = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("a reconcile waited on a forecast replay: the lock was held while it replayed");
+    assert_eq!((b, replayed), (Some(2_100), 1));
+    // Inside the replay: `c` was decided and told why it waits, with no start yet (the kept
+    // forecast predates it) and no second replay.
+    assert_eq!(*seen.lock().unwrap(), [(true, None, 0)]);
+}
+
 /// Why a queued gang waits follows the scheduler from one reconcile to the next, in
 /// `status.message` and one `Waiting` event per change: first in line behind a running job
 /// with no expected end, then told when it starts once that job's pace is measured; a job

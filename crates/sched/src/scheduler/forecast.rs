@@ -79,25 +79,31 @@ impl Scheduler {
     /// (`FORECAST_CYCLES`). The job first in line gets the start its reservation promises
     /// (`expected_starts`) where that is known.
     pub fn forecast(&self, now: Time, max_cycles: usize) -> Forecast {
-        let mut waiting: Vec<u32> = self
-            .jobs
-            .iter()
-            .enumerate()
-            .filter_map(|(j, job)| {
-                let job = job.as_ref()?;
-                matches!(job.state, St::Pending | St::Nominated).then_some(j as u32)
-            })
-            .collect();
+        let waits = |job: &super::Job| matches!(job.state, St::Pending | St::Nominated);
+        if !self.jobs.iter().flatten().any(waits) {
+            return Forecast::default();
+        }
+        self.clone().into_forecast(now, max_cycles)
+    }
+
+    /// [`Scheduler::forecast`] replayed on this scheduler itself, which it uses up: for a
+    /// caller that copied the scheduler to replay it elsewhere (the operator copies it under
+    /// its lock and replays with the lock released), so it is not copied twice.
+    pub fn into_forecast(self, now: Time, max_cycles: usize) -> Forecast {
+        let waiting = self.waiting_ids();
         if waiting.is_empty() {
             return Forecast::default();
         }
-        waiting.sort_by_key(|&j| {
-            let job = self.jobs[j as usize].as_ref().expect("waiting job exists");
-            (Reverse(job.prio), job.created, job.seq)
-        });
-        let mut replay = self.clone();
-        let mut start: Vec<Option<Time>> = vec![None; self.jobs.len()];
-        let mut is_waiting = vec![false; self.jobs.len()];
+        let promised = self.promised_starts();
+        let names: Vec<Option<String>> = self
+            .jobs
+            .iter()
+            .map(|job| job.as_ref().map(|job| job.id.clone()))
+            .collect();
+        let slots = self.jobs.len();
+        let mut replay = self;
+        let mut start: Vec<Option<Time>> = vec![None; slots];
+        let mut is_waiting = vec![false; slots];
         for &j in &waiting {
             is_waiting[j as usize] = true;
         }
@@ -152,11 +158,11 @@ impl Scheduler {
         // a user is told should not depend on which of the two asks. Where the reservation
         // cannot tell (work in its way has no expected end yet, such as a preemptor still
         // waiting for its victims), the replay's start stands.
-        for (j, at) in self.promised_starts() {
+        for (j, at) in promised {
             start[j as usize] = Some(at);
         }
         // By start, then in the order the replay started them.
-        let mut rank = vec![usize::MAX; self.jobs.len()];
+        let mut rank = vec![usize::MAX; slots];
         for (k, &j) in order.iter().enumerate() {
             rank[j as usize] = k;
         }
@@ -165,13 +171,7 @@ impl Scheduler {
             .filter_map(|&j| Some((start[j as usize]?, rank[j as usize], j)))
             .collect();
         started.sort_unstable();
-        let name = |j: u32| {
-            self.jobs[j as usize]
-                .as_ref()
-                .expect("waiting job exists")
-                .id
-                .clone()
-        };
+        let name = |j: u32| names[j as usize].clone().expect("waiting job exists");
         let mut starts: Vec<ForecastStart> = started
             .iter()
             .map(|&(at, _, j)| ForecastStart {
@@ -223,6 +223,25 @@ impl Scheduler {
 
     /// Each reservation holder's known start, the earliest for a job first in line for
     /// several flavors.
+    /// The waiting workloads (pending, or nominated and waiting for victims), by priority then
+    /// age.
+    fn waiting_ids(&self) -> Vec<u32> {
+        let mut waiting: Vec<u32> = self
+            .jobs
+            .iter()
+            .enumerate()
+            .filter_map(|(j, job)| {
+                let job = job.as_ref()?;
+                matches!(job.state, St::Pending | St::Nominated).then_some(j as u32)
+            })
+            .collect();
+        waiting.sort_by_key(|&j| {
+            let job = self.jobs[j as usize].as_ref().expect("waiting job exists");
+            (Reverse(job.prio), job.created, job.seq)
+        });
+        waiting
+    }
+
     fn promised_starts(&self) -> HashMap<u32, Time> {
         let mut promised: HashMap<u32, Time> = HashMap::new();
         for (id, _, at) in self.holder_starts() {
