@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use ferry_sched::{
     Cluster, Decision, FORECAST_CYCLES, FlavorQuota, Node, Options, PriorityClass, QueueSpec,
-    Scheduler, Workload,
+    Scheduler, StopPolicy, Workload,
 };
 
 const NODES: usize = 2_000;
@@ -63,6 +63,7 @@ fn queues() -> Vec<QueueSpec> {
                 lending_limit: None,
             }],
             fair_share_weight: 1.0 + (i % 3) as f64,
+            stop_policy: StopPolicy::None,
         })
         .collect()
 }

@@ -20,7 +20,7 @@ use std::sync::Mutex;
 
 use ferry_sched::{
     ANY_FLAVOR, Decision, FORECAST_CYCLES, FlavorQuota, Forecast, PodPlacement, PreemptReason,
-    QueueSpec, Scheduler, Time, Waiting, Workload,
+    QueueSpec, Scheduler, StopPolicy, Time, Waiting, Workload,
 };
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::Node;
@@ -379,6 +379,11 @@ pub fn queue_spec(ns: &str, name: &str, spec: &ferry_spec::QueueSpec) -> QueueSp
             })
             .collect(),
         fair_share_weight: spec.weight,
+        stop_policy: match spec.stop_policy {
+            ferry_spec::StopPolicy::None => StopPolicy::None,
+            ferry_spec::StopPolicy::Hold => StopPolicy::Hold,
+            ferry_spec::StopPolicy::HoldAndDrain => StopPolicy::HoldAndDrain,
+        },
     }
 }
 
@@ -393,6 +398,10 @@ fn reason_text(r: &PreemptReason) -> String {
         PreemptReason::LoanEnded { preemptor } => {
             format!("it ran on reserved nodes and {preemptor}'s turn has come")
         }
+        PreemptReason::QueueStopped { queue } => format!(
+            "its queue {queue} was stopped (spec.stopPolicy: HoldAndDrain); it waits there \
+             and resumes from its checkpoint once the queue is released"
+        ),
     }
 }
 
@@ -609,6 +618,9 @@ impl SchedAdmission {
                         Some(Entry::Running {
                             placement, since, ..
                         }) => Some((placement.clone(), *since)),
+                        // Restored by a rebuild while it was stopping (a queue drained since):
+                        // it still holds the GPUs of its run.
+                        Some(Entry::Preempting { held, .. }) => held.clone(),
                         _ => None,
                     };
                     let why = reason_text(&reason);

@@ -296,7 +296,11 @@ fn kinds() -> Vec<CrdKind> {
             short: "fq",
             spec: schemars::schema_for!(QueueSpec).to_value(),
             status: None,
-            columns: json!([col("Cohort", ".spec.cohort", "string"), age]),
+            columns: json!([
+                col("Cohort", ".spec.cohort", "string"),
+                col("Stop", ".spec.stopPolicy", "string"),
+                age
+            ]),
         },
     ]
 }

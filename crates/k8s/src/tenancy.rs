@@ -210,6 +210,10 @@ pub fn render(queues: &[&Queue], opts: &RenderOptions) -> Vec<Value> {
         if let Some(c) = &q.spec.cohort {
             spec["cohortName"] = c.clone().into();
         }
+        // Kueue's own field and values: a held queue admits nothing (and drains).
+        if !q.spec.stop_policy.is_none() {
+            spec["stopPolicy"] = serde_json::to_value(q.spec.stop_policy).expect("an enum");
+        }
         let cq = cluster_queue_name(q);
         out.push(json!({
             "apiVersion": KUEUE_API,

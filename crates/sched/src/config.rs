@@ -115,6 +115,42 @@ pub struct QueueSpec {
     /// Weight for sharing borrowed capacity when several queues want it (default 1).
     #[serde(default = "one")]
     pub fair_share_weight: f64,
+    /// Whether the queue admits work (Kueue's ClusterQueue `spec.stopPolicy`).
+    #[serde(default, skip_serializing_if = "StopPolicy::is_none")]
+    pub stop_policy: StopPolicy,
+}
+
+/// Whether a queue admits work: Kueue's ClusterQueue `spec.stopPolicy`, with its values.
+/// A held queue's waiting work is never admitted, reserves nothing, preempts nothing and is
+/// owed nothing (it holds no GPUs back from anyone); its nominal quota stays lendable to its
+/// cohort. The scheduler has no in-place change of it: a control plane builds a new
+/// scheduler with the changed queue and registers its jobs again (running ones restored).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum StopPolicy {
+    /// The queue admits work.
+    #[default]
+    None,
+    /// No new admissions from the queue; its running work keeps running.
+    Hold,
+    /// No new admissions, and its running work is stopped gracefully (preempted with
+    /// `PreemptReason::QueueStopped`, once) and waits in the queue until it is released.
+    HoldAndDrain,
+}
+
+impl StopPolicy {
+    /// `None`: the queue admits work.
+    pub fn is_none(&self) -> bool {
+        *self == StopPolicy::None
+    }
+
+    /// The value as Kueue (and Ferry's `Queue`) spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopPolicy::None => "None",
+            StopPolicy::Hold => "Hold",
+            StopPolicy::HoldAndDrain => "HoldAndDrain",
+        }
+    }
 }
 
 impl QueueSpec {
@@ -126,6 +162,7 @@ impl QueueSpec {
             cohort: cohort.map(str::to_owned),
             quotas: vec![FlavorQuota::unlimited(ANY_FLAVOR, nominal)],
             fair_share_weight: 1.0,
+            stop_policy: StopPolicy::None,
         }
     }
 }
@@ -386,6 +423,12 @@ pub enum PreemptReason {
     LoanEnded {
         /// The workload that will take the GPUs.
         preemptor: String,
+    },
+    /// Its queue was stopped with `StopPolicy::HoldAndDrain`: it waits there until the queue
+    /// is released (no workload takes its GPUs in its stead).
+    QueueStopped {
+        /// The queue's name.
+        queue: String,
     },
 }
 

@@ -44,7 +44,7 @@ pub mod sim;
 
 pub use config::{
     ANY_FLAVOR, Cluster, DEFAULT_PRIORITY, Decision, FlavorQuota, Node, Options, PodPlacement,
-    PreemptReason, PriorityClass, QueueSpec, Time, Workload,
+    PreemptReason, PriorityClass, QueueSpec, StopPolicy, Time, Workload,
 };
 pub use error::{Result, SchedError};
 pub use scheduler::{

@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ferry_sched::{
-    Cluster, Decision, FlavorQuota, Node, Options, PriorityClass, QueueSpec, SchedError, Scheduler,
-    Workload,
+    Cluster, Decision, FlavorQuota, Node, Options, PodPlacement, PreemptReason, PriorityClass,
+    QueueSpec, SchedError, Scheduler, StopPolicy, Workload,
 };
 use proptest::prelude::*;
 
@@ -14,6 +14,38 @@ struct Case {
     queues: Vec<QueueSpec>,
     jobs: Vec<(Workload, u64)>,
     opts: Options,
+    stops: Stops,
+}
+
+/// Queues stopped for a while (`spec.stopPolicy`), as a control plane does it: the scheduler is
+/// rebuilt with queue `i` under `policies[i]` at `hold_at` (0: built so), and rebuilt with every
+/// queue released `release_after` seconds later, its running work restored where it runs and
+/// its waiting work submitted again.
+#[derive(Debug, Clone)]
+struct Stops {
+    policies: Vec<StopPolicy>,
+    hold_at: u64,
+    release_after: u64,
+}
+
+fn stops() -> impl Strategy<Value = Stops> {
+    (
+        prop::collection::vec(
+            prop::sample::select(vec![
+                StopPolicy::None,
+                StopPolicy::Hold,
+                StopPolicy::HoldAndDrain,
+            ]),
+            4,
+        ),
+        prop::sample::select(vec![0u64, 5, 20, 45]),
+        1u64..80,
+    )
+        .prop_map(|(policies, hold_at, release_after)| Stops {
+            policies,
+            hold_at,
+            release_after,
+        })
 }
 
 fn flavors() -> [&'static str; 2] {
@@ -69,12 +101,13 @@ fn case() -> impl Strategy<Value = Case> {
             prop::sample::select(vec![0u32, 50]),
         ),
     );
-    (nodes, queues, jobs, opts).prop_map(
+    (nodes, queues, jobs, opts, stops()).prop_map(
         |(
             nodes,
             queues,
             jobs,
             (backfill, preemption, fair, loan, deficit, (through, overshoot, borrowed)),
+            stops,
         )| {
             let cluster = Cluster {
                 nodes: nodes
@@ -111,6 +144,7 @@ fn case() -> impl Strategy<Value = Case> {
                         })
                         .collect(),
                     fair_share_weight: f64::from(*w),
+                    stop_policy: StopPolicy::None,
                 })
                 .collect();
             // A cohort needs two members (one alone is refused as unknown).
@@ -182,6 +216,7 @@ fn case() -> impl Strategy<Value = Case> {
                 queues: specs,
                 jobs,
                 opts,
+                stops,
             }
         },
     )
@@ -216,12 +251,13 @@ fn fair_case() -> impl Strategy<Value = Case> {
             any::<bool>(),
         ),
     );
-    (2usize..4, quotas, jobs, switches).prop_map(
+    (2usize..4, quotas, jobs, switches, stops()).prop_map(
         |(
             nodes,
             quotas,
             jobs,
             (backfill, hold, deficit, (through, overshoot, borrowed, minimax)),
+            stops,
         )| {
             let cluster = Cluster::uniform(nodes, 4, flavors()[0]);
             let cap = cluster.total_gpus() as u32;
@@ -247,6 +283,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
                             lending_limit: None,
                         }],
                         fair_share_weight: f64::from(*w),
+                        stop_policy: StopPolicy::None,
                     }
                 })
                 .collect();
@@ -286,6 +323,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
                     fair_preemption_minimax: minimax,
                     ..Options::default()
                 },
+                stops,
             }
         },
     )
@@ -298,18 +336,93 @@ fn priorities() -> Vec<PriorityClass> {
     classes
 }
 
-/// Drives the scheduler like a runtime would and checks every invariant along the way.
-fn run(case: &Case) -> Result<(), TestCaseError> {
-    let mut s = match Scheduler::with_options(
+/// The case's queues, stopped as `case.stops` says (`held`) or all released.
+fn queues_at(case: &Case, held: bool) -> Vec<QueueSpec> {
+    let policies = &case.stops.policies;
+    case.queues
+        .iter()
+        .enumerate()
+        .map(|(i, q)| QueueSpec {
+            stop_policy: if held {
+                policies[i % policies.len()]
+            } else {
+                StopPolicy::None
+            },
+            ..q.clone()
+        })
+        .collect()
+}
+
+/// An empty scheduler over `queues`; every generated config is valid by construction.
+fn build(case: &Case, queues: Vec<QueueSpec>) -> Result<Scheduler, TestCaseError> {
+    Scheduler::with_options(
         case.cluster.clone(),
-        case.queues.clone(),
+        queues,
         priorities(),
         case.opts.clone(),
-    ) {
-        Ok(s) => s,
-        // Random quotas may name a flavor... every generated config is valid by construction.
-        Err(e) => return Err(TestCaseError::fail(format!("valid config refused: {e}"))),
+    )
+    .map_err(|e| TestCaseError::fail(format!("valid config refused: {e}")))
+}
+
+/// The policy of the queue `id` was submitted to, among `queues`.
+fn policy_of(queues: &[QueueSpec], accepted: &[(Workload, u64)], id: &str) -> StopPolicy {
+    let (w, _) = accepted
+        .iter()
+        .find(|(w, _)| w.id == id)
+        .expect("known job");
+    queues
+        .iter()
+        .find(|q| q.name == w.queue)
+        .expect("its queue")
+        .stop_policy
+}
+
+/// What the live state of a run is, for a rebuild.
+struct Live<'a> {
+    accepted: &'a [(Workload, u64)],
+    done: &'a HashSet<String>,
+    /// id -> (start, end).
+    running: &'a HashMap<String, (u64, u64)>,
+    placements: &'a HashMap<String, Vec<PodPlacement>>,
+    /// Each job's expected duration as the scheduler was last told it.
+    expected: &'a HashMap<String, Option<u64>>,
+}
+
+/// A control plane's rebuild for a changed queue set (`ferry up`'s `Admission::build`, the
+/// operator's `SchedAdmission::rebuild`): running work restored where it runs, then waiting
+/// work submitted again in its order of arrival (no job is being evicted: evictions are
+/// reported before).
+fn rebuild(case: &Case, queues: Vec<QueueSpec>, live: &Live) -> Result<Scheduler, TestCaseError> {
+    let mut s = build(case, queues)?;
+    let open = || {
+        live.accepted
+            .iter()
+            .filter(|(w, _)| !live.done.contains(&w.id))
+            .map(|(w, _)| Workload {
+                expected_duration_s: live.expected[&w.id],
+                ..w.clone()
+            })
     };
+    for w in open().filter(|w| live.running.contains_key(&w.id)) {
+        let (start, _) = live.running[&w.id];
+        let placement = &live.placements[&w.id];
+        s.restore(w, placement, start)
+            .map_err(|e| TestCaseError::fail(format!("restore refused: {e}")))?;
+    }
+    for w in open().filter(|w| !live.running.contains_key(&w.id)) {
+        s.submit(w)
+            .map_err(|e| TestCaseError::fail(format!("submit again refused: {e}")))?;
+    }
+    Ok(s)
+}
+
+/// Drives the scheduler like a runtime would and checks every invariant along the way.
+fn run(case: &Case) -> Result<(), TestCaseError> {
+    let mut queues = queues_at(case, case.stops.hold_at == 0);
+    let mut s = build(case, queues.clone())?;
+    let release_at = case.stops.hold_at + case.stops.release_after;
+    let mut placements: HashMap<String, Vec<PodPlacement>> = HashMap::new();
+    let mut expected: HashMap<String, Option<u64>> = HashMap::new();
     let gpus_of: HashMap<&str, u32> = case
         .cluster
         .nodes
@@ -354,6 +467,29 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
             s.evicted(&id)
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
         }
+        // Queues are stopped, then released: each change rebuilds the scheduler.
+        let change = if t == case.stops.hold_at && t > 0 {
+            Some(true)
+        } else if t == release_at {
+            Some(false)
+        } else {
+            None
+        };
+        if let Some(held) = change {
+            queues = queues_at(case, held);
+            let live = Live {
+                accepted: &accepted,
+                done: &done,
+                running: &running,
+                placements: &placements,
+                expected: &expected,
+            };
+            s = rebuild(case, queues.clone(), &live)?;
+            check_acyclic(&edges)?;
+            all_edges.append(&mut edges);
+            check_no_ping_pong(&all_edges)?;
+            all_edges.clear();
+        }
         while let Some((w, d)) = pending_submit
             .first()
             .copied()
@@ -364,6 +500,7 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
                 Ok(()) => {
                     accepted.push((w.clone(), *d));
                     remaining.insert(w.id.clone(), *d);
+                    expected.insert(w.id.clone(), w.expected_duration_s);
                 }
                 Err(SchedError::InvalidWorkload { field, .. }) => {
                     prop_assert!(field.starts_with("workload."))
@@ -384,6 +521,7 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
             };
             s.set_expected_duration(&w.id, changed)
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            expected.insert(w.id.clone(), changed);
         }
         let decisions = s.cycle(t);
         let mut admitted_now: HashSet<&str> = HashSet::new();
@@ -395,6 +533,11 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
                         .find(|(w, _)| &w.id == id)
                         .expect("admitted job was accepted");
                     prop_assert!(!running.contains_key(id), "{id} admitted twice");
+                    prop_assert!(
+                        policy_of(&queues, &accepted, id).is_none(),
+                        "{id} admitted from a held queue"
+                    );
+                    placements.insert(id.clone(), placement.clone());
                     prop_assert_eq!(
                         placement.len(),
                         w.pods as usize,
@@ -428,19 +571,38 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
                         !admitted_now.contains(id.as_str()),
                         "{id} admitted and preempted in one cycle"
                     );
+                    evicting.push(id.clone());
                     let by = match reason {
-                        ferry_sched::PreemptReason::Priority { preemptor }
-                        | ferry_sched::PreemptReason::Reclaim { preemptor }
-                        | ferry_sched::PreemptReason::LoanEnded { preemptor } => preemptor.clone(),
+                        PreemptReason::Priority { preemptor }
+                        | PreemptReason::Reclaim { preemptor }
+                        | PreemptReason::LoanEnded { preemptor } => preemptor.clone(),
+                        PreemptReason::QueueStopped { queue } => {
+                            let (w, _) = accepted.iter().find(|(w, _)| &w.id == id).expect("known");
+                            prop_assert_eq!(&w.queue, queue);
+                            prop_assert_eq!(
+                                policy_of(&queues, &accepted, id),
+                                StopPolicy::HoldAndDrain
+                            );
+                            continue;
+                        }
                     };
                     edges.push((by, id.clone()));
-                    evicting.push(id.clone());
                 }
             }
         }
+        // A draining queue runs nothing once a cycle has passed: all of it was told to stop.
+        for id in running.keys().filter(|id| !evicting.contains(id)) {
+            prop_assert_ne!(
+                policy_of(&queues, &accepted, id),
+                StopPolicy::HoldAndDrain,
+                "{} still runs in a drained queue",
+                id
+            );
+        }
         // Where a cycle decided something, and every few seconds besides (each is a replay).
         if !decisions.is_empty() || t.is_multiple_of(5) {
-            check_forecast(&s, t, &accepted, &done, &running)?;
+            let held = |id: &str| !policy_of(&queues, &accepted, id).is_none();
+            check_forecast(&s, t, &accepted, &done, &running, held)?;
         }
         // Quota: usage within nominal + permitted borrowing, and cohorts within what they hold.
         let mut cohort_use: BTreeMap<(String, String), u64> = BTreeMap::new();
@@ -507,10 +669,15 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
     }
     check_acyclic(&edges)?;
     all_edges.append(&mut edges);
-    // Never ping-pong: no two jobs preempt each other, whatever happened in between.
-    for (a, b) in &all_edges {
+    check_no_ping_pong(&all_edges)
+}
+
+/// Never ping-pong: no two jobs preempt each other, whatever happened in between, within one
+/// scheduler's life (a rebuild forgets who preempted whom, as it does on a control plane).
+fn check_no_ping_pong(edges: &[(String, String)]) -> Result<(), TestCaseError> {
+    for (a, b) in edges {
         prop_assert!(
-            !all_edges.contains(&(b.clone(), a.clone())),
+            !edges.contains(&(b.clone(), a.clone())),
             "{a} and {b} preempted each other"
         );
     }
@@ -519,13 +686,15 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
 
 /// `Scheduler::forecast` after a cycle at `t`: every waiting job once, those told a start
 /// first, by start, none before `t`; the jobs first in line told the start their reservations
-/// know; and, while every job has an expected duration, a start for each (nothing is stuck).
+/// know; a job of a held queue no start, and marked so; and, while every job has an expected
+/// duration, a start for each other (nothing is stuck, held work holds nothing back).
 fn check_forecast(
     s: &Scheduler,
     t: u64,
     accepted: &[(Workload, u64)],
     done: &HashSet<String>,
     running: &HashMap<String, (u64, u64)>,
+    held: impl Fn(&str) -> bool,
 ) -> Result<(), TestCaseError> {
     let forecast = s.forecast(t, ferry_sched::FORECAST_CYCLES);
     let waiting: HashSet<&str> = accepted
@@ -546,6 +715,10 @@ fn check_forecast(
         forecast
     );
     prop_assert!(times.iter().flatten().all(|&at| at >= t), "{:?}", forecast);
+    for start in &forecast.starts {
+        prop_assert_eq!(start.held, held(&start.id), "{:?}", forecast);
+        prop_assert!(!start.held || start.at.is_none(), "{:?}", forecast);
+    }
     // First in line (for several flavors: the earliest start known).
     let mut promised: HashMap<String, u64> = HashMap::new();
     for e in s.expected_starts() {
@@ -561,7 +734,11 @@ fn check_forecast(
         done.contains(&w.id) || w.expected_duration_s.is_some() || t >= w.created_at + 7
     });
     if every_end_known && !forecast.capped {
-        prop_assert!(times.iter().all(Option::is_some), "{:?}", forecast);
+        prop_assert!(
+            forecast.starts.iter().all(|f| f.held || f.at.is_some()),
+            "{:?}",
+            forecast
+        );
     }
     Ok(())
 }

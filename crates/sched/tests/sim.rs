@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use ferry_sched::{
     Cluster, Estimates, FlavorQuota, Knowledge, MakespanLimit, Options, Policy, Probes, QueueSpec,
-    SchedError, SimReport, TraceJob, cluster_with_gpus, default_cluster, default_queues,
-    parse_trace, read_trace, render_jobs_csv, render_svg, render_table, simulate, simulate_knowing,
-    simulate_probing, with_load,
+    SchedError, SimReport, StopPolicy, TraceJob, cluster_with_gpus, default_cluster,
+    default_queues, parse_trace, read_trace, render_jobs_csv, render_svg, render_table, simulate,
+    simulate_knowing, simulate_probing, with_load,
 };
 
 /// A queue of `nominal` GPUs of flavor `gpu` in the cohort `all`.
@@ -21,6 +21,7 @@ fn cohort_queue(name: &str, nominal: u32) -> QueueSpec {
             lending_limit: None,
         }],
         fair_share_weight: 1.0,
+        stop_policy: StopPolicy::None,
     }
 }
 

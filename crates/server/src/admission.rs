@@ -15,7 +15,7 @@ use std::path::Path;
 use ferry_runtime::Inventory;
 use ferry_sched::{
     ANY_FLAVOR, Cluster, Decision, FORECAST_CYCLES, FlavorQuota, PodPlacement, PreemptReason,
-    QueueSpec, SchedError, Scheduler, Time, Workload,
+    QueueSpec, SchedError, Scheduler, StopPolicy, Time, Workload,
 };
 use ferry_spec::{FieldError, JobPhase, PriorityClass, Queue, Resource, ResourceKind, TrainJob};
 use ferry_store::{JobRecord, StatusPatch, StoreError};
@@ -139,6 +139,8 @@ fn queue_specs(queues: &[Queue], inventory: &Inventory) -> (Vec<QueueSpec>, Vec<
             cohort: q.spec.cohort.clone(),
             quotas,
             fair_share_weight: q.spec.weight,
+            // A change of it is a change of the queue set: the scheduler is rebuilt.
+            stop_policy: stop_policy(q.spec.stop_policy),
         });
         origins.push(origin);
     }
@@ -147,6 +149,15 @@ fn queue_specs(queues: &[Queue], inventory: &Inventory) -> (Vec<QueueSpec>, Vec<
         origins.push(vec![0]);
     }
     (specs, origins)
+}
+
+/// The scheduler's stop policy of a stored queue's `spec.stopPolicy`.
+fn stop_policy(policy: ferry_spec::StopPolicy) -> StopPolicy {
+    match policy {
+        ferry_spec::StopPolicy::None => StopPolicy::None,
+        ferry_spec::StopPolicy::Hold => StopPolicy::Hold,
+        ferry_spec::StopPolicy::HoldAndDrain => StopPolicy::HoldAndDrain,
+    }
 }
 
 /// Turns a scheduler config error (`queues[i].quotas[j].x`) into one naming the Queue
@@ -663,6 +674,11 @@ pub(crate) async fn schedule(
                     continue;
                 };
                 adm.tracked.insert(id.clone(), Tracked::Evicting);
+                if job.phase == JobPhase::Preempted {
+                    // Restored by a rebuild while it was already stopping (its queue drained
+                    // since): its ranks are on their way out; requeued once they are gone.
+                    continue;
+                }
                 preempt(plane, job, &reason, &names).await?;
             }
         }
@@ -968,6 +984,10 @@ async fn preempt(
             "preempted for {}: it ran on GPUs held for that gang, whose turn has come",
             name_of(preemptor)
         ),
+        PreemptReason::QueueStopped { queue } => format!(
+            "preempted: queue {queue} was stopped (spec.stopPolicy: HoldAndDrain); it waits \
+             there and resumes from its checkpoint once the queue is released"
+        ),
     };
     let message = format!(
         "{why}; SIGTERM, then up to {:.0}s to checkpoint before it is requeued",
@@ -1061,6 +1081,25 @@ mod tests {
         assert_eq!(specs.len(), 1);
         assert_eq!(specs[0].name, DEFAULT_QUEUE);
         assert_eq!(specs[0].quotas[0].nominal, 4);
+    }
+
+    /// A queue's `spec.stopPolicy` reaches the scheduler, so applying a changed one changes
+    /// the queue set `schedule` compares, which rebuilds the scheduler.
+    #[test]
+    fn a_changed_stop_policy_changes_the_queue_set() {
+        let q = |policy: &str| {
+            queue(&format!(
+                "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: a}}\nspec: {{quotas: [{{flavor: any, nominal: 2}}], stopPolicy: {policy}}}\n"
+            ))
+        };
+        let inv = Inventory::virtual_slots(4);
+        let (none, _) = queue_specs(&[q("None")], &inv);
+        let (held, _) = queue_specs(&[q("HoldAndDrain")], &inv);
+        assert_eq!(
+            (none[0].stop_policy, held[0].stop_policy),
+            (StopPolicy::None, StopPolicy::HoldAndDrain)
+        );
+        assert_ne!(none, held);
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! What a team sees of its queue (`ferry get queues`, `ferry describe queue`): GPUs held
 //! against its nominal quota and what it borrows, and its waiting jobs in the order the
-//! scheduler tries them, each with its expected start — Kueue's ClusterQueue status and
-//! pending-workloads view in one place.
+//! scheduler tries them, each with its expected start, and whether it admits work
+//! (`spec.stopPolicy`) — Kueue's ClusterQueue status and pending-workloads view in one place.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use ferry_sched::{QueueUsage, Scheduler};
+use ferry_sched::{QueueUsage, Scheduler, StopPolicy};
+use ferry_spec::JobPhase;
 use ferry_store::{JobRecord, ObjectRecord};
 use serde_json::{Value, json};
 
@@ -25,6 +26,8 @@ pub(crate) struct QueueView {
     limits: Vec<Option<(u64, u64)>>,
     /// Its first waiting jobs, in the order they are tried.
     pending: Vec<PendingJob>,
+    /// Its jobs told to stop whose ranks have not all exited yet.
+    stopping: usize,
 }
 
 /// One waiting job as its queue lists it.
@@ -40,6 +43,11 @@ struct PendingJob {
 
 /// Every queue of `sched` after a cycle, its waiting jobs named from `jobs` (by uid).
 pub(crate) fn queue_views(sched: &Scheduler, jobs: &HashMap<&str, &JobRecord>) -> Vec<QueueView> {
+    let mut stopping: HashMap<&str, usize> = HashMap::new();
+    for j in jobs.values().filter(|j| j.phase == JobPhase::Preempted) {
+        let queue = j.job.spec.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
+        *stopping.entry(queue).or_default() += 1;
+    }
     sched
         .queue_usage()
         .into_iter()
@@ -69,6 +77,7 @@ pub(crate) fn queue_views(sched: &Scheduler, jobs: &HashMap<&str, &JobRecord>) -
                 })
                 .collect();
             QueueView {
+                stopping: stopping.get(usage.name.as_str()).copied().unwrap_or(0),
                 usage,
                 limits,
                 pending,
@@ -87,7 +96,19 @@ pub(crate) fn with_status(plane: &ControlPlane, mut record: ObjectRecord) -> Obj
     let views = plane.queue_views();
     let status = match views.iter().find(|v| v.usage.name == record.name) {
         Some(view) => status(view, |uid| plane.waiting(uid)),
-        None => json!({"usedGpus": 0, "borrowedGpus": 0, "running": 0, "pending": 0}),
+        None => {
+            // Not scheduled here (no GPUs): what it was applied with.
+            let applied: ferry_spec::StopPolicy =
+                serde_json::from_value(record.doc["spec"]["stopPolicy"].clone())
+                    .unwrap_or_default();
+            let policy = match applied {
+                ferry_spec::StopPolicy::None => StopPolicy::None,
+                ferry_spec::StopPolicy::Hold => StopPolicy::Hold,
+                ferry_spec::StopPolicy::HoldAndDrain => StopPolicy::HoldAndDrain,
+            };
+            json!({"state": state(policy, false), "usedGpus": 0, "borrowedGpus": 0, "running": 0,
+                "pending": 0})
+        }
     };
     let built_in = record.doc["status"]["builtIn"].as_bool() == Some(true);
     record.doc["status"] = status;
@@ -95,6 +116,17 @@ pub(crate) fn with_status(plane: &ControlPlane, mut record: ObjectRecord) -> Obj
         record.doc["status"]["builtIn"] = Value::Bool(true);
     }
     record
+}
+
+/// Whether a queue under `policy` admits work: `Active`, `Held` (its waiting jobs do not
+/// start), or `Draining` (held, and its running jobs are being stopped: `holding`, some of
+/// them still hold GPUs).
+fn state(policy: StopPolicy, holding: bool) -> &'static str {
+    match policy {
+        StopPolicy::None => "Active",
+        StopPolicy::HoldAndDrain if holding => "Draining",
+        StopPolicy::Hold | StopPolicy::HoldAndDrain => "Held",
+    }
 }
 
 /// `status` of a queue from its view; `waiting` tells a waiting job's reason and start.
@@ -142,7 +174,9 @@ fn status(view: &QueueView, waiting: impl Fn(&str) -> Option<Waiting>) -> Value 
             entry
         })
         .collect();
+    let holding = view.usage.running + view.stopping > 0;
     json!({
+        "state": state(view.usage.stop_policy, holding),
         "usedGpus": sum("usedGpus"),
         "borrowedGpus": sum("borrowedGpus"),
         "running": view.usage.running,
@@ -283,7 +317,50 @@ mod tests {
             "{b:#}"
         );
         assert_eq!(listed[0]["estimatedStartTime"], "1970-01-01T00:16:40+00:00");
+        assert_eq!(
+            (&a["state"], &b["state"]),
+            (&json!("Active"), &json!("Active"))
+        );
         assert_eq!(listed[0]["message"], "first in line");
         assert!(listed[1].get("estimatedStartTime").is_none(), "{b:#}");
+    }
+
+    /// A stopped queue says so: `Draining` while a job of it still runs or is stopping, then
+    /// `Held`; a queue that admits work is `Active`.
+    #[test]
+    fn a_stopped_queue_says_whether_its_jobs_are_still_stopping() {
+        let sched = |policy: StopPolicy| {
+            Scheduler::new(
+                Cluster::local(4, "virtual"),
+                vec![QueueSpec {
+                    stop_policy: policy,
+                    ..QueueSpec::any_flavor("a", None, 4)
+                }],
+                PriorityClass::standard(),
+            )
+            .unwrap()
+        };
+        let mut job = record("a1", "one", "a", 2);
+        let state_of = |s: &Scheduler, job: &JobRecord| {
+            let by_uid: HashMap<&str, &JobRecord> = [(job.uid.as_str(), job)].into();
+            status(&queue_views(s, &by_uid)[0], |_| None)["state"].clone()
+        };
+        let mut s = sched(StopPolicy::HoldAndDrain);
+        let placement = [ferry_sched::PodPlacement {
+            node: "local".into(),
+            gpus: vec![0, 1],
+        }];
+        s.restore(Workload::single("a1", "a", None, 2, 0), &placement, 0)
+            .unwrap();
+        job.phase = ferry_spec::JobPhase::Running;
+        assert_eq!(state_of(&s, &job), "Draining");
+        assert_eq!(s.cycle(1).len(), 1, "told to stop");
+        job.phase = ferry_spec::JobPhase::Preempted;
+        assert_eq!(state_of(&s, &job), "Draining");
+        s.evicted("a1").unwrap();
+        job.phase = ferry_spec::JobPhase::Queued;
+        assert_eq!(state_of(&s, &job), "Held");
+        assert_eq!(state_of(&sched(StopPolicy::Hold), &job), "Held");
+        assert_eq!(state_of(&sched(StopPolicy::None), &job), "Active");
     }
 }

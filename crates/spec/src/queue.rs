@@ -34,6 +34,31 @@ pub struct QueueSpec {
     /// Share of contended capacity relative to other queues.
     #[serde(default = "one")]
     pub weight: f64,
+    /// Whether the queue admits work (Kueue's ClusterQueue `stopPolicy`): `None` (default),
+    /// `Hold` (no new admissions; running jobs keep running) or `HoldAndDrain` (running jobs
+    /// are also preempted, and resume from their checkpoint once the queue is released).
+    #[serde(default, skip_serializing_if = "StopPolicy::is_none")]
+    pub stop_policy: StopPolicy,
+}
+
+/// Kueue's ClusterQueue `stopPolicy` values: whether a queue admits work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum StopPolicy {
+    /// The queue admits work.
+    #[default]
+    None,
+    /// No new admissions; running jobs keep running.
+    Hold,
+    /// No new admissions, and running jobs are preempted (gracefully, to a checkpoint) and
+    /// wait in the queue until it is released.
+    HoldAndDrain,
+}
+
+impl StopPolicy {
+    /// `None`: the queue admits work.
+    pub fn is_none(&self) -> bool {
+        *self == StopPolicy::None
+    }
 }
 
 fn one() -> f64 {
@@ -47,6 +72,7 @@ impl Default for QueueSpec {
             cohort: None,
             quotas: Vec::new(),
             weight: one(),
+            stop_policy: StopPolicy::None,
         }
     }
 }

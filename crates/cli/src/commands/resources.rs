@@ -171,7 +171,8 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
             "AGE",
         ]),
         _ => Table::new(&[
-            "NAME", "COHORT", "QUOTAS", "WEIGHT", "USED", "BORROWED", "RUNNING", "PENDING", "AGE",
+            "NAME", "STATE", "COHORT", "QUOTAS", "WEIGHT", "USED", "BORROWED", "RUNNING",
+            "PENDING", "AGE",
         ]),
     };
     for o in &objects {
@@ -232,6 +233,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     .join(",");
                 t.row(vec![
                     name,
+                    cell(&o["doc"]["status"]["state"]),
                     cell(&spec["cohort"]),
                     quotas,
                     cell(&spec["weight"]),
@@ -392,6 +394,7 @@ fn describe_queue(doc: &Value) -> String {
             "ferry up (jobs without spec.queue wait here; apply a Queue named default to set its quota)".into(),
         );
     }
+    field("State", queue_state(status["state"].as_str(), spec));
     field("Cohort", cell(&spec["cohort"]));
     field("Weight", spec["weight"].as_f64().unwrap_or(1.0).to_string());
     field(
@@ -454,6 +457,23 @@ fn describe_queue(doc: &Value) -> String {
         let _ = writeln!(out, "  {line}");
     }
     out
+}
+
+/// `ferry describe queue`'s State line: whether the queue admits work, and what its
+/// `spec.stopPolicy` means for its jobs.
+fn queue_state(state: Option<&str>, spec: &Value) -> String {
+    let policy = spec["stopPolicy"].as_str().unwrap_or("None");
+    match state {
+        Some("Held") => {
+            format!("Held (spec.stopPolicy: {policy}): its waiting jobs start once it is released")
+        }
+        Some("Draining") => format!(
+            "Draining (spec.stopPolicy: {policy}): its running jobs are being stopped to wait \
+             until it is released"
+        ),
+        Some(other) => other.to_owned(),
+        None => "Active".to_owned(),
+    }
 }
 
 fn job_name(target: &[String]) -> anyhow::Result<&str> {

@@ -768,3 +768,98 @@ fn the_job_first_in_line_is_told_when_it_starts() {
     assert!(expected_start(&gang).is_none(), "{gang:#}");
     plane.wait_phase("later", "Succeeded", LIMIT);
 }
+
+/// A platform team stops a team's queue (`spec.stopPolicy`, Kueue's field): under `Hold` a job
+/// of it stays queued, told why, while the other team runs, borrowing its idle quota; under
+/// `HoldAndDrain` a running job is preempted gracefully, saying the queue was stopped, and
+/// waits; released (`None`), both run and finish, the drained one from its checkpoint.
+#[test]
+fn a_stopped_queue_holds_its_jobs_and_drains_them_until_released() {
+    let plane = Plane::start(Some(4));
+    let team = |name: &str, policy: &str| {
+        format!(
+            "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: {name}}}\nspec: {{cohort: lab, quotas: [{{flavor: any, nominal: 2}}], stopPolicy: {policy}}}\n"
+        )
+    };
+    let teams = |a: &str, b: &str| format!("{}---\n{}", team("team-a", a), team("team-b", b));
+    let in_queue = |job: String, queue: &str| {
+        job.replace("  priority:", &format!("  queue: {queue}\n  priority:"))
+    };
+    plane.apply("teams.yaml", &teams("Hold", "None"));
+    plane.apply(
+        "held.yaml",
+        &in_queue(sleeper("held", "normal", 1, 2), "team-a"),
+    );
+    plane.apply(
+        "wide.yaml",
+        &in_queue(sleeper("wide", "normal", 3, 14), "team-b"),
+    );
+    plane.wait_phase("wide", "Running", LIMIT);
+    wait_for_step(&plane, "wide", 2);
+    let held = plane.job("held");
+    assert_eq!(held["status"]["phase"], "Queued", "{held:#}");
+    assert!(
+        message(&held["status"]).contains(
+            "queue team-a is held (spec.stopPolicy: Hold); it starts once the queue is released"
+        ),
+        "{held:#}"
+    );
+    let listed = plane.ok(&["get", "queues"]);
+    let state = |listed: &str, name: &str| {
+        listed
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+    };
+    assert_eq!(
+        state(&listed, "team-a").as_deref(),
+        Some("Held"),
+        "{listed}"
+    );
+    assert_eq!(
+        state(&listed, "team-b").as_deref(),
+        Some("Active"),
+        "{listed}"
+    );
+
+    plane.apply("teams.yaml", &teams("Hold", "HoldAndDrain"));
+    let wide = wait_job(&plane, "wide", "held message", |j| {
+        j["status"]["phase"] == "Queued"
+            && message(&j["status"])
+                .contains("queue team-b is held (spec.stopPolicy: HoldAndDrain)")
+    });
+    let events = plane.events("wide");
+    let preempted = find(&events, "Preempted", |e| e["to"] == "Preempted");
+    assert!(
+        message(&events[preempted]).contains(
+            "queue team-b was stopped (spec.stopPolicy: HoldAndDrain); it waits there and \
+             resumes from its checkpoint once the queue is released"
+        ),
+        "{}",
+        events[preempted]
+    );
+    assert_eq!(wide["status"]["restarts"], 0, "{wide:#}");
+    let described = plane.ok(&["describe", "queue", "team-b"]);
+    assert!(
+        described.contains("State:        Held (spec.stopPolicy: HoldAndDrain)"),
+        "{described}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(plane.job("wide")["status"]["phase"], "Queued");
+
+    plane.apply("teams.yaml", &teams("None", "None"));
+    plane.wait_phase("held", "Succeeded", LIMIT);
+    let wide = plane.wait_phase("wide", "Succeeded", LIMIT);
+    let events = plane.events("wide");
+    assert_eq!(
+        events.iter().filter(|e| e["to"] == "Preempted").count(),
+        1,
+        "stopped once: {events:#?}"
+    );
+    assert!(
+        wide["status"]["resumedFrom"]
+            .as_str()
+            .is_some_and(|c| c.contains("checkpoints/step-")),
+        "{wide:#}"
+    );
+}

@@ -877,6 +877,47 @@ fn a_rebuilt_scheduler_keeps_running_gangs_and_waiting_jobs() {
     );
 }
 
+/// A Queue stopped with `HoldAndDrain` (the operator rebuilds its scheduler for the changed
+/// Queue) stops its running gang, saying so, and keeps it waiting, saying why, until the
+/// Queue is released; then it runs again where it may.
+#[test]
+fn a_drained_queue_stops_its_gang_until_it_is_released() {
+    let (admission, _rx) = admission();
+    let a = resource("a", "low", None);
+    let Admit::Run(on) = admission.decide(&a, &Gang::Absent) else {
+        panic!("a runs")
+    };
+    let gpu = json!({"nvidia.com/gpu.product": "H100-80GB"});
+    let inputs = |policy: &str| {
+        let spec: ferry_spec::QueueSpec = serde_json::from_value(json!({
+            "quotas": [{"flavor": "H100-80GB", "nominal": 8}],
+            "stopPolicy": policy,
+        }))
+        .unwrap();
+        SchedulerInputs {
+            cluster: cluster_from_nodes(&[node(NODE, "8", gpu.clone())], None),
+            queues: vec![queue_spec(NS, "team-a", &spec)],
+            priorities: priority_classes(&[]),
+        }
+    };
+    admission.rebuild(inputs("HoldAndDrain")).unwrap();
+    let running = Gang::Running {
+        placement: Some(on.clone()),
+        admitted_at: Some(1_000),
+    };
+    assert!(matches!(
+        admission.decide(&a, &running),
+        Admit::Preempt(why) if why.contains("queue team-a/team-a was stopped (spec.stopPolicy: HoldAndDrain)")
+    ));
+    admission.evicted(&a);
+    assert!(matches!(
+        admission.decide(&a, &Gang::Suspended),
+        Admit::Wait(why) if why.contains("queue team-a/team-a is held (spec.stopPolicy: HoldAndDrain)")
+    ));
+    admission.rebuild(inputs("None")).unwrap();
+    assert!(matches!(admission.decide(&a, &Gang::Suspended), Admit::Run(p) if p == on));
+}
+
 /// A low-priority single-node job of `gpus` GPUs created at `created` (RFC 3339).
 fn sized(name: &str, gpus: i32, created: &str) -> TrainJobResource {
     let mut r = resource(name, "low", None);

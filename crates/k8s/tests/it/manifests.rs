@@ -135,6 +135,33 @@ fn kueue_cluster_renders_kueue_queues_and_labels() {
     insta::assert_snapshot!("kueue_cluster", to_yaml(&objs).unwrap());
 }
 
+/// A stopped Ferry Queue is a stopped Kueue ClusterQueue: `spec.stopPolicy`, Kueue's own
+/// field and values, valid against Kueue's schema (which refuses any other value).
+#[test]
+fn a_stopped_queue_is_a_stopped_cluster_queue() {
+    let cluster = Cluster {
+        kueue: true,
+        ..Cluster::default()
+    };
+    let held = QUEUES.replace("  weight: 2\n", "  weight: 2\n  stopPolicy: HoldAndDrain\n");
+    let mut objs = rendered(&[&held], cluster);
+    assert_valid(&objs);
+    let cq = |objs: &[Value], name: &str| {
+        objs.iter()
+            .find(|o| o["kind"] == "ClusterQueue" && o["metadata"]["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(cq(&objs, "team-b")["spec"]["stopPolicy"], "HoldAndDrain");
+    assert!(cq(&objs, "team-a")["spec"].get("stopPolicy").is_none());
+    let b = objs
+        .iter_mut()
+        .find(|o| o["kind"] == "ClusterQueue" && o["metadata"]["name"] == "team-b")
+        .unwrap();
+    b["spec"]["stopPolicy"] = "Drain".into();
+    assert!(crate::schema::validate(b).is_err());
+}
+
 #[test]
 fn deployments_with_and_without_autoscaling() {
     let objs = rendered(

@@ -212,6 +212,7 @@ impl Scheduler {
                 name: q.name.clone(),
                 cohort,
                 weight: q.fair_share_weight,
+                stop: q.stop_policy,
                 quota,
                 usage: vec![0; nf],
                 pending: BTreeSet::new(),

@@ -19,6 +19,8 @@ impl Scheduler {
         for j in std::mem::take(&mut self.ready) {
             self.start_nominated(j, now, &mut out);
         }
+        // Queues stopped with `HoldAndDrain` stop their running work.
+        self.drain_stopped(&mut out);
         let mut budget = self.opts.max_candidates_per_cycle.max(1);
         let mut preempt_budget = self.opts.max_preemption_attempts_per_cycle;
         let mut resv: Vec<Option<Reservation>> = vec![None; self.pools.len()];
@@ -113,6 +115,10 @@ impl Scheduler {
         heap: &mut BinaryHeap<Reverse<(u64, PKey, u32)>>,
     ) {
         let qs = &self.queues[q as usize];
+        if !qs.stop.is_none() {
+            // A held queue's waiting work is not tried.
+            return;
+        }
         let next = match after {
             None => qs.pending.iter().next(),
             Some(k) => qs

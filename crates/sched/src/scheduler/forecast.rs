@@ -29,8 +29,11 @@ pub struct ForecastStart {
     pub id: String,
     /// When it starts: in the replay, or for the job first in line, when its reservation says;
     /// `None` when neither knows: some work ahead of it has no expected end, or
-    /// (`Forecast::capped`) the replay stopped before its turn.
+    /// (`Forecast::capped`) the replay stopped before its turn, or (`held`) its queue is held.
     pub at: Option<Time>,
+    /// Its queue is held (`QueueSpec::stop_policy`): it starts in no replay, only once the
+    /// queue is released, so it has no start.
+    pub held: bool,
 }
 
 /// The starts of every workload waiting at the time of a `Scheduler::forecast`.
@@ -55,6 +58,11 @@ impl Forecast {
         self.starts[*self.position.get(id)?].at
     }
 
+    /// Whether `id`'s queue was held when the forecast was made: it gets no start.
+    pub fn held(&self, id: &str) -> bool {
+        self.position.get(id).is_some_and(|&k| self.starts[k].held)
+    }
+
     /// Whether `id` was waiting when the forecast was made (it has a place in `starts`).
     pub fn covers(&self, id: &str) -> bool {
         self.position.contains_key(id)
@@ -77,7 +85,8 @@ impl Scheduler {
     /// then moves to the next expected end of running work. Running work without an expected
     /// end never ends, so what waits behind it gets no start. At most `max_cycles` cycles
     /// (`FORECAST_CYCLES`). The job first in line gets the start its reservation promises
-    /// (`expected_starts`) where that is known.
+    /// (`expected_starts`) where that is known. Work of a held queue never starts in the
+    /// replay: it gets no start, marked `held`, and the replay does not wait for it.
     pub fn forecast(&self, now: Time, max_cycles: usize) -> Forecast {
         let waits = |job: &super::Job| matches!(job.state, St::Pending | St::Nominated);
         if !self.jobs.iter().flatten().any(waits) {
@@ -107,6 +116,7 @@ impl Scheduler {
         for &j in &waiting {
             is_waiting[j as usize] = true;
         }
+        let held = waiting.iter().filter(|&&j| self.held(j)).count();
         let mut order: Vec<u32> = Vec::with_capacity(waiting.len());
         // Victims already told to stop leave now.
         let evicting: Vec<String> = replay
@@ -138,7 +148,7 @@ impl Scheduler {
                     }
                 }
             });
-            if order.len() == waiting.len() {
+            if order.len() + held == waiting.len() {
                 break;
             }
             if cycles >= max_cycles {
@@ -177,6 +187,7 @@ impl Scheduler {
             .map(|&(at, _, j)| ForecastStart {
                 id: name(j),
                 at: Some(at),
+                held: false,
             })
             .collect();
         starts.extend(
@@ -186,6 +197,7 @@ impl Scheduler {
                 .map(|&j| ForecastStart {
                     id: name(j),
                     at: None,
+                    held: self.held(j),
                 }),
         );
         let position = starts

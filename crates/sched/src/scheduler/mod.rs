@@ -10,12 +10,13 @@ mod fairness;
 mod forecast;
 mod preempt;
 mod reserve;
+mod stop;
 mod waiting;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
 
-use crate::config::{Decision, Options, PodPlacement, Time};
+use crate::config::{Decision, Options, PodPlacement, StopPolicy, Time};
 use crate::pool::{Pool, bits};
 
 pub(crate) use forecast::CYCLES_PER_INSTANT;
@@ -92,12 +93,16 @@ struct QueueState {
     name: String,
     cohort: Option<u32>,
     weight: f64,
+    /// `StopPolicy::Hold` or `HoldAndDrain`: its waiting work is not tried, and is kept out of
+    /// the indexes of pending work (`pend_add`), so it asks nothing of anyone. Fixed for the
+    /// scheduler's life (a change rebuilds it).
+    stop: StopPolicy,
     quota: Vec<Option<Quota>>,
     usage: Vec<u64>,
     pending: BTreeSet<PKey>,
     running: BTreeSet<(i32, u32)>,
     dirty: bool,
-    /// GPUs of its pending workloads (all flavors).
+    /// GPUs of its pending workloads (all flavors; none while it is held).
     pending_gpus: u64,
     /// GPUs it is owed when its whole cohort is saturated (see `Scheduler::accrue`).
     entitled: f64,
@@ -148,8 +153,10 @@ pub struct QueueUsage {
     pub usage: Vec<(String, u64)>,
     /// Workloads waiting.
     pub pending: usize,
-    /// Workloads admitted and not yet finished or evicted.
+    /// Workloads admitted and not yet finished or told to stop.
     pub running: usize,
+    /// Whether it admits work (`QueueSpec::stop_policy`).
+    pub stop_policy: StopPolicy,
 }
 
 /// A blocked workload first in line for a flavor's GPUs, and when the scheduler expects it
@@ -275,8 +282,14 @@ impl Scheduler {
         }
     }
 
+    /// Indexes pending job `j` as work waiting to run (by age, by length, its GPUs and
+    /// GPU-seconds), unless its queue is held: held work waits in its queue (`pending`) but
+    /// no critical path, fairness or priority counts it.
     fn pend_add(&mut self, j: u32) {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
+        if !self.queues[job.queue as usize].stop.is_none() {
+            return;
+        }
         self.queues[job.queue as usize].pending_gpus += job.gpus();
         self.by_age.insert((Reverse(job.prio), job.created, j));
         if let Some(e) = job.expected {
@@ -288,6 +301,9 @@ impl Scheduler {
     fn pend_remove(&mut self, j: u32) {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
         let qs = &mut self.queues[job.queue as usize];
+        if !qs.stop.is_none() {
+            return;
+        }
         qs.pending_gpus = qs.pending_gpus.saturating_sub(job.gpus());
         self.by_age.remove(&(Reverse(job.prio), job.created, j));
         if let Some(e) = job.expected
@@ -404,6 +420,7 @@ impl Scheduler {
                     .collect(),
                 pending: q.pending.len(),
                 running: q.running.len(),
+                stop_policy: q.stop,
             })
             .collect()
     }

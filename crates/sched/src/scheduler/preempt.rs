@@ -485,7 +485,8 @@ impl Scheduler {
         let at_quota = qs.quota[f].is_some_and(|qq| qs.usage[f] >= qq.nominal);
         self.cohorts[c as usize].members.iter().any(|&m| {
             let ms = &self.queues[m as usize];
-            if m == q {
+            // A held queue's waiting work is owed nothing: it could not take the GPUs anyway.
+            if m == q || !ms.stop.is_none() {
                 return false;
             }
             let (Some(qq), Some(head)) = (ms.quota[f], ms.pending.first()) else {

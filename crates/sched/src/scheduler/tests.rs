@@ -2,7 +2,8 @@
 
 use super::*;
 use crate::config::{
-    ANY_FLAVOR, Cluster, FlavorQuota, Options, PreemptReason, PriorityClass, QueueSpec, Workload,
+    ANY_FLAVOR, Cluster, FlavorQuota, Options, PreemptReason, PriorityClass, QueueSpec, StopPolicy,
+    Workload,
 };
 use crate::error::SchedError;
 
@@ -1127,6 +1128,7 @@ fn config_types_use_camel_case_json() {
             lending_limit: Some(4),
         }],
         fair_share_weight: 2.0,
+        stop_policy: StopPolicy::None,
     };
     let json = serde_json::to_string(&q).unwrap();
     assert!(

@@ -8,7 +8,7 @@
 use std::fmt;
 
 use super::{Forecast, Scheduler, St};
-use crate::config::Time;
+use crate::config::{StopPolicy, Time};
 
 /// Why a workload waits now, as of the last cycle (`Scheduler::waiting`); `Display` is the
 /// sentence a user reads.
@@ -28,6 +28,14 @@ pub struct Waiting {
 /// What holds a waiting workload back, checked in this order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitCause {
+    /// Its queue is held (`QueueSpec::stop_policy`): nothing of it starts until the queue is
+    /// released, whatever GPUs are free.
+    Held {
+        /// The queue's name.
+        queue: String,
+        /// `Hold` or `HoldAndDrain`.
+        policy: StopPolicy,
+    },
     /// Fewer GPUs are free in its flavor than it needs.
     Gpus {
         /// GPUs nobody holds or has been promised.
@@ -81,6 +89,9 @@ pub enum Forecasted {
     Beyond,
     /// Some work ahead of it has no expected end, so the replay never reaches it.
     Unknown,
+    /// Its queue is held: it starts in no replay, only once the queue is released (the cause,
+    /// `WaitCause::Held`, says so; this adds no words).
+    Held,
 }
 
 impl Waiting {
@@ -100,6 +111,11 @@ impl Waiting {
     /// about to leave), and for any other when it starts and whom after. A forecast that does
     /// not cover `id` (made before it arrived) adds nothing.
     pub fn with_forecast(mut self, id: &str, forecast: &Forecast) -> Waiting {
+        if matches!(self.cause, WaitCause::Held { .. }) {
+            // Whatever a forecast made before its queue was held says.
+            self.forecast = Some(Forecasted::Held);
+            return self;
+        }
         if !forecast.covers(id) {
             return self;
         }
@@ -113,6 +129,7 @@ impl Waiting {
                 at,
                 after: after.map(str::to_owned),
             },
+            (None, _) if forecast.held(id) => Forecasted::Held,
             (None, _) if forecast.capped => Forecasted::Beyond,
             (None, _) => Forecasted::Unknown,
         });
@@ -139,6 +156,12 @@ impl fmt::Display for Waiting {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let need = self.need;
         match &self.cause {
+            WaitCause::Held { queue, policy } => write!(
+                f,
+                "needs {need} GPU(s); queue {queue} is held (spec.stopPolicy: {}); it starts \
+                 once the queue is released",
+                policy.as_str()
+            )?,
             WaitCause::Gpus { free, total } => {
                 write!(f, "needs {need} GPU(s); {free} of {total} free")?;
             }
@@ -182,7 +205,7 @@ impl fmt::Display for Waiting {
                 "; when it starts is unknown: some work ahead of it has no expected end (no \
                  time limit, no measured pace yet)",
             ),
-            None => Ok(()),
+            Some(Forecasted::Held) | None => Ok(()),
         }
     }
 }
@@ -199,6 +222,18 @@ impl Scheduler {
             return None;
         }
         let need = job.gpus();
+        let queue = &self.queues[job.queue as usize];
+        if !queue.stop.is_none() {
+            return Some(Waiting {
+                need,
+                cause: WaitCause::Held {
+                    queue: queue.name.clone(),
+                    policy: queue.stop,
+                },
+                line: None,
+                forecast: None,
+            });
+        }
         let first = self.holder_starts().find(|(h, ..)| *h == id);
         let mut flavors = self.flavors_of(j);
         if let Some((_, f, _)) = first

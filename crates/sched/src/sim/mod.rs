@@ -27,7 +27,9 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Cluster, Decision, FlavorQuota, Options, QueueSpec, Time, Workload};
+use crate::config::{
+    Cluster, Decision, FlavorQuota, Options, QueueSpec, StopPolicy, Time, Workload,
+};
 use crate::error::Result;
 use crate::scheduler::{CYCLES_PER_INSTANT, FORECAST_CYCLES, Scheduler};
 use trace::trace_err;
@@ -364,6 +366,7 @@ fn whole_cluster_queue(cluster: &Cluster) -> QueueSpec {
             .map(|(f, c)| FlavorQuota::unlimited(&f, c as u32))
             .collect(),
         fair_share_weight: 1.0,
+        stop_policy: StopPolicy::None,
     }
 }
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::{GRACE_S, Knowledge, MIN_SATURATED_S, RESUME_OVERHEAD_S, TraceJob};
-use crate::config::{Cluster, FlavorQuota, QueueSpec};
+use crate::config::{Cluster, FlavorQuota, QueueSpec, StopPolicy};
 
 /// GPUs per node assumed for the default contended cluster.
 pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
@@ -112,6 +112,7 @@ pub fn default_queues(trace: &[TraceJob], cluster: &Cluster) -> Vec<QueueSpec> {
             cohort: cohort.clone(),
             quotas: q,
             fair_share_weight: 1.0,
+            stop_policy: StopPolicy::None,
         })
         .collect()
 }

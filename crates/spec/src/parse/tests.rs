@@ -209,6 +209,30 @@ fn split_dotted_inverts_dotted() {
     assert_eq!(crate::schema::dotted(&segs), "spec.quotas[0].nominal");
 }
 
+/// `spec.stopPolicy` takes Kueue's values; another is refused, naming the field and the
+/// values allowed.
+#[test]
+fn a_queue_stop_policy_takes_kueues_values() {
+    let queue = |policy: &str| {
+        format!(
+            "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: team-a}}\nspec: {{stopPolicy: {policy}}}\n"
+        )
+    };
+    let docs = parse_documents(&queue("HoldAndDrain"), "queue.yaml").unwrap();
+    let Resource::Queue(q) = &docs[0] else {
+        panic!("not a Queue")
+    };
+    assert_eq!(q.spec.stop_policy, crate::StopPolicy::HoldAndDrain);
+    let p = problems(&queue("Drain"));
+    assert_eq!(
+        p,
+        ["spec.stopPolicy: must be one of None, Hold, HoldAndDrain (got \"Drain\")"],
+    );
+    let p = problems(&queue("hold"));
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(p[0].ends_with("did you mean `Hold`?"), "{p:?}");
+}
+
 #[test]
 fn a_queue_without_spec_gets_weight_one_and_passes() {
     let docs = parse_documents(
@@ -221,6 +245,7 @@ fn a_queue_without_spec_gets_weight_one_and_passes() {
     };
     assert_eq!(q.spec.weight, 1.0);
     assert!(q.spec.quotas.is_empty());
+    assert_eq!(q.spec.stop_policy, crate::StopPolicy::None);
 }
 
 #[test]
