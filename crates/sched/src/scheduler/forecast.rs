@@ -110,13 +110,18 @@ impl Scheduler {
             .map(|job| job.as_ref().map(|job| job.id.clone()))
             .collect();
         let slots = self.jobs.len();
+        // Work of held queues never starts in the replay: known before the replay takes `self`.
+        let mut is_held = vec![false; slots];
+        for &j in &waiting {
+            is_held[j as usize] = self.held(j);
+        }
         let mut replay = self;
         let mut start: Vec<Option<Time>> = vec![None; slots];
         let mut is_waiting = vec![false; slots];
         for &j in &waiting {
             is_waiting[j as usize] = true;
         }
-        let held = waiting.iter().filter(|&&j| self.held(j)).count();
+        let held = waiting.iter().filter(|&&j| is_held[j as usize]).count();
         let mut order: Vec<u32> = Vec::with_capacity(waiting.len());
         // Victims already told to stop leave now.
         let evicting: Vec<String> = replay
@@ -197,7 +202,7 @@ impl Scheduler {
                 .map(|&j| ForecastStart {
                     id: name(j),
                     at: None,
-                    held: self.held(j),
+                    held: is_held[j as usize],
                 }),
         );
         let position = starts
