@@ -21,6 +21,7 @@ mod queue_view;
 mod reconcile;
 mod serving;
 mod state;
+mod suspend;
 
 pub use api::router;
 pub use checkpoint::latest_checkpoint;
