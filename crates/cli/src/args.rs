@@ -66,6 +66,10 @@ pub enum Command {
     Logs(LogsArgs),
     /// Cancel a job: SIGTERM to every rank, then SIGKILL after its grace period.
     Cancel(CancelArgs),
+    /// Suspend a job: out of its queue; a running one checkpoints and stops as if preempted.
+    Suspend(SuspendArgs),
+    /// Resume a suspended job: queued again, it continues from its latest checkpoint.
+    Resume(ResumeArgs),
     /// Delete a resource (a running job is cancelled first).
     Delete(DeleteArgs),
     /// Print the JSON Schema of the resource types.
@@ -179,6 +183,28 @@ pub struct LogsArgs {
 /// `ferry cancel`.
 #[derive(Debug, Args)]
 pub struct CancelArgs {
+    /// `job NAME` or just `NAME`.
+    #[arg(num_args = 1..=2, required = true)]
+    pub target: Vec<String>,
+    /// Namespace.
+    #[arg(short, long, default_value = "default")]
+    pub namespace: String,
+}
+
+/// `ferry suspend`.
+#[derive(Debug, Args)]
+pub struct SuspendArgs {
+    /// `job NAME` or just `NAME`.
+    #[arg(num_args = 1..=2, required = true)]
+    pub target: Vec<String>,
+    /// Namespace.
+    #[arg(short, long, default_value = "default")]
+    pub namespace: String,
+}
+
+/// `ferry resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
     /// `job NAME` or just `NAME`.
     #[arg(num_args = 1..=2, required = true)]
     pub target: Vec<String>,

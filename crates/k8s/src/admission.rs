@@ -110,7 +110,8 @@ pub trait Admission: Send + Sync + 'static {
     fn decide(&self, job: &TrainJobResource, gang: &Gang) -> Admit;
     /// A job told to `Preempt` has no pods left: its GPUs are free.
     fn evicted(&self, _job: &TrainJobResource) {}
-    /// The job ended (succeeded, failed, restarts as a new attempt, or was deleted).
+    /// The job ended (succeeded, failed, restarts as a new attempt, or was deleted), or was
+    /// suspended (`spec.suspend`) and no pod of its run is left.
     fn finished(&self, _job: &TrainJobResource) {}
     /// The running job's measured pace says it needs `remaining_s` more seconds: when it
     /// will really end, for reservations and backfill.

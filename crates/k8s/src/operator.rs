@@ -1,5 +1,6 @@
 //! The `TrainJob` reconcile loop: render → server-side apply (field manager `ferry`) →
-//! observe the gang → admit, preempt, restart from the latest checkpoint, or finish — with
+//! observe the gang → admit, preempt, suspend at the user's request (`spec.suspend`), restart
+//! from the latest checkpoint, or finish — with
 //! a finalizer for cleanup, the status subresource as the record, and an event for every
 //! transition.
 //!
@@ -448,7 +449,21 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
     // When the gang ended, if it has: the end of the current run.
     let mut ended_ms = None;
 
-    match gangs.get_opt(&gang_name).await? {
+    let current = gangs.get_opt(&gang_name).await?;
+    if let Some(action) =
+        follow_suspend(&ctx, &job, &mut status, &gang_name, current.as_ref()).await?
+    {
+        // Suspended (or still stopping to be): no run, no completion or start to estimate.
+        ctx.not_running(&ns, &name, &mut status);
+        ctx.account_run(&mut status, None);
+        status.estimated_start_time = None;
+        if status != old {
+            write_status(&jobs, &name, &status).await?;
+        }
+        return Ok(action);
+    }
+
+    match current {
         None => {
             // A new attempt starts: nothing of its pace is known.
             ctx.not_running(&ns, &name, &mut status);
@@ -733,6 +748,122 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
         write_status(&jobs, &name, &status).await?;
     }
     Ok(action)
+}
+
+/// `status.conditions`' `Suspended` reason while the suspended run's pods still exit (their
+/// GPUs are theirs until then).
+const SUSPENDING: &str = "Suspending";
+
+/// The condition reason of a suspended job once no pod of its run is left: its admission has
+/// been told it left.
+const SUSPENDED: &str = "Suspended";
+
+fn suspended_reason(status: &TrainJobClusterStatus) -> Option<&str> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Suspended" && c.status == "True")
+        .map(|c| c.reason.as_str())
+}
+
+/// Follows `spec.suspend` (Kubernetes' own, as on a Job, JobSet or Kueue workload). Set, the
+/// job is stopped as a preemption stops it — its gang suspended, so its pods get SIGTERM and
+/// their grace period to checkpoint (under Kueue, which would unsuspend an admitted gang, the
+/// gang is deleted instead) — and is `Suspended`; its admission is told it left once no pod
+/// of the run is left. Cleared, the job is `Queued` again once those pods are gone, and its
+/// gang is admitted like any queued one, resuming from the latest checkpoint. Returns the
+/// action when the reconcile ends here (the job is, or stays, suspended); `None` to go on.
+async fn follow_suspend(
+    ctx: &Context,
+    job: &TrainJobResource,
+    status: &mut TrainJobClusterStatus,
+    gang_name: &str,
+    current: Option<&DynamicObject>,
+) -> Result<Option<Action>> {
+    let suspended = status.phase == Some(JobPhase::Suspended);
+    if !job.spec.suspend && !suspended {
+        return Ok(None);
+    }
+    let ns = job.namespace().unwrap_or_default();
+    let kueue = ctx.opts.cluster.kueue;
+    let state = current
+        .map(|obj| {
+            serde_json::to_value(obj)
+                .map(|v| gang_state(&v))
+                .map_err(|source| K8sError::Json {
+                    what: format!("{} {gang_name}", gang_kind(ctx)),
+                    source,
+                })
+        })
+        .transpose()?;
+    // Whether pods of the suspended run are left (they hold their GPUs): the admission is told
+    // the job left only once none is. Under Kueue, whose quota is its own, only the resume
+    // waits, for the deleted gang to be gone.
+    let stopping = match (state, suspended_reason(status)) {
+        _ if kueue => false,
+        (None, _) => false,
+        (Some(_), Some(SUSPENDED)) => false,
+        // Running until the suspension written now takes its pods.
+        (Some(st), _) if !st.suspended => true,
+        (Some(_), _) => live_pods(ctx, &ns, &job.name_any(), status.attempt).await? > 0,
+    };
+    if job.spec.suspend {
+        if let Some(state) = state {
+            if !suspended && (state.succeeded || state.failed) {
+                // A run that has ended is recorded first (success, or a failure's restart).
+                return Ok(None);
+            }
+            if kueue {
+                if current.is_some_and(|g| g.metadata.deletion_timestamp.is_none()) {
+                    delete_ignoring_missing(&ctx.gang_api(&ns), gang_name).await?;
+                }
+            } else if !state.suspended {
+                set_suspend(ctx, &ns, gang_name, true).await?;
+            }
+        }
+        let reason = if stopping { SUSPENDING } else { SUSPENDED };
+        if !stopping {
+            ctx.admission.finished(job);
+        }
+        if !suspended {
+            let msg = match current {
+                Some(_) => format!(
+                    "suspended (spec.suspend: true): {} {gang_name} stops, its pods get SIGTERM and \
+                     their grace period to checkpoint; it resumes from its latest checkpoint once \
+                     spec.suspend is false",
+                    gang_kind(ctx)
+                ),
+                None => {
+                    "suspended (spec.suspend: true): out of its queue until spec.suspend is false"
+                        .to_owned()
+                }
+            };
+            status.phase = Some(JobPhase::Suspended);
+            status.message = Some(msg.clone());
+            set_condition(status, "Suspended", true, reason, &msg);
+            publish(ctx, job, EventType::Normal, "Suspended", msg).await;
+        } else if suspended_reason(status) != Some(reason) {
+            let msg = status.message.clone().unwrap_or_default();
+            set_condition(status, "Suspended", true, reason, &msg);
+        }
+        return Ok(Some(if stopping {
+            Action::requeue(Duration::from_secs(5))
+        } else {
+            Action::await_change()
+        }));
+    }
+    // Resumed: once the suspended run's pods are gone (under Kueue, its deleted gang).
+    if stopping || (kueue && current.is_some()) {
+        return Ok(Some(Action::requeue(Duration::from_secs(5))));
+    }
+    ctx.admission.finished(job);
+    let msg = "resumed (spec.suspend: false): queued again; it resumes from its latest \
+               checkpoint once admitted";
+    status.phase = Some(JobPhase::Queued);
+    status.message = Some(msg.to_owned());
+    set_condition(status, "Suspended", false, "Resumed", msg);
+    publish(ctx, job, EventType::Normal, "Resumed", msg.to_owned()).await;
+    Ok(None)
 }
 
 /// Copies rank 0's latest metrics line into `status.progress` and feeds its step to the

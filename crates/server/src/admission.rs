@@ -6,8 +6,9 @@
 //! then one scheduling cycle runs and its decisions are persisted *before* they are acted
 //! on: `Queued → Admitted` with the chosen GPUs, or `→ Preempted` followed by SIGTERM and
 //! the job's grace period to checkpoint. A preempted job's GPUs stay its own until every
-//! rank has exited; only then is it requeued, to resume from its latest checkpoint.
-//! Jobs that need no GPU bypass the scheduler.
+//! rank has exited; only then is it requeued, to resume from its latest checkpoint. A job its
+//! user suspends (`crate::suspend`) leaves the scheduler the same way, once its ranks have
+//! exited, and is submitted afresh when resumed. Jobs that need no GPU bypass the scheduler.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -44,8 +45,8 @@ enum Tracked {
     },
     /// Told to stop by a `Preempt` decision; requeued once its ranks have exited.
     Evicting,
-    /// Restored as running after a rebuild while it was being preempted; released (and
-    /// submitted afresh once requeued) when its ranks have exited.
+    /// Restored as running after a rebuild while it was being preempted or suspended;
+    /// released (and submitted afresh once requeued or resumed) when its ranks have exited.
     Draining,
 }
 
@@ -679,7 +680,11 @@ pub(crate) async fn schedule(
                     // since): its ranks are on their way out; requeued once they are gone.
                     continue;
                 }
-                preempt(plane, job, &reason, &names).await?;
+                // A suspended job's ranks stop already, and it stays suspended: `sync`
+                // releases it once they have exited.
+                if job.phase != JobPhase::Suspended {
+                    preempt(plane, job, &reason, &names).await?;
+                }
             }
         }
     }
@@ -726,6 +731,27 @@ async fn sync(
         let uid = job.uid.as_str();
         let draining = plane.live_gang(uid).is_some_and(|g| g.draining);
         match (adm.tracked.get(uid).cloned(), job.phase) {
+            // Suspended: out of the scheduler once no rank of its runs is left (until then
+            // its GPUs stay its own); after a restart while they stop, counted until then.
+            (Some(_), JobPhase::Suspended) if plane.live_gang(uid).is_none() => {
+                adm.tracked.remove(uid);
+                if let Err(e) = adm.sched.finished(uid) {
+                    tracing::warn!(job = %uid, error = %e, "scheduler did not know a suspended job");
+                }
+                plane.clear_waiting(uid);
+            }
+            (None, JobPhase::Suspended) if plane.live_gang(uid).is_some() => {
+                restore(plane, adm, job, ids, Tracked::Draining).await?;
+            }
+            // Suspended and resumed between two passes (an admission that lost to the
+            // suspension left it tracked as admitted): released, then submitted afresh.
+            (Some(t), JobPhase::Queued)
+                if t != Tracked::Pending && plane.live_gang(uid).is_none() =>
+            {
+                adm.tracked.remove(uid);
+                adm.sched.finished(uid).ok();
+                submit(plane, adm, job).await?;
+            }
             (None, JobPhase::Queued) => submit(plane, adm, job).await?,
             (None, phase) if phase.holds_resources() => {
                 restore(
@@ -908,7 +934,8 @@ async fn restore(
         }
         Err(e) => {
             tracing::warn!(job = %job.uid, error = %e, "cannot restore a running job");
-            if job.phase == JobPhase::Preempted {
+            if matches!(job.phase, JobPhase::Preempted | JobPhase::Suspended) {
+                // Its ranks are stopping already; it is not requeued by this.
                 return Ok(());
             }
             stop_to_requeue(

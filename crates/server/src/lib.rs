@@ -22,6 +22,7 @@ mod reconcile;
 mod scope;
 mod serving;
 mod state;
+mod suspend;
 
 pub use api::router;
 pub use checkpoint::latest_checkpoint;

@@ -128,13 +128,19 @@ pub(crate) async fn recover(plane: &ControlPlane) -> Result<(), ApiError> {
                     },
                 );
             }
-            JobPhase::Admitted | JobPhase::Restarting | JobPhase::Preempted => {
+            JobPhase::Admitted
+            | JobPhase::Restarting
+            | JobPhase::Preempted
+            | JobPhase::Suspended => {
+                // A suspended job stays so (the store says it is); ranks that were still
+                // stopping are adopted and `admission::sync` counts their GPUs until they exit.
+                let message = if job.phase == JobPhase::Suspended {
+                    "control plane restarted; still suspended"
+                } else {
+                    "control plane restarted; continuing"
+                };
                 store
-                    .note(
-                        &job.uid,
-                        "ControlPlaneRestarted",
-                        "control plane restarted; continuing",
-                    )
+                    .note(&job.uid, "ControlPlaneRestarted", message)
                     .await?;
                 if let Some(gang) = stored.and_then(|(_, v)| gang_of(v)) {
                     adopt_and_stop(plane, &job.uid, gang).await?;
@@ -221,13 +227,19 @@ pub(crate) async fn pass(
     let store = plane.store();
     let mut active = store.list_jobs(&JobFilter::unfinished()).await?;
 
-    // Gangs whose job has finished (cancelled, failed, deleted) are stopped.
+    // Gangs whose job has finished (cancelled, failed, deleted) or is suspended are stopped
+    // (a suspension that raced a launch leaves ranks started after it).
     let active_uids: HashMap<&str, &JobRecord> =
         active.iter().map(|j| (j.uid.as_str(), j)).collect();
     let orphans: Vec<String> = plane
         .live()
         .iter()
-        .filter(|(uid, lg)| !lg.draining && !active_uids.contains_key(uid.as_str()))
+        .filter(|(uid, lg)| {
+            !lg.draining
+                && active_uids
+                    .get(uid.as_str())
+                    .is_none_or(|j| j.phase == JobPhase::Suspended)
+        })
         .map(|(uid, _)| uid.clone())
         .collect();
     for uid in orphans {
@@ -236,6 +248,13 @@ pub(crate) async fn pass(
             None => Duration::from_secs(5),
         };
         stop(plane, &uid, grace);
+    }
+
+    // A job whose phase disagrees with its `spec.suspend` is suspended or resumed first.
+    for job in &mut active {
+        if let Some(record) = crate::suspend::follow_spec(plane, job).await? {
+            *job = record;
+        }
     }
 
     // New jobs enter their queue before the scheduler looks.

@@ -24,6 +24,9 @@ pub enum JobPhase {
     Restarting,
     /// Stopped to make room for higher-priority work; goes back to the queue.
     Preempted,
+    /// Held at a user's request (`ferry suspend`, `spec.suspend: true`): out of the queue,
+    /// its ranks stopped gracefully as for a preemption; `ferry resume` queues it again.
+    Suspended,
     /// Every rank exited 0.
     Succeeded,
     /// A rank failed and no restarts are left, or the job could not start.
@@ -44,13 +47,14 @@ pub struct TransitionError {
 
 impl JobPhase {
     /// Every phase, in life order.
-    pub const ALL: [JobPhase; 9] = [
+    pub const ALL: [JobPhase; 10] = [
         JobPhase::Pending,
         JobPhase::Queued,
         JobPhase::Admitted,
         JobPhase::Running,
         JobPhase::Restarting,
         JobPhase::Preempted,
+        JobPhase::Suspended,
         JobPhase::Succeeded,
         JobPhase::Failed,
         JobPhase::Cancelled,
@@ -80,12 +84,18 @@ impl JobPhase {
             return !self.is_terminal();
         }
         match self {
-            Pending => matches!(to, Queued | Failed | Cancelled),
-            Queued => matches!(to, Admitted | Failed | Cancelled),
-            Admitted => matches!(to, Running | Failed | Cancelled | Preempted),
-            Running => matches!(to, Succeeded | Failed | Cancelled | Restarting | Preempted),
-            Restarting => matches!(to, Running | Failed | Cancelled | Preempted),
-            Preempted => matches!(to, Queued | Cancelled | Failed),
+            Pending => matches!(to, Queued | Failed | Cancelled | Suspended),
+            Queued => matches!(to, Admitted | Failed | Cancelled | Suspended),
+            Admitted => matches!(to, Running | Failed | Cancelled | Preempted | Suspended),
+            Running => matches!(
+                to,
+                Succeeded | Failed | Cancelled | Restarting | Preempted | Suspended
+            ),
+            Restarting => matches!(to, Running | Failed | Cancelled | Preempted | Suspended),
+            // A job stopping for a preemption that its user suspends stays out of the queue.
+            Preempted => matches!(to, Queued | Cancelled | Failed | Suspended),
+            // Resumed into its queue, or cancelled; it runs only once admitted again.
+            Suspended => matches!(to, Queued | Cancelled),
             Succeeded | Failed | Cancelled => false,
         }
     }
@@ -108,6 +118,7 @@ impl JobPhase {
             JobPhase::Running => "Running",
             JobPhase::Restarting => "Restarting",
             JobPhase::Preempted => "Preempted",
+            JobPhase::Suspended => "Suspended",
             JobPhase::Succeeded => "Succeeded",
             JobPhase::Failed => "Failed",
             JobPhase::Cancelled => "Cancelled",
@@ -167,6 +178,32 @@ mod tests {
         }
         assert!(Queued.check(Succeeded).is_err());
         assert!(Pending.check(Running).is_err());
+    }
+
+    #[test]
+    fn a_job_is_suspended_from_any_live_phase_and_resumed_only_into_its_queue() {
+        use JobPhase::*;
+        for from in [Pending, Queued, Admitted, Running, Restarting, Preempted] {
+            assert_eq!(from.check(Suspended), Ok(Suspended), "{from}");
+        }
+        for from in [Succeeded, Failed, Cancelled] {
+            assert!(from.check(Suspended).is_err(), "{from}");
+        }
+        // Out of a suspension only back to the queue (to be admitted like any queued job)
+        // or to a cancellation; never straight to running, nor to a preemption.
+        let allowed: Vec<JobPhase> = JobPhase::ALL
+            .into_iter()
+            .filter(|&to| to != Suspended && Suspended.can_become(to))
+            .collect();
+        assert_eq!(allowed, [Queued, Cancelled]);
+        assert!(Suspended.can_become(Suspended), "a note while suspended");
+        assert!(!Suspended.is_terminal() && !Suspended.holds_resources());
+        let path = [
+            Pending, Queued, Admitted, Running, Suspended, Queued, Admitted, Running, Succeeded,
+        ];
+        for w in path.windows(2) {
+            assert_eq!(w[0].check(w[1]), Ok(w[1]));
+        }
     }
 
     #[test]

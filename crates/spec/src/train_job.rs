@@ -106,6 +106,17 @@ pub struct TrainJobSpec {
     /// Export the final checkpoint as a registered model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub export: Option<ExportSpec>,
+    /// Hold the job (Kubernetes' `spec.suspend`, Slurm's `scontrol hold`/`suspend`): while
+    /// true it leaves its queue, and a running job gets SIGTERM and `onFailure.graceSeconds`
+    /// to checkpoint, as for a preemption (not a restart; its run time counts towards
+    /// `maxTotalRuntimeSeconds`). Set back to false, it queues again and resumes from its
+    /// latest checkpoint. `ferry suspend job` / `ferry resume job` set it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub suspend: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// The longest `spec.maxRuntimeSeconds` accepted: a year.

@@ -5,7 +5,7 @@
 //! RFC 3339. Records derive serde so the REST API can return them as they are.
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use ferry_spec::{JobPhase, TrainJob, TrainJobStatus};
+use ferry_spec::{JobPhase, TrainJob, TrainJobSpec, TrainJobStatus};
 use serde::{Deserialize, Serialize};
 
 /// The current time, truncated to the millisecond precision the database keeps.
@@ -128,6 +128,9 @@ pub struct StatusPatch {
     pub finished_at: Option<DateTime<Utc>>,
     /// Overrides the job's status message (the transition's message otherwise).
     pub message: Option<String>,
+    /// Replaces the stored spec in the same write (metadata is kept), for a phase change the
+    /// spec asks for, such as `spec.suspend`.
+    pub spec: Option<TrainJobSpec>,
 }
 
 /// Which jobs [`crate::Store::list_jobs`] returns.

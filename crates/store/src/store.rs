@@ -36,7 +36,7 @@ pub trait Store: Send + Sync {
 
     /// Moves a job `from → to` in one transaction: checks the state machine, does a
     /// compare-and-set on the phase ([`crate::StoreError::Conflict`] when the job is
-    /// no longer in `from`), applies `patch`, sets `finished_at` on terminal phases
+    /// no longer in `from`), applies `patch` (a new spec included), sets `finished_at` on terminal phases
     /// and `started_at` on the first `Running`, and appends the event.
     async fn transition(
         &self,

@@ -1021,6 +1021,101 @@ mod cases {
         assert_eq!(kept.source_job_uid, Some(rec.uid));
     }
 
+    pub async fn a_suspended_job_round_trips_with_its_spec(fx: &Fixture) {
+        let store = fx.store.clone();
+        let rec = store
+            .create_job(&job("held", "paused"), "Applied")
+            .await
+            .unwrap();
+        walk(&*store, &rec.uid, &path_to(JobPhase::Running)).await;
+        let mut spec = rec.job.spec.clone();
+        spec.suspend = true;
+        let suspended = store
+            .transition(
+                &rec.uid,
+                JobPhase::Running,
+                JobPhase::Suspended,
+                "Suspended",
+                "suspended by request",
+                StatusPatch {
+                    spec: Some(spec.clone()),
+                    ..StatusPatch::default()
+                },
+            )
+            .await
+            .unwrap();
+        // Phase and spec change in the one write; the metadata stays the stored one.
+        assert_eq!(suspended.phase, JobPhase::Suspended);
+        assert!(suspended.job.spec.suspend);
+        assert_eq!(suspended.job.metadata, rec.job.metadata);
+        assert!(
+            suspended.finished_at.is_none(),
+            "a suspended job has not ended"
+        );
+        let unfinished = store.list_jobs(&JobFilter::unfinished()).await.unwrap();
+        assert!(unfinished.iter().any(|j| j.uid == rec.uid));
+        store.close().await;
+        drop(store);
+
+        // A restart reads it back suspended, with its spec and its event.
+        let store = fx.reopen().await;
+        let back = store.get_job_by_uid(&rec.uid).await.unwrap().unwrap();
+        assert_eq!(back, suspended);
+        assert_eq!(
+            back.to_train_job().status.unwrap().phase,
+            JobPhase::Suspended
+        );
+        let last = store.events(&rec.uid).await.unwrap().pop().unwrap();
+        assert_eq!(
+            (last.from, last.to, last.reason.as_str()),
+            (Some(JobPhase::Running), JobPhase::Suspended, "Suspended")
+        );
+        // A spec patch is conditional like the phase: a stale `from` writes neither.
+        spec.suspend = false;
+        let err = store
+            .transition(
+                &rec.uid,
+                JobPhase::Running,
+                JobPhase::Suspended,
+                "Suspended",
+                "",
+                StatusPatch {
+                    spec: Some(spec.clone()),
+                    ..StatusPatch::default()
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Conflict { .. }), "{err:?}");
+        assert!(
+            store
+                .get_job_by_uid(&rec.uid)
+                .await
+                .unwrap()
+                .unwrap()
+                .job
+                .spec
+                .suspend
+        );
+        let resumed = store
+            .transition(
+                &rec.uid,
+                JobPhase::Suspended,
+                JobPhase::Queued,
+                "Resumed",
+                "resumed by request",
+                StatusPatch {
+                    spec: Some(spec),
+                    ..StatusPatch::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(resumed.phase, JobPhase::Queued);
+        assert!(!resumed.job.spec.suspend);
+        store.close().await;
+    }
+
     pub async fn reopening_keeps_everything(fx: &Fixture) {
         let store = fx.store.clone();
         let rec = store
@@ -1167,6 +1262,7 @@ suite!(
     objects_move_keeping_their_identity,
     model_registry,
     reopening_keeps_everything,
+    a_suspended_job_round_trips_with_its_spec,
     phases_listed_in_filters_round_trip,
 );
 

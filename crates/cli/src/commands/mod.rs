@@ -49,6 +49,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Describe(args) => resources::describe(&client, args).await?,
         Command::Logs(args) => logs::run(&client, args).await?,
         Command::Cancel(args) => resources::cancel(&client, args).await?,
+        Command::Suspend(args) => {
+            resources::job_action(&client, "suspend", &args.target, &args.namespace).await?
+        }
+        Command::Resume(args) => {
+            resources::job_action(&client, "resume", &args.target, &args.namespace).await?
+        }
         Command::Delete(args) => resources::delete(&client, args).await?,
         Command::Schema(args) => schema(args)?,
         Command::Version => version(&client).await,

@@ -1,4 +1,4 @@
-//! `get`, `describe`, `cancel`, `delete`.
+//! `get`, `describe`, `cancel`, `suspend`, `resume`, `delete`.
 
 use std::time::Duration;
 
@@ -476,21 +476,34 @@ fn queue_state(state: Option<&str>, spec: &Value) -> String {
     }
 }
 
-fn job_name(target: &[String]) -> anyhow::Result<&str> {
+/// The job `ferry ACTION job NAME` (or `ferry ACTION NAME`) names.
+fn job_name<'a>(action: &str, target: &'a [String]) -> anyhow::Result<&'a str> {
     match target {
         [name] => Ok(name),
         [kind, name] if ResourceKind::from_name(kind) == Some(ResourceKind::TrainJob) => Ok(name),
         [kind, _] => {
-            bail!("only jobs can be cancelled (got {kind:?}); use `ferry cancel job NAME`")
+            bail!(
+                "`ferry {action}` acts on jobs only (got {kind:?}); use `ferry {action} job NAME`"
+            )
         }
-        _ => bail!("give the job to cancel: `ferry cancel job NAME`"),
+        _ => bail!("give the job to {action}: `ferry {action} job NAME`"),
     }
 }
 
 pub async fn cancel(client: &Client, args: CancelArgs) -> anyhow::Result<()> {
-    let name = job_name(&args.target)?;
-    let path = format!("{}/cancel", job_path(&args.namespace, name));
-    let job: Value = client.post(&path, &Value::Null, "cancel").await?;
+    job_action(client, "cancel", &args.target, &args.namespace).await
+}
+
+/// `ferry cancel|suspend|resume job NAME`: posts the action and prints the job's phase after it.
+pub async fn job_action(
+    client: &Client,
+    action: &str,
+    target: &[String],
+    namespace: &str,
+) -> anyhow::Result<()> {
+    let name = job_name(action, target)?;
+    let path = format!("{}/{action}", job_path(namespace, name));
+    let job: Value = client.post(&path, &Value::Null, action).await?;
     println!(
         "trainjob/{name} {}",
         cell(&job["status"]["phase"]).to_lowercase()

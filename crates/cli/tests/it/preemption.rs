@@ -863,3 +863,121 @@ fn a_stopped_queue_holds_its_jobs_and_drains_them_until_released() {
         "{wide:#}"
     );
 }
+
+/// `ferry` with `args` must fail with an error saying `needle`.
+fn refused_now(plane: &Plane, args: &[&str], needle: &str) {
+    let out = plane.ferry(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{args:?} succeeded");
+    assert!(err.contains(needle), "{args:?}: no {needle:?} in {err}");
+}
+
+/// `ferry suspend` / `ferry resume` on `ferry up --gpus 2`: a queued job suspended by applying
+/// `spec.suspend: true` leaves the queue; a running one checkpoints on SIGTERM, gives its GPUs
+/// to the job waiting behind it, stays suspended across a control-plane restart, and once
+/// resumed continues from that checkpoint without counting a restart. Misuses get a 409.
+#[test]
+fn a_suspended_job_frees_its_gpus_and_resumes_from_its_checkpoint() {
+    let mut plane = Plane::start(Some(2));
+    plane.apply("long.yaml", &sleeper("long", "normal", 2, 10));
+    plane.wait_phase("long", "Running", LIMIT);
+    wait_for_step(&plane, "long", 3);
+    plane.apply("short.yaml", &sleeper("short", "normal", 2, 1));
+    plane.apply("held.yaml", &sleeper("held", "normal", 1, 1));
+    plane.wait_phase("held", "Queued", LIMIT);
+    refused_now(
+        &plane,
+        &["resume", "job", "long"],
+        "job default/long is not suspended (Running); nothing to resume",
+    );
+
+    // A queued job suspended through its spec leaves the scheduler at once.
+    let held = sleeper("held", "normal", 1, 1) + "  suspend: true\n";
+    assert!(plane.apply("held.yaml", &held).contains("configured"));
+    assert_eq!(plane.job("held")["status"]["phase"], "Suspended");
+
+    // The running job stops as if preempted; the job behind it takes the GPUs.
+    assert_eq!(
+        plane.ok(&["suspend", "job", "long"]).trim(),
+        "trainjob/long suspended"
+    );
+    plane.wait_phase("short", "Succeeded", LIMIT);
+    plane.restart();
+    std::thread::sleep(Duration::from_secs(2));
+    for name in ["long", "held"] {
+        assert_eq!(plane.job(name)["status"]["phase"], "Suspended", "{name}");
+    }
+    let table = plane.ok(&["get", "jobs"]);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains("long") && l.contains("Suspended")),
+        "{table}"
+    );
+    let log = plane.ok(&["logs", "long"]);
+    let sigterm = log
+        .lines()
+        .find(|l| l.starts_with("SIGTERM at step"))
+        .unwrap_or_else(|| panic!("no graceful stop in {log}"));
+    let step: u32 = sigterm
+        .split_whitespace()
+        .nth(3)
+        .unwrap()
+        .trim_end_matches(':')
+        .parse()
+        .unwrap();
+    let ckpt = format!("checkpoints/step-{step}");
+
+    assert_eq!(
+        plane.ok(&["resume", "job", "long"]).trim(),
+        "trainjob/long queued"
+    );
+    let done = plane.wait_phase("long", "Succeeded", LIMIT);
+    assert_eq!(
+        done["status"]["restarts"], 0,
+        "a suspension is not a failure"
+    );
+    assert_eq!(done["status"]["attempt"], 2);
+    let resumed = done["status"]["resumedFrom"].as_str().unwrap();
+    assert!(resumed.ends_with(&ckpt), "{resumed} is not {ckpt}");
+    let second = plane.ok(&["logs", "long"]);
+    assert!(second.contains(&format!("at step {step}")), "{second}");
+    assert!(second.contains("\"step\": 10,"), "{second}");
+
+    let events = plane.events("long");
+    let suspended = find(&events, "Suspended", |e| e["to"] == "Suspended");
+    assert!(
+        message(&events[suspended]).starts_with("suspended by request; its ranks get SIGTERM"),
+        "{}",
+        events[suspended]
+    );
+    let resumed = find(&events, "Resumed", |e| e["reason"] == "Resumed");
+    assert!(resumed > suspended);
+    assert!(
+        message(&events[resumed]).ends_with(&ckpt),
+        "{}",
+        events[resumed]
+    );
+    refused_now(
+        &plane,
+        &["resume", "job", "long"],
+        "job default/long already finished (Succeeded); nothing to resume",
+    );
+    refused_now(
+        &plane,
+        &["suspend", "job", "long"],
+        "already finished (Succeeded)",
+    );
+
+    // A suspended job is cancelled like any other; it never ran.
+    assert_eq!(plane.job("held")["status"]["phase"], "Suspended");
+    assert_eq!(
+        plane.ok(&["cancel", "job", "held"]).trim(),
+        "trainjob/held cancelled"
+    );
+    let held_events = plane.events("held");
+    assert!(
+        held_events.iter().all(|e| e["to"] != "Admitted"),
+        "{held_events:#?}"
+    );
+}

@@ -1431,3 +1431,113 @@ async fn a_job_second_in_line_is_told_when_it_starts_and_after_whom() {
         "2,100 s"
     );
 }
+
+/// `spec.suspend` on a running job: its gang is suspended as for a preemption, its GPUs stay
+/// its own until its pods are gone, then the scheduler forgets it and the job waiting behind it
+/// gets them; cleared, the job is queued again and readmitted (unsuspended) once they are free.
+#[tokio::test]
+async fn a_suspended_job_leaves_the_scheduler_once_its_pods_are_gone_and_resumes_when_cleared() {
+    let (admission, _rx) = admission();
+    let admission = Arc::new(admission);
+    let seen = run(
+        &admission,
+        resource("low", "low", None),
+        create_steps("low", false),
+    )
+    .await;
+    let placement = seen[3].body["metadata"]["annotations"][ANNOTATION_PLACEMENT]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let low_status = status_of(&seen, "low");
+    let next = resource("next", "low", None);
+    assert!(matches!(
+        admission.decide(&next, &Gang::Suspended),
+        Admit::Wait(_)
+    ));
+
+    // 1. Suspended: the gang is suspended (its pods get SIGTERM and their grace period).
+    let suspended = |status: Option<TrainJobClusterStatus>, suspend: bool| {
+        let mut r = resource("low", "low", status);
+        r.spec.suspend = suspend;
+        r
+    };
+    let steps = vec![
+        get_gang("low", false, Some(&placement), None),
+        patch_gang("low", true),
+        event(),
+        patch_status("low"),
+    ];
+    let seen = run(&admission, suspended(Some(low_status), true), steps).await;
+    assert_eq!(seen[1].body, json!({"spec": {"suspend": true}}));
+    assert_eq!(seen[2].body["reason"], "Suspended");
+    let low_status = status_of(&seen, "low");
+    assert_eq!(low_status.phase, Some(JobPhase::Suspended));
+    assert_eq!(low_status.restarts, 0, "a suspension is not a failure");
+    assert!(low_status.running_since.is_none(), "its run is closed");
+    let condition = |st: &TrainJobClusterStatus| {
+        let c = st
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Suspended")
+            .unwrap();
+        (c.status.clone(), c.reason.clone())
+    };
+    assert_eq!(condition(&low_status), ("True".into(), "Suspending".into()));
+
+    // 2. A pod still exits: its GPUs are still its own.
+    let steps = vec![
+        get_gang("low", true, None, None),
+        step("GET", PODS, 200, pods(&["Running"])),
+    ];
+    run(&admission, suspended(Some(low_status.clone()), true), steps).await;
+    assert!(matches!(
+        admission.decide(&next, &Gang::Suspended),
+        Admit::Wait(_)
+    ));
+
+    // 3. Its pods are gone: the scheduler forgets it and the waiting job is admitted.
+    let steps = vec![
+        get_gang("low", true, None, None),
+        step("GET", PODS, 200, pods(&["Failed"])),
+        patch_status("low"),
+    ];
+    let seen = run(&admission, suspended(Some(low_status), true), steps).await;
+    let low_status = status_of(&seen, "low");
+    assert_eq!(low_status.phase, Some(JobPhase::Suspended));
+    assert_eq!(condition(&low_status), ("True".into(), "Suspended".into()));
+    assert!(matches!(
+        admission.decide(&next, &Gang::Suspended),
+        Admit::Run(_)
+    ));
+    // Nothing more to do while it stays suspended.
+    let steps = vec![get_gang("low", true, None, None)];
+    run(&admission, suspended(Some(low_status.clone()), true), steps).await;
+
+    // 4. Cleared: queued again, waiting for the GPUs the other job now holds.
+    let steps = vec![
+        get_gang("low", true, None, None),
+        event(),
+        event(),
+        patch_status("low"),
+    ];
+    let seen = run(&admission, suspended(Some(low_status), false), steps).await;
+    assert_eq!(seen[1].body["reason"], "Resumed");
+    assert_eq!(seen[2].body["reason"], "Waiting");
+    let low_status = status_of(&seen, "low");
+    assert_eq!(low_status.phase, Some(JobPhase::Queued));
+    assert_eq!(condition(&low_status), ("False".into(), "Resumed".into()));
+
+    // 5. The other job ends: the resumed one is unsuspended on the node, same attempt.
+    admission.finished(&next);
+    let seen = run(
+        &admission,
+        suspended(Some(low_status), false),
+        unsuspend_steps("low"),
+    )
+    .await;
+    assert_eq!(seen[1].body["spec"]["suspend"], false);
+    let low_status = status_of(&seen, "low");
+    assert_eq!(low_status.phase, Some(JobPhase::Running));
+    assert_eq!((low_status.attempt, low_status.restarts), (0, 0));
+}

@@ -946,3 +946,58 @@ async fn a_queued_job_says_why_it_waits_now_with_one_event_per_change() {
         Some("attempt 0 admitted")
     );
 }
+
+/// Reconciles `job` once under Kueue against exactly `steps`.
+async fn under_kueue(job: &TrainJobResource, steps: Vec<Step>) -> Vec<Seen> {
+    let (client, task) = crate::mock::strict_server(steps);
+    let mut opts = RenderOptions::default();
+    opts.cluster.kueue = true;
+    let ctx = Context::new(client, opts, Arc::new(Fixed(ADMIT)));
+    ferry_k8s::reconcile(Arc::new(job.clone()), Arc::new(ctx))
+        .await
+        .unwrap();
+    finish(task).await
+}
+
+/// Under Kueue, which would unsuspend a gang its workload is admitted for, a suspended job's
+/// gang is deleted (its pods get their grace period); cleared, the job is queued again once
+/// that gang is gone, and its gang is created anew, suspended, for Kueue to admit.
+#[tokio::test]
+async fn under_kueue_a_suspended_jobs_gang_is_deleted_and_created_anew_when_resumed() {
+    let mut job = resource(true, Some(running(0, 0)));
+    job.spec.suspend = true;
+    let steps = vec![
+        get_gang(0, false, None),
+        delete_gang(0, None),
+        event(),
+        patch_status(&job),
+    ];
+    let seen = under_kueue(&job, steps).await;
+    assert_eq!(event_reasons(&seen), ["Suspended"]);
+    let st = status_patch(&seen);
+    assert_eq!(st.phase, Some(JobPhase::Suspended));
+
+    // Cleared while the deleted gang is still there: it waits.
+    let mut job = resource(true, Some(st));
+    let terminating = {
+        let mut g = gang(0, false, None);
+        g["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        g
+    };
+    under_kueue(&job, vec![step("GET", gang_path(0), 200, terminating)]).await;
+    job.spec.suspend = true;
+    under_kueue(&job, vec![not_found("GET", gang_path(0))]).await;
+
+    // Gone: queued again, with a new suspended gang of the same attempt.
+    job.spec.suspend = false;
+    let mut steps = vec![not_found("GET", gang_path(0)), event()];
+    steps.extend(create_suspended(&job).into_iter().skip(1));
+    let seen = under_kueue(&job, steps).await;
+    assert_eq!(event_reasons(&seen), ["Resumed", "Queued"]);
+    assert_eq!(seen[4].body["spec"]["suspend"], true, "for Kueue to admit");
+    let st = status_patch(&seen);
+    assert_eq!(
+        (st.phase, st.attempt, st.restarts),
+        (Some(JobPhase::Queued), 0, 0)
+    );
+}

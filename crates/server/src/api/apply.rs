@@ -76,12 +76,12 @@ pub(crate) async fn apply(
             .collect();
         return Err(ApiError::invalid(&source, problems));
     }
-    // A job that exists may only have its time limits changed; anything else is refused
-    // before anything is stored.
+    // A job that exists may only have its time limits and `spec.suspend` changed; anything
+    // else is refused before anything is stored.
     let mut limit_changes = Vec::with_capacity(resources.len());
     for r in &resources {
         limit_changes.push(match r {
-            Resource::TrainJob(job) => limits_change(&plane, job).await?,
+            Resource::TrainJob(job) => spec_change(&plane, job).await?,
             _ => None,
         });
     }
@@ -101,11 +101,8 @@ pub(crate) async fn apply(
             continue;
         }
         let (uid, action) = match (&r, change) {
-            (Resource::TrainJob(job), Some((old, message))) => {
-                let store = plane.store();
-                let rec = store
-                    .replace_spec(&old.uid, old.phase, job, "LimitsChanged", &message)
-                    .await?;
+            (Resource::TrainJob(job), Some(change)) => {
+                let rec = change.store(&plane, job).await?;
                 (rec.uid, "configured")
             }
             (Resource::TrainJob(job), None) => {
@@ -172,16 +169,63 @@ fn check_against_cluster(
 }
 
 /// The fields of a stored job's spec that `ferry apply` may change: its time limits, which a
-/// user raises when a long job needs more than was first asked.
-const CHANGEABLE: [&str; 2] = ["maxRuntimeSeconds", "maxTotalRuntimeSeconds"];
+/// user raises when a long job needs more than was first asked, and `suspend`, which holds or
+/// releases it.
+const CHANGEABLE: [&str; 3] = ["maxRuntimeSeconds", "maxTotalRuntimeSeconds", "suspend"];
 
-/// For a job whose name is taken: the stored job and the event message when `job` differs from
-/// it only in its time limits and it has not ended; `None` when the name is free; an error
+/// What `ferry apply` changes on a stored job that has not ended.
+pub(crate) struct SpecChange {
+    old: ferry_store::JobRecord,
+    /// The changed time limits, for the event (`spec.maxRuntimeSeconds: 60 s -> 90 s`); empty
+    /// when none changed.
+    limits: String,
+}
+
+impl SpecChange {
+    /// Stores `job`'s spec: with the phase change a changed `spec.suspend` asks for (suspended
+    /// or resumed, `crate::suspend`), or as a plain spec change.
+    async fn store(
+        self,
+        plane: &ControlPlane,
+        job: &ferry_spec::TrainJob,
+    ) -> Result<ferry_store::JobRecord, ApiError> {
+        let old = &self.old;
+        let suspended = old.phase == ferry_spec::JobPhase::Suspended;
+        let also = if self.limits.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", self.limits)
+        };
+        let spec = Some(job.spec.clone());
+        let rec = if job.spec.suspend && !suspended {
+            let by = format!("suspended by ferry apply (spec.suspend: true){also}");
+            crate::suspend::suspend(plane, old, spec, &by).await?
+        } else if !job.spec.suspend && suspended {
+            let by = format!("resumed by ferry apply (spec.suspend: false){also}");
+            crate::suspend::resume(plane, old, spec, &by).await?
+        } else {
+            let (reason, message) = if self.limits.is_empty() {
+                let s = job.spec.suspend;
+                ("SpecChanged", format!("spec.suspend: {} -> {s}", !s))
+            } else {
+                ("LimitsChanged", self.limits)
+            };
+            plane
+                .store()
+                .replace_spec(&old.uid, old.phase, job, reason, &message)
+                .await?
+        };
+        Ok(rec)
+    }
+}
+
+/// For a job whose name is taken: the change to store when `job` differs from it only in its
+/// time limits and `spec.suspend` and it has not ended; `None` when the name is free; an error
 /// naming what may not change otherwise (an identical spec is a duplicate, as before).
-async fn limits_change(
+async fn spec_change(
     plane: &ControlPlane,
     job: &ferry_spec::TrainJob,
-) -> Result<Option<(ferry_store::JobRecord, String)>, ApiError> {
+) -> Result<Option<SpecChange>, ApiError> {
     let m = &job.metadata;
     let Some(old) = plane.store().get_job(&m.namespace, &m.name).await? else {
         return Ok(None);
@@ -207,21 +251,25 @@ async fn limits_change(
         .filter(|k| !CHANGEABLE.contains(&k.as_str()))
         .map(|k| format!("spec.{k}"))
         .collect();
+    let resuming = !job.spec.suspend && old.phase == ferry_spec::JobPhase::Suspended;
     let why = if !fixed.is_empty() {
         format!(
-            "its {} cannot change (only spec.maxRuntimeSeconds and spec.maxTotalRuntimeSeconds \
-             can, while it has not ended)",
+            "its {} cannot change (only spec.maxRuntimeSeconds, spec.maxTotalRuntimeSeconds \
+             and spec.suspend can, while it has not ended)",
             fixed.join(", ")
         )
     } else if old.phase.is_terminal() {
         format!(
-            "it has ended ({}), so its time limits no longer change anything",
+            "it has ended ({}), so its time limits and spec.suspend no longer change anything",
             old.phase
         )
+    } else if let Some(why) = crate::suspend::still_stopping(plane, &old).filter(|_| resuming) {
+        return Err(ApiError::conflict(why));
     } else {
         let show = |v: Option<&Value>| v.map_or_else(|| "none".to_owned(), |v| format!("{v} s"));
-        let message = changed
+        let limits = changed
             .iter()
+            .filter(|k| k.as_str() != "suspend")
             .map(|k| {
                 format!(
                     "spec.{k}: {} -> {}",
@@ -231,7 +279,7 @@ async fn limits_change(
             })
             .collect::<Vec<_>>()
             .join("; ");
-        return Ok(Some((old, message)));
+        return Ok(Some(SpecChange { old, limits }));
     };
     Err(ApiError::conflict(format!(
         "TrainJob {}/{} already exists and {why}; pick another metadata.name or remove the \

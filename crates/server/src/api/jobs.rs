@@ -1,4 +1,4 @@
-//! Job routes: list, get, events, logs, metrics, cancel, delete.
+//! Job routes: list, get, events, logs, metrics, cancel, suspend, resume, delete.
 
 use std::time::Duration;
 
@@ -210,6 +210,72 @@ pub(crate) async fn cancel(
     }
     Err(ApiError::conflict(format!(
         "job {ns}/{name} kept changing phase; try the cancel again"
+    )))
+}
+
+/// `POST …/suspend`: the job leaves its queue, or its ranks stop gracefully as for a
+/// preemption (`crate::suspend`); a suspended job is answered as it is.
+pub(crate) async fn suspend(
+    State(plane): State<ControlPlane>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<Json<TrainJob>, ApiError> {
+    // The phase may change under us (the loop admits or preempts the job): retry the
+    // compare-and-set a few times against the freshest record, as a cancel does.
+    for _ in 0..5 {
+        let rec = find(&plane, &ns, &name).await?;
+        if rec.phase.is_terminal() {
+            return Err(ApiError::conflict(format!(
+                "job {ns}/{name} already finished ({}); nothing to suspend",
+                rec.phase
+            )));
+        }
+        if rec.phase == JobPhase::Suspended {
+            return Ok(Json(with_progress(&plane, &rec).await?));
+        }
+        let spec = crate::suspend::spec_with(&rec, true);
+        match crate::suspend::suspend(&plane, &rec, Some(spec), "suspended by request").await {
+            Ok(updated) => return Ok(Json(updated.to_train_job())),
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::conflict(format!(
+        "job {ns}/{name} kept changing phase; try the suspend again"
+    )))
+}
+
+/// `POST …/resume`: a suspended job goes back to its queue, to resume from its latest
+/// checkpoint once admitted.
+pub(crate) async fn resume(
+    State(plane): State<ControlPlane>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<Json<TrainJob>, ApiError> {
+    for _ in 0..5 {
+        let rec = find(&plane, &ns, &name).await?;
+        if rec.phase.is_terminal() {
+            return Err(ApiError::conflict(format!(
+                "job {ns}/{name} already finished ({}); nothing to resume",
+                rec.phase
+            )));
+        }
+        if rec.phase != JobPhase::Suspended {
+            return Err(ApiError::conflict(format!(
+                "job {ns}/{name} is not suspended ({}); nothing to resume",
+                rec.phase
+            )));
+        }
+        if let Some(why) = crate::suspend::still_stopping(&plane, &rec) {
+            return Err(ApiError::conflict(why));
+        }
+        let spec = crate::suspend::spec_with(&rec, false);
+        match crate::suspend::resume(&plane, &rec, Some(spec), "resumed by request").await {
+            Ok(updated) => return Ok(Json(updated.to_train_job())),
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::conflict(format!(
+        "job {ns}/{name} kept changing phase; try the resume again"
     )))
 }
 

@@ -40,6 +40,14 @@ pub fn router(plane: ControlPlane) -> Router {
             "/api/v1/namespaces/{ns}/jobs/{name}/cancel",
             post(jobs::cancel),
         )
+        .route(
+            "/api/v1/namespaces/{ns}/jobs/{name}/suspend",
+            post(jobs::suspend),
+        )
+        .route(
+            "/api/v1/namespaces/{ns}/jobs/{name}/resume",
+            post(jobs::resume),
+        )
         .route("/api/v1/gpus", get(objects::gpus))
         .route("/api/v1/models", get(objects::models))
         .route("/api/v1/{kind}", get(objects::list))

@@ -95,6 +95,10 @@ pub(crate) fn build() -> Value {
                 "responses": {"200": ok("metric rows", json!({"type": "array"})), "404": err}}},
             "/api/v1/namespaces/{ns}/jobs/{name}/cancel": {"post": {"summary": "Cancel: SIGTERM, grace, SIGKILL",
                 "parameters": [ns, name], "responses": {"200": ok("the cancelled job", job_ref.clone()), "404": err, "409": err}}},
+            "/api/v1/namespaces/{ns}/jobs/{name}/suspend": {"post": {"summary": "Suspend (spec.suspend: true): out of its queue; running ranks get SIGTERM and the grace period to checkpoint, as for a preemption",
+                "parameters": [ns, name], "responses": {"200": ok("the suspended job (a suspended one as it is)", job_ref.clone()), "404": err, "409": err}}},
+            "/api/v1/namespaces/{ns}/jobs/{name}/resume": {"post": {"summary": "Resume a suspended job (spec.suspend: false): queued again, it resumes from its latest checkpoint",
+                "parameters": [ns, name], "responses": {"200": ok("the queued job", job_ref.clone()), "404": err, "409": err}}},
             "/api/v1/{kind}": {"get": {"summary": "List deployments, queues or priority classes (these with ferry up's own)",
                 "description": "Queues and priority classes are named across namespaces: all are listed, whatever `namespace` says.",
                 "parameters": [{"name": "kind", "in": "path", "required": true, "schema": {"enum": ["deployments", "queues", "priorityclasses"]}},
@@ -144,6 +148,13 @@ mod tests {
         let mut refs = Vec::new();
         collect_refs(&doc, &mut refs);
         assert!(refs.len() > 10);
+        for action in ["cancel", "suspend", "resume"] {
+            let path = format!("/api/v1/namespaces/{{ns}}/jobs/{{name}}/{action}");
+            assert!(
+                doc["paths"][&path]["post"]["responses"]["409"].is_object(),
+                "{path}"
+            );
+        }
         for r in refs {
             let pointer = r.strip_prefix('#').unwrap();
             assert!(doc.pointer(pointer).is_some(), "dangling {r}");

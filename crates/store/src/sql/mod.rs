@@ -441,6 +441,21 @@ impl Store for SqlStore {
             .message
             .clone()
             .or_else(|| (!message.is_empty()).then(|| message.to_owned()));
+        // A new spec keeps the stored metadata (which never changes); the phase's
+        // compare-and-set below makes the write conditional as for any transition.
+        let doc = match &patch.spec {
+            None => None,
+            Some(spec) => {
+                let Some(current) = self.get_job_by_uid(uid).await? else {
+                    return Err(job_not_found(uid));
+                };
+                let mut doc = current.job;
+                doc.spec = spec.clone();
+                doc.status = None;
+                let label = format!("TrainJob {}/{}", doc.metadata.namespace, doc.metadata.name);
+                Some(to_json_text(&label, &doc)?)
+            }
+        };
         let outcome: std::result::Result<JobRow, Option<(String, String, String)>> =
             on_db!(&self.pool, |db| {
                 let mut tx = db.begin_write().await.map_err(self.db())?;
@@ -453,7 +468,8 @@ impl Store for SqlStore {
                      started_at = COALESCE($8, started_at, $9), \
                      finished_at = COALESCE($10, finished_at), \
                      message = $11, \
-                     updated_at = $12 \
+                     updated_at = $12, \
+                     doc = COALESCE($13, doc) \
                      WHERE uid = $1 AND phase = $2 RETURNING ",
                     job_cols!()
                 ))
@@ -469,6 +485,7 @@ impl Store for SqlStore {
                 .bind(finished)
                 .bind(status_message.as_deref())
                 .bind(to_millis(at))
+                .bind(doc.as_deref())
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(self.db())?;
