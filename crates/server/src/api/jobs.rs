@@ -172,21 +172,63 @@ pub(crate) async fn logs(
         .map_err(|e| ApiError::internal(e.to_string()))
 }
 
+/// The outcome of one try of a job action against the freshest record.
+enum Try {
+    /// Answered: the job as the action left it.
+    Done(Box<TrainJob>),
+    /// The phase changed under the compare-and-set: read the record again.
+    Again,
+}
+
+impl Try {
+    /// A transition's result: done, again on a conflict, else the error.
+    fn of(result: Result<JobRecord, StoreError>) -> Result<Try, ApiError> {
+        match result {
+            Ok(updated) => Ok(Try::Done(Box::new(updated.to_train_job()))),
+            Err(StoreError::Conflict { .. }) => Ok(Try::Again),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Runs `act` on the freshest record of job `ns/name`, again while the reconcile loop changes
+/// its phase under the compare-and-set (at most five tries): what cancel, suspend and resume
+/// share. A finished job is refused, naming `action`.
+async fn act_on<F, Fut>(
+    plane: &ControlPlane,
+    ns: &str,
+    name: &str,
+    action: &str,
+    mut act: F,
+) -> Result<Json<TrainJob>, ApiError>
+where
+    F: FnMut(JobRecord) -> Fut,
+    Fut: std::future::Future<Output = Result<Try, ApiError>>,
+{
+    for _ in 0..5 {
+        let rec = find(plane, ns, name).await?;
+        if rec.phase.is_terminal() {
+            return Err(ApiError::conflict(format!(
+                "job {ns}/{name} already finished ({}); nothing to {action}",
+                rec.phase
+            )));
+        }
+        if let Try::Done(job) = act(rec).await? {
+            return Ok(Json(*job));
+        }
+    }
+    Err(ApiError::conflict(format!(
+        "job {ns}/{name} kept changing phase; try the {action} again"
+    )))
+}
+
 pub(crate) async fn cancel(
     State(plane): State<ControlPlane>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Json<TrainJob>, ApiError> {
-    // The phase may change under us (the loop admits or finishes the job): retry the
-    // compare-and-set a few times against the freshest record.
-    for _ in 0..5 {
-        let rec = find(&plane, &ns, &name).await?;
-        if rec.phase.is_terminal() {
-            return Err(ApiError::conflict(format!(
-                "job {ns}/{name} already finished ({}); nothing to cancel",
-                rec.phase
-            )));
-        }
-        match plane
+    let plane = &plane;
+    act_on(plane, &ns, &name, "cancel", move |rec| async move {
+        let result = plane
             .store()
             .transition(
                 &rec.uid,
@@ -196,21 +238,14 @@ pub(crate) async fn cancel(
                 "cancelled by request; ranks get SIGTERM, then SIGKILL after the grace period",
                 StatusPatch::default(),
             )
-            .await
-        {
-            Ok(updated) => {
-                let grace = reconcile::grace_of(&rec);
-                reconcile::stop(&plane, &rec.uid, grace);
-                plane.wake();
-                return Ok(Json(updated.to_train_job()));
-            }
-            Err(StoreError::Conflict { .. }) => continue,
-            Err(e) => return Err(e.into()),
+            .await;
+        if result.is_ok() {
+            reconcile::stop(plane, &rec.uid, reconcile::grace_of(&rec));
+            plane.wake();
         }
-    }
-    Err(ApiError::conflict(format!(
-        "job {ns}/{name} kept changing phase; try the cancel again"
-    )))
+        Try::of(result)
+    })
+    .await
 }
 
 /// `POST …/suspend`: the job leaves its queue, or its ranks stop gracefully as for a
@@ -219,29 +254,15 @@ pub(crate) async fn suspend(
     State(plane): State<ControlPlane>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Json<TrainJob>, ApiError> {
-    // The phase may change under us (the loop admits or preempts the job): retry the
-    // compare-and-set a few times against the freshest record, as a cancel does.
-    for _ in 0..5 {
-        let rec = find(&plane, &ns, &name).await?;
-        if rec.phase.is_terminal() {
-            return Err(ApiError::conflict(format!(
-                "job {ns}/{name} already finished ({}); nothing to suspend",
-                rec.phase
-            )));
-        }
+    let plane = &plane;
+    act_on(plane, &ns, &name, "suspend", move |rec| async move {
         if rec.phase == JobPhase::Suspended {
-            return Ok(Json(with_progress(&plane, &rec).await?));
+            return Ok(Try::Done(Box::new(with_progress(plane, &rec).await?)));
         }
         let spec = crate::suspend::spec_with(&rec, true);
-        match crate::suspend::suspend(&plane, &rec, Some(spec), "suspended by request").await {
-            Ok(updated) => return Ok(Json(updated.to_train_job())),
-            Err(StoreError::Conflict { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(ApiError::conflict(format!(
-        "job {ns}/{name} kept changing phase; try the suspend again"
-    )))
+        Try::of(crate::suspend::suspend(plane, &rec, Some(spec), "suspended by request").await)
+    })
+    .await
 }
 
 /// `POST …/resume`: a suspended job goes back to its queue, to resume from its latest
@@ -250,33 +271,21 @@ pub(crate) async fn resume(
     State(plane): State<ControlPlane>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Json<TrainJob>, ApiError> {
-    for _ in 0..5 {
-        let rec = find(&plane, &ns, &name).await?;
-        if rec.phase.is_terminal() {
-            return Err(ApiError::conflict(format!(
-                "job {ns}/{name} already finished ({}); nothing to resume",
-                rec.phase
-            )));
-        }
+    let (plane, ns, name) = (&plane, ns.as_str(), name.as_str());
+    act_on(plane, ns, name, "resume", move |rec| async move {
         if rec.phase != JobPhase::Suspended {
             return Err(ApiError::conflict(format!(
                 "job {ns}/{name} is not suspended ({}); nothing to resume",
                 rec.phase
             )));
         }
-        if let Some(why) = crate::suspend::still_stopping(&plane, &rec) {
+        if let Some(why) = crate::suspend::still_stopping(plane, &rec) {
             return Err(ApiError::conflict(why));
         }
         let spec = crate::suspend::spec_with(&rec, false);
-        match crate::suspend::resume(&plane, &rec, Some(spec), "resumed by request").await {
-            Ok(updated) => return Ok(Json(updated.to_train_job())),
-            Err(StoreError::Conflict { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(ApiError::conflict(format!(
-        "job {ns}/{name} kept changing phase; try the resume again"
-    )))
+        Try::of(crate::suspend::resume(plane, &rec, Some(spec), "resumed by request").await)
+    })
+    .await
 }
 
 pub(crate) async fn delete(
