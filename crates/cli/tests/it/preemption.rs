@@ -110,17 +110,7 @@ fn a_high_priority_job_preempts_a_low_one_which_resumes_from_its_checkpoint() {
         .path()
         .join(format!("jobs/default/low/{uid}/attempt-1/rank-0.log"));
     let log = std::fs::read_to_string(&first).unwrap();
-    let sigterm = log
-        .lines()
-        .find(|l| l.starts_with("SIGTERM at step"))
-        .unwrap_or_else(|| panic!("no graceful stop in {log}"));
-    let step: u32 = sigterm
-        .split_whitespace()
-        .nth(3)
-        .unwrap()
-        .trim_end_matches(':')
-        .parse()
-        .unwrap();
+    let (sigterm, step) = sigterm_step(&log);
     assert!(step >= 3, "{sigterm}");
     let ckpt = format!("checkpoints/step-{step}");
 
@@ -864,6 +854,22 @@ fn a_stopped_queue_holds_its_jobs_and_drains_them_until_released() {
     );
 }
 
+/// The line where the sleeper caught SIGTERM (`SIGTERM at step N: …`) and its step.
+fn sigterm_step(log: &str) -> (&str, u32) {
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("SIGTERM at step"))
+        .unwrap_or_else(|| panic!("no graceful stop in {log}"));
+    let step = line
+        .split_whitespace()
+        .nth(3)
+        .unwrap()
+        .trim_end_matches(':')
+        .parse()
+        .unwrap();
+    (line, step)
+}
+
 /// `ferry` with `args` must fail with an error saying `needle`.
 fn refused_now(plane: &Plane, args: &[&str], needle: &str) {
     let out = plane.ferry(args);
@@ -915,17 +921,7 @@ fn a_suspended_job_frees_its_gpus_and_resumes_from_its_checkpoint() {
         "{table}"
     );
     let log = plane.ok(&["logs", "long"]);
-    let sigterm = log
-        .lines()
-        .find(|l| l.starts_with("SIGTERM at step"))
-        .unwrap_or_else(|| panic!("no graceful stop in {log}"));
-    let step: u32 = sigterm
-        .split_whitespace()
-        .nth(3)
-        .unwrap()
-        .trim_end_matches(':')
-        .parse()
-        .unwrap();
+    let (_, step) = sigterm_step(&log);
     let ckpt = format!("checkpoints/step-{step}");
 
     assert_eq!(
