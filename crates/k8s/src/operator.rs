@@ -552,10 +552,7 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
             }
         }
         Some(obj) => {
-            let value = serde_json::to_value(&obj).map_err(|source| K8sError::Json {
-                what: format!("{} {gang_name}", gang_kind(&ctx)),
-                source,
-            })?;
+            let value = gang_json(&ctx, &gang_name, &obj)?;
             let state = gang_state(&value);
             ended_ms = state.ended_ms;
             if state.succeeded {
@@ -787,14 +784,7 @@ async fn follow_suspend(
     let ns = job.namespace().unwrap_or_default();
     let kueue = ctx.opts.cluster.kueue;
     let state = current
-        .map(|obj| {
-            serde_json::to_value(obj)
-                .map(|v| gang_state(&v))
-                .map_err(|source| K8sError::Json {
-                    what: format!("{} {gang_name}", gang_kind(ctx)),
-                    source,
-                })
-        })
+        .map(|obj| gang_json(ctx, gang_name, obj).map(|v| gang_state(&v)))
         .transpose()?;
     // Whether pods of the suspended run are left (they hold their GPUs): the admission is told
     // the job left only once none is. Under Kueue, whose quota is its own, only the resume
@@ -919,6 +909,14 @@ async fn live_pods(ctx: &Context, ns: &str, job: &str, attempt: u32) -> Result<u
             !matches!(phase, Some("Succeeded" | "Failed"))
         })
         .count())
+}
+
+/// The gang object `gang_name` as JSON, to read its state.
+fn gang_json(ctx: &Context, gang_name: &str, obj: &DynamicObject) -> Result<Value> {
+    serde_json::to_value(obj).map_err(|source| K8sError::Json {
+        what: format!("{} {gang_name}", gang_kind(ctx)),
+        source,
+    })
 }
 
 fn gang_kind(ctx: &Context) -> &'static str {

@@ -153,7 +153,7 @@ fn queue_specs(queues: &[Queue], inventory: &Inventory) -> (Vec<QueueSpec>, Vec<
 }
 
 /// The scheduler's stop policy of a stored queue's `spec.stopPolicy`.
-fn stop_policy(policy: ferry_spec::StopPolicy) -> StopPolicy {
+pub(crate) fn stop_policy(policy: ferry_spec::StopPolicy) -> StopPolicy {
     match policy {
         ferry_spec::StopPolicy::None => StopPolicy::None,
         ferry_spec::StopPolicy::Hold => StopPolicy::Hold,
@@ -208,9 +208,9 @@ fn queue_error<'a>(
     )
 }
 
-/// A job as the scheduler sees it: one pod per node, `gpusPerNode` GPUs each.
-fn workload(job: &JobRecord) -> Workload {
-    workload_of(&job.uid, &job.job, job.created_at.timestamp(), 0)
+/// The queue `job` waits in: `spec.queue`, else [`DEFAULT_QUEUE`].
+pub(crate) fn queue_of(job: &TrainJob) -> &str {
+    job.spec.queue.as_deref().unwrap_or(DEFAULT_QUEUE)
 }
 
 /// The workload of `job`, whose earlier runs took `past_s` seconds of its budget.
@@ -218,11 +218,7 @@ fn workload_of(id: &str, job: &TrainJob, created_at: i64, past_s: u64) -> Worklo
     let r = &job.spec.resources;
     Workload {
         id: id.to_owned(),
-        queue: job
-            .spec
-            .queue
-            .clone()
-            .unwrap_or_else(|| DEFAULT_QUEUE.to_owned()),
+        queue: queue_of(job).to_owned(),
         priority: job.spec.priority.clone(),
         pods: u32::try_from(r.nodes.max(1)).unwrap_or(1),
         gpus_per_pod: u32::try_from(r.gpus_per_node.max(0)).unwrap_or(0),
@@ -392,27 +388,11 @@ pub(crate) fn built_in_classes(
         .iter()
         .filter(|c| !applied.iter().any(|a| a.name == c.name))
         .map(|c| {
-            let doc = serde_json::json!({
-                "apiVersion": ferry_spec::API_VERSION,
-                "kind": "PriorityClass",
-                "metadata": {"name": c.name},
-                "spec": {
-                    "value": c.value,
-                    "preemptionPolicy": if c.preempting { "PreemptLowerPriority" } else { "Never" },
-                },
-                "status": {"builtIn": true},
+            let spec = serde_json::json!({
+                "value": c.value,
+                "preemptionPolicy": if c.preempting { "PreemptLowerPriority" } else { "Never" },
             });
-            ferry_store::ObjectRecord {
-                uid: String::new(),
-                kind: "PriorityClass".into(),
-                namespace: String::new(),
-                name: c.name.clone(),
-                doc,
-                generation: 0,
-                // Not stored: no time of its own (`ferry get` shows no age).
-                created_at: chrono::DateTime::UNIX_EPOCH,
-                updated_at: chrono::DateTime::UNIX_EPOCH,
-            }
+            crate::scope::built_in(ResourceKind::PriorityClass, &c.name, spec)
         })
         .collect()
 }
@@ -651,7 +631,7 @@ pub(crate) async fn schedule(
                 let gpus = gpus_per_rank(&job.job, &placement, &ids);
                 let message = format!(
                     "admitted by queue {} on GPU(s) {}",
-                    workload(job).queue,
+                    queue_of(&job.job),
                     gpus.iter().flatten().cloned().collect::<Vec<_>>().join(",")
                 );
                 let res = plane
@@ -985,11 +965,7 @@ async fn preempt(
             .get(uid)
             .map_or_else(|| uid.to_owned(), |j| format!("{}/{}", j.namespace, j.name))
     };
-    let queue_of = |uid: &str| {
-        names
-            .get(uid)
-            .map_or_else(String::new, |j| workload(j).queue)
-    };
+    let queue_of_uid = |uid: &str| names.get(uid).map_or("", |j| queue_of(&j.job));
     let why = match reason {
         PreemptReason::Priority { preemptor } => {
             let p = names.get(preemptor.as_str());
@@ -1004,8 +980,8 @@ async fn preempt(
         PreemptReason::Reclaim { preemptor } => format!(
             "preempted for {}: queue {} reclaims GPUs that queue {} borrowed beyond its quota",
             name_of(preemptor),
-            queue_of(preemptor),
-            workload(job).queue
+            queue_of_uid(preemptor),
+            queue_of(&job.job)
         ),
         PreemptReason::LoanEnded { preemptor } => format!(
             "preempted for {}: it ran on GPUs held for that gang, whose turn has come",

@@ -7,11 +7,11 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use ferry_sched::{QueueUsage, Scheduler, StopPolicy};
-use ferry_spec::JobPhase;
+use ferry_spec::{JobPhase, ResourceKind};
 use ferry_store::{JobRecord, ObjectRecord};
 use serde_json::{Value, json};
 
-use crate::admission::DEFAULT_QUEUE;
+use crate::admission::{DEFAULT_QUEUE, queue_of, stop_policy};
 use crate::state::{ControlPlane, Waiting};
 
 /// At most this many of a queue's waiting jobs are listed in its status (the count is always
@@ -45,8 +45,7 @@ struct PendingJob {
 pub(crate) fn queue_views(sched: &Scheduler, jobs: &HashMap<&str, &JobRecord>) -> Vec<QueueView> {
     let mut stopping: HashMap<&str, usize> = HashMap::new();
     for j in jobs.values().filter(|j| j.phase == JobPhase::Preempted) {
-        let queue = j.job.spec.queue.as_deref().unwrap_or(DEFAULT_QUEUE);
-        *stopping.entry(queue).or_default() += 1;
+        *stopping.entry(queue_of(&j.job)).or_default() += 1;
     }
     sched
         .queue_usage()
@@ -98,14 +97,9 @@ pub(crate) fn with_status(plane: &ControlPlane, mut record: ObjectRecord) -> Obj
         Some(view) => status(view, |uid| plane.waiting(uid)),
         None => {
             // Not scheduled here (no GPUs): what it was applied with.
-            let applied: ferry_spec::StopPolicy =
-                serde_json::from_value(record.doc["spec"]["stopPolicy"].clone())
-                    .unwrap_or_default();
-            let policy = match applied {
-                ferry_spec::StopPolicy::None => StopPolicy::None,
-                ferry_spec::StopPolicy::Hold => StopPolicy::Hold,
-                ferry_spec::StopPolicy::HoldAndDrain => StopPolicy::HoldAndDrain,
-            };
+            let applied = serde_json::from_value(record.doc["spec"]["stopPolicy"].clone())
+                .unwrap_or_default();
+            let policy = stop_policy(applied);
             json!({"state": state(policy, false), "usedGpus": 0, "borrowedGpus": 0, "running": 0,
                 "pending": 0})
         }
@@ -199,24 +193,12 @@ pub(crate) fn built_in_queue(
     if gpus == 0 {
         return None;
     }
-    let doc = json!({
-        "apiVersion": ferry_spec::API_VERSION,
-        "kind": "Queue",
-        "metadata": {"name": DEFAULT_QUEUE},
-        "spec": {"quotas": [{"flavor": ferry_sched::ANY_FLAVOR, "nominal": gpus}]},
-        "status": {"builtIn": true},
-    });
-    Some(ObjectRecord {
-        uid: String::new(),
-        kind: "Queue".into(),
-        namespace: String::new(),
-        name: DEFAULT_QUEUE.into(),
-        doc,
-        generation: 0,
-        // Not stored: no time of its own (`ferry get` shows no age).
-        created_at: DateTime::UNIX_EPOCH,
-        updated_at: DateTime::UNIX_EPOCH,
-    })
+    let spec = json!({"quotas": [{"flavor": ferry_sched::ANY_FLAVOR, "nominal": gpus}]});
+    Some(crate::scope::built_in(
+        ResourceKind::Queue,
+        DEFAULT_QUEUE,
+        spec,
+    ))
 }
 
 #[cfg(test)]

@@ -46,6 +46,30 @@ pub(crate) fn stored_doc(kind: ResourceKind, mut doc: Value) -> Value {
     doc
 }
 
+/// A record of `ferry up`'s own that is not stored (its priority classes, its `default`
+/// queue), served as `list` and `get` serve stored ones: `spec` under a document of `kind`
+/// named `name` marked `status.builtIn`, kept under [`CLUSTER`], with no uid and no time of its
+/// own (`ferry get` shows no age).
+pub(crate) fn built_in(kind: ResourceKind, name: &str, spec: Value) -> ObjectRecord {
+    let doc = serde_json::json!({
+        "apiVersion": ferry_spec::API_VERSION,
+        "kind": kind.as_str(),
+        "metadata": {"name": name},
+        "spec": spec,
+        "status": {"builtIn": true},
+    });
+    ObjectRecord {
+        uid: String::new(),
+        kind: kind.as_str().to_owned(),
+        namespace: CLUSTER.to_owned(),
+        name: name.to_owned(),
+        doc,
+        generation: 0,
+        created_at: chrono::DateTime::UNIX_EPOCH,
+        updated_at: chrono::DateTime::UNIX_EPOCH,
+    }
+}
+
 /// Moves the cluster-scoped objects an older version stored per namespace to [`CLUSTER`],
 /// keeping their uid, generation and times. Of several with one name the most recently updated
 /// is kept (the later stored on a tie); each other one is deleted, with a warning naming it,

@@ -12,7 +12,7 @@
 use ferry_spec::{JobPhase, TrainJobSpec};
 use ferry_store::{JobRecord, StatusPatch, StoreError};
 
-use crate::admission::DEFAULT_QUEUE;
+use crate::admission::queue_of;
 use crate::checkpoint::{Layout, latest_checkpoint};
 use crate::reconcile::{grace_of, stop};
 use crate::state::ControlPlane;
@@ -30,10 +30,6 @@ fn resume_command(job: &JobRecord) -> String {
         "default" => format!("`ferry resume job {}`", job.name),
         ns => format!("`ferry resume job {} -n {ns}`", job.name),
     }
-}
-
-fn queue_of(job: &JobRecord) -> &str {
-    job.job.spec.queue.as_deref().unwrap_or(DEFAULT_QUEUE)
 }
 
 /// Persists `job` (in its current phase, not ended) as `Suspended` — with `spec` as its new
@@ -56,7 +52,7 @@ pub(crate) async fn suspend(
     } else {
         format!(
             "{by}; out of queue {} until {}",
-            queue_of(job),
+            queue_of(&job.job),
             resume_command(job)
         )
     };
@@ -107,7 +103,7 @@ pub(crate) async fn resume(
         Some(c) => format!("it will resume from {}", c.display()),
         None => "no checkpoint: it will start from scratch".to_owned(),
     };
-    let message = format!("{by}; back in queue {}, {from}", queue_of(job));
+    let message = format!("{by}; back in queue {}, {from}", queue_of(&job.job));
     let record = plane
         .store()
         .transition(

@@ -178,7 +178,13 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
     for o in &objects {
         let spec = &o["doc"]["spec"];
         let name = cell(&o["name"]);
-        let created = age(o["createdAt"].as_str());
+        // `ferry up`'s own (a priority class, the `default` queue) is not stored: no age.
+        let built_in = o["doc"]["status"]["builtIn"] == Value::Bool(true);
+        let created = if built_in {
+            String::new()
+        } else {
+            age(o["createdAt"].as_str())
+        };
         match kind {
             ResourceKind::ModelDeployment => {
                 let m = &spec["model"];
@@ -210,7 +216,6 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                 ]);
             }
             ResourceKind::PriorityClass => {
-                let built_in = o["doc"]["status"]["builtIn"] == Value::Bool(true);
                 t.row(vec![
                     name,
                     cell(&spec["value"]),
@@ -220,7 +225,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                         .to_owned(),
                     if built_in { "ferry up" } else { "applied" }.to_owned(),
                     cell(&spec["description"]),
-                    if built_in { String::new() } else { created },
+                    created,
                 ]);
             }
             _ => {
@@ -241,11 +246,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     cell(&o["doc"]["status"]["borrowedGpus"]),
                     cell(&o["doc"]["status"]["running"]),
                     cell(&o["doc"]["status"]["pending"]),
-                    if o["doc"]["status"]["builtIn"] == Value::Bool(true) {
-                        String::new()
-                    } else {
-                        created
-                    },
+                    created,
                 ]);
             }
         }
