@@ -3,7 +3,8 @@
 Each step is one second. A checkpoint directory `step-<k>` is written to
 FERRY_CHECKPOINT_DIR every 5 steps (to a temporary name, then renamed), and a
 restarted attempt continues from FERRY_RESUME_FROM. SIGTERM writes a final
-checkpoint before exiting, as a preemptible engine should.
+checkpoint before exiting, as a preemptible engine should; SLEEPER_TERM_DELAY
+seconds (default 0) make that checkpoint slow, as a large model's is.
 """
 
 import json
@@ -35,6 +36,10 @@ def checkpoint():
 
 
 def on_term(signum, frame):
+    delay = float(os.environ.get("SLEEPER_TERM_DELAY", "0"))
+    if delay:
+        print(f"SIGTERM: checkpointing step {step} for {delay:g} s", flush=True)
+        time.sleep(delay)
     checkpoint()
     print(f"SIGTERM at step {step}: checkpoint written", flush=True)
     sys.exit(143)

@@ -128,6 +128,12 @@ pub trait Admission: Send + Sync + 'static {
     fn waiting(&self, _job: &TrainJobResource) -> Option<String> {
         None
     }
+    /// Seconds after which the waiting job's words will say more than now: the forecast kept
+    /// was made before it arrived and the next may not replay sooner. `None`: nothing to wait
+    /// for (its reconcile comes at the usual interval).
+    fn retell_in(&self, _job: &TrainJobResource) -> Option<u64> {
+        None
+    }
 }
 
 /// Admits every job (a single team, or quotas enforced by `ResourceQuota` alone).
@@ -789,6 +795,23 @@ impl Admission for SchedAdmission {
 
     fn waiting(&self, job: &TrainJobResource) -> Option<String> {
         self.told(&job_id(job)).map(|w| w.to_string())
+    }
+
+    fn retell_in(&self, job: &TrainJobResource) -> Option<u64> {
+        let id = job_id(job);
+        let now = (self.clock)();
+        let st = self.lock();
+        st.sched.waiting(&id)?;
+        match &st.forecast {
+            Some(kept) if kept.forecast.covers(&id) => None,
+            Some(kept) => Some(
+                FORECAST_MIN_INTERVAL_S
+                    .saturating_sub(now.abs_diff(kept.at))
+                    .max(1),
+            ),
+            // The first replay is under way.
+            None => Some(1),
+        }
     }
 
     fn progress(&self, job: &TrainJobResource, remaining_s: u64) {

@@ -741,6 +741,13 @@ pub async fn reconcile(job: Arc<TrainJobResource>, ctx: Arc<Context>) -> Result<
         publish(&ctx, &job, EventType::Normal, "Waiting", reason.clone()).await;
         status.message = Some(reason);
     }
+    // One that arrived after the kept forecast is told its start as soon as the next may
+    // replay, not at the next minute's reconcile.
+    if status.phase == Some(JobPhase::Queued)
+        && let Some(s) = ctx.admission.retell_in(&job)
+    {
+        action = Action::requeue(Duration::from_secs(s));
+    }
     if status != old {
         write_status(&jobs, &name, &status).await?;
     }

@@ -143,12 +143,12 @@ pub(crate) async fn recover(plane: &ControlPlane) -> Result<(), ApiError> {
                     .note(&job.uid, "ControlPlaneRestarted", message)
                     .await?;
                 if let Some(gang) = stored.and_then(|(_, v)| gang_of(v)) {
-                    adopt_and_stop(plane, &job.uid, gang).await?;
+                    adopt_and_stop(plane, &job, gang).await?;
                 }
             }
             phase if phase.is_terminal() => {
                 if let Some(gang) = stored.and_then(|(_, v)| gang_of(v)) {
-                    adopt_and_stop(plane, &job.uid, gang).await?;
+                    adopt_and_stop(plane, &job, gang).await?;
                 }
             }
             _ => {}
@@ -157,9 +157,15 @@ pub(crate) async fn recover(plane: &ControlPlane) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// A gang that should no longer run (its job finished or is between attempts):
-/// adopt it and stop whatever still runs.
-async fn adopt_and_stop(plane: &ControlPlane, uid: &str, gang: GangRecord) -> Result<(), ApiError> {
+/// A gang that should no longer run (its job finished, is suspended or between attempts):
+/// adopt it and stop whatever still runs, within the job's grace period (counted from the
+/// SIGTERM an earlier control-plane process sent, if it did).
+async fn adopt_and_stop(
+    plane: &ControlPlane,
+    job: &JobRecord,
+    gang: GangRecord,
+) -> Result<(), ApiError> {
+    let uid = job.uid.as_str();
     if matches!(plane.runtime().adopt(&gang).await?, GangStatus::Running)
         || plane
             .runtime()
@@ -179,7 +185,7 @@ async fn adopt_and_stop(plane: &ControlPlane, uid: &str, gang: GangRecord) -> Re
                 past_run_s: None,
             },
         );
-        stop(plane, uid, Duration::from_secs(5));
+        stop(plane, uid, grace_of(job));
     }
     Ok(())
 }

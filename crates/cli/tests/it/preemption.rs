@@ -977,3 +977,83 @@ fn a_suspended_job_frees_its_gpus_and_resumes_from_its_checkpoint() {
         "{held_events:#?}"
     );
 }
+
+/// A suspended job whose ranks take long to checkpoint (`SLEEPER_TERM_DELAY`) keeps its GPUs
+/// until they exit, through everything that can happen meanwhile: `ferry resume` is refused,
+/// its queue is stopped with `HoldAndDrain` (a suspended job is not preempted a second time),
+/// and the control plane is killed and restarted. After the restart the job is still
+/// suspended, the stopping ranks are waited for, and then the GPUs go to the job behind it
+/// once the queue is released; resumed, it continues from the checkpoint its slow SIGTERM
+/// wrote, with no restart counted.
+#[test]
+fn a_suspended_job_still_checkpointing_survives_a_drain_and_a_restart() {
+    let mut plane = Plane::start(Some(2));
+    let queue = |policy: &str| {
+        format!(
+            "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: team-a}}\nspec: {{quotas: [{{flavor: any, nominal: 2}}], stopPolicy: {policy}}}\n"
+        )
+    };
+    let in_team = |job: String| job.replace("  priority:", "  queue: team-a\n  priority:");
+    plane.apply("team.yaml", &queue("None"));
+    let slow = in_team(sleeper_with(
+        "slow",
+        "normal",
+        2,
+        12,
+        "  env: {SLEEPER_TERM_DELAY: '8'}\n",
+    ));
+    plane.apply("slow.yaml", &slow);
+    plane.wait_phase("slow", "Running", LIMIT);
+    wait_for_step(&plane, "slow", 3);
+    plane.apply("next.yaml", &in_team(sleeper("next", "normal", 2, 1)));
+
+    assert_eq!(
+        plane.ok(&["suspend", "job", "slow"]).trim(),
+        "trainjob/slow suspended"
+    );
+    plane.wait_log("slow", "SIGTERM: checkpointing step", LIMIT);
+    refused_now(
+        &plane,
+        &["resume", "job", "slow"],
+        "job default/slow is still stopping the ranks of its suspended run",
+    );
+    plane.apply("team.yaml", &queue("HoldAndDrain"));
+    plane.restart();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(plane.job("slow")["status"]["phase"], "Suspended");
+    assert_eq!(plane.job("next")["status"]["phase"], "Queued");
+
+    let log = plane.wait_log("slow", "checkpoint written", LIMIT);
+    let (_, step) = sigterm_step(&log);
+    // The queue is held: the GPUs the slow ranks gave back wait for its release.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(plane.job("next")["status"]["phase"], "Queued");
+    plane.apply("team.yaml", &queue("None"));
+    plane.wait_phase("next", "Succeeded", LIMIT);
+    assert_eq!(plane.job("slow")["status"]["phase"], "Suspended");
+
+    assert_eq!(
+        plane.ok(&["resume", "job", "slow"]).trim(),
+        "trainjob/slow queued"
+    );
+    let done = plane.wait_phase("slow", "Succeeded", LIMIT);
+    assert_eq!(done["status"]["restarts"], 0, "{done:#}");
+    let resumed = done["status"]["resumedFrom"].as_str().unwrap();
+    assert!(
+        resumed.ends_with(&format!("checkpoints/step-{step}")),
+        "{resumed} is not step {step}"
+    );
+    let events = plane.events("slow");
+    let count = |reason: &str| events.iter().filter(|e| e["reason"] == reason).count();
+    assert_eq!(
+        (count("Suspended"), count("Preempted")),
+        (1, 0),
+        "suspended once, never preempted by the drain: {events:#?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["reason"] == "ControlPlaneRestarted"),
+        "{events:#?}"
+    );
+}

@@ -1247,6 +1247,35 @@ fn the_forecast_is_kept_until_the_scheduler_changes_or_it_ages() {
     assert_eq!(replays(), r + 4);
 }
 
+/// A job that arrives within `FORECAST_MIN_INTERVAL_S` of the last replay is not in the kept
+/// forecast: it is told to come back when the next replay may run (`retell_in`), and then it
+/// is told its start. Jobs the kept forecast covers, and running ones, have nothing to wait for.
+#[test]
+fn a_job_the_kept_forecast_missed_is_told_when_to_ask_again() {
+    let (admission, clock) = clocked();
+    let jobs = limited(&admission, &[("a", 1, 100), ("b", 2, 200)]);
+    tick(&clock, FORECAST_MIN_INTERVAL_S);
+    assert_eq!(admission.expected_start(&jobs[1]), Some(2_100));
+    assert_eq!(admission.retell_in(&jobs[1]), None, "covered");
+    tick(&clock, 2);
+    let late = queue(&admission, &[("late", 3, 300)]).remove(0);
+    assert_eq!(
+        admission.expected_start(&late),
+        None,
+        "not in the kept forecast"
+    );
+    assert_eq!(
+        admission.retell_in(&late),
+        Some(FORECAST_MIN_INTERVAL_S - 2)
+    );
+    assert_eq!(admission.retell_in(&jobs[1]), None);
+    tick(&clock, FORECAST_MIN_INTERVAL_S - 2);
+    assert_eq!(admission.expected_start(&late), Some(2_300));
+    assert_eq!(admission.retell_in(&late), None);
+    let running = sized("running", 8, "2026-01-01T00:00:00Z");
+    assert_eq!(admission.retell_in(&running), None, "not waiting");
+}
+
 /// A forecast replays on a copy of the scheduler with the admission's lock released: while it
 /// runs, another reconcile decides (a new job is submitted and told why it waits) and asks for
 /// starts, reading the forecast kept before without starting a second replay. (Were the lock

@@ -890,6 +890,37 @@ async fn a_queued_job_first_in_line_shows_when_it_starts() {
     );
 }
 
+/// A scheduler whose kept forecast predates the job: it waits, and the next replay may run in
+/// 3 s.
+struct Missed;
+impl Admission for Missed {
+    fn decide(&self, _job: &TrainJobResource, _gang: &Gang) -> Admit {
+        Admit::Wait("queued in team-a".into())
+    }
+    fn retell_in(&self, _job: &TrainJobResource) -> Option<u64> {
+        Some(3)
+    }
+}
+
+/// A job the kept forecast does not cover yet is reconciled again when the next replay may
+/// run (`Admission::retell_in`), not at the minute's reconcile, so it is told its start within
+/// seconds of arriving.
+#[tokio::test]
+async fn a_job_the_forecast_missed_is_reconciled_when_the_next_can_tell_it() {
+    let job = resource(true, None);
+    let (client, task) = crate::mock::strict_server(create_suspended(&job));
+    let ctx = Context::new(client, RenderOptions::default(), Arc::new(Missed));
+    let action = ferry_k8s::reconcile(Arc::new(job.clone()), Arc::new(ctx))
+        .await
+        .unwrap();
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(3))
+    );
+    let seen = finish(task).await;
+    assert_eq!(status_patch(&seen).phase, Some(JobPhase::Queued));
+}
+
 /// A scheduler whose reason for keeping the job waiting the test changes; `None` admits it.
 struct Reasons(std::sync::Mutex<Option<String>>);
 impl Reasons {

@@ -138,13 +138,18 @@ impl LocalRuntime {
         }
         live.sort_unstable();
         let targets: Vec<(u32, u32)> = live.iter().map(|&(rank, pid, _)| (rank, pid)).collect();
-        stop_groups(&targets, grace, || {
-            Ok(live
-                .iter()
-                .filter(|&&(_, pid, start)| procfs::liveness(pid, start) == Liveness::Alive)
-                .map(|&(rank, _, _)| rank)
-                .collect())
-        })
+        stop_groups(
+            &targets,
+            grace,
+            &attempt_dir.join(records::STOP_RECORD),
+            || {
+                Ok(live
+                    .iter()
+                    .filter(|&&(_, pid, start)| procfs::liveness(pid, start) == Liveness::Alive)
+                    .map(|&(rank, _, _)| rank)
+                    .collect())
+            },
+        )
         .await?;
         Ok(live.into_iter().map(|(rank, _, _)| rank).collect())
     }
@@ -300,7 +305,11 @@ impl LocalRuntime {
             .into_iter()
             .map(|rank| (rank, gang.ranks[rank as usize].pid))
             .collect();
-        let stopped = stop_groups(&targets, grace, || Ok(running(self.statuses(gang)?))).await;
+        let record = gang.attempt_dir.join(records::STOP_RECORD);
+        let stopped = stop_groups(&targets, grace, &record, || {
+            Ok(running(self.statuses(gang)?))
+        })
+        .await;
         // Adopted ranks killed together with their wrapper left no record: write one now, so
         // they read as "killed by SIGKILL" rather than "lost", also after a restart.
         for status in self.statuses(gang)? {
@@ -572,9 +581,14 @@ fn signal_group(rank: u32, pgid: u32, signal: Signal) -> Result<()> {
 /// groups whose leader already ended, so children that ignored SIGTERM do not linger (each
 /// leader was verified alive moments ago, so its group id cannot have been recycled) — and
 /// a wait until none is running. The first signalling error is returned after all that.
+///
+/// `record` (`records::STOP_RECORD` of the attempt) keeps when SIGTERM was first sent, written
+/// just after sending it: when it exists — an earlier control-plane process started the stop
+/// and died — no second SIGTERM is sent and the grace period runs from that time.
 async fn stop_groups(
     targets: &[(u32, u32)],
     grace: Duration,
+    record: &Path,
     mut running: impl FnMut() -> Result<Vec<u32>>,
 ) -> Result<()> {
     let mut first_error = None;
@@ -592,8 +606,23 @@ async fn stop_groups(
             .map(|&(rank, _)| rank)
             .find(|rank| now.contains(rank)))
     };
-    signal_all(Signal::SIGTERM);
-    let deadline = Instant::now() + grace;
+    let mut unrecorded = None;
+    let deadline = match records::read_stop_record(record) {
+        Some(sent_ms) => {
+            let ends_ms = sent_ms.saturating_add(grace.as_millis() as u64);
+            Instant::now() + Duration::from_millis(ends_ms.saturating_sub(now_ms()))
+        }
+        None => {
+            let sent_ms = now_ms();
+            signal_all(Signal::SIGTERM);
+            if !targets.is_empty() {
+                // Reported last: only a restart in the grace period would notice (it would
+                // signal once more), so the stop goes on.
+                unrecorded = records::write_atomic(record, &format!("{sent_ms}\n")).err();
+            }
+            Instant::now() + grace
+        }
+    };
     while still_running()?.is_some() {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -617,7 +646,7 @@ async fn stop_groups(
         }
         tokio::time::sleep(TERMINATE_POLL).await;
     }
-    first_error.map_or(Ok(()), Err)
+    first_error.or(unrecorded).map_or(Ok(()), Err)
 }
 
 /// A TCP port that was free on 127.0.0.1 a moment ago, for `MASTER_PORT`.

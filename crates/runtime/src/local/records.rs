@@ -124,9 +124,37 @@ pub fn read_pid_record(path: &Path) -> Option<(u32, u64)> {
     parse_pid_record(&text)
 }
 
+/// Name of the file in an attempt directory that says when its ranks were first sent SIGTERM
+/// (Unix milliseconds): a control plane restarted while they checkpoint neither signals them
+/// again (a second SIGTERM can abort a checkpoint under way) nor gives them a fresh grace
+/// period.
+pub const STOP_RECORD: &str = "stop-requested";
+
+/// When the ranks of the attempt whose stop record is `path` were first sent SIGTERM, if they
+/// were; anything unreadable counts as never.
+pub fn read_stop_record(path: &Path) -> Option<u64> {
+    let file = std::fs::File::open(path).ok()?;
+    let mut text = String::new();
+    file.take(MAX_RECORD).read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stop_record_is_read_back_and_anything_else_is_never() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(STOP_RECORD);
+        assert_eq!(read_stop_record(&path), None, "absent");
+        write_atomic(&path, "1764664000123\n").unwrap();
+        assert_eq!(read_stop_record(&path), Some(1_764_664_000_123));
+        for junk in ["", "soon", "-5", "12 13", &"9".repeat(80)] {
+            write_atomic(&path, junk).unwrap();
+            assert_eq!(read_stop_record(&path), None, "{junk:?}");
+        }
+    }
 
     #[test]
     fn exit_records_round_trip() {
