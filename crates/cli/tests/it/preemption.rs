@@ -978,6 +978,29 @@ fn a_suspended_job_frees_its_gpus_and_resumes_from_its_checkpoint() {
     );
 }
 
+/// Queue `team-a`, 2 GPUs of quota, stopped by `policy`.
+fn team_a(policy: &str) -> String {
+    format!(
+        "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: team-a}}\nspec: {{quotas: [{{flavor: any, nominal: 2}}], stopPolicy: {policy}}}\n"
+    )
+}
+
+/// `job` put in queue `team-a`.
+fn in_team_a(job: String) -> String {
+    job.replace("  priority:", "  queue: team-a\n  priority:")
+}
+
+/// A 12-step, 2-GPU sleeper in `team-a` whose SIGTERM checkpoint takes 8 s (its grace is 10).
+fn slow_to_stop(name: &str, priority: &str) -> String {
+    in_team_a(sleeper_with(
+        name,
+        priority,
+        2,
+        12,
+        "  env: {SLEEPER_TERM_DELAY: '8'}\n",
+    ))
+}
+
 /// A suspended job whose ranks take long to checkpoint (`SLEEPER_TERM_DELAY`) keeps its GPUs
 /// until they exit, through everything that can happen meanwhile: `ferry resume` is refused,
 /// its queue is stopped with `HoldAndDrain` (a suspended job is not preempted a second time),
@@ -988,24 +1011,12 @@ fn a_suspended_job_frees_its_gpus_and_resumes_from_its_checkpoint() {
 #[test]
 fn a_suspended_job_still_checkpointing_survives_a_drain_and_a_restart() {
     let mut plane = Plane::start(Some(2));
-    let queue = |policy: &str| {
-        format!(
-            "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: team-a}}\nspec: {{quotas: [{{flavor: any, nominal: 2}}], stopPolicy: {policy}}}\n"
-        )
-    };
-    let in_team = |job: String| job.replace("  priority:", "  queue: team-a\n  priority:");
+    let queue = team_a;
     plane.apply("team.yaml", &queue("None"));
-    let slow = in_team(sleeper_with(
-        "slow",
-        "normal",
-        2,
-        12,
-        "  env: {SLEEPER_TERM_DELAY: '8'}\n",
-    ));
-    plane.apply("slow.yaml", &slow);
+    plane.apply("slow.yaml", &slow_to_stop("slow", "normal"));
     plane.wait_phase("slow", "Running", LIMIT);
     wait_for_step(&plane, "slow", 3);
-    plane.apply("next.yaml", &in_team(sleeper("next", "normal", 2, 1)));
+    plane.apply("next.yaml", &in_team_a(sleeper("next", "normal", 2, 1)));
 
     assert_eq!(
         plane.ok(&["suspend", "job", "slow"]).trim(),
@@ -1056,4 +1067,42 @@ fn a_suspended_job_still_checkpointing_survives_a_drain_and_a_restart() {
             .any(|e| e["reason"] == "ControlPlaneRestarted"),
         "{events:#?}"
     );
+}
+
+/// The same for a preempted job: while its ranks still checkpoint, the control plane is
+/// restarted (the rebuilt scheduler takes it for running) and then its queue is drained. It
+/// is not told to stop a second time, keeps its GPUs until its ranks exit, waits in the held
+/// queue, and once the queue is released resumes from the checkpoint its one SIGTERM wrote,
+/// after the job that preempted it.
+#[test]
+fn a_preempted_job_still_checkpointing_survives_a_restart_and_a_drain() {
+    let mut plane = Plane::start(Some(2));
+    plane.apply("team.yaml", &team_a("None"));
+    plane.apply("slow.yaml", &slow_to_stop("slow", "low"));
+    plane.wait_phase("slow", "Running", LIMIT);
+    wait_for_step(&plane, "slow", 3);
+    plane.apply("urgent.yaml", &in_team_a(sleeper("urgent", "high", 2, 1)));
+    plane.wait_log("slow", "SIGTERM: checkpointing step", LIMIT);
+    plane.restart();
+    plane.apply("team.yaml", &team_a("HoldAndDrain"));
+    let log = plane.wait_log("slow", "checkpoint written", LIMIT);
+    let (_, step) = sigterm_step(&log);
+    assert_eq!(plane.job("urgent")["status"]["phase"], "Queued");
+    plane.apply("team.yaml", &team_a("None"));
+    plane.wait_phase("urgent", "Succeeded", LIMIT);
+    let done = plane.wait_phase("slow", "Succeeded", LIMIT);
+    assert_eq!(done["status"]["restarts"], 0, "{done:#}");
+    let resumed = done["status"]["resumedFrom"].as_str().unwrap();
+    assert!(
+        resumed.ends_with(&format!("checkpoints/step-{step}")),
+        "{resumed} is not step {step}"
+    );
+    let events = plane.events("slow");
+    let preempted: Vec<&str> = events
+        .iter()
+        .filter(|e| e["reason"] == "Preempted")
+        .map(message)
+        .collect();
+    assert_eq!(preempted.len(), 1, "{events:#?}");
+    assert!(preempted[0].contains("urgent"), "{preempted:?}");
 }
