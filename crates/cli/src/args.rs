@@ -64,13 +64,16 @@ pub enum Command {
     Describe(DescribeArgs),
     /// Print a job's rank logs.
     Logs(LogsArgs),
-    /// Cancel a job: SIGTERM to every rank, then SIGKILL after its grace period.
+    /// Cancel a job, or every job `-l` selects: SIGTERM to every rank, then SIGKILL after its
+    /// grace period.
     Cancel(CancelArgs),
-    /// Suspend a job: out of its queue; a running one checkpoints and stops as if preempted.
+    /// Suspend a job (or every job `-l` selects): out of its queue; a running one checkpoints and
+    /// stops as if preempted.
     Suspend(SuspendArgs),
-    /// Resume a suspended job: queued again, it continues from its latest checkpoint.
+    /// Resume a suspended job (or every one `-l` selects): queued again, it continues from its
+    /// latest checkpoint.
     Resume(ResumeArgs),
-    /// Delete a resource (a running job is cancelled first).
+    /// Delete a resource, or every job `-l` selects (a running job is cancelled first).
     Delete(DeleteArgs),
     /// Print the JSON Schema of the resource types.
     Schema(SchemaArgs),
@@ -150,6 +153,26 @@ pub struct GetArgs {
     /// Output format (table when omitted).
     #[arg(short, long, value_enum)]
     pub output: Option<Output>,
+    /// Only what these labels select, as kubectl's `-l`: `team=nlp`, `tier in (gold,silver)`,
+    /// `team!=nlp`, `!draft`, comma-separated (lists only, not with a NAME).
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub selector: Option<String>,
+    /// A LABELS column (`k=v,k2=v2`) in tables.
+    #[arg(long)]
+    pub show_labels: bool,
+}
+
+/// `-l` and `-A` of the commands that act on jobs: every job the labels select, instead of
+/// one by name.
+#[derive(Debug, Args)]
+pub struct JobSelection {
+    /// Every job these labels select, as kubectl's `-l` (`team=nlp,tier in (gold,silver)`);
+    /// then the target is at most the kind, `jobs`.
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub selector: Option<String>,
+    /// With -l: the selected jobs of every namespace.
+    #[arg(short = 'A', long, requires = "selector")]
+    pub all_namespaces: bool,
 }
 
 /// `ferry describe`.
@@ -183,46 +206,59 @@ pub struct LogsArgs {
 /// `ferry cancel`.
 #[derive(Debug, Args)]
 pub struct CancelArgs {
-    /// `job NAME` or just `NAME`.
-    #[arg(num_args = 1..=2, required = true)]
+    /// `job NAME` or just `NAME`; with -l nothing, or `jobs`.
+    #[arg(num_args = 1..=2, required_unless_present = "selector")]
     pub target: Vec<String>,
     /// Namespace.
     #[arg(short, long, default_value = "default")]
     pub namespace: String,
+    /// Jobs by label instead of by name.
+    #[command(flatten)]
+    pub select: JobSelection,
 }
 
 /// `ferry suspend`.
 #[derive(Debug, Args)]
 pub struct SuspendArgs {
-    /// `job NAME` or just `NAME`.
-    #[arg(num_args = 1..=2, required = true)]
+    /// `job NAME` or just `NAME`; with -l nothing, or `jobs`.
+    #[arg(num_args = 1..=2, required_unless_present = "selector")]
     pub target: Vec<String>,
     /// Namespace.
     #[arg(short, long, default_value = "default")]
     pub namespace: String,
+    /// Jobs by label instead of by name.
+    #[command(flatten)]
+    pub select: JobSelection,
 }
 
 /// `ferry resume`.
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
-    /// `job NAME` or just `NAME`.
-    #[arg(num_args = 1..=2, required = true)]
+    /// `job NAME` or just `NAME`; with -l nothing, or `jobs`.
+    #[arg(num_args = 1..=2, required_unless_present = "selector")]
     pub target: Vec<String>,
     /// Namespace.
     #[arg(short, long, default_value = "default")]
     pub namespace: String,
+    /// Jobs by label instead of by name.
+    #[command(flatten)]
+    pub select: JobSelection,
 }
 
 /// `ferry delete`.
 #[derive(Debug, Args)]
 pub struct DeleteArgs {
-    /// Kind: job, deployment or queue.
+    /// Kind: job, deployment or queue (`jobs` with -l).
     pub kind: String,
-    /// Name.
-    pub name: String,
+    /// Name (none with -l).
+    #[arg(required_unless_present = "selector")]
+    pub name: Option<String>,
     /// Namespace.
     #[arg(short, long, default_value = "default")]
     pub namespace: String,
+    /// Jobs by label instead of by name.
+    #[command(flatten)]
+    pub select: JobSelection,
 }
 
 /// `ferry schema`.

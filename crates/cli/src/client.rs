@@ -33,6 +33,11 @@ impl Client {
         if let Some((json, source)) = body {
             req = req.json(json).header("x-ferry-source", source);
         }
+        self.answer(req).await
+    }
+
+    /// The response to `req` when it succeeded, or the server's one-line error otherwise.
+    async fn answer(&self, req: reqwest::RequestBuilder) -> anyhow::Result<Response> {
         let resp = req.send().await.map_err(|e| {
             let cause = if e.is_connect() {
                 "connection refused".to_owned()
@@ -59,6 +64,21 @@ impl Client {
     /// GET and decode JSON.
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
         self.send(Method::GET, path, None)
+            .await?
+            .json()
+            .await
+            .with_context(|| format!("unreadable answer from {path}"))
+    }
+
+    /// GET with query parameters, each percent-encoded (a label selector holds `=`, `!`, `,`,
+    /// spaces and parentheses), and decode JSON.
+    pub async fn get_query<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> anyhow::Result<T> {
+        let req = self.http.get(format!("{}{path}", self.base)).query(query);
+        self.answer(req)
             .await?
             .json()
             .await

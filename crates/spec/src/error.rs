@@ -71,3 +71,17 @@ fn join_problems(problems: &[FieldError]) -> String {
         .collect::<Vec<_>>()
         .join("; ")
 }
+
+/// Why a label selector string is not a selector: which requirement, what is wrong and the
+/// fix, e.g. `label selector "team in (a,b": requirement 1 has no closing ")"; write key in
+/// (v1,v2)`. Selectors arrive in query strings, so the text is quoted with escapes and cut short.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("label selector {selector}: requirement {requirement} {problem}")]
+pub struct SelectorError {
+    /// The selector as given, quoted, its first 100 characters at most.
+    pub selector: String,
+    /// Which comma-separated requirement is wrong, counted from 1.
+    pub requirement: usize,
+    /// What is wrong with it and how to write it instead.
+    pub problem: String,
+}

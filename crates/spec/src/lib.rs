@@ -15,6 +15,7 @@ mod parse;
 mod priority_class;
 mod queue;
 mod schema;
+mod selector;
 mod train_job;
 mod validate;
 
@@ -22,7 +23,7 @@ pub use deployment::{
     Autoscaling, DEFAULT_SCALE_METRIC, ModelDeployment, ModelDeploymentSpec, ModelDeploymentStatus,
     ScaleProvider, ServeEngine,
 };
-pub use error::{FieldError, SpecError};
+pub use error::{FieldError, SelectorError, SpecError};
 pub use lifecycle::{JobPhase, TransitionError};
 pub use meta::{API_VERSION, ObjectMeta, validate_name};
 pub use metrics_line::{MAX_METRICS_LINE, parse_metrics_line};
@@ -30,6 +31,7 @@ pub use parse::{Resource, ResourceKind, parse_documents, parse_value};
 pub use priority_class::{MAX_PRIORITY_VALUE, PreemptionPolicy, PriorityClass, PriorityClassSpec};
 pub use queue::{FlavorQuota, Queue, QueueSpec, StopPolicy};
 pub use schema::{json_schema, json_schema_all};
+pub use selector::LabelSelector;
 pub use train_job::{
     BUDGET_NO_RESTART, CheckpointSpec, DataFormat, DataSpec, EngineKind, ExportSpec, FailurePolicy,
     LoraSpec, Method, ModelRef, ModelSource, Parallelism, Resources, ResumePolicy, Task, TrainJob,

@@ -62,6 +62,83 @@ pub fn validate_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Longest name part of a label key, and longest label value (Kubernetes' limit).
+const MAX_LABEL_NAME: usize = 63;
+/// Longest DNS-subdomain prefix of a label key.
+const MAX_LABEL_PREFIX: usize = 253;
+
+/// Checks a label key as Kubernetes does (an optional DNS-subdomain prefix and `/`, then a
+/// name), so labels survive the trip to Kubernetes objects and selectors can name them.
+pub(crate) fn validate_label_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        if name.contains('/') {
+            return Err(format!(
+                "may hold one '/', between a prefix and a name (got {key:?}); write prefix/name"
+            ));
+        }
+        if !is_dns_subdomain(prefix) {
+            return Err(format!(
+                "its prefix before '/' must be a DNS subdomain: lowercase letters, digits, '-' and \
+                 '.', at most {MAX_LABEL_PREFIX} characters, such as example.com (got {prefix:?})"
+            ));
+        }
+    }
+    if name.is_empty() {
+        return Err(format!(
+            "needs a name{}; use letters, digits, '-', '_' and '.'",
+            if prefix.is_some() { " after '/'" } else { "" }
+        ));
+    }
+    check_label_word(name).map_err(|why| format!("its name {why}"))
+}
+
+/// Checks a label value as Kubernetes does: empty, or at most 63 letters, digits, `-`, `_`
+/// and `.` that start and end with a letter or digit.
+pub(crate) fn validate_label_value(value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Ok(());
+    }
+    check_label_word(value)
+}
+
+/// The rule label names and values share.
+fn check_label_word(word: &str) -> Result<(), String> {
+    if word.len() > MAX_LABEL_NAME {
+        return Err(format!(
+            "must be at most {MAX_LABEL_NAME} characters (got {}); shorten it",
+            word.len()
+        ));
+    }
+    let inner = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    let ends = word.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && word.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if !ends || !word.chars().all(inner) {
+        return Err(format!(
+            "must be letters, digits, '-', '_' and '.', starting and ending with a letter or \
+             digit (got {word:?})"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `text` is a DNS-1123 subdomain: dot-separated lowercase labels.
+fn is_dns_subdomain(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= MAX_LABEL_PREFIX
+        && text.split('.').all(|label| {
+            !label.is_empty()
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        })
+}
+
 impl ObjectMeta {
     pub(crate) fn validate(&self, problems: &mut Problems) {
         if let Err(msg) = validate_name(&self.name) {
@@ -69,6 +146,15 @@ impl ObjectMeta {
         }
         if let Err(msg) = validate_name(&self.namespace) {
             problems.push("metadata.namespace", msg);
+        }
+        for (key, value) in &self.labels {
+            let path = format!("metadata.labels[{key:?}]");
+            if let Err(msg) = validate_label_key(key) {
+                problems.push(&path, format!("invalid key: {msg}"));
+            }
+            if let Err(msg) = validate_label_value(value) {
+                problems.push(&path, format!("invalid value {value:?}: {msg}"));
+            }
         }
     }
 }
@@ -86,5 +172,56 @@ mod tests {
         assert!(validate_name("a_b").is_err());
         assert!(validate_name(&"a".repeat(64)).is_err());
         assert!(validate_name(&"a".repeat(63)).is_ok());
+    }
+
+    #[test]
+    fn label_keys_follow_kubernetes_qualified_names() {
+        for ok in [
+            "team",
+            "Team_2",
+            "a.b-c",
+            "x",
+            "ferry.dev/sweep",
+            "a-1.example.com/lr",
+        ] {
+            assert_eq!(validate_label_key(ok), Ok(()), "{ok}");
+        }
+        assert!(validate_label_key(&"k".repeat(63)).is_ok());
+        let cases = [
+            ("", "needs a name"),
+            ("bad key", "its name must be letters, digits"),
+            ("-team", "starting and ending with a letter or digit"),
+            ("team.", "starting and ending with a letter or digit"),
+            (
+                "Example.com/x",
+                "its prefix before '/' must be a DNS subdomain",
+            ),
+            ("a..b/x", "its prefix before '/' must be a DNS subdomain"),
+            ("/x", "its prefix before '/' must be a DNS subdomain"),
+            ("a.com/", "needs a name after '/'"),
+            ("a/b/c", "may hold one '/'"),
+        ];
+        for (key, expect) in cases {
+            let err = validate_label_key(key).unwrap_err();
+            assert!(err.contains(expect), "{key:?}: {err}");
+        }
+        let long = "k".repeat(64);
+        assert!(
+            validate_label_key(&long)
+                .unwrap_err()
+                .contains("at most 63 characters (got 64)")
+        );
+        let long_prefix = format!("{}/x", "a".repeat(254));
+        assert!(validate_label_key(&long_prefix).is_err());
+    }
+
+    #[test]
+    fn label_values_may_be_empty() {
+        assert_eq!(validate_label_value(""), Ok(()));
+        assert_eq!(validate_label_value("v1.2_rc-3"), Ok(()));
+        assert!(validate_label_value("a b").is_err());
+        assert!(validate_label_value("a/b").is_err());
+        assert!(validate_label_value("_a").is_err());
+        assert!(validate_label_value(&"v".repeat(64)).is_err());
     }
 }

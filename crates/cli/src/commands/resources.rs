@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, bail};
-use ferry_spec::ResourceKind;
+use ferry_spec::{JobPhase, ResourceKind};
 use reqwest::Method;
 use serde_json::Value;
 
-use crate::args::{CancelArgs, DeleteArgs, DescribeArgs, GetArgs, Output};
+use crate::args::{DeleteArgs, DescribeArgs, GetArgs, JobSelection, Output};
 use crate::client::Client;
 use crate::output::{self, age, cell, time_left};
 use crate::table::Table;
@@ -26,29 +26,80 @@ fn job_path(ns: &str, name: &str) -> String {
     format!("/api/v1/namespaces/{ns}/jobs/{name}")
 }
 
-pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
-    let ns_query = if args.all_namespaces {
-        String::new()
+/// The table's header, with LABELS last under `--show-labels`.
+fn header<'a>(columns: &[&'a str], show_labels: bool) -> Vec<&'a str> {
+    let mut header = columns.to_vec();
+    if show_labels {
+        header.push("LABELS");
+    }
+    header
+}
+
+/// The LABELS cell: `k=v,k2=v2` in key order, `-` for none.
+fn labels_cell(labels: &Value) -> String {
+    let pairs: Vec<String> = labels
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+        .collect();
+    if pairs.is_empty() {
+        "-".into()
     } else {
-        format!("?namespace={}", args.namespace)
-    };
+        pairs.join(",")
+    }
+}
+
+pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
+    if let (Some(name), Some(selector)) = (&args.name, &args.selector) {
+        bail!(
+            "give a name or -l, not both (got {name:?} and -l {selector:?}); `ferry get {} -l \
+             SELECTOR` lists what the labels select",
+            args.kind
+        );
+    }
+    // A list's query: the namespace unless -A, the selector with -l.
+    let mut query: Vec<(&str, &str)> = Vec::new();
+    if !args.all_namespaces {
+        query.push(("namespace", &args.namespace));
+    }
+    if let Some(selector) = &args.selector {
+        query.push(("labelSelector", selector));
+    }
+    let show_labels = args.show_labels;
     match args.kind.to_ascii_lowercase().as_str() {
         "models" | "model" => {
-            let models: Vec<Value> = client.get("/api/v1/models").await?;
+            let selector: Vec<_> = query
+                .into_iter()
+                .filter(|(k, _)| *k != "namespace")
+                .collect();
+            let models: Vec<Value> = client.get_query("/api/v1/models", &selector).await?;
             if !output::structured(&models, args.output)? {
-                let mut t = Table::new(&["NAME", "FORMAT", "PATH", "SOURCE JOB", "AGE"]);
+                let columns = ["NAME", "FORMAT", "PATH", "SOURCE JOB", "AGE"];
+                let mut t = Table::new(&header(&columns, show_labels));
                 for m in &models {
-                    t.row(vec![
+                    let mut row = vec![
                         cell(&m["name"]),
                         cell(&m["format"]),
                         cell(&m["path"]),
                         cell(&m["sourceJobUid"]),
                         age(m["createdAt"].as_str()),
-                    ]);
+                    ];
+                    if show_labels {
+                        // A registered model carries no labels.
+                        row.push(labels_cell(&Value::Null));
+                    }
+                    t.row(row);
                 }
                 print!("{}", t.render());
             }
             return Ok(());
+        }
+        "gpus" | "gpu" if args.selector.is_some() || show_labels => {
+            bail!(
+                "GPUs carry no labels; -l and --show-labels are for jobs, deployments, queues, \
+                 priorityclasses and models"
+            );
         }
         "gpus" | "gpu" => {
             let inv: Value = client.get("/api/v1/gpus").await?;
@@ -81,7 +132,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
     if kind == ResourceKind::TrainJob {
         let jobs: Vec<Value> = match &args.name {
             Some(name) => vec![client.get(&job_path(&args.namespace, name)).await?],
-            None => client.get(&format!("/api/v1/jobs{ns_query}")).await?,
+            None => client.get_query("/api/v1/jobs", &query).await?,
         };
         if output::structured(&jobs, args.output)? {
             return Ok(());
@@ -95,6 +146,9 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
             header.extend([
                 "ENGINE", "RANKS", "ATTEMPT", "STEP", "LOSS", "STARTS", "LEFT", "MESSAGE",
             ]);
+        }
+        if show_labels {
+            header.push("LABELS");
         }
         let mut t = Table::new(&header);
         for j in &jobs {
@@ -127,6 +181,9 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     cell(&status["message"]),
                 ]);
             }
+            if show_labels {
+                row.push(labels_cell(&j["metadata"]["labels"]));
+            }
             t.row(row);
         }
         print!("{}", t.render());
@@ -139,12 +196,12 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                 .await?,
         ],
         // Every queue and priority class, whatever -n says.
-        None if kind.is_cluster_scoped() => {
-            client.get(&format!("/api/v1/{}", kind.plural())).await?
-        }
         None => {
+            if kind.is_cluster_scoped() {
+                query.retain(|(k, _)| *k != "namespace");
+            }
             client
-                .get(&format!("/api/v1/{}{ns_query}", kind.plural()))
+                .get_query(&format!("/api/v1/{}", kind.plural()), &query)
                 .await?
         }
     };
@@ -152,8 +209,8 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
     if output::structured(&docs, args.output)? {
         return Ok(());
     }
-    let mut t = match kind {
-        ResourceKind::ModelDeployment => Table::new(&[
+    let columns: &[&str] = match kind {
+        ResourceKind::ModelDeployment => &[
             "NAME",
             "MODEL",
             "ENGINE",
@@ -161,20 +218,21 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
             "PHASE",
             "ENDPOINTS",
             "AGE",
-        ]),
-        ResourceKind::PriorityClass => Table::new(&[
+        ],
+        ResourceKind::PriorityClass => &[
             "NAME",
             "VALUE",
             "PREEMPTION",
             "SOURCE",
             "DESCRIPTION",
             "AGE",
-        ]),
-        _ => Table::new(&[
+        ],
+        _ => &[
             "NAME", "STATE", "COHORT", "QUOTAS", "WEIGHT", "USED", "BORROWED", "RUNNING",
             "PENDING", "AGE",
-        ]),
+        ],
     };
+    let mut t = Table::new(&header(columns, show_labels));
     for o in &objects {
         let spec = &o["doc"]["spec"];
         let name = cell(&o["name"]);
@@ -185,7 +243,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
         } else {
             age(o["createdAt"].as_str())
         };
-        match kind {
+        let mut row = match kind {
             ResourceKind::ModelDeployment => {
                 let m = &spec["model"];
                 let model = [&m["id"], &m["path"], &m["artifact"], &m["preset"]]
@@ -201,7 +259,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     .map(cell)
                     .collect::<Vec<_>>()
                     .join(",");
-                t.row(vec![
+                vec![
                     name,
                     model,
                     cell(&spec["engine"]),
@@ -213,10 +271,10 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     cell(&status["phase"]),
                     endpoints,
                     created,
-                ]);
+                ]
             }
             ResourceKind::PriorityClass => {
-                t.row(vec![
+                vec![
                     name,
                     cell(&spec["value"]),
                     spec["preemptionPolicy"]
@@ -226,7 +284,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     if built_in { "ferry up" } else { "applied" }.to_owned(),
                     cell(&spec["description"]),
                     created,
-                ]);
+                ]
             }
             _ => {
                 let quotas = spec["quotas"]
@@ -236,7 +294,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     .map(|q| format!("{}={}", cell(&q["flavor"]), cell(&q["nominal"])))
                     .collect::<Vec<_>>()
                     .join(",");
-                t.row(vec![
+                vec![
                     name,
                     cell(&o["doc"]["status"]["state"]),
                     cell(&spec["cohort"]),
@@ -247,9 +305,13 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     cell(&o["doc"]["status"]["running"]),
                     cell(&o["doc"]["status"]["pending"]),
                     created,
-                ]);
+                ]
             }
+        };
+        if show_labels {
+            row.push(labels_cell(&o["doc"]["metadata"]["labels"]));
         }
+        t.row(row);
     }
     print!("{}", t.render());
     Ok(())
@@ -491,27 +553,174 @@ fn job_name<'a>(action: &str, target: &'a [String]) -> anyhow::Result<&'a str> {
     }
 }
 
-pub async fn cancel(client: &Client, args: CancelArgs) -> anyhow::Result<()> {
-    job_action(client, "cancel", &args.target, &args.namespace).await
+/// Checks what `ferry ACTION -l SELECTOR` was given besides: nothing, or the kind `jobs`.
+fn check_selected_target(action: &str, target: &[&str]) -> anyhow::Result<()> {
+    let kind = target.first().and_then(|k| ResourceKind::from_name(k));
+    match (kind, target) {
+        (_, []) | (Some(ResourceKind::TrainJob), [_]) => Ok(()),
+        (Some(kind), [given, ..]) if kind != ResourceKind::TrainJob => bail!(
+            "`ferry {action} -l` acts on jobs only (got {given:?}); use `ferry {action} jobs -l \
+             SELECTOR`"
+        ),
+        (_, [.., name]) => bail!(
+            "give a name or -l, not both (got {name:?}); `ferry {action} jobs -l SELECTOR` acts \
+             on every job the labels select"
+        ),
+    }
 }
 
-/// `ferry cancel|suspend|resume job NAME`: posts the action and prints the job's phase after it.
+/// The jobs `-l` selects: in `namespace`, or in every namespace with `-A`.
+async fn selected_jobs(
+    client: &Client,
+    selector: &str,
+    namespace: &str,
+    all_namespaces: bool,
+) -> anyhow::Result<Vec<Value>> {
+    let mut query = vec![("labelSelector", selector)];
+    if !all_namespaces {
+        query.push(("namespace", namespace));
+    }
+    client.get_query("/api/v1/jobs", &query).await
+}
+
+/// `no jobs match …`: what a bulk command says when the selector picks nothing.
+fn none_selected(selector: &str, namespace: &str, all_namespaces: bool) -> String {
+    if all_namespaces {
+        format!("no jobs match {selector:?} in any namespace")
+    } else {
+        format!("no jobs match {selector:?} in namespace {namespace}")
+    }
+}
+
+/// How a bulk command names one job in its lines: `trainjob/NAME`, with the namespace under -A.
+fn job_label(job: &Value, all_namespaces: bool) -> String {
+    let name = cell(&job["metadata"]["name"]);
+    if all_namespaces {
+        format!(
+            "trainjob/{name} (namespace {})",
+            cell(&job["metadata"]["namespace"])
+        )
+    } else {
+        format!("trainjob/{name}")
+    }
+}
+
+/// A listed job's phase.
+fn phase_of(job: &Value) -> Option<JobPhase> {
+    serde_json::from_value(job["status"]["phase"].clone()).ok()
+}
+
+/// Why a job `-l` selected is left out of `action`, by the phase it was listed in: a finished
+/// job has nothing to cancel or suspend, a job not suspended nothing to resume. The control
+/// plane still decides: a job whose phase changes after the listing gets its own answer.
+fn nothing_to_do(action: &str, phase: Option<JobPhase>) -> Option<String> {
+    let phase = phase?;
+    match action {
+        "resume" if phase != JobPhase::Suspended => Some(format!("not suspended ({phase})")),
+        _ if phase.is_terminal() => Some(format!("already finished ({phase})")),
+        _ => None,
+    }
+}
+
+/// `ferry cancel|suspend|resume job NAME`: posts the action and prints the job's phase after
+/// it. With `-l`, the same for every selected job, one line each; the jobs that fail are
+/// named and the others still acted on, and the command fails at the end.
 pub async fn job_action(
     client: &Client,
     action: &str,
     target: &[String],
     namespace: &str,
+    select: &JobSelection,
 ) -> anyhow::Result<()> {
-    let name = job_name(action, target)?;
-    let path = format!("{}/{action}", job_path(namespace, name));
-    let job: Value = client.post(&path, &Value::Null, action).await?;
-    println!(
-        "trainjob/{name} {}",
-        cell(&job["status"]["phase"]).to_lowercase()
-    );
+    let act = |ns: String, name: String| async move {
+        let path = format!("{}/{action}", job_path(&ns, &name));
+        let job: Value = client.post(&path, &Value::Null, action).await?;
+        anyhow::Ok(cell(&job["status"]["phase"]).to_lowercase())
+    };
+    let Some(selector) = &select.selector else {
+        let name = job_name(action, target)?;
+        let phase = act(namespace.to_owned(), name.to_owned()).await?;
+        println!("trainjob/{name} {phase}");
+        return Ok(());
+    };
+    let target: Vec<&str> = target.iter().map(String::as_str).collect();
+    check_selected_target(action, &target)?;
+    let all = select.all_namespaces;
+    let jobs = selected_jobs(client, selector, namespace, all).await?;
+    if jobs.is_empty() {
+        println!("{}", none_selected(selector, namespace, all));
+        return Ok(());
+    }
+    let mut failed = 0;
+    for job in &jobs {
+        let label = job_label(job, all);
+        if let Some(why) = nothing_to_do(action, phase_of(job)) {
+            println!("{label} skipped: {why}");
+            continue;
+        }
+        let (ns, name) = (
+            cell(&job["metadata"]["namespace"]),
+            cell(&job["metadata"]["name"]),
+        );
+        match act(ns, name).await {
+            Ok(phase) => println!("{label} {phase}"),
+            Err(e) => {
+                eprintln!("error: {label}: {e}");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        bail!(
+            "{failed} of the {} selected jobs failed to {action}",
+            jobs.len()
+        );
+    }
     Ok(())
 }
 
+/// Asks the control plane to cancel `job` unless it has finished: a job is deleted only once
+/// it has ended.
+async fn cancel_before_delete(client: &Client, job: &Value) -> anyhow::Result<()> {
+    if phase_of(job).is_some_and(JobPhase::is_terminal) {
+        return Ok(());
+    }
+    let path = job_path(
+        &cell(&job["metadata"]["namespace"]),
+        &cell(&job["metadata"]["name"]),
+    );
+    let _: Value = client
+        .post(&format!("{path}/cancel"), &Value::Null, "delete")
+        .await?;
+    Ok(())
+}
+
+/// Deletes an ended (or cancelled) job, waiting while its ranks stop (SIGTERM, grace, SIGKILL).
+async fn delete_when_stopped(client: &Client, job: &Value) -> anyhow::Result<()> {
+    let path = job_path(
+        &cell(&job["metadata"]["namespace"]),
+        &cell(&job["metadata"]["name"]),
+    );
+    let grace = job["spec"]["onFailure"]["graceSeconds"]
+        .as_f64()
+        .unwrap_or(30.0);
+    let deadline = std::time::Instant::now() + Duration::from_secs_f64(grace + 15.0);
+    loop {
+        match client.send(Method::DELETE, &path, None).await {
+            Ok(_) => return Ok(()),
+            Err(e)
+                if std::time::Instant::now() < deadline
+                    && e.to_string().contains("still stopping") =>
+            {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `ferry delete KIND NAME`, or `ferry delete jobs -l SELECTOR`: a job not finished is
+/// cancelled first (all selected ones before any is waited for).
 pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
     let kind = ResourceKind::from_name(&args.kind).ok_or_else(|| {
         anyhow!(
@@ -519,37 +728,67 @@ pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
             args.kind
         )
     })?;
-    let (ns, name) = (&args.namespace, &args.name);
+    let ns = &args.namespace;
+    if let Some(selector) = &args.select.selector {
+        let mut target = vec![args.kind.as_str()];
+        target.extend(args.name.as_deref());
+        check_selected_target("delete", &target)?;
+        return delete_selected(client, selector, ns, args.select.all_namespaces).await;
+    }
+    let Some(name) = &args.name else {
+        bail!("give the name to delete: `ferry delete {} NAME`", args.kind);
+    };
     if kind == ResourceKind::TrainJob {
-        let path = job_path(ns, name);
-        let job: Value = client.get(&path).await?;
-        let phase = cell(&job["status"]["phase"]);
-        if !matches!(phase.as_str(), "Succeeded" | "Failed" | "Cancelled") {
-            let _: Value = client
-                .post(&format!("{path}/cancel"), &Value::Null, "delete")
-                .await?;
-        }
-        // Wait for the ranks to stop (SIGTERM, grace, SIGKILL) before deleting.
-        let grace = job["spec"]["onFailure"]["graceSeconds"]
-            .as_f64()
-            .unwrap_or(30.0);
-        let deadline = std::time::Instant::now() + Duration::from_secs_f64(grace + 15.0);
-        loop {
-            match client.send(Method::DELETE, &path, None).await {
-                Ok(_) => break,
-                Err(e)
-                    if std::time::Instant::now() < deadline
-                        && e.to_string().contains("still stopping") =>
-                {
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let job: Value = client.get(&job_path(ns, name)).await?;
+        cancel_before_delete(client, &job).await?;
+        delete_when_stopped(client, &job).await?;
         println!("trainjob/{name} deleted");
         return Ok(());
     }
     client.delete(&object_path(kind, ns, name)).await?;
     println!("{}/{name} deleted", kind.as_str().to_lowercase());
+    Ok(())
+}
+
+/// `ferry delete jobs -l SELECTOR`: every selected job cancelled unless finished, then each
+/// deleted once its ranks have stopped; one line per job, failing at the end if any failed.
+async fn delete_selected(
+    client: &Client,
+    selector: &str,
+    namespace: &str,
+    all: bool,
+) -> anyhow::Result<()> {
+    let jobs = selected_jobs(client, selector, namespace, all).await?;
+    if jobs.is_empty() {
+        println!("{}", none_selected(selector, namespace, all));
+        return Ok(());
+    }
+    let mut failed = 0;
+    let mut cancelled = Vec::new();
+    for job in &jobs {
+        match cancel_before_delete(client, job).await {
+            Ok(()) => cancelled.push(job),
+            Err(e) => {
+                eprintln!("error: {}: {e}", job_label(job, all));
+                failed += 1;
+            }
+        }
+    }
+    for job in cancelled {
+        let label = job_label(job, all);
+        match delete_when_stopped(client, job).await {
+            Ok(()) => println!("{label} deleted"),
+            Err(e) => {
+                eprintln!("error: {label}: {e}");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        bail!(
+            "{failed} of the {} selected jobs failed to delete",
+            jobs.len()
+        );
+    }
     Ok(())
 }

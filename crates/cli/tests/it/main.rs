@@ -6,6 +6,7 @@ mod control_plane;
 mod convert;
 mod gateway;
 mod harness;
+mod labels;
 mod launchers;
 mod preemption;
 mod serve;

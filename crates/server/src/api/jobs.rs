@@ -11,7 +11,7 @@ use ferry_spec::{JobPhase, TrainJob};
 use ferry_store::{Event, JobFilter, JobRecord, MetricRow, StatusPatch, StoreError};
 use serde::Deserialize;
 
-use super::NamespaceQuery;
+use super::ListQuery;
 use crate::error::ApiError;
 use crate::reconcile;
 use crate::state::ControlPlane;
@@ -63,10 +63,12 @@ fn estimated_completion(plane: &ControlPlane, rec: &JobRecord) -> Option<String>
     Some(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
 }
 
+/// `GET /api/v1/jobs?namespace=NS&labelSelector=SEL`.
 pub(crate) async fn list(
     State(plane): State<ControlPlane>,
-    Query(q): Query<NamespaceQuery>,
+    Query(q): Query<ListQuery>,
 ) -> Result<Json<Vec<TrainJob>>, ApiError> {
+    let selector = q.selector()?;
     let jobs = plane
         .store()
         .list_jobs(&JobFilter {
@@ -75,7 +77,10 @@ pub(crate) async fn list(
         })
         .await?;
     let mut out = Vec::with_capacity(jobs.len());
-    for rec in &jobs {
+    for rec in jobs
+        .iter()
+        .filter(|rec| selector.matches(&rec.job.metadata.labels))
+    {
         out.push(with_progress(&plane, rec).await?);
     }
     Ok(Json(out))

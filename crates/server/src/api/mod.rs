@@ -7,9 +7,13 @@ mod openapi;
 #[cfg(test)]
 pub(crate) mod tests;
 
+use std::collections::BTreeMap;
+
 use axum::Router;
 use axum::routing::{get, post};
+use ferry_spec::LabelSelector;
 
+use crate::error::ApiError;
 use crate::state::ControlPlane;
 
 /// The control plane's HTTP routes.
@@ -62,8 +66,30 @@ pub fn router(plane: ControlPlane) -> Router {
         .with_state(plane)
 }
 
-/// `?namespace=` filter shared by list routes.
+/// `?namespace=` and `?labelSelector=`, the filters every list route takes.
 #[derive(Debug, serde::Deserialize)]
-pub(crate) struct NamespaceQuery {
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ListQuery {
+    /// Only this namespace's objects (ignored where a kind is named across namespaces).
     pub(crate) namespace: Option<String>,
+    /// Only the objects whose labels match, in Kubernetes' selector syntax.
+    label_selector: Option<String>,
+}
+
+impl ListQuery {
+    /// The `labelSelector` parsed (an absent one selects everything); one that does not parse
+    /// is a 400 whose message is the parse error.
+    pub(crate) fn selector(&self) -> Result<LabelSelector, ApiError> {
+        match &self.label_selector {
+            None => Ok(LabelSelector::default()),
+            Some(text) => {
+                LabelSelector::parse(text).map_err(|e| ApiError::bad_request(e.to_string()))
+            }
+        }
+    }
+}
+
+/// The labels of a stored document (`metadata.labels`; none when it has none).
+pub(crate) fn doc_labels(doc: &serde_json::Value) -> BTreeMap<String, String> {
+    serde_json::from_value(doc["metadata"]["labels"].clone()).unwrap_or_default()
 }

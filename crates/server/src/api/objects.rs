@@ -6,7 +6,7 @@ use axum::extract::{Path, Query, State};
 use ferry_spec::ResourceKind;
 use ferry_store::{ModelRecord, ObjectRecord, StoreError};
 
-use super::NamespaceQuery;
+use super::{ListQuery, doc_labels};
 use crate::error::ApiError;
 use crate::scope;
 use crate::serving;
@@ -48,12 +48,14 @@ fn with_status(plane: &ControlPlane, record: ObjectRecord) -> ObjectRecord {
     crate::queue_view::with_status(plane, serving::with_status(plane, record))
 }
 
+/// `GET /api/v1/{kind}?namespace=NS&labelSelector=SEL`.
 pub(crate) async fn list(
     State(plane): State<ControlPlane>,
     Path(kind): Path<String>,
-    Query(q): Query<NamespaceQuery>,
+    Query(q): Query<ListQuery>,
 ) -> Result<Json<Vec<ObjectRecord>>, ApiError> {
     let kind = object_kind(&kind)?;
+    let selector = q.selector()?;
     // Queues and priority classes are named across namespaces: all of them, always.
     let namespace = q.namespace.as_deref().filter(|_| !kind.is_cluster_scoped());
     let mut records = plane.store().list_objects(kind.as_str(), namespace).await?;
@@ -66,6 +68,7 @@ pub(crate) async fn list(
     Ok(Json(
         records
             .into_iter()
+            .filter(|r| selector.matches(&doc_labels(&r.doc)))
             .map(|r| with_status(&plane, r))
             .collect(),
     ))
@@ -148,10 +151,18 @@ async fn remove(
     }
 }
 
+/// `GET /api/v1/models?labelSelector=SEL`. A registered model carries no labels, so a
+/// selector is checked against none: `!key` and `key!=v` keep every model, `key=v` none.
 pub(crate) async fn models(
     State(plane): State<ControlPlane>,
+    Query(q): Query<ListQuery>,
 ) -> Result<Json<Vec<ModelRecord>>, ApiError> {
-    Ok(Json(plane.store().list_models().await?))
+    let selector = q.selector()?;
+    let mut models = plane.store().list_models().await?;
+    if !selector.matches(&Default::default()) {
+        models.clear();
+    }
+    Ok(Json(models))
 }
 
 pub(crate) async fn gpus(State(plane): State<ControlPlane>) -> Json<ferry_runtime::Inventory> {

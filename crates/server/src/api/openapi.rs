@@ -59,6 +59,14 @@ pub(crate) fn build() -> Value {
             .map(ResourceKind::plural)
             .collect(),
     );
+    let namespace_query = json!({"name": "namespace", "in": "query", "schema": {"type": "string"}});
+    let selector = json!({"name": "labelSelector", "in": "query", "schema": {"type": "string"},
+        "description": "Only objects whose metadata.labels match, in Kubernetes' selector syntax: \
+            comma-separated requirements, all of which must hold: key=value, key==value, key!=value, \
+            key in (v1,v2), key notin (v1,v2), key (exists), !key (absent). != and notin also \
+            match objects without the key. A selector that does not parse is a 400 naming the \
+            requirement and the fix.",
+        "example": "team=nlp,tier in (gold,silver),!draft"});
     let ok = |description: &str, schema: Value| json!({"description": description, "content": {"application/json": {"schema": schema}}});
     json!({
         "openapi": "3.1.0",
@@ -76,8 +84,8 @@ pub(crate) fn build() -> Value {
                     {"type": "array"}]}}}},
                 "responses": {"200": ok("what was applied", json!({"type": "array"})), "400": err, "409": err, "422": err}}},
             "/api/v1/jobs": {"get": {"summary": "List jobs",
-                "parameters": [{"name": "namespace", "in": "query", "schema": {"type": "string"}}],
-                "responses": {"200": ok("jobs with status", json!({"type": "array", "items": job_ref}))}}},
+                "parameters": [namespace_query, selector],
+                "responses": {"200": ok("jobs with status", json!({"type": "array", "items": job_ref})), "400": err}}},
             "/api/v1/namespaces/{ns}/jobs/{name}": {
                 "get": {"summary": "One job with status and progress", "parameters": [ns, name],
                         "responses": {"200": ok("the job", job_ref.clone()), "404": err}},
@@ -102,8 +110,8 @@ pub(crate) fn build() -> Value {
             "/api/v1/{kind}": {"get": {"summary": "List deployments, queues or priority classes (these with ferry up's own)",
                 "description": "Queues and priority classes are named across namespaces: all are listed, whatever `namespace` says.",
                 "parameters": [{"name": "kind", "in": "path", "required": true, "schema": {"enum": ["deployments", "queues", "priorityclasses"]}},
-                               {"name": "namespace", "in": "query", "schema": {"type": "string"}}],
-                "responses": {"200": ok("objects", json!({"type": "array"})), "404": err}}},
+                               namespace_query, selector],
+                "responses": {"200": ok("objects", json!({"type": "array"})), "400": err, "404": err}}},
             "/api/v1/namespaces/{ns}/{kind}/{name}": {
                 "get": {"summary": "One deployment, queue or priority class (queues and priority classes: any ns)",
                         "parameters": [ns, object_kind, name], "responses": {"200": ok("the object", json!({"type": "object"})), "404": err}},
@@ -114,7 +122,9 @@ pub(crate) fn build() -> Value {
                         "parameters": [cluster_kind, name], "responses": {"200": ok("the object", json!({"type": "object"})), "404": err}},
                 "delete": {"summary": "Delete a queue or priority class (ferry up's own classes cannot be deleted: 409)",
                            "parameters": [cluster_kind, name], "responses": {"200": ok("deleted", json!({"type": "object"})), "404": err, "409": err}}},
-            "/api/v1/models": {"get": {"summary": "Registered models", "responses": {"200": ok("models", json!({"type": "array"}))}}},
+            "/api/v1/models": {"get": {"summary": "Registered models",
+                "description": "A model carries no labels: a labelSelector is checked against none (`!key` keeps every model, `key=value` none).",
+                "parameters": [selector], "responses": {"200": ok("models", json!({"type": "array"})), "400": err}}},
             "/api/v1/gpus": {"get": {"summary": "GPU inventory", "responses": {"200": ok("inventory", json!({"type": "object"}))}}}
         },
         "components": {"schemas": schemas}
@@ -168,6 +178,25 @@ mod tests {
             &doc["paths"]["/api/v1/{kind}/{name}"]["get"]["parameters"][0]["schema"]["enum"];
         assert_eq!(kinds, &json!(["queues", "priorityclasses"]));
         assert!(doc["paths"]["/api/v1/namespaces/{ns}/{kind}/{name}"]["delete"].is_object());
+    }
+
+    #[test]
+    fn every_list_route_takes_a_label_selector() {
+        let doc = build();
+        for path in ["/api/v1/jobs", "/api/v1/{kind}", "/api/v1/models"] {
+            let list = &doc["paths"][path]["get"];
+            let names: Vec<&Value> = list["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| &p["name"])
+                .collect();
+            assert!(
+                names.contains(&&json!("labelSelector")),
+                "{path}: {names:?}"
+            );
+            assert!(list["responses"]["400"].is_object(), "{path}");
+        }
     }
 
     fn collect_refs(v: &Value, out: &mut Vec<String>) {

@@ -175,3 +175,136 @@ async fn a_built_in_class_is_found_by_name_and_cannot_be_deleted() {
     assert_eq!(high["doc"]["spec"]["value"], 100, "{high}");
     assert_eq!(high["doc"]["status"]["builtIn"], true, "{high}");
 }
+
+/// A suspended command job (it never launches) in `namespace` with `labels`.
+fn labelled_job(name: &str, namespace: &str, labels: Value) -> Value {
+    json!({
+        "apiVersion": "ferry.dev/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"engine": "command", "command": ["true"], "suspend": true},
+    })
+}
+
+/// `?labelSelector=` with the selector percent-encoded, as a client sends it.
+fn selecting(path: &str, selector: &str) -> String {
+    let encoded: String = selector
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let join = if path.contains('?') { '&' } else { '?' };
+    format!("{path}{join}labelSelector={encoded}")
+}
+
+/// The names a list answer holds, sorted (jobs carry theirs in `metadata`, objects and models
+/// at the top).
+fn names(listed: &Value) -> Vec<String> {
+    let mut names: Vec<String> = listed
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {listed}"))
+        .iter()
+        .map(|o| {
+            o.get("metadata")
+                .map_or(&o["name"], |m| &m["name"])
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn lists_keep_only_what_the_label_selector_matches() {
+    let home = tempfile::tempdir().unwrap();
+    let plane = plane_in(home.path()).await;
+    let app = super::router(plane.clone());
+    let mut nlp_queue = queue("default", 1);
+    nlp_queue["metadata"]["labels"] = json!({"team": "nlp"});
+    let batch = json!([
+        labelled_job("a", "default", json!({"team": "nlp", "tier": "gold"})),
+        labelled_job("b", "default", json!({"team": "nlp"})),
+        labelled_job("c", "other", json!({"team": "vision", "tier": "bronze"})),
+        labelled_job("d", "default", json!({})),
+        nlp_queue,
+    ]);
+    let (status, applied) = call(&app, "POST", "/api/v1/apply", Some(batch)).await;
+    assert_eq!(status, StatusCode::OK, "{applied}");
+    plane
+        .store()
+        .register_model(&ferry_store::ModelRecord::new("m", "/models/m", "peft"))
+        .await
+        .unwrap();
+
+    let cases = [
+        ("/api/v1/jobs", "team=nlp", vec!["a", "b"]),
+        ("/api/v1/jobs", "team==nlp,tier=gold", vec!["a"]),
+        ("/api/v1/jobs", "team in (nlp, vision)", vec!["a", "b", "c"]),
+        ("/api/v1/jobs", "team!=nlp", vec!["c", "d"]),
+        ("/api/v1/jobs", "tier notin (gold)", vec!["b", "c", "d"]),
+        ("/api/v1/jobs", "tier", vec!["a", "c"]),
+        ("/api/v1/jobs", "!tier", vec!["b", "d"]),
+        ("/api/v1/jobs", "", vec!["a", "b", "c", "d"]),
+        ("/api/v1/jobs?namespace=default", "team!=nlp", vec!["d"]),
+        ("/api/v1/queues", "team=nlp", vec!["a"]),
+        ("/api/v1/queues", "!team", vec!["default"]),
+        ("/api/v1/priorityclasses", "team", vec![]),
+        ("/api/v1/models", "team=nlp", vec![]),
+        ("/api/v1/models", "!team", vec!["m"]),
+    ];
+    for (path, selector, expect) in cases {
+        let uri = selecting(path, selector);
+        let (status, listed) = call(&app, "GET", &uri, None).await;
+        assert_eq!(status, StatusCode::OK, "{uri}: {listed}");
+        assert_eq!(names(&listed), expect, "{uri}");
+    }
+    // Without a selector, everything (ferry up's own queue too).
+    let (_, listed) = call(&app, "GET", "/api/v1/queues", None).await;
+    assert_eq!(names(&listed), ["a", "default"]);
+
+    for path in [
+        "/api/v1/jobs",
+        "/api/v1/jobs?namespace=default",
+        "/api/v1/deployments",
+        "/api/v1/queues",
+        "/api/v1/models",
+    ] {
+        let uri = selecting(path, "team in (a");
+        let (status, err) = call(&app, "GET", &uri, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {err}");
+        assert_eq!(err["error"]["code"], "bad_request", "{uri}: {err}");
+        assert_eq!(
+            err["error"]["message"],
+            r#"label selector "team in (a": requirement 1 has no closing ")"; write key in (v1,v2)"#,
+            "{uri}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_bad_label_is_refused_at_apply_naming_it() {
+    let home = tempfile::tempdir().unwrap();
+    let app = super::router(plane_in(home.path()).await);
+    let job = labelled_job("a", "default", json!({"bad key": "x", "team": "-nlp"}));
+    let (status, err) = call(&app, "POST", "/api/v1/apply", Some(job)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    let fields: Vec<&Value> = err["error"]["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["field"])
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            &json!("metadata.labels[\"bad key\"]"),
+            &json!("metadata.labels[\"team\"]")
+        ],
+        "{err}"
+    );
+    let (_, listed) = call(&app, "GET", "/api/v1/jobs", None).await;
+    assert_eq!(listed, json!([]));
+}

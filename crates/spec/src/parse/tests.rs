@@ -70,6 +70,28 @@ fn negative_gpus_name_the_field_and_the_fix() {
 }
 
 #[test]
+fn bad_label_keys_and_values_name_the_label() {
+    let text = HELLO.replace(
+        "metadata: {name: hello}",
+        "metadata: {name: hello, labels: {team: nlp, bad key: x, tier: a b}}",
+    );
+    assert_eq!(
+        problems(&text),
+        [
+            "metadata.labels[\"bad key\"]: invalid key: its name must be letters, digits, '-', \
+             '_' and '.', starting and ending with a letter or digit (got \"bad key\")",
+            "metadata.labels[\"tier\"]: invalid value \"a b\": must be letters, digits, '-', \
+             '_' and '.', starting and ending with a letter or digit (got \"a b\")",
+        ]
+    );
+    let ok = HELLO.replace(
+        "metadata: {name: hello}",
+        "metadata: {name: hello, labels: {ferry.dev/sweep: lr-3, draft: ''}}",
+    );
+    assert!(parse_documents(&ok, "job.yaml").is_ok());
+}
+
+#[test]
 fn unknown_fields_suggest_the_closest_name() {
     let p = problems(&HELLO.replace("gpusPerNode: 0", "gpusPerNod: 0"));
     assert_eq!(
