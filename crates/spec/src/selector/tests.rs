@@ -265,3 +265,25 @@ proptest! {
         prop_assert_eq!(LabelSelector::parse(&printed), Ok(selector), "{}", printed);
     }
 }
+
+/// The fuzzer's checked-in seeds: `ok_*` parse and print back to themselves as parsed,
+/// `err_*` are refused; none panics.
+#[test]
+fn the_fuzz_seed_corpus_parses_as_named() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/selector");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let parsed = LabelSelector::parse(&text);
+        if name.starts_with("ok_") {
+            let s = parsed.unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(LabelSelector::parse(&s.to_string()), Ok(s), "{name}");
+        } else {
+            assert!(name.starts_with("err_") && parsed.is_err(), "{name}");
+        }
+        n += 1;
+    }
+    assert!(n >= 9, "seeds under {}", root.display());
+}
