@@ -137,7 +137,7 @@ pub enum Output {
 /// `ferry get`.
 #[derive(Debug, Args)]
 pub struct GetArgs {
-    /// What to list: jobs, deployments, queues, models, gpus.
+    /// What to list: jobs, deployments, queues, priorityclasses, sweeps, models, gpus.
     pub kind: String,
     /// One resource by name.
     pub name: Option<String>,
@@ -155,7 +155,7 @@ pub struct GetArgs {
 /// `ferry describe`.
 #[derive(Debug, Args)]
 pub struct DescribeArgs {
-    /// Kind: job, deployment or queue.
+    /// Kind: job, deployment, queue, priorityclass or sweep.
     pub kind: String,
     /// Name.
     pub name: String,
@@ -216,7 +216,7 @@ pub struct ResumeArgs {
 /// `ferry delete`.
 #[derive(Debug, Args)]
 pub struct DeleteArgs {
-    /// Kind: job, deployment or queue.
+    /// Kind: job, deployment, queue, priorityclass or sweep (its jobs are cancelled and deleted with it).
     pub kind: String,
     /// Name.
     pub name: String,
@@ -228,7 +228,7 @@ pub struct DeleteArgs {
 /// `ferry schema`.
 #[derive(Debug, Args)]
 pub struct SchemaArgs {
-    /// One kind (TrainJob, ModelDeployment, Queue); all when omitted.
+    /// One kind (TrainJob, ModelDeployment, Queue, PriorityClass, Sweep); all when omitted.
     pub kind: Option<String>,
 }
 

@@ -10,3 +10,4 @@ mod launchers;
 mod preemption;
 mod serve;
 mod sim;
+mod sweep;
