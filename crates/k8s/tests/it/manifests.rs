@@ -389,9 +389,17 @@ spec:
     let command =
         |i: usize| jobs[i]["spec"]["template"]["spec"]["containers"][0]["command"].to_string();
     // lora.rank varies slowest, train.lr fastest.
-    assert!(command(1).contains("--learning_rate 2e-4"), "{}", command(1));
+    assert!(
+        command(1).contains("--learning_rate 2e-4"),
+        "{}",
+        command(1)
+    );
     assert!(command(1).contains("--lora_r 8 "), "{}", command(1));
-    assert!(command(2).contains("--learning_rate 1e-4"), "{}", command(2));
+    assert!(
+        command(2).contains("--learning_rate 1e-4"),
+        "{}",
+        command(2)
+    );
     assert!(command(2).contains("--lora_r 32 "), "{}", command(2));
     let warnings = ferry_k8s::warnings(&resources);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
