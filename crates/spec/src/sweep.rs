@@ -302,8 +302,8 @@ impl Sweep {
         }
         let mut template = serde_json::to_value(&spec.template.spec).unwrap_or_default();
         if let Value::Object(m) = &mut template {
-            // What the parameters leave alone stays as the user wrote it; `suspend` is the
-            // sweep's, set per job below.
+            // The template as parsed (defaults filled in) is what the parameters are set on;
+            // `suspend` is the sweep's, set per job below.
             m.remove("suspend");
         }
         let mut jobs = Vec::with_capacity(count);
