@@ -140,7 +140,7 @@ pub enum Output {
 /// `ferry get`.
 #[derive(Debug, Args)]
 pub struct GetArgs {
-    /// What to list: jobs, deployments, queues, models, gpus.
+    /// What to list: jobs, deployments, queues, priorityclasses, sweeps, models, gpus.
     pub kind: String,
     /// One resource by name.
     pub name: Option<String>,
@@ -178,7 +178,7 @@ pub struct JobSelection {
 /// `ferry describe`.
 #[derive(Debug, Args)]
 pub struct DescribeArgs {
-    /// Kind: job, deployment or queue.
+    /// Kind: job, deployment, queue, priorityclass or sweep.
     pub kind: String,
     /// Name.
     pub name: String,
@@ -248,7 +248,8 @@ pub struct ResumeArgs {
 /// `ferry delete`.
 #[derive(Debug, Args)]
 pub struct DeleteArgs {
-    /// Kind: job, deployment or queue (`jobs` with -l).
+    /// Kind: job, deployment, queue, priorityclass or sweep (its jobs are cancelled and deleted
+    /// with it); `jobs` with -l.
     pub kind: String,
     /// Name (none with -l).
     #[arg(required_unless_present = "selector")]
@@ -264,7 +265,7 @@ pub struct DeleteArgs {
 /// `ferry schema`.
 #[derive(Debug, Args)]
 pub struct SchemaArgs {
-    /// One kind (TrainJob, ModelDeployment, Queue); all when omitted.
+    /// One kind (TrainJob, ModelDeployment, Queue, PriorityClass, Sweep); all when omitted.
     pub kind: Option<String>,
 }
 

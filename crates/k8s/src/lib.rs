@@ -39,4 +39,4 @@ pub use endpoints::{SliceState, replicas_by_model, watch_replicas};
 pub use error::{K8sError, Result};
 pub use operator::{Context, FIELD_MANAGER, FINALIZER, reconcile};
 pub use options::{Attempt, Claims, Cluster, ClusterState, Images, RenderOptions};
-pub use render::{check, render, to_yaml};
+pub use render::{check, expand_sweeps, render, to_yaml, warnings};

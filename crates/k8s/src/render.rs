@@ -15,14 +15,60 @@ pub fn job_queue(job: &TrainJob) -> String {
     job.spec.queue.clone().unwrap_or_else(|| "default".into())
 }
 
+/// The resources with every `Sweep` replaced by the `TrainJob`s it expands to, in index order:
+/// on Kubernetes a sweep is its jobs (no controller watches sweeps).
+pub fn expand_sweeps(resources: &[Resource]) -> Result<Vec<Resource>> {
+    let mut out = Vec::with_capacity(resources.len());
+    let mut errs = Vec::new();
+    for r in resources {
+        let Resource::Sweep(sweep) = r else {
+            out.push(r.clone());
+            continue;
+        };
+        match sweep.expand() {
+            Ok(jobs) => out.extend(jobs.into_iter().map(|j| Resource::TrainJob(j.job))),
+            Err(problems) => {
+                let m = &sweep.metadata;
+                errs.extend(problems.into_iter().map(|p| {
+                    K8sError::invalid(object_id("Sweep", &m.namespace, &m.name), p.path, p.message)
+                }));
+            }
+        }
+    }
+    K8sError::collect(errs)?;
+    Ok(out)
+}
+
+/// What rendering `resources` cannot carry over, for the user to read beside the objects: a
+/// sweep's `spec.maxParallel`, which only `ferry up` enforces (its jobs are rendered all, and
+/// Kueue admits them as their queue's quota allows).
+pub fn warnings(resources: &[Resource]) -> Vec<String> {
+    resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::Sweep(s) => s.spec.max_parallel.map(|n| {
+                format!(
+                    "Sweep {}/{}: spec.maxParallel ({n}) is enforced only by `ferry up`; all {} of its jobs are rendered, and Kueue admits them as queue {} has quota (lower its quota to run fewer at once)",
+                    s.metadata.namespace,
+                    s.metadata.name,
+                    s.combinations(),
+                    s.spec.template.spec.queue.as_deref().unwrap_or("default")
+                )
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Checks every resource against the others (and the cluster, when `state` is given):
-/// each job's namespace has its queue, claims exist, gangs fit the nodes. Returns every
-/// problem at once.
+/// each job's namespace has its queue, claims exist, gangs fit the nodes; a sweep's jobs as
+/// jobs. Returns every problem at once.
 pub fn check(
     resources: &[Resource],
     opts: &RenderOptions,
     state: Option<&ClusterState>,
 ) -> Result<()> {
+    let resources = &expand_sweeps(resources)?;
     let mut errs = Vec::new();
     let mut queues: BTreeSet<(String, String)> = resources
         .iter()
@@ -100,7 +146,8 @@ pub fn check(
                     ));
                 }
             }
-            Resource::Queue(_) => {}
+            // Expanded above.
+            Resource::Queue(_) | Resource::Sweep(_) => {}
             Resource::PriorityClass(c) => {
                 let name = &c.metadata.name;
                 if crate::options::PRIORITIES.iter().any(|(n, _)| n == name) {
@@ -119,13 +166,14 @@ pub fn check(
 }
 
 /// Renders every object `resources` become: tenancy first, then jobs (created suspended
-/// unless Kueue is absent and `admit` is set), then deployments.
+/// unless Kueue is absent and `admit` is set; a sweep's as its jobs), then deployments.
 pub fn render(
     resources: &[Resource],
     opts: &RenderOptions,
     state: Option<&ClusterState>,
 ) -> Result<Vec<Value>> {
     check(resources, opts, state)?;
+    let resources = &expand_sweeps(resources)?;
     let queues: Vec<_> = resources
         .iter()
         .filter_map(|r| match r {
@@ -156,7 +204,7 @@ pub fn render(
                 Ok(objs) => out.extend(objs),
                 Err(e) => errs.push(e),
             },
-            Resource::Queue(_) => {}
+            Resource::Queue(_) | Resource::Sweep(_) => {}
             Resource::PriorityClass(c) => {
                 out.extend(tenancy::applied_priority_class(c, opts.cluster.kueue));
             }

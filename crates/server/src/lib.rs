@@ -23,6 +23,7 @@ mod scope;
 mod serving;
 mod state;
 mod suspend;
+mod sweep;
 
 pub use api::router;
 pub use checkpoint::latest_checkpoint;

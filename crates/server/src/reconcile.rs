@@ -262,6 +262,8 @@ pub(crate) async fn pass(
             *job = record;
         }
     }
+    // Sweeps below their `spec.maxParallel` release their next held jobs.
+    crate::sweep::release(plane, &mut active).await?;
 
     // New jobs enter their queue before the scheduler looks.
     for job in &mut active {
@@ -344,6 +346,30 @@ fn gpus_still_busy(plane: &ControlPlane, job: &JobRecord) -> bool {
 /// SIGTERM-to-SIGKILL grace of a job's ranks.
 pub(crate) fn grace_of(job: &JobRecord) -> Duration {
     Duration::from_secs_f64(job.job.spec.on_failure.grace_seconds.max(0.0))
+}
+
+/// Persists the unfinished `job` as `Cancelled` (`message` says by whom) and stops its ranks,
+/// if any run, with its grace period: a `ferry cancel`, and a deleted sweep's jobs. A
+/// [`StoreError::Conflict`] means the job moved meanwhile.
+pub(crate) async fn cancel(
+    plane: &ControlPlane,
+    job: &JobRecord,
+    message: &str,
+) -> Result<JobRecord, StoreError> {
+    let record = plane
+        .store()
+        .transition(
+            &job.uid,
+            job.phase,
+            JobPhase::Cancelled,
+            "Cancelled",
+            message,
+            StatusPatch::default(),
+        )
+        .await?;
+    stop(plane, &job.uid, grace_of(job));
+    plane.wake();
+    Ok(record)
 }
 
 /// A job that needs no GPU is admitted as soon as it is queued.

@@ -16,6 +16,7 @@ mod priority_class;
 mod queue;
 mod schema;
 mod selector;
+mod sweep;
 mod train_job;
 mod validate;
 
@@ -32,6 +33,11 @@ pub use priority_class::{MAX_PRIORITY_VALUE, PreemptionPolicy, PriorityClass, Pr
 pub use queue::{FlavorQuota, Queue, QueueSpec, StopPolicy};
 pub use schema::{json_schema, json_schema_all};
 pub use selector::LabelSelector;
+pub use sweep::{
+    DEFAULT_SWEEP_METRIC, JobTemplate, MAX_SWEEP_JOBS, SWEEP_INDEX_LABEL, SWEEP_LABEL,
+    SWEEP_PARAMETERS_ANNOTATION, Sweep, SweepBest, SweepJob, SweepJobStatus, SweepSpec,
+    SweepStatus, TemplateMeta, show_value, sweep_job_name,
+};
 pub use train_job::{
     BUDGET_NO_RESTART, CheckpointSpec, DataFormat, DataSpec, EngineKind, ExportSpec, FailurePolicy,
     LoraSpec, Method, ModelRef, ModelSource, Parallelism, Resources, ResumePolicy, Task, TrainJob,

@@ -9,6 +9,7 @@ use crate::meta::{API_VERSION, ObjectMeta};
 use crate::priority_class::PriorityClass;
 use crate::queue::Queue;
 use crate::schema;
+use crate::sweep::Sweep;
 use crate::train_job::TrainJob;
 use crate::validate::Problems;
 
@@ -23,15 +24,18 @@ pub enum ResourceKind {
     Queue = 2,
     /// A named priority.
     PriorityClass = 3,
+    /// Many training jobs from one template and a grid of parameters.
+    Sweep = 4,
 }
 
 impl ResourceKind {
     /// Every kind.
-    pub const ALL: [ResourceKind; 4] = [
+    pub const ALL: [ResourceKind; 5] = [
         ResourceKind::TrainJob,
         ResourceKind::ModelDeployment,
         ResourceKind::Queue,
         ResourceKind::PriorityClass,
+        ResourceKind::Sweep,
     ];
 
     /// The `kind:` value in documents.
@@ -41,17 +45,19 @@ impl ResourceKind {
             ResourceKind::ModelDeployment => "ModelDeployment",
             ResourceKind::Queue => "Queue",
             ResourceKind::PriorityClass => "PriorityClass",
+            ResourceKind::Sweep => "Sweep",
         }
     }
 
     /// The plural the API's routes and `ferry get` use (`jobs`, `deployments`, `queues`,
-    /// `priorityclasses`).
+    /// `priorityclasses`, `sweeps`).
     pub fn plural(self) -> &'static str {
         match self {
             ResourceKind::TrainJob => "jobs",
             ResourceKind::ModelDeployment => "deployments",
             ResourceKind::Queue => "queues",
             ResourceKind::PriorityClass => "priorityclasses",
+            ResourceKind::Sweep => "sweeps",
         }
     }
 
@@ -63,12 +69,12 @@ impl ResourceKind {
     pub fn is_cluster_scoped(self) -> bool {
         match self {
             ResourceKind::Queue | ResourceKind::PriorityClass => true,
-            ResourceKind::TrainJob | ResourceKind::ModelDeployment => false,
+            ResourceKind::TrainJob | ResourceKind::ModelDeployment | ResourceKind::Sweep => false,
         }
     }
 
     /// Parses a kind name, also accepting the plural and lowercase forms the CLI uses
-    /// (`jobs`, `trainjob`, `deployments`, `queues`, `priorityclasses`, `pc`).
+    /// (`jobs`, `trainjob`, `deployments`, `queues`, `priorityclasses`, `pc`, `sweeps`).
     pub fn from_name(name: &str) -> Option<ResourceKind> {
         match name.to_ascii_lowercase().as_str() {
             "trainjob" | "trainjobs" | "job" | "jobs" => Some(ResourceKind::TrainJob),
@@ -77,6 +83,7 @@ impl ResourceKind {
             }
             "queue" | "queues" => Some(ResourceKind::Queue),
             "priorityclass" | "priorityclasses" | "pc" => Some(ResourceKind::PriorityClass),
+            "sweep" | "sweeps" => Some(ResourceKind::Sweep),
             _ => None,
         }
     }
@@ -96,6 +103,8 @@ pub enum Resource {
     Queue(Queue),
     /// A named priority.
     PriorityClass(PriorityClass),
+    /// Many training jobs from one template.
+    Sweep(Sweep),
 }
 
 impl Resource {
@@ -106,6 +115,7 @@ impl Resource {
             Resource::ModelDeployment(_) => ResourceKind::ModelDeployment,
             Resource::Queue(_) => ResourceKind::Queue,
             Resource::PriorityClass(_) => ResourceKind::PriorityClass,
+            Resource::Sweep(_) => ResourceKind::Sweep,
         }
     }
 
@@ -116,6 +126,7 @@ impl Resource {
             Resource::ModelDeployment(r) => &r.metadata,
             Resource::Queue(r) => &r.metadata,
             Resource::PriorityClass(r) => &r.metadata,
+            Resource::Sweep(r) => &r.metadata,
         }
     }
 
@@ -126,6 +137,7 @@ impl Resource {
             Resource::ModelDeployment(r) => &mut r.metadata,
             Resource::Queue(r) => &mut r.metadata,
             Resource::PriorityClass(r) => &mut r.metadata,
+            Resource::Sweep(r) => &mut r.metadata,
         }
     }
 
@@ -205,7 +217,7 @@ pub fn parse_value(mut doc: Value, source_name: &str) -> Result<Resource, SpecEr
         None => {
             return Err(invalid(vec![FieldError::new(
                 "kind",
-                "is required; one of TrainJob, ModelDeployment, Queue, PriorityClass",
+                "is required; one of TrainJob, ModelDeployment, Queue, PriorityClass, Sweep",
             )]));
         }
     };
@@ -223,17 +235,22 @@ pub fn parse_value(mut doc: Value, source_name: &str) -> Result<Resource, SpecEr
         }
         return Err(invalid(vec![FieldError::new("kind", msg)]));
     };
-    // Friendly shorthands: `parallelism: auto` means "all fields chosen by the planner";
-    // `status` is the control plane's to write, never the user's.
+    // Friendly shorthands: `parallelism: auto` means "all fields chosen by the planner" (in a
+    // job's spec and a sweep's template); `status` is the control plane's to write, never the
+    // user's.
     obj.remove("status");
-    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
+    let job_spec = match kind {
+        ResourceKind::Sweep => "/spec/template/spec",
+        _ => "/spec",
+    };
+    if let Some(spec) = doc.pointer_mut(job_spec).and_then(Value::as_object_mut)
         && spec.get("parallelism") == Some(&Value::String("auto".into()))
     {
         spec.insert("parallelism".into(), Value::Object(Default::default()));
     }
 
     let mut problems = Problems::default();
-    match obj.get("apiVersion") {
+    match doc.get("apiVersion") {
         Some(Value::String(v)) if v == API_VERSION => {}
         Some(v) => problems.push(
             "apiVersion",
@@ -262,6 +279,7 @@ pub fn parse_value(mut doc: Value, source_name: &str) -> Result<Resource, SpecEr
                     Resource::ModelDeployment(r) => r.validate(&mut problems),
                     Resource::Queue(r) => r.validate(&mut problems),
                     Resource::PriorityClass(r) => r.validate(&mut problems),
+                    Resource::Sweep(r) => r.validate(&mut problems),
                 }
                 if problems.0.is_empty() {
                     return Ok(resource);
@@ -287,6 +305,7 @@ fn typed(kind: ResourceKind, doc: Value) -> Result<Resource, FieldError> {
         ResourceKind::ModelDeployment => Resource::ModelDeployment(de(doc)?),
         ResourceKind::Queue => Resource::Queue(de(doc)?),
         ResourceKind::PriorityClass => Resource::PriorityClass(de(doc)?),
+        ResourceKind::Sweep => Resource::Sweep(de(doc)?),
     })
 }
 

@@ -10,6 +10,7 @@ use crate::error::FieldError;
 use crate::parse::ResourceKind;
 use crate::priority_class::PriorityClass;
 use crate::queue::Queue;
+use crate::sweep::Sweep;
 use crate::train_job::TrainJob;
 
 /// The JSON Schema (draft 2020-12) of one resource kind, as `ferry schema` prints it.
@@ -19,6 +20,7 @@ pub fn json_schema(kind: ResourceKind) -> Value {
         ResourceKind::ModelDeployment => schemars::schema_for!(ModelDeployment),
         ResourceKind::Queue => schemars::schema_for!(Queue),
         ResourceKind::PriorityClass => schemars::schema_for!(PriorityClass),
+        ResourceKind::Sweep => schemars::schema_for!(Sweep),
     };
     let mut value = schema.to_value();
     drop_null_branches(&mut value);
@@ -285,6 +287,61 @@ fn known_fields(root: &Value, segments: &[String]) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Checks that the dotted `path` (`train.lr`, `env.SEED`) names a field of a `TrainJob`'s
+/// spec, by its schema: mappings' fields, and any key of a free-form map such as `env`. On
+/// failure, the closest known path, if one is close.
+pub(crate) fn spec_path(path: &str) -> Result<(), Option<String>> {
+    let root = &compiled(ResourceKind::TrainJob).schema;
+    let spec = ["spec".to_owned()];
+    let mut node = node_at(root, &spec).ok_or(None)?;
+    for seg in path.split('.') {
+        let field = node
+            .get("properties")
+            .and_then(|p| p.get(seg))
+            .or_else(|| node.get("additionalProperties").filter(|v| v.is_object()));
+        match field {
+            Some(next) if !seg.is_empty() => node = resolve(root, next),
+            _ => return Err(closest_path(root, node_at(root, &spec), path)),
+        }
+    }
+    Ok(())
+}
+
+/// The known spec path closest to `given`, for "did you mean": compared whole and by the last
+/// segment alone, whichever is closer (`lr` → `train.lr`, not `lora`).
+fn closest_path(root: &Value, spec: Option<&Value>, given: &str) -> Option<String> {
+    let mut known = Vec::new();
+    if let Some(spec) = spec {
+        field_paths(root, spec, "", 0, &mut known);
+    }
+    let leaf = |p: &str| p.rsplit('.').next().unwrap_or(p).to_lowercase();
+    let (given_lower, given_leaf) = (given.to_lowercase(), leaf(given));
+    known
+        .into_iter()
+        .map(|k| {
+            let whole = strsim::jaro_winkler(&given_lower, &k.to_lowercase());
+            let by_leaf = strsim::jaro_winkler(&given_leaf, &leaf(&k));
+            (whole.max(by_leaf), k)
+        })
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| k)
+}
+
+/// Every field path under `node`, a few levels deep (free-form maps are not entered).
+fn field_paths(root: &Value, node: &Value, prefix: &str, depth: usize, out: &mut Vec<String>) {
+    let Some(props) = node.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    for (name, child) in props {
+        let path = join(prefix, name);
+        out.push(path.clone());
+        if depth < 3 {
+            field_paths(root, resolve(root, child), &path, depth + 1, out);
+        }
+    }
+}
+
 /// The allowed values when the schema at `segments` is a choice of constants.
 fn choices(root: &Value, segments: &[String]) -> Vec<String> {
     let Some(branches) = node_at(root, segments)
@@ -344,6 +401,30 @@ mod tests {
         assert_eq!(closest("gpusPerNod", known), Some("gpusPerNode"));
         assert_eq!(closest("gpus_per_node", known), Some("gpusPerNode"));
         assert_eq!(closest("zzz", known), None);
+    }
+
+    #[test]
+    fn spec_paths_are_checked_against_the_train_job_schema() {
+        for ok in [
+            "train.lr",
+            "method",
+            "resources.gpusPerNode",
+            "data.path",
+            "env.SEED",
+            "lora.rank",
+        ] {
+            assert_eq!(spec_path(ok), Ok(()), "{ok}");
+        }
+        assert_eq!(spec_path("train.lrr"), Err(Some("train.lr".to_owned())));
+        assert_eq!(spec_path("lr"), Err(Some("train.lr".to_owned())));
+        assert_eq!(
+            spec_path("gpusPerNode"),
+            Err(Some("resources.gpusPerNode".to_owned()))
+        );
+        assert_eq!(spec_path("zzzz.qqq"), Err(None));
+        assert!(spec_path("train.lr.x").is_err());
+        assert!(spec_path("command.0").is_err());
+        assert!(spec_path("").is_err());
     }
 
     #[test]

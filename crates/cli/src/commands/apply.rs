@@ -35,16 +35,19 @@ pub async fn run(client: &Client, args: ApplyArgs) -> anyhow::Result<()> {
     for path in &args.files {
         let (text, source) = read(path)?;
         let mut resources = ferry_spec::parse_documents(&text, &source)?;
-        // Relative commands and paths resolve where `ferry apply` ran, as with a shell.
+        // Relative commands and paths resolve where `ferry apply` ran, as with a shell (a
+        // sweep's jobs too, through its template).
         for r in &mut resources {
-            if let Resource::TrainJob(job) = r {
-                let wd = job
-                    .spec
-                    .working_dir
-                    .get_or_insert_with(|| cwd.to_string_lossy().into_owned());
-                if Path::new(wd.as_str()).is_relative() {
-                    *wd = cwd.join(&*wd).to_string_lossy().into_owned();
-                }
+            let spec = match r {
+                Resource::TrainJob(job) => &mut job.spec,
+                Resource::Sweep(sweep) => &mut sweep.spec.template.spec,
+                _ => continue,
+            };
+            let wd = spec
+                .working_dir
+                .get_or_insert_with(|| cwd.to_string_lossy().into_owned());
+            if Path::new(wd.as_str()).is_relative() {
+                *wd = cwd.join(&*wd).to_string_lossy().into_owned();
             }
         }
         let body = Value::Array(resources.iter().map(Resource::to_value).collect());

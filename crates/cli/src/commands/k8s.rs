@@ -141,6 +141,9 @@ pub async fn render(args: RenderArgs) -> anyhow::Result<()> {
         None
     };
     let objects = ferry_k8s::render(&resources, &opts, state.as_ref())?;
+    for warning in ferry_k8s::warnings(&resources) {
+        eprintln!("warning: {warning}");
+    }
     match args.output.as_str() {
         "yaml" => print!("{}", ferry_k8s::to_yaml(&objects)?),
         "json" => println!("{}", serde_json::to_string_pretty(&objects)?),

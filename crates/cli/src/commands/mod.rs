@@ -120,7 +120,7 @@ fn schema(args: crate::args::SchemaArgs) -> anyhow::Result<()> {
         None => ferry_spec::json_schema_all(),
         Some(name) => {
             let kind = ferry_spec::ResourceKind::from_name(&name).ok_or_else(|| {
-                anyhow::anyhow!("unknown kind {name:?}; use TrainJob, ModelDeployment or Queue")
+                anyhow::anyhow!("unknown kind {name:?}; use TrainJob, ModelDeployment, Queue, PriorityClass or Sweep")
             })?;
             ferry_spec::json_schema(kind)
         }

@@ -125,7 +125,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
     }
     let kind = ResourceKind::from_name(&args.kind).ok_or_else(|| {
         anyhow!(
-            "unknown resource type {:?}; use jobs, deployments, queues, priorityclasses, models or gpus",
+            "unknown resource type {:?}; use jobs, deployments, queues, priorityclasses, sweeps, models or gpus",
             args.kind
         )
     })?;
@@ -207,6 +207,13 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
     };
     let docs: Vec<&Value> = objects.iter().map(|o| &o["doc"]).collect();
     if output::structured(&docs, args.output)? {
+        return Ok(());
+    }
+    if kind == ResourceKind::Sweep {
+        match (&args.name, docs.as_slice()) {
+            (Some(_), [doc]) => print!("{}", sweep_jobs_table(doc)),
+            _ => print!("{}", sweeps_table(&objects)),
+        }
         return Ok(());
     }
     let columns: &[&str] = match kind {
@@ -320,7 +327,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
 pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()> {
     let kind = ResourceKind::from_name(&args.kind).ok_or_else(|| {
         anyhow!(
-            "unknown kind {:?}; use job, deployment, queue or priorityclass",
+            "unknown kind {:?}; use job, deployment, queue, priorityclass or sweep",
             args.kind
         )
     })?;
@@ -330,6 +337,8 @@ pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()>
             .await?;
         if kind == ResourceKind::Queue {
             print!("{}", describe_queue(&o["doc"]));
+        } else if kind == ResourceKind::Sweep {
+            print!("{}", describe_sweep(&o["doc"]));
         } else {
             print!("{}", serde_saphyr::to_string(&o["doc"])?);
         }
@@ -522,6 +531,144 @@ fn describe_queue(doc: &Value) -> String {
     out
 }
 
+/// `ferry get sweeps`: one line per sweep, its jobs per phase and its best job so far.
+fn sweeps_table(objects: &[Value]) -> String {
+    let mut t = Table::new(&["NAME", "JOBS", "PHASES", "MAX PARALLEL", "BEST", "AGE"]);
+    for o in objects {
+        let (spec, status) = (&o["doc"]["spec"], &o["doc"]["status"]);
+        let jobs = status["jobs"].as_array().map_or(0, Vec::len);
+        t.row(vec![
+            cell(&o["name"]),
+            jobs.to_string(),
+            sweep_phases(status),
+            spec["maxParallel"]
+                .as_i64()
+                .map_or_else(|| "all".to_owned(), |n| n.to_string()),
+            sweep_best(spec, status),
+            age(o["createdAt"].as_str()),
+        ]);
+    }
+    t.render()
+}
+
+/// `2 Succeeded, 1 Running`: a sweep's jobs per phase, in life order.
+fn sweep_phases(status: &Value) -> String {
+    let phases = &status["phases"];
+    ferry_spec::JobPhase::ALL
+        .into_iter()
+        .filter_map(|p| {
+            let n = phases[p.as_str()].as_u64().filter(|n| *n > 0)?;
+            Some(format!("{n} {p}"))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `lr-sweep-3 (loss 0.4123)`, or `-` while no job has succeeded with the metric.
+fn sweep_best(spec: &Value, status: &Value) -> String {
+    let best = &status["best"];
+    if best.is_null() {
+        return "-".into();
+    }
+    format!(
+        "{} ({} {})",
+        cell(&best["job"]),
+        spec["metric"].as_str().unwrap_or("loss"),
+        cell(&best["value"])
+    )
+}
+
+/// `ferry get sweep NAME`: one row per job, by index: its name, one column per parameter
+/// (headed by its path), phase, latest step and metric; the best succeeded job's metric is
+/// marked `*`.
+fn sweep_jobs_table(doc: &Value) -> String {
+    let (spec, status) = (&doc["spec"], &doc["status"]);
+    let paths: Vec<&str> = spec["parameters"]
+        .as_object()
+        .map(|m| m.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    let metric = spec["metric"].as_str().unwrap_or("loss").to_uppercase();
+    let mut header = vec!["NAME"];
+    header.extend(&paths);
+    header.extend(["PHASE", "STEP", metric.as_str()]);
+    let mut t = Table::new(&header);
+    let best = status["best"]["job"].as_str();
+    for job in status["jobs"].as_array().into_iter().flatten() {
+        let mut row = vec![cell(&job["name"])];
+        row.extend(paths.iter().map(|p| {
+            job["parameters"]
+                .get(*p)
+                .map_or_else(|| "-".to_owned(), ferry_spec::show_value)
+        }));
+        let mut value = cell(&job["value"]);
+        if best.is_some() && job["name"].as_str() == best {
+            value.push_str(" *");
+        }
+        row.extend([
+            job["phase"].as_str().unwrap_or("(deleted)").to_owned(),
+            cell(&job["step"]),
+            value,
+        ]);
+        t.row(row);
+    }
+    t.render()
+}
+
+/// `ferry describe sweep`: what it sweeps and how, its jobs per phase and best job, then the
+/// table `ferry get sweep` prints.
+fn describe_sweep(doc: &Value) -> String {
+    use std::fmt::Write as _;
+    let (spec, status) = (&doc["spec"], &doc["status"]);
+    let mut out = String::new();
+    let mut field = |k: &str, v: String| {
+        let _ = writeln!(out, "{:<14}{v}", format!("{k}:"));
+    };
+    field("Name", cell(&doc["metadata"]["name"]));
+    field("Namespace", cell(&doc["metadata"]["namespace"]));
+    let template = &spec["template"]["spec"];
+    field(
+        "Template",
+        format!(
+            "engine {}, queue {}",
+            template["engine"].as_str().unwrap_or("auto"),
+            template["queue"].as_str().unwrap_or("default")
+        ),
+    );
+    for (path, values) in spec["parameters"].as_object().into_iter().flatten() {
+        let values: Vec<String> = values
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(ferry_spec::show_value)
+            .collect();
+        field("Parameter", format!("{path}: {}", values.join(", ")));
+    }
+    let jobs = status["jobs"].as_array().map_or(0, Vec::len);
+    field(
+        "Phases",
+        format!("{} (of {jobs} jobs)", sweep_phases(status)),
+    );
+    field(
+        "Max parallel",
+        spec["maxParallel"]
+            .as_i64()
+            .map_or_else(|| "all".to_owned(), |n| n.to_string()),
+    );
+    field(
+        "Metric",
+        format!(
+            "{} (latest value of a succeeded job; lower is better)",
+            spec["metric"].as_str().unwrap_or("loss")
+        ),
+    );
+    field("Best", sweep_best(spec, status));
+    out.push_str("Jobs:\n");
+    for line in sweep_jobs_table(doc).lines() {
+        let _ = writeln!(out, "  {line}");
+    }
+    out
+}
+
 /// `ferry describe queue`'s State line: whether the queue admits work, and what its
 /// `spec.stopPolicy` means for its jobs.
 fn queue_state(state: Option<&str>, spec: &Value) -> String {
@@ -696,27 +843,12 @@ async fn cancel_before_delete(client: &Client, job: &Value) -> anyhow::Result<()
 }
 
 /// Deletes an ended (or cancelled) job, waiting while its ranks stop (SIGTERM, grace, SIGKILL).
-async fn delete_when_stopped(client: &Client, job: &Value) -> anyhow::Result<()> {
+async fn delete_job_when_stopped(client: &Client, job: &Value) -> anyhow::Result<()> {
     let path = job_path(
         &cell(&job["metadata"]["namespace"]),
         &cell(&job["metadata"]["name"]),
     );
-    let grace = job["spec"]["onFailure"]["graceSeconds"]
-        .as_f64()
-        .unwrap_or(30.0);
-    let deadline = std::time::Instant::now() + Duration::from_secs_f64(grace + 15.0);
-    loop {
-        match client.send(Method::DELETE, &path, None).await {
-            Ok(_) => return Ok(()),
-            Err(e)
-                if std::time::Instant::now() < deadline
-                    && e.to_string().contains("still stopping") =>
-            {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    delete_when_stopped(client, &path, grace_of(&job["spec"])).await
 }
 
 /// `ferry delete KIND NAME`, or `ferry delete jobs -l SELECTOR`: a job not finished is
@@ -724,7 +856,7 @@ async fn delete_when_stopped(client: &Client, job: &Value) -> anyhow::Result<()>
 pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
     let kind = ResourceKind::from_name(&args.kind).ok_or_else(|| {
         anyhow!(
-            "unknown kind {:?}; use job, deployment, queue or priorityclass",
+            "unknown kind {:?}; use job, deployment, queue, priorityclass or sweep",
             args.kind
         )
     })?;
@@ -741,11 +873,19 @@ pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
     if kind == ResourceKind::TrainJob {
         let job: Value = client.get(&job_path(ns, name)).await?;
         cancel_before_delete(client, &job).await?;
-        delete_when_stopped(client, &job).await?;
+        delete_job_when_stopped(client, &job).await?;
         println!("trainjob/{name} deleted");
         return Ok(());
     }
-    client.delete(&object_path(kind, ns, name)).await?;
+    let path = object_path(kind, ns, name);
+    if kind == ResourceKind::Sweep {
+        // The control plane cancels its jobs; their ranks stop within the template's grace.
+        let sweep: Value = client.get(&path).await?;
+        let grace = grace_of(&sweep["doc"]["spec"]["template"]["spec"]);
+        delete_when_stopped(client, &path, grace).await?;
+    } else {
+        client.delete(&path).await?;
+    }
     println!("{}/{name} deleted", kind.as_str().to_lowercase());
     Ok(())
 }
@@ -776,7 +916,7 @@ async fn delete_selected(
     }
     for job in cancelled {
         let label = job_label(job, all);
-        match delete_when_stopped(client, job).await {
+        match delete_job_when_stopped(client, job).await {
             Ok(()) => println!("{label} deleted"),
             Err(e) => {
                 eprintln!("error: {label}: {e}");
@@ -791,4 +931,27 @@ async fn delete_selected(
         );
     }
     Ok(())
+}
+
+/// A job spec's `onFailure.graceSeconds` (30 when left out).
+fn grace_of(spec: &Value) -> f64 {
+    spec["onFailure"]["graceSeconds"].as_f64().unwrap_or(30.0)
+}
+
+/// `DELETE path`, again while the control plane answers that ranks are still stopping
+/// (SIGTERM, grace, SIGKILL), for at most `grace` seconds and 15 more.
+async fn delete_when_stopped(client: &Client, path: &str, grace: f64) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs_f64(grace.max(0.0) + 15.0);
+    loop {
+        match client.send(Method::DELETE, path, None).await {
+            Ok(_) => return Ok(()),
+            Err(e)
+                if std::time::Instant::now() < deadline
+                    && e.to_string().contains("still stopping") =>
+            {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }

@@ -11,3 +11,4 @@ mod launchers;
 mod preemption;
 mod serve;
 mod sim;
+mod sweep;

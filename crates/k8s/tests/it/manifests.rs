@@ -344,3 +344,67 @@ fn an_applied_priority_class_becomes_the_clusters_own() {
     let pods = js.to_string();
     assert!(pods.contains(r#""priorityClassName":"urgent""#), "{pods}");
 }
+
+/// A sweep renders as its jobs, each the template with its combination, valid against the
+/// official schemas; its `maxParallel`, which only `ferry up` enforces, is warned about.
+#[test]
+fn a_sweep_renders_as_its_jobs() {
+    let sweep = r#"
+apiVersion: ferry.dev/v1alpha1
+kind: Sweep
+metadata: {name: rank-sweep, namespace: team-a}
+spec:
+  template:
+    spec:
+      model: {source: hf, id: Qwen/Qwen2.5-7B}
+      engine: torchrun
+      method: lora
+      data: {path: sft/chat.jsonl, format: chat}
+      resources: {nodes: 1, gpusPerNode: 1, gpu: H100-80GB}
+      train: {seqLen: 2048, globalBatch: 32, epochs: 1}
+      queue: team-a
+  parameters:
+    lora.rank: [8, 32]
+    train.lr: [0.0001, 0.0002]
+  maxParallel: 2
+"#;
+    let resources = parse_all(&[QUEUES, sweep]);
+    let objs =
+        render(&resources, &opts(Cluster::default()), None).unwrap_or_else(|e| panic!("{e}"));
+    assert_valid(&objs);
+    let jobs: Vec<&Value> = objs.iter().filter(|o| o["kind"] == "Job").collect();
+    let names: Vec<&str> = jobs
+        .iter()
+        .map(|j| j["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "rank-sweep-0-0",
+            "rank-sweep-1-0",
+            "rank-sweep-2-0",
+            "rank-sweep-3-0"
+        ]
+    );
+    let command =
+        |i: usize| jobs[i]["spec"]["template"]["spec"]["containers"][0]["command"].to_string();
+    // lora.rank varies slowest, train.lr fastest.
+    assert!(
+        command(1).contains("--learning_rate 2e-4"),
+        "{}",
+        command(1)
+    );
+    assert!(command(1).contains("--lora_r 8 "), "{}", command(1));
+    assert!(
+        command(2).contains("--learning_rate 1e-4"),
+        "{}",
+        command(2)
+    );
+    assert!(command(2).contains("--lora_r 32 "), "{}", command(2));
+    let warnings = ferry_k8s::warnings(&resources);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("Sweep team-a/rank-sweep: spec.maxParallel (2) is enforced only by `ferry up`; all 4 of its jobs are rendered"),
+        "{warnings:?}"
+    );
+}

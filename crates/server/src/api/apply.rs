@@ -4,7 +4,9 @@
 use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
-use ferry_spec::{FieldError, Resource, parse_value};
+use std::collections::BTreeMap;
+
+use ferry_spec::{FieldError, Resource, SweepJob, parse_value};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -31,7 +33,8 @@ pub(crate) struct Applied {
     namespace: Option<String>,
     name: String,
     uid: Option<String>,
-    /// `created`, `configured` (updated) or `valid` (dry run).
+    /// `created`, `configured` (updated), `unchanged` (a sweep applied again as it is) or
+    /// `valid` (dry run).
     action: String,
 }
 
@@ -53,15 +56,46 @@ pub(crate) async fn apply(
         other => vec![other],
     };
     let mut resources = Vec::with_capacity(docs.len());
+    // Each sweep's jobs, by the sweep's place in `resources`.
+    let mut sweep_jobs: Vec<(usize, Vec<SweepJob>)> = Vec::new();
     for doc in docs {
         let resource = parse_value(doc, &source)?;
-        check_against_cluster(&plane, &resource, &source)?;
+        if let Resource::Sweep(sweep) = &resource {
+            let jobs = sweep
+                .expand()
+                .map_err(|problems| ApiError::invalid(&source, problems))?;
+            sweep_jobs.push((resources.len(), jobs));
+        }
+        check_against_cluster(&plane, &resource, &sweep_jobs, &source)?;
         resources.push(resource);
     }
+    check_names(&resources, &sweep_jobs)?;
     // Queues, priorities and gang sizes are checked together: a job may name a queue
-    // applied in the same batch.
-    let problems = crate::admission::check_batch(&plane, &resources).await?;
+    // applied in the same batch, and a sweep's jobs are checked as the jobs they are.
+    let mut checked = resources.clone();
+    let mut origins: Vec<(usize, usize)> = Vec::new();
+    for (doc, jobs) in &sweep_jobs {
+        for job in jobs {
+            checked.push(Resource::TrainJob(job.job.clone()));
+            origins.push((*doc, job.index));
+        }
+    }
+    let found = crate::admission::check_batch(&plane, &checked).await?;
+    let mut problems: Vec<(usize, FieldError)> = Vec::new();
+    let mut of_sweeps: BTreeMap<usize, Vec<(usize, FieldError)>> = BTreeMap::new();
+    for (i, p) in found {
+        match i.checked_sub(resources.len()).map(|j| origins[j]) {
+            Some((doc, index)) => of_sweeps.entry(doc).or_default().push((index, p)),
+            None => problems.push((i, p)),
+        }
+    }
+    for (doc, found) in of_sweeps {
+        if let Resource::Sweep(sweep) = &resources[doc] {
+            problems.extend(sweep.job_problems(found).into_iter().map(|p| (doc, p)));
+        }
+    }
     if !problems.is_empty() {
+        problems.sort_by_key(|(i, _)| *i);
         let many = resources.len() > 1;
         let problems = problems
             .into_iter()
@@ -85,8 +119,15 @@ pub(crate) async fn apply(
             _ => None,
         });
     }
+    // A sweep that exists may only be applied again unchanged.
+    let mut sweep_applies = BTreeMap::new();
+    for (doc, jobs) in sweep_jobs {
+        if let Resource::Sweep(sweep) = &resources[doc] {
+            sweep_applies.insert(doc, crate::sweep::plan_apply(&plane, sweep, jobs).await?);
+        }
+    }
     let mut out = Vec::with_capacity(resources.len());
-    for (r, change) in resources.into_iter().zip(limit_changes) {
+    for (doc, (r, change)) in resources.into_iter().zip(limit_changes).enumerate() {
         let meta = r.metadata().clone();
         let scope = r.kind();
         let kind = scope.as_str().to_owned();
@@ -108,6 +149,12 @@ pub(crate) async fn apply(
             (Resource::TrainJob(job), None) => {
                 let rec = plane.store().create_job(job, "Created").await?;
                 (rec.uid, "created")
+            }
+            (Resource::Sweep(sweep), _) => {
+                let apply = sweep_applies.remove(&doc).ok_or_else(|| {
+                    ApiError::internal(format!("sweep {} was not planned", meta.name))
+                })?;
+                crate::sweep::store(&plane, sweep, apply).await?
             }
             (other, _) => {
                 // Queues and priority classes: one of each name, whatever the namespace.
@@ -137,15 +184,65 @@ pub(crate) async fn apply(
     Ok(Json(out))
 }
 
-/// Checks that need the control plane's view: engines this build has, GPUs that exist.
+/// Checks that need the control plane's view: engines this build has, GPUs that exist; for a
+/// sweep (the last of `sweep_jobs`), of each of its jobs.
 fn check_against_cluster(
     plane: &ControlPlane,
     resource: &Resource,
+    sweep_jobs: &[(usize, Vec<SweepJob>)],
     source: &str,
 ) -> Result<(), ApiError> {
-    let Resource::TrainJob(job) = resource else {
-        return Ok(());
+    let problems = match (resource, sweep_jobs.last()) {
+        (Resource::TrainJob(job), _) => job_problems(plane, job),
+        (Resource::Sweep(sweep), Some((_, jobs))) => {
+            sweep.job_problems(jobs.iter().flat_map(|j| {
+                job_problems(plane, &j.job)
+                    .into_iter()
+                    .map(|p| (j.index, p))
+            }))
+        }
+        _ => Vec::new(),
     };
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(source, problems))
+    }
+}
+
+/// Refuses a batch that names one job twice, itself or through its sweeps' jobs (`a-1` and
+/// sweep `a`'s second job), before anything is stored.
+fn check_names(
+    resources: &[Resource],
+    sweep_jobs: &[(usize, Vec<SweepJob>)],
+) -> Result<(), ApiError> {
+    let mut seen: BTreeMap<(&str, &str), String> = BTreeMap::new();
+    let jobs = resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::TrainJob(job) => {
+                Some((&job.metadata, format!("TrainJob {}", job.metadata.name)))
+            }
+            _ => None,
+        })
+        .chain(sweep_jobs.iter().flat_map(|(doc, jobs)| {
+            let sweep = &resources[*doc].metadata().name;
+            jobs.iter()
+                .map(move |j| (&j.job.metadata, format!("sweep {sweep}'s job {}", j.index)))
+        }));
+    for (meta, what) in jobs {
+        if let Some(first) = seen.insert((&meta.namespace, &meta.name), what.clone()) {
+            return Err(ApiError::conflict(format!(
+                "job {}/{} is named twice in this batch ({first} and {what}); rename one",
+                meta.namespace, meta.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The problems of one job against the control plane: its engine's own checks, and GPUs.
+fn job_problems(plane: &ControlPlane, job: &ferry_spec::TrainJob) -> Vec<FieldError> {
     let mut problems: Vec<FieldError> = Vec::new();
     match adapter_for(job) {
         Ok(adapter) => problems.extend(adapter.validate(job)),
@@ -161,11 +258,7 @@ fn check_against_cluster(
             ),
         ));
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(source, problems))
-    }
+    problems
 }
 
 /// The fields of a stored job's spec that `ferry apply` may change: its time limits, which a

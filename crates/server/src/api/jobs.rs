@@ -8,7 +8,7 @@ use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use ferry_runtime::GangRecord;
 use ferry_spec::{JobPhase, TrainJob};
-use ferry_store::{Event, JobFilter, JobRecord, MetricRow, StatusPatch, StoreError};
+use ferry_store::{Event, JobFilter, JobRecord, MetricRow, StoreError};
 use serde::Deserialize;
 
 use super::ListQuery;
@@ -227,28 +227,17 @@ where
     )))
 }
 
+/// The message of a job cancelled through the API.
+const CANCELLED_BY_REQUEST: &str =
+    "cancelled by request; ranks get SIGTERM, then SIGKILL after the grace period";
+
 pub(crate) async fn cancel(
     State(plane): State<ControlPlane>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Json<TrainJob>, ApiError> {
     let plane = &plane;
     act_on(plane, &ns, &name, "cancel", move |rec| async move {
-        let result = plane
-            .store()
-            .transition(
-                &rec.uid,
-                rec.phase,
-                JobPhase::Cancelled,
-                "Cancelled",
-                "cancelled by request; ranks get SIGTERM, then SIGKILL after the grace period",
-                StatusPatch::default(),
-            )
-            .await;
-        if result.is_ok() {
-            reconcile::stop(plane, &rec.uid, reconcile::grace_of(&rec));
-            plane.wake();
-        }
-        Try::of(result)
+        Try::of(reconcile::cancel(plane, &rec, CANCELLED_BY_REQUEST).await)
     })
     .await
 }

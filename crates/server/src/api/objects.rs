@@ -1,5 +1,5 @@
-//! Routes for generic objects (deployments, queues, priority classes), models, GPUs and the
-//! version.
+//! Routes for generic objects (deployments, queues, priority classes, sweeps), models, GPUs and
+//! the version.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -15,7 +15,7 @@ use crate::state::ControlPlane;
 fn object_kind(kind: &str) -> Result<ResourceKind, ApiError> {
     match ResourceKind::from_name(kind) {
         Some(ResourceKind::TrainJob) | None => Err(ApiError::not_found(format!(
-            "no resource type {kind:?}; use jobs, deployments, queues or priorityclasses"
+            "no resource type {kind:?}; use jobs, deployments, queues, priorityclasses or sweeps"
         ))),
         Some(k) => Ok(k),
     }
@@ -43,9 +43,16 @@ fn not_found(kind: ResourceKind, namespace: &str, name: &str) -> ApiError {
     .into()
 }
 
-/// The stored object with its live status (deployments' replicas, queues' usage).
-fn with_status(plane: &ControlPlane, record: ObjectRecord) -> ObjectRecord {
-    crate::queue_view::with_status(plane, serving::with_status(plane, record))
+/// The stored object with its live status (deployments' replicas, queues' usage, sweeps'
+/// jobs).
+async fn with_status(plane: &ControlPlane, record: ObjectRecord) -> Result<ObjectRecord, ApiError> {
+    if record.kind == ResourceKind::Sweep.as_str() {
+        return crate::sweep::with_status(plane, record).await;
+    }
+    Ok(crate::queue_view::with_status(
+        plane,
+        serving::with_status(plane, record),
+    ))
 }
 
 /// `GET /api/v1/{kind}?namespace=NS&labelSelector=SEL`.
@@ -65,13 +72,14 @@ pub(crate) async fn list(
     if kind == ResourceKind::Queue {
         records.extend(crate::queue_view::built_in_queue(&plane, &records));
     }
-    Ok(Json(
-        records
-            .into_iter()
-            .filter(|r| selector.matches(&doc_labels(&r.doc)))
-            .map(|r| with_status(&plane, r))
-            .collect(),
-    ))
+    let mut out = Vec::with_capacity(records.len());
+    for r in records
+        .into_iter()
+        .filter(|r| selector.matches(&doc_labels(&r.doc)))
+    {
+        out.push(with_status(&plane, r).await?);
+    }
+    Ok(Json(out))
 }
 
 /// `GET /api/v1/namespaces/{ns}/{kind}/{name}` (queues and priority classes: any `ns`).
@@ -112,9 +120,10 @@ async fn find(
             _ => None,
         };
     }
-    record
-        .map(|r| Json(with_status(plane, r)))
-        .ok_or_else(|| not_found(kind, ns, name))
+    match record {
+        Some(r) => Ok(Json(with_status(plane, r).await?)),
+        None => Err(not_found(kind, ns, name)),
+    }
 }
 
 /// `DELETE /api/v1/namespaces/{ns}/{kind}/{name}` (queues and priority classes: any `ns`).
@@ -142,7 +151,12 @@ async fn remove(
     let kind = object_kind(kind)?;
     let ns = namespace_key(kind, namespace)?;
     crate::admission::check_delete(plane, kind, name).await?;
-    if plane.store().delete_object(kind.as_str(), ns, name).await? {
+    let deleted = if kind == ResourceKind::Sweep {
+        crate::sweep::delete(plane, ns, name).await?
+    } else {
+        plane.store().delete_object(kind.as_str(), ns, name).await?
+    };
+    if deleted {
         Ok(Json(
             serde_json::json!({"deleted": scope::qualified(kind, ns, name)}),
         ))

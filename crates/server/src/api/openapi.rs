@@ -81,6 +81,7 @@ pub(crate) fn build() -> Value {
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {"oneOf": [
                     {"$ref": "#/components/schemas/TrainJob"}, {"$ref": "#/components/schemas/ModelDeployment"},
                     {"$ref": "#/components/schemas/Queue"}, {"$ref": "#/components/schemas/PriorityClass"},
+                    {"$ref": "#/components/schemas/Sweep"},
                     {"type": "array"}]}}}},
                 "responses": {"200": ok("what was applied", json!({"type": "array"})), "400": err, "409": err, "422": err}}},
             "/api/v1/jobs": {"get": {"summary": "List jobs",

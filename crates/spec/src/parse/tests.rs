@@ -338,3 +338,30 @@ fn every_kind_is_found_by_its_plural() {
         assert_eq!(ResourceKind::from_name(kind.plural()), Some(kind));
     }
 }
+
+/// Every resource file in `examples/` parses and validates, so the examples stay true as the
+/// types change.
+#[test]
+fn every_example_parses() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if !matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml")
+        ) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        if let Err(e) = parse_documents(&text, &path.display().to_string()) {
+            panic!("{e}");
+        }
+        checked += 1;
+    }
+    assert!(
+        checked >= 5,
+        "only {checked} example files in {}",
+        dir.display()
+    );
+}
