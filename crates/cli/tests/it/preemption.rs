@@ -978,6 +978,17 @@ fn a_suspended_job_frees_its_gpus_and_resumes_from_its_checkpoint() {
     );
 }
 
+/// Waits for `name` to succeed, resumed from the checkpoint of `step` with no restart counted.
+fn finished_from_checkpoint(plane: &Plane, name: &str, step: u32) {
+    let done = plane.wait_phase(name, "Succeeded", LIMIT);
+    assert_eq!(done["status"]["restarts"], 0, "{done:#}");
+    let resumed = done["status"]["resumedFrom"].as_str().unwrap();
+    assert!(
+        resumed.ends_with(&format!("checkpoints/step-{step}")),
+        "{resumed} is not step {step}"
+    );
+}
+
 /// Queue `team-a`, 2 GPUs of quota, stopped by `policy`.
 fn team_a(policy: &str) -> String {
     format!(
@@ -1047,13 +1058,7 @@ fn a_suspended_job_still_checkpointing_survives_a_drain_and_a_restart() {
         plane.ok(&["resume", "job", "slow"]).trim(),
         "trainjob/slow queued"
     );
-    let done = plane.wait_phase("slow", "Succeeded", LIMIT);
-    assert_eq!(done["status"]["restarts"], 0, "{done:#}");
-    let resumed = done["status"]["resumedFrom"].as_str().unwrap();
-    assert!(
-        resumed.ends_with(&format!("checkpoints/step-{step}")),
-        "{resumed} is not step {step}"
-    );
+    finished_from_checkpoint(&plane, "slow", step);
     let events = plane.events("slow");
     let count = |reason: &str| events.iter().filter(|e| e["reason"] == reason).count();
     assert_eq!(
@@ -1090,13 +1095,7 @@ fn a_preempted_job_still_checkpointing_survives_a_restart_and_a_drain() {
     assert_eq!(plane.job("urgent")["status"]["phase"], "Queued");
     plane.apply("team.yaml", &team_a("None"));
     plane.wait_phase("urgent", "Succeeded", LIMIT);
-    let done = plane.wait_phase("slow", "Succeeded", LIMIT);
-    assert_eq!(done["status"]["restarts"], 0, "{done:#}");
-    let resumed = done["status"]["resumedFrom"].as_str().unwrap();
-    assert!(
-        resumed.ends_with(&format!("checkpoints/step-{step}")),
-        "{resumed} is not step {step}"
-    );
+    finished_from_checkpoint(&plane, "slow", step);
     let events = plane.events("slow");
     let preempted: Vec<&str> = events
         .iter()

@@ -35,6 +35,14 @@ async fn apply(app: &Router, doc: Value) -> (StatusCode, Value) {
     call(app, "POST", "/api/v1/apply", Some(doc)).await
 }
 
+/// A control plane over a fresh store (kept while the returned directory lives) and its routes.
+async fn fresh() -> (tempfile::TempDir, ControlPlane, Router) {
+    let home = tempfile::tempdir().unwrap();
+    let plane = plane_in(home.path()).await;
+    let app = crate::api::router(plane.clone());
+    (home, plane, app)
+}
+
 /// The sweep's jobs, by index.
 async fn jobs(plane: &ControlPlane) -> Vec<JobRecord> {
     let mut jobs: Vec<JobRecord> = plane
@@ -91,9 +99,7 @@ async fn walk(plane: &ControlPlane, job: &JobRecord, path: &[JobPhase]) {
 
 #[tokio::test]
 async fn applying_a_sweep_creates_its_jobs_labelled_in_order() {
-    let home = tempfile::tempdir().unwrap();
-    let plane = plane_in(home.path()).await;
-    let app = crate::api::router(plane.clone());
+    let (_home, plane, app) = fresh().await;
     let (status, applied) = apply(&app, sweep_doc(None)).await;
     assert_eq!(status, StatusCode::OK, "{applied}");
     assert_eq!(applied[0]["kind"], "Sweep");
@@ -143,9 +149,7 @@ async fn applying_a_sweep_creates_its_jobs_labelled_in_order() {
 /// one on the same store).
 #[tokio::test]
 async fn max_parallel_holds_the_rest_and_releases_them_in_order() {
-    let home = tempfile::tempdir().unwrap();
-    let plane = plane_in(home.path()).await;
-    let app = crate::api::router(plane.clone());
+    let (home, plane, app) = fresh().await;
     let (status, applied) = apply(&app, sweep_doc(Some(2))).await;
     assert_eq!(status, StatusCode::OK, "{applied}");
     let listed = jobs(&plane).await;
@@ -245,9 +249,7 @@ async fn max_parallel_holds_the_rest_and_releases_them_in_order() {
 
 #[tokio::test]
 async fn re_applying_the_same_sweep_changes_nothing_and_a_changed_one_is_refused() {
-    let home = tempfile::tempdir().unwrap();
-    let plane = plane_in(home.path()).await;
-    let app = crate::api::router(plane.clone());
+    let (_home, plane, app) = fresh().await;
     let (status, _) = apply(&app, sweep_doc(Some(2))).await;
     assert_eq!(status, StatusCode::OK);
     let before = jobs(&plane).await;
@@ -291,9 +293,7 @@ async fn re_applying_the_same_sweep_changes_nothing_and_a_changed_one_is_refused
 
 #[tokio::test]
 async fn a_job_name_taken_by_another_job_is_refused_before_anything_is_stored() {
-    let home = tempfile::tempdir().unwrap();
-    let plane = plane_in(home.path()).await;
-    let app = crate::api::router(plane.clone());
+    let (_home, plane, app) = fresh().await;
     let job = json!({
         "apiVersion": "ferry.dev/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": "grid-1"},
@@ -364,9 +364,7 @@ async fn the_jobs_are_checked_against_the_control_plane() {
 /// loss; a failed job's lower loss does not count.
 #[tokio::test]
 async fn the_status_ranks_succeeded_jobs_by_the_metric() {
-    let home = tempfile::tempdir().unwrap();
-    let plane = plane_in(home.path()).await;
-    let app = crate::api::router(plane.clone());
+    let (_home, plane, app) = fresh().await;
     let (status, _) = apply(&app, sweep_doc(None)).await;
     assert_eq!(status, StatusCode::OK);
     let listed = jobs(&plane).await;
@@ -409,9 +407,7 @@ async fn the_status_ranks_succeeded_jobs_by_the_metric() {
 /// Deleting a sweep cancels its unfinished jobs and deletes them with it; other jobs stay.
 #[tokio::test]
 async fn deleting_a_sweep_cancels_and_deletes_its_jobs() {
-    let home = tempfile::tempdir().unwrap();
-    let plane = plane_in(home.path()).await;
-    let app = crate::api::router(plane.clone());
+    let (_home, plane, app) = fresh().await;
     let other = json!({
         "apiVersion": "ferry.dev/v1alpha1", "kind": "TrainJob",
         "metadata": {"name": "other"},
