@@ -130,3 +130,60 @@ fn jobs_are_listed_and_cancelled_by_label() {
     );
     assert_eq!(names(""), ["plain"]);
 }
+
+/// `ferry suspend -l` stops exactly the selected running jobs; `ferry resume -l` queues them
+/// again once their ranks have exited (until then each is refused with the reason, and the
+/// command fails naming it), and skips what is not suspended.
+#[test]
+fn jobs_are_suspended_and_resumed_by_label() {
+    let plane = Plane::start(None);
+    let jobs = [
+        sleeper("a", "sweep: lr"),
+        sleeper("b", "sweep: lr"),
+        sleeper("c", "sweep: bs"),
+    ];
+    plane.apply("jobs.yaml", &jobs.join("---\n"));
+    for name in ["a", "b", "c"] {
+        plane.wait_phase(name, "Running", Duration::from_secs(60));
+    }
+    let out = plane.ok(&["suspend", "-l", "sweep=lr"]);
+    assert_eq!(out, "trainjob/a suspended\ntrainjob/b suspended\n");
+    assert_eq!(plane.job("c")["status"]["phase"], "Running");
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let resumed = loop {
+        let out = plane.ferry(&["resume", "-l", "sweep=lr"]);
+        if out.status.success() {
+            break out.stdout_text();
+        }
+        // Refused while the ranks still stop: the job is named, with why.
+        let err = out.stderr_text();
+        assert!(
+            err.contains("still stopping the ranks of its suspended run")
+                && err.contains("selected jobs failed to resume"),
+            "{err}"
+        );
+        assert!(std::time::Instant::now() < deadline, "never resumed: {err}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // A retry after a partial success skips a job already queued by the one before.
+    let lines: Vec<&str> = resumed.lines().collect();
+    assert_eq!(lines.len(), 2, "{resumed}");
+    for (line, name) in lines.iter().zip(["a", "b"]) {
+        assert!(
+            *line == format!("trainjob/{name} queued")
+                || line.starts_with(&format!("trainjob/{name} skipped: not suspended")),
+            "{resumed}"
+        );
+    }
+    for name in ["a", "b"] {
+        plane.wait_phase(name, "Running", Duration::from_secs(60));
+    }
+    assert_eq!(
+        plane.ok(&["resume", "-l", "sweep"]),
+        "trainjob/a skipped: not suspended (Running)\n\
+         trainjob/b skipped: not suspended (Running)\n\
+         trainjob/c skipped: not suspended (Running)\n"
+    );
+    plane.ok(&["cancel", "-l", "sweep"]);
+}
