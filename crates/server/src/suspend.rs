@@ -7,7 +7,8 @@
 //! as a cancel or a preemption — SIGTERM, `onFailure.graceSeconds` to checkpoint, the GPUs its
 //! own until every rank has exited — and `admission::sync` then takes it out of the scheduler.
 //! Resuming puts it back in its queue, to be admitted like any queued job and resume from its
-//! latest checkpoint; it is refused while the ranks of the suspended run still exit.
+//! latest checkpoint; asked while the ranks of the suspended run still exit, it is recorded as
+//! `spec.suspend: false` and done once they have.
 
 use ferry_spec::{JobPhase, TrainJobSpec};
 use ferry_store::{JobRecord, StatusPatch, StoreError};
@@ -77,22 +78,15 @@ pub(crate) async fn suspend(
     Ok(record)
 }
 
-/// Why the suspended `job` cannot be resumed yet: the ranks of its suspended run still exit
-/// (their GPUs are still theirs); `None` when it can be.
-pub(crate) fn still_stopping(plane: &ControlPlane, job: &JobRecord) -> Option<String> {
-    plane.live_gang(&job.uid).map(|_| {
-        format!(
-            "job {}/{} is still stopping the ranks of its suspended run; resume it once they \
-             have exited (within its grace period of {:.0}s)",
-            job.namespace,
-            job.name,
-            grace_of(job).as_secs_f64()
-        )
-    })
+/// Whether the ranks of the suspended `job`'s run still exit (their GPUs are still theirs): it
+/// cannot go back to its queue yet.
+pub(crate) fn still_stopping(plane: &ControlPlane, job: &JobRecord) -> bool {
+    plane.live_gang(&job.uid).is_some()
 }
 
 /// Persists the `Suspended` `job` as `Queued` again — with `spec` as its new spec when given —
-/// saying which checkpoint it will resume from. Callers check [`still_stopping`] first.
+/// saying which checkpoint it will resume from. Callers check [`still_stopping`] first
+/// ([`request_resume`] while it is).
 pub(crate) async fn resume(
     plane: &ControlPlane,
     job: &JobRecord,
@@ -122,6 +116,35 @@ pub(crate) async fn resume(
     Ok(record)
 }
 
+/// Records a resume asked for (`by`) while the ranks of the suspended `job`'s run still stop:
+/// `spec` (with `suspend: false`) is stored with a `ResumeRequested` event, and
+/// [`follow_spec`] queues the job once they have exited.
+pub(crate) async fn request_resume(
+    plane: &ControlPlane,
+    job: &JobRecord,
+    spec: TrainJobSpec,
+    by: &str,
+) -> Result<JobRecord, StoreError> {
+    let mut wanted = job.job.clone();
+    wanted.spec = spec;
+    let message = format!(
+        "{by} while the ranks of its suspended run stop (grace period {:.0}s); it goes back to \
+         queue {} once they have exited",
+        grace_of(job).as_secs_f64(),
+        queue_of(&job.job)
+    );
+    plane
+        .store()
+        .replace_spec(
+            &job.uid,
+            JobPhase::Suspended,
+            &wanted,
+            "ResumeRequested",
+            &message,
+        )
+        .await
+}
+
 /// Brings a job whose phase disagrees with its stored `spec.suspend` in line (one created
 /// with `spec.suspend: true`, or a write interrupted between the two): suspends it, or
 /// resumes it once its ranks are gone. Returns the job as it is now.
@@ -140,7 +163,7 @@ pub(crate) async fn follow_spec(
             "suspended as its spec asks (spec.suspend: true)"
         };
         suspend(plane, job, None, by).await
-    } else if still_stopping(plane, job).is_none() {
+    } else if !still_stopping(plane, job) {
         resume(
             plane,
             job,

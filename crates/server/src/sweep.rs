@@ -232,9 +232,7 @@ pub(crate) async fn release(
                 break;
             }
             let job = &active[i];
-            if crate::suspend::still_stopping(plane, job).is_some()
-                || was_resumed(plane, job).await?
-            {
+            if crate::suspend::still_stopping(plane, job) || was_resumed(plane, job).await? {
                 continue;
             }
             let by = format!(

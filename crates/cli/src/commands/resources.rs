@@ -782,7 +782,13 @@ pub async fn job_action(
     let act = |ns: String, name: String| async move {
         let path = format!("{}/{action}", job_path(&ns, &name));
         let job: Value = client.post(&path, &Value::Null, action).await?;
-        anyhow::Ok(cell(&job["status"]["phase"]).to_lowercase())
+        let phase = cell(&job["status"]["phase"]).to_lowercase();
+        anyhow::Ok(if action == "resume" && phase == "suspended" {
+            // Its ranks still stop: it goes back to its queue once they have exited.
+            "resume requested: queued once its ranks have exited".to_owned()
+        } else {
+            phase
+        })
     };
     let Some(selector) = &select.selector else {
         let name = job_name(action, target)?;

@@ -293,6 +293,9 @@ impl SpecChange {
         let rec = if job.spec.suspend && !suspended {
             let by = format!("suspended by ferry apply (spec.suspend: true){also}");
             crate::suspend::suspend(plane, old, spec, &by).await?
+        } else if !job.spec.suspend && suspended && crate::suspend::still_stopping(plane, old) {
+            let by = format!("resume requested by ferry apply (spec.suspend: false){also}");
+            crate::suspend::request_resume(plane, old, job.spec.clone(), &by).await?
         } else if !job.spec.suspend && suspended {
             let by = format!("resumed by ferry apply (spec.suspend: false){also}");
             crate::suspend::resume(plane, old, spec, &by).await?
@@ -344,7 +347,6 @@ async fn spec_change(
         .filter(|k| !CHANGEABLE.contains(&k.as_str()))
         .map(|k| format!("spec.{k}"))
         .collect();
-    let resuming = !job.spec.suspend && old.phase == ferry_spec::JobPhase::Suspended;
     let why = if !fixed.is_empty() {
         format!(
             "its {} cannot change (only spec.maxRuntimeSeconds, spec.maxTotalRuntimeSeconds \
@@ -356,8 +358,6 @@ async fn spec_change(
             "it has ended ({}), so its time limits and spec.suspend no longer change anything",
             old.phase
         )
-    } else if let Some(why) = crate::suspend::still_stopping(plane, &old).filter(|_| resuming) {
-        return Err(ApiError::conflict(why));
     } else {
         let show = |v: Option<&Value>| v.map_or_else(|| "none".to_owned(), |v| format!("{v} s"));
         let limits = changed

@@ -260,7 +260,8 @@ pub(crate) async fn suspend(
 }
 
 /// `POST …/resume`: a suspended job goes back to its queue, to resume from its latest
-/// checkpoint once admitted.
+/// checkpoint once admitted; one whose ranks still stop is answered still `Suspended` with
+/// `spec.suspend: false`, and goes back once they have exited.
 pub(crate) async fn resume(
     State(plane): State<ControlPlane>,
     Path((ns, name)): Path<(String, String)>,
@@ -273,10 +274,15 @@ pub(crate) async fn resume(
                 rec.phase
             )));
         }
-        if let Some(why) = crate::suspend::still_stopping(plane, &rec) {
-            return Err(ApiError::conflict(why));
+        if !rec.job.spec.suspend {
+            // Asked for already: it goes back once its ranks have exited.
+            return Ok(Try::Done(Box::new(with_progress(plane, &rec).await?)));
         }
         let spec = crate::suspend::spec_with(&rec, false);
+        if crate::suspend::still_stopping(plane, &rec) {
+            let by = "resume requested";
+            return Try::of(crate::suspend::request_resume(plane, &rec, spec, by).await);
+        }
         Try::of(crate::suspend::resume(plane, &rec, Some(spec), "resumed by request").await)
     })
     .await
