@@ -1034,13 +1034,15 @@ fn a_suspended_job_still_checkpointing_survives_a_drain_and_a_restart() {
         "trainjob/slow suspended"
     );
     plane.wait_log("slow", "SIGTERM: checkpointing step", LIMIT);
-    // A resume is taken now and done once the ranks have exited; asked twice, the same.
-    for _ in 0..2 {
-        assert_eq!(
-            plane.ok(&["resume", "job", "slow"]).trim(),
-            "trainjob/slow resume requested: queued once its ranks have exited"
-        );
-    }
+    // A resume is taken now and done once the ranks have exited: applying the job's file
+    // (without `spec.suspend`) asks for it, and `ferry resume` then finds it asked for.
+    let applied = plane.apply("slow.yaml", &slow_to_stop("slow", "normal"));
+    assert!(applied.contains("configured"), "{applied}");
+    assert_eq!(plane.job("slow")["status"]["phase"], "Suspended");
+    assert_eq!(
+        plane.ok(&["resume", "job", "slow"]).trim(),
+        "trainjob/slow resume requested: queued once its ranks have exited"
+    );
     plane.apply("team.yaml", &queue("HoldAndDrain"));
     plane.restart();
     std::thread::sleep(Duration::from_secs(1));
