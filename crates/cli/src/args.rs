@@ -66,13 +66,13 @@ pub enum Command {
     Logs(LogsArgs),
     /// Cancel a job, or every job `-l` selects: SIGTERM to every rank, then SIGKILL after its
     /// grace period.
-    Cancel(CancelArgs),
+    Cancel(JobActionArgs),
     /// Suspend a job (or every job `-l` selects): out of its queue; a running one checkpoints and
     /// stops as if preempted.
-    Suspend(SuspendArgs),
+    Suspend(JobActionArgs),
     /// Resume a suspended job (or every one `-l` selects): queued again, it continues from its
     /// latest checkpoint.
-    Resume(ResumeArgs),
+    Resume(JobActionArgs),
     /// Delete a resource, or every job `-l` selects (a running job is cancelled first).
     Delete(DeleteArgs),
     /// Print the JSON Schema of the resource types.
@@ -203,37 +203,9 @@ pub struct LogsArgs {
     pub namespace: String,
 }
 
-/// `ferry cancel`.
+/// `ferry cancel`, `ferry suspend` and `ferry resume`: one job by name, or those `-l` selects.
 #[derive(Debug, Args)]
-pub struct CancelArgs {
-    /// `job NAME` or just `NAME`; with -l nothing, or `jobs`.
-    #[arg(num_args = 1..=2, required_unless_present = "selector")]
-    pub target: Vec<String>,
-    /// Namespace.
-    #[arg(short, long, default_value = "default")]
-    pub namespace: String,
-    /// Jobs by label instead of by name.
-    #[command(flatten)]
-    pub select: JobSelection,
-}
-
-/// `ferry suspend`.
-#[derive(Debug, Args)]
-pub struct SuspendArgs {
-    /// `job NAME` or just `NAME`; with -l nothing, or `jobs`.
-    #[arg(num_args = 1..=2, required_unless_present = "selector")]
-    pub target: Vec<String>,
-    /// Namespace.
-    #[arg(short, long, default_value = "default")]
-    pub namespace: String,
-    /// Jobs by label instead of by name.
-    #[command(flatten)]
-    pub select: JobSelection,
-}
-
-/// `ferry resume`.
-#[derive(Debug, Args)]
-pub struct ResumeArgs {
+pub struct JobActionArgs {
     /// `job NAME` or just `NAME`; with -l nothing, or `jobs`.
     #[arg(num_args = 1..=2, required_unless_present = "selector")]
     pub target: Vec<String>,

@@ -48,36 +48,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Get(args) => resources::get(&client, args).await?,
         Command::Describe(args) => resources::describe(&client, args).await?,
         Command::Logs(args) => logs::run(&client, args).await?,
-        Command::Cancel(args) => {
-            resources::job_action(
-                &client,
-                "cancel",
-                &args.target,
-                &args.namespace,
-                &args.select,
-            )
-            .await?
-        }
-        Command::Suspend(args) => {
-            resources::job_action(
-                &client,
-                "suspend",
-                &args.target,
-                &args.namespace,
-                &args.select,
-            )
-            .await?
-        }
-        Command::Resume(args) => {
-            resources::job_action(
-                &client,
-                "resume",
-                &args.target,
-                &args.namespace,
-                &args.select,
-            )
-            .await?
-        }
+        Command::Cancel(args) => resources::job_action(&client, "cancel", &args).await?,
+        Command::Suspend(args) => resources::job_action(&client, "suspend", &args).await?,
+        Command::Resume(args) => resources::job_action(&client, "resume", &args).await?,
         Command::Delete(args) => resources::delete(&client, args).await?,
         Command::Schema(args) => schema(args)?,
         Command::Version => version(&client).await,

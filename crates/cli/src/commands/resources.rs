@@ -7,7 +7,7 @@ use ferry_spec::{JobPhase, ResourceKind};
 use reqwest::Method;
 use serde_json::Value;
 
-use crate::args::{DeleteArgs, DescribeArgs, GetArgs, JobSelection, Output};
+use crate::args::{DeleteArgs, DescribeArgs, GetArgs, JobActionArgs, Output};
 use crate::client::Client;
 use crate::output::{self, age, cell, time_left};
 use crate::table::Table;
@@ -772,13 +772,8 @@ fn nothing_to_do(action: &str, phase: Option<JobPhase>) -> Option<String> {
 /// `ferry cancel|suspend|resume job NAME`: posts the action and prints the job's phase after
 /// it. With `-l`, the same for every selected job, one line each; the jobs that fail are
 /// named and the others still acted on, and the command fails at the end.
-pub async fn job_action(
-    client: &Client,
-    action: &str,
-    target: &[String],
-    namespace: &str,
-    select: &JobSelection,
-) -> anyhow::Result<()> {
+pub async fn job_action(client: &Client, action: &str, args: &JobActionArgs) -> anyhow::Result<()> {
+    let (target, namespace, select) = (&args.target, args.namespace.as_str(), &args.select);
     let act = |ns: String, name: String| async move {
         let path = format!("{}/{action}", job_path(&ns, &name));
         let job: Value = client.post(&path, &Value::Null, action).await?;

@@ -264,68 +264,68 @@ async fn kill_9_of_the_launching_process_loses_nothing() {
     }
 }
 
+/// A one-rank gang running `on_term` as its SIGTERM trap (a file `terms` in its directory is
+/// there for the trap to write to), whose control plane started stopping it with `grace` and
+/// died `after` that; then a fresh runtime adopts it and stops it with the same `grace`.
+/// Returns the gang, what the trap wrote, and the restarted runtime.
+async fn stopped_across_a_restart(
+    dir: &std::path::Path,
+    on_term: &str,
+    grace: Duration,
+    after: Duration,
+) -> (GangRecord, String, String, LocalRuntime) {
+    let terms = dir.join("terms");
+    let script = format!(
+        "trap '{}' TERM; echo up; while :; do sleep 0.1; done",
+        on_term.replace("TERMS", &terms.display().to_string())
+    );
+    let gang = {
+        let crashed = LocalRuntime::new();
+        let gang = persisted(&crashed.launch(sh(dir, 1, 1, &script)).await.unwrap());
+        wait_for_log(&gang, 0, "up").await;
+        // The stop starts, then the control plane dies mid-grace (the future is dropped).
+        let _ = tokio::time::timeout(after, crashed.terminate(&gang, grace)).await;
+        gang
+    };
+    let read = || std::fs::read_to_string(&terms).unwrap_or_default();
+    let before = read();
+    let restarted = LocalRuntime::new();
+    assert_eq!(restarted.adopt(&gang).await.unwrap(), GangStatus::Running);
+    tokio::time::timeout(HANG_GUARD, restarted.terminate(&gang, grace))
+        .await
+        .expect("stopped")
+        .unwrap();
+    (gang, before, read(), restarted)
+}
+
 /// A control plane that dies while a rank checkpoints after SIGTERM: the restarted one's
 /// `terminate` sends no second SIGTERM (the rank's handler runs once and finishes its
 /// checkpoint) and waits out what is left of the first grace period, not a new one.
 #[tokio::test]
 async fn a_restarted_runtime_does_not_signal_ranks_already_told_to_stop() {
     let dir = tempfile::tempdir().unwrap();
-    let terms = dir.path().join("terms");
-    let script = format!(
-        "trap 'echo term >> {t}; sleep 2; echo saved >> {t}; exit 143' TERM; echo up; \
-         while :; do sleep 0.1; done",
-        t = terms.display()
-    );
-    let gang = {
-        let crashed = LocalRuntime::new();
-        let gang = persisted(&crashed.launch(sh(dir.path(), 1, 1, &script)).await.unwrap());
-        wait_for_log(&gang, 0, "up").await;
-        // The stop starts, then the control plane dies mid-grace (the future is dropped).
-        let stopping = crashed.terminate(&gang, Duration::from_secs(30));
-        let _ = tokio::time::timeout(Duration::from_millis(500), stopping).await;
-        gang
-    };
-    let read = || std::fs::read_to_string(&terms).unwrap_or_default();
-    assert_eq!(read(), "term\n", "the first SIGTERM reached the rank");
-    let restarted = LocalRuntime::new();
-    assert_eq!(restarted.adopt(&gang).await.unwrap(), GangStatus::Running);
-    tokio::time::timeout(
-        HANG_GUARD,
-        restarted.terminate(&gang, Duration::from_secs(30)),
+    let (gang, before, after, restarted) = stopped_across_a_restart(
+        dir.path(),
+        "echo term >> TERMS; sleep 2; echo saved >> TERMS; exit 143",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
     )
-    .await
-    .expect("stopped")
-    .unwrap();
-    assert_eq!(read(), "term\nsaved\n", "one SIGTERM, one whole checkpoint");
+    .await;
+    assert_eq!(before, "term\n", "the first SIGTERM reached the rank");
+    assert_eq!(after, "term\nsaved\n", "one SIGTERM, one whole checkpoint");
     let ranks = restarted.observe_ranks(&gang).await.unwrap();
     assert_eq!(ranks[0].state, RankState::Exited { code: 143 });
 
     // A rank that keeps running after SIGTERM gets no second one either: once the grace
     // period that began before the restart is over, SIGKILL.
     let dir = tempfile::tempdir().unwrap();
-    let terms = dir.path().join("terms");
-    let script = format!(
-        "trap 'echo term >> {t}' TERM; echo up; while :; do sleep 0.1; done",
-        t = terms.display()
-    );
-    let stubborn = {
-        let crashed = LocalRuntime::new();
-        let gang = persisted(&crashed.launch(sh(dir.path(), 1, 1, &script)).await.unwrap());
-        wait_for_log(&gang, 0, "up").await;
-        let stopping = crashed.terminate(&gang, Duration::from_secs(1));
-        let _ = tokio::time::timeout(Duration::from_millis(300), stopping).await;
-        gang
-    };
-    let restarted = LocalRuntime::new();
-    restarted.adopt(&stubborn).await.unwrap();
-    tokio::time::timeout(
-        HANG_GUARD,
-        restarted.terminate(&stubborn, Duration::from_secs(1)),
+    let (stubborn, _, after, _) = stopped_across_a_restart(
+        dir.path(),
+        "echo term >> TERMS",
+        Duration::from_secs(1),
+        Duration::from_millis(300),
     )
-    .await
-    .expect("killed")
-    .unwrap();
+    .await;
     assert!(!alive(&stubborn, 0));
-    let read = || std::fs::read_to_string(&terms).unwrap_or_default();
-    assert_eq!(read(), "term\n", "one SIGTERM");
+    assert_eq!(after, "term\n", "one SIGTERM");
 }
