@@ -14,6 +14,7 @@ mod config;
 mod engines;
 mod error;
 mod export;
+mod inputs;
 mod limits;
 mod metrics;
 mod pace;

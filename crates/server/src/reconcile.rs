@@ -19,6 +19,7 @@ use crate::checkpoint::{Layout, latest_checkpoint};
 use crate::engines::{LaunchContext, adapter_for};
 use crate::error::ApiError;
 use crate::export;
+use crate::inputs::Awaited;
 use crate::limits::{self, Overrun};
 use crate::metrics;
 use crate::state::{ControlPlane, ExportState, LiveGang};
@@ -268,6 +269,32 @@ pub(crate) async fn pass(
     // New jobs enter their queue before the scheduler looks.
     for job in &mut active {
         if job.phase != JobPhase::Pending {
+            continue;
+        }
+        // A job starting from a model another job has yet to register waits for it here,
+        // holding no place in a queue.
+        let (to, reason, message) = match crate::inputs::job_input(plane, job).await? {
+            Some(Awaited::Waiting(m)) if job.message.as_ref() == Some(&m) => continue,
+            Some(Awaited::Waiting(m)) => (JobPhase::Pending, "WaitingForModel", m),
+            Some(Awaited::Missing(m)) => (JobPhase::Failed, "ModelNotFound", m),
+            Some(Awaited::Ready(_)) | None => (JobPhase::Queued, "", String::new()),
+        };
+        if to != JobPhase::Queued {
+            match store
+                .transition(
+                    &job.uid,
+                    JobPhase::Pending,
+                    to,
+                    reason,
+                    &message,
+                    StatusPatch::default(),
+                )
+                .await
+            {
+                Ok(record) => *job = record,
+                Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
             continue;
         }
         let res = store

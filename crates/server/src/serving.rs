@@ -16,6 +16,7 @@ use ferry_store::ObjectRecord;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
+use crate::inputs::Awaited;
 use crate::state::ControlPlane;
 
 /// Kind name deployments are stored under.
@@ -89,6 +90,8 @@ pub(crate) struct DeploymentState {
     restarts: u32,
     /// Why the deployment cannot run, when it cannot (bad model, unsupported engine).
     error: Option<String>,
+    /// What it waits for before it can run (a model a job has yet to register).
+    waiting: Option<String>,
     /// The model name its replicas are registered under in the gateway.
     served: Option<String>,
 }
@@ -106,6 +109,7 @@ impl DeploymentState {
         let ready = endpoints.len() as u32;
         let (phase, message) = match (&self.error, ready) {
             (Some(e), _) => ("Failed", Some(e.clone())),
+            (None, 0) if self.waiting.is_some() => ("Pending", self.waiting.clone()),
             (None, r) if r >= desired => ("Ready", None),
             (None, 0) => ("Pending", Some("starting replicas".to_owned())),
             (None, r) => ("Degraded", Some(format!("{r} of {desired} replicas ready"))),
@@ -237,12 +241,14 @@ async fn reconcile_one(plane: &ControlPlane, http: &reqwest::Client, record: &Ob
         }
     };
     let desired = desired_replicas(&deployment);
+    (state.error, state.waiting) = (None, None);
     let launch = match replica_command(plane, record, &deployment).await {
-        Ok(argv) => {
-            state.error = None;
-            Some(argv)
+        Ok(argv) => Some(argv),
+        Err(NotYet::Waiting(w)) => {
+            state.waiting = Some(w);
+            None
         }
-        Err(e) => {
+        Err(NotYet::Failed(e)) => {
             state.error = Some(e);
             None
         }
@@ -394,24 +400,38 @@ async fn healthy(http: &reqwest::Client, url: &str) -> bool {
         .is_ok_and(|r| r.status().is_success())
 }
 
+/// Why a deployment has no replica command line yet.
+enum NotYet {
+    /// A model it serves is still to be registered by an unfinished job.
+    Waiting(String),
+    /// It cannot run as specified; the message names the field and the fix.
+    Failed(String),
+}
+
+impl From<&str> for NotYet {
+    fn from(e: &str) -> Self {
+        NotYet::Failed(e.to_owned())
+    }
+}
+
 /// The `ferry serve` command line of a replica (without `--listen`), or why there is none.
 async fn replica_command(
     plane: &ControlPlane,
     record: &ObjectRecord,
     deployment: &ModelDeployment,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, NotYet> {
     let spec = &deployment.spec;
     match spec.engine {
         ServeEngine::Builtin => {}
         ServeEngine::Auto if spec.gpus_per_replica == 0 => {}
         other => {
-            return Err(format!(
+            return Err(NotYet::Failed(format!(
                 "spec.engine: {} serving runs on Kubernetes (`ferry render --target k8s`); on this machine use engine: builtin with gpusPerReplica: 0",
                 serde_json::to_value(other)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_owned))
                     .unwrap_or_default()
-            ));
+            )));
         }
     }
     let model = match spec.model.source {
@@ -423,13 +443,13 @@ async fn replica_command(
             .ok_or("spec.model.path is required for source: path")?,
         ModelSource::Artifact => {
             let name = spec.model.artifact.as_deref().unwrap_or("");
-            registered_dir(plane, name, "spec.model.artifact").await?
+            awaited_dir(plane, name, "spec.model.artifact").await?
         }
         ModelSource::Hf | ModelSource::Scratch => {
-            return Err(
+            return Err(NotYet::Failed(
                 "spec.model.source: the built-in engine serves a local directory or a registered model (source: path or artifact)"
                     .to_owned(),
-            );
+            ));
         }
     };
     let served = spec
@@ -445,10 +465,23 @@ async fn replica_command(
         served,
     ];
     for adapter in &spec.adapters {
-        let dir = registered_dir(plane, adapter, "spec.adapters").await?;
+        let dir = awaited_dir(plane, adapter, "spec.adapters").await?;
         argv.extend(["--adapter".into(), format!("{adapter}={}", dir.display())]);
     }
     Ok(argv)
+}
+
+/// The directory of registered model `name`, or what the deployment waits for; errors
+/// name `field`.
+async fn awaited_dir(plane: &ControlPlane, name: &str, field: &str) -> Result<PathBuf, NotYet> {
+    match crate::inputs::model(plane, name, field, None).await {
+        Ok(Awaited::Ready(dir)) => Ok(dir),
+        Ok(Awaited::Waiting(w)) => Err(NotYet::Waiting(w)),
+        Ok(Awaited::Missing(e)) => Err(NotYet::Failed(e)),
+        Err(e) => Err(NotYet::Failed(format!(
+            "{field}: looking up model {name:?} failed: {e}"
+        ))),
+    }
 }
 
 /// The directory of registered model `name`; the error names `field`.

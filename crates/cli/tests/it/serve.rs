@@ -80,8 +80,68 @@ fn builtin_job_exports_a_model_that_a_deployment_serves_to_the_openai_client() {
     let plane = Plane::start(None);
     let corpus = ferry_engine::write_demo_corpus(&plane.home.path().join("corpus")).unwrap();
     let corpus = corpus.to_string_lossy();
-    plane.apply("train.yaml", &train_job("tiny-lm", &corpus, "tiny-lm-v1"));
-    plane.wait_phase("tiny-lm", "Succeeded", Duration::from_secs(600));
+    // One file chains the whole way: a job, a second job continuing from the model the first
+    // registers, and a deployment of that model. Both wait for it without failing.
+    let chain = format!(
+        "{}---\n{}---\n{}",
+        train_job("tiny-lm", &corpus, "tiny-lm-v1"),
+        train_job("tiny-lm-more", &corpus, "tiny-lm-v2").replace(
+            "{source: scratch, preset: tiny}",
+            "{source: artifact, artifact: tiny-lm-v1}"
+        ),
+        deployment("tiny-chat", "tiny-lm-v1")
+    );
+    plane.apply("train.yaml", &chain);
+    let (mut job_waited, mut deployment_waited) = (false, false);
+    loop {
+        let deployment: Value = serde_json::from_str::<Vec<Value>>(&plane.ok(&[
+            "get",
+            "deployment",
+            "tiny-chat",
+            "-o",
+            "json",
+        ]))
+        .unwrap()[0]["status"]
+            .clone();
+        let next = plane.job("tiny-lm-more");
+        let first = plane.job("tiny-lm");
+        assert_ne!(deployment["phase"], "Failed", "{deployment}");
+        assert_ne!(next["status"]["phase"], "Failed", "{next}");
+        let waits = |phase: &Value, message: &Value| {
+            phase == "Pending"
+                && message.as_str().is_some_and(|m| {
+                    m.contains("waiting for model \"tiny-lm-v1\"") && m.contains("default/tiny-lm ")
+                })
+        };
+        deployment_waited |= waits(&deployment["phase"], &deployment["message"]);
+        job_waited |= waits(&next["status"]["phase"], &next["status"]["message"]);
+        if first["status"]["phase"] == "Succeeded" {
+            break;
+        }
+        assert_ne!(first["status"]["phase"], "Failed", "{first}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        job_waited && deployment_waited,
+        "while tiny-lm trained, the job after it and the deployment did not say they wait for its model"
+    );
+    // Once the model is registered, the second job is queued and runs from it.
+    plane.wait_phase("tiny-lm-more", "Succeeded", Duration::from_secs(600));
+    let reasons: Vec<String> = plane
+        .events("tiny-lm-more")
+        .iter()
+        .filter_map(|e| e["reason"].as_str().map(str::to_owned))
+        .collect();
+    let at = |r: &str| reasons.iter().position(|x| x == r);
+    assert!(
+        at("WaitingForModel") < at("Queued") && at("WaitingForModel").is_some(),
+        "waiting did not come before queueing: {reasons:?}"
+    );
+    assert_eq!(
+        reasons.iter().filter(|r| *r == "WaitingForModel").count(),
+        1,
+        "the wait is recorded once, not on every pass: {reasons:?}"
+    );
 
     // Metrics lines reached the store, and the export event names the model.
     let metrics = plane.ok(&["describe", "job", "tiny-lm"]);
@@ -145,8 +205,7 @@ fn builtin_job_exports_a_model_that_a_deployment_serves_to_the_openai_client() {
         std::thread::sleep(Duration::from_millis(200));
     }
 
-    // The real deployment serves the registered model.
-    plane.apply("deploy.yaml", &deployment("tiny-chat", "tiny-lm-v1"));
+    // The deployment applied with the job serves the model it waited for.
     let endpoint = wait_endpoint(&plane, "tiny-chat");
     let table = plane.ok(&["get", "deployments"]);
     assert!(
