@@ -16,6 +16,7 @@ mod error;
 mod export;
 mod limits;
 mod metrics;
+mod models;
 mod pace;
 mod queue_view;
 mod reconcile;
