@@ -73,7 +73,8 @@ pub enum Command {
     /// Resume a suspended job (or every one `-l` selects): queued again, it continues from its
     /// latest checkpoint.
     Resume(JobActionArgs),
-    /// Delete a resource, or every job `-l` selects (a running job is cancelled first).
+    /// Delete a resource or a registered model, or every job `-l` selects (a running job is
+    /// cancelled first).
     Delete(DeleteArgs),
     /// Print the JSON Schema of the resource types.
     Schema(SchemaArgs),
@@ -220,8 +221,9 @@ pub struct JobActionArgs {
 /// `ferry delete`.
 #[derive(Debug, Args)]
 pub struct DeleteArgs {
-    /// Kind: job, deployment, queue, priorityclass or sweep (its jobs are cancelled and deleted
-    /// with it); `jobs` with -l.
+    /// Kind: job, deployment, queue, priorityclass, sweep (its jobs are cancelled and deleted
+    /// with it) or model (a registered model, with the files Ferry exported for it; refused while
+    /// a deployment or an unfinished job uses it); `jobs` with -l.
     pub kind: String,
     /// Name (none with -l).
     #[arg(required_unless_present = "selector")]

@@ -83,7 +83,7 @@ pub(crate) async fn export(
                 return Ok(Some(existing));
             }
             Err(format!(
-                "a model named {name} is already registered; the export is kept at {} — pick another spec.export.register",
+                "a model named {name} is already registered; the export is kept at {} — pick another spec.export.register, or free the name with `ferry delete model {name}` and run the job again",
                 dest.display()
             ))
         }

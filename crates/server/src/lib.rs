@@ -17,6 +17,7 @@ mod export;
 mod inputs;
 mod limits;
 mod metrics;
+mod models;
 mod pace;
 mod queue_view;
 mod reconcile;

@@ -138,6 +138,10 @@ pub trait Store: Send + Sync {
     /// Every registered model, oldest first.
     async fn list_models(&self) -> Result<Vec<ModelRecord>>;
 
+    /// Unregisters a model (the row only: its files are the caller's); `Ok(false)` when no
+    /// model has this name. The name may be registered again afterwards.
+    async fn delete_model(&self, name: &str) -> Result<bool>;
+
     /// The newest applied schema migration (for `ferry version` and health checks).
     async fn schema_version(&self) -> Result<i64>;
 

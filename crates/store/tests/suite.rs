@@ -1021,6 +1021,45 @@ mod cases {
         assert_eq!(kept.source_job_uid, Some(rec.uid));
     }
 
+    pub async fn a_deleted_models_name_is_free_again(fx: &Fixture) {
+        let store = &*fx.store;
+        let first = ModelRecord::new("tiny-lm-v1", "/models/tiny-lm-v1/a", "hf-safetensors");
+        store.register_model(&first).await.unwrap();
+        let other = ModelRecord::new("tiny-lm-v2", "/models/tiny-lm-v2/b", "hf-safetensors");
+        store.register_model(&other).await.unwrap();
+
+        assert!(!store.delete_model("no-such").await.unwrap());
+        assert!(store.delete_model("tiny-lm-v1").await.unwrap());
+        assert_eq!(store.get_model("tiny-lm-v1").await.unwrap(), None);
+        assert!(!store.delete_model("tiny-lm-v1").await.unwrap());
+        let names: Vec<_> = store
+            .list_models()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.name)
+            .collect();
+        assert_eq!(names, ["tiny-lm-v2"], "only the named model goes");
+
+        // The name can be registered again, with a new path and lineage.
+        let mut again = ModelRecord::new("tiny-lm-v1", "/models/tiny-lm-v1/c", "peft");
+        again.source_job_uid = Some("job-c".into());
+        assert_eq!(store.register_model(&again).await.unwrap(), again);
+        assert_eq!(store.get_model("tiny-lm-v1").await.unwrap(), Some(again));
+        let names: Vec<_> = store
+            .list_models()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.name)
+            .collect();
+        assert_eq!(
+            names,
+            ["tiny-lm-v2", "tiny-lm-v1"],
+            "re-registered is newest"
+        );
+    }
+
     pub async fn a_suspended_job_round_trips_with_its_spec(fx: &Fixture) {
         let store = fx.store.clone();
         let rec = store
@@ -1261,6 +1300,7 @@ suite!(
     objects_bump_generation,
     objects_move_keeping_their_identity,
     model_registry,
+    a_deleted_models_name_is_free_again,
     reopening_keeps_everything,
     a_suspended_job_round_trips_with_its_spec,
     phases_listed_in_filters_round_trip,

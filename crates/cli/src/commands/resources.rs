@@ -855,9 +855,12 @@ async fn delete_job_when_stopped(client: &Client, job: &Value) -> anyhow::Result
 /// `ferry delete KIND NAME`, or `ferry delete jobs -l SELECTOR`: a job not finished is
 /// cancelled first (all selected ones before any is waited for).
 pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
+    if matches!(args.kind.to_ascii_lowercase().as_str(), "model" | "models") {
+        return delete_model(client, &args).await;
+    }
     let kind = ResourceKind::from_name(&args.kind).ok_or_else(|| {
         anyhow!(
-            "unknown kind {:?}; use job, deployment, queue, priorityclass or sweep",
+            "unknown kind {:?}; use job, deployment, queue, priorityclass, sweep or model",
             args.kind
         )
     })?;
@@ -888,6 +891,27 @@ pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
         client.delete(&path).await?;
     }
     println!("{}/{name} deleted", kind.as_str().to_lowercase());
+    Ok(())
+}
+
+/// `ferry delete model NAME`: unregisters a registered model; the control plane removes its
+/// files when it wrote them (under `$FERRY_HOME/models/`) and refuses while anything uses it.
+async fn delete_model(client: &Client, args: &DeleteArgs) -> anyhow::Result<()> {
+    if args.select.selector.is_some() {
+        bail!(
+            "a registered model carries no labels; delete one by name: `ferry delete model NAME`"
+        );
+    }
+    let Some(name) = &args.name else {
+        bail!("give the name to delete: `ferry delete model NAME` (`ferry get models` lists them)");
+    };
+    let answer = client.delete(&format!("/api/v1/models/{name}")).await?;
+    let files = if answer["filesRemoved"] == true {
+        format!("files removed: {}", cell(&answer["path"]))
+    } else {
+        cell(&answer["note"])
+    };
+    println!("model {name} deleted ({files})");
     Ok(())
 }
 

@@ -507,4 +507,14 @@ fn bad_input_is_refused_with_one_clear_line() {
     );
     let jobs: Vec<Value> = serde_json::from_str(&plane.ok(&["get", "jobs", "-o", "json"])).unwrap();
     assert_eq!(jobs.len(), 1);
+
+    // A model that is not registered cannot be deleted; the line names it and where to look.
+    let gone = plane.ferry(&["delete", "model", "no-such"]);
+    assert!(!gone.status.success());
+    let err = gone.stderr_text();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("Model no-such not found") && err.contains("ferry get models"),
+        "{err}"
+    );
 }

@@ -54,6 +54,10 @@ pub fn router(plane: ControlPlane) -> Router {
         )
         .route("/api/v1/gpus", get(objects::gpus))
         .route("/api/v1/models", get(objects::models))
+        .route(
+            "/api/v1/models/{name}",
+            get(objects::model).delete(objects::delete_model),
+        )
         .route("/api/v1/{kind}", get(objects::list))
         .route(
             "/api/v1/{kind}/{name}",

@@ -1,5 +1,5 @@
-//! Routes for generic objects (deployments, queues, priority classes, sweeps), models, GPUs and
-//! the version.
+//! Routes for generic objects (deployments, queues, priority classes, sweeps), models (listed,
+//! read and deleted), GPUs and the version.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -177,6 +177,31 @@ pub(crate) async fn models(
         models.clear();
     }
     Ok(Json(models))
+}
+
+/// `GET /api/v1/models/{name}`: one registered model.
+pub(crate) async fn model(
+    State(plane): State<ControlPlane>,
+    Path(name): Path<String>,
+) -> Result<Json<ModelRecord>, ApiError> {
+    match plane.store().get_model(&name).await? {
+        Some(m) => Ok(Json(m)),
+        None => Err(StoreError::NotFound {
+            kind: "Model".into(),
+            id: name,
+        }
+        .into()),
+    }
+}
+
+/// `DELETE /api/v1/models/{name}`: unregisters a model no deployment or unfinished job uses
+/// (409 naming them otherwise) and removes its files when Ferry wrote them under
+/// `$FERRY_HOME/models/`.
+pub(crate) async fn delete_model(
+    State(plane): State<ControlPlane>,
+    Path(name): Path<String>,
+) -> Result<Json<crate::models::Deleted>, ApiError> {
+    Ok(Json(crate::models::delete(&plane, &name).await?))
 }
 
 pub(crate) async fn gpus(State(plane): State<ControlPlane>) -> Json<ferry_runtime::Inventory> {

@@ -126,6 +126,18 @@ pub(crate) fn build() -> Value {
             "/api/v1/models": {"get": {"summary": "Registered models",
                 "description": "A model carries no labels: a labelSelector is checked against none (`!key` keeps every model, `key=value` none).",
                 "parameters": [selector], "responses": {"200": ok("models", json!({"type": "array"})), "400": err}}},
+            "/api/v1/models/{name}": {
+                "get": {"summary": "One registered model", "parameters": [name],
+                        "responses": {"200": ok("the model", json!({"type": "object"})), "404": err}},
+                "delete": {"summary": "Unregister a model; its files go too when they lie under $FERRY_HOME/models/",
+                           "description": "Refused (409, naming each) while a ModelDeployment serves it (spec.model or spec.adapters) or an unfinished TrainJob starts from it (spec.model). Files registered from elsewhere are kept. The name may be registered again afterwards.",
+                           "parameters": [name],
+                           "responses": {"200": ok("what was deleted", json!({"type": "object", "properties": {
+                               "deleted": {"type": "string"}, "path": {"type": "string"},
+                               "filesRemoved": {"type": "boolean"},
+                               "note": {"type": "string", "description": "why the files were not removed, when they were not"}},
+                               "required": ["deleted", "path", "filesRemoved"]})),
+                                         "404": err, "409": err}}},
             "/api/v1/gpus": {"get": {"summary": "GPU inventory", "responses": {"200": ok("inventory", json!({"type": "object"}))}}}
         },
         "components": {"schemas": schemas}
@@ -179,6 +191,7 @@ mod tests {
             &doc["paths"]["/api/v1/{kind}/{name}"]["get"]["parameters"][0]["schema"]["enum"];
         assert_eq!(kinds, &json!(["queues", "priorityclasses"]));
         assert!(doc["paths"]["/api/v1/namespaces/{ns}/{kind}/{name}"]["delete"].is_object());
+        assert!(doc["paths"]["/api/v1/models/{name}"]["delete"]["responses"]["409"].is_object());
     }
 
     #[test]

@@ -965,6 +965,18 @@ impl Store for SqlStore {
         rows.into_iter().map(|r| r.decode(&decoder)).collect()
     }
 
+    async fn delete_model(&self, name: &str) -> Result<bool> {
+        let affected = on_db!(&self.pool, |db| {
+            sqlx::query("DELETE FROM models WHERE name = $1")
+                .bind(name)
+                .execute(db)
+                .await
+                .map_err(self.db())?
+                .rows_affected()
+        });
+        Ok(affected > 0)
+    }
+
     async fn schema_version(&self) -> Result<i64> {
         let version: Option<i64> = on_db!(&self.pool, |db| {
             sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success")
