@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use ferry_spec::ModelSource;
 use ferry_store::{JobFilter, JobRecord, StoreError};
 
+use crate::export::export_name;
 use crate::state::ControlPlane;
 
 /// Where a named model stands for whoever asked for it.
@@ -61,9 +62,9 @@ pub(crate) async fn job_input(
     }
 }
 
-/// The name a job registers its export under, if any.
-fn registers(job: &JobRecord) -> Option<&str> {
-    job.job.spec.export.as_ref()?.register.as_deref()
+/// Whether `job`'s export, when it succeeds, registers model `name`.
+fn registers(job: &JobRecord, name: &str) -> bool {
+    export_name(job).as_deref() == Some(name)
 }
 
 /// The registered model a job starts from, if it starts from one.
@@ -89,7 +90,7 @@ fn decide(
 ) -> Awaited {
     let producers = || {
         jobs.iter()
-            .filter(move |j| Some(j.uid.as_str()) != asker && registers(j) == Some(name))
+            .filter(move |j| Some(j.uid.as_str()) != asker && registers(j, name))
     };
     if let Some(p) = producers().find(|j| !j.phase.is_terminal()) {
         if let Some(cycle) = asker.and_then(|a| cycle_back(jobs, p, a, &pending)) {
@@ -135,7 +136,7 @@ fn cycle_back(
         let wanted = starts_from(at).filter(|n| pending(n))?;
         let next = jobs
             .iter()
-            .find(|j| !j.phase.is_terminal() && j.uid != at.uid && registers(j) == Some(wanted))?;
+            .find(|j| !j.phase.is_terminal() && j.uid != at.uid && registers(j, wanted))?;
         if next.uid == asker {
             let mut all = vec![label(next)];
             all.append(&mut chain);
@@ -222,6 +223,16 @@ mod tests {
             panic!("nothing registers it");
         };
         assert!(msg.contains("spec.export.register: base-v1"), "{msg}");
+    }
+
+    #[test]
+    fn an_export_without_a_name_registers_the_job_name_and_is_awaited() {
+        let mut pre = job("pre", JobPhase::Running, None, Some("ignored"));
+        pre.job.spec.export.as_mut().unwrap().register = None;
+        assert!(matches!(
+            verdict(&[pre], "pre", None),
+            Awaited::Waiting(m) if m.contains("job default/pre registers")
+        ));
     }
 
     #[test]
