@@ -235,6 +235,12 @@ pub(crate) async fn release(
             if crate::suspend::still_stopping(plane, job) || was_resumed(plane, job).await? {
                 continue;
             }
+            // Released into a queue, it would skip the wait for its model (`inputs`) and fail
+            // at launch: it stays held until the model is registered.
+            let input = crate::inputs::job_input(plane, job).await?;
+            if matches!(input, Some(crate::inputs::Awaited::Waiting(_))) {
+                continue;
+            }
             let by = format!(
                 "released by sweep {name} (job {index}; spec.maxParallel: {limit}, {live} of its jobs live)"
             );

@@ -1005,13 +1005,7 @@ mod cases {
             Some(model.clone())
         );
         assert_eq!(store.get_model("nope").await.unwrap(), None);
-        let names: Vec<_> = store
-            .list_models()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|m| m.name)
-            .collect();
+        let names = model_names(store).await;
         assert_eq!(names, ["qwen-sft-v1", "tiny-base"]);
 
         // Lineage outlives the job that produced the model.
@@ -1019,6 +1013,12 @@ mod cases {
         store.delete_job(&rec.uid).await.unwrap();
         let kept = store.get_model("qwen-sft-v1").await.unwrap().unwrap();
         assert_eq!(kept.source_job_uid, Some(rec.uid));
+    }
+
+    /// The registered models' names, oldest first.
+    async fn model_names(store: &dyn Store) -> Vec<String> {
+        let models = store.list_models().await.unwrap();
+        models.into_iter().map(|m| m.name).collect()
     }
 
     pub async fn a_deleted_models_name_is_free_again(fx: &Fixture) {
@@ -1032,13 +1032,7 @@ mod cases {
         assert!(store.delete_model("tiny-lm-v1").await.unwrap());
         assert_eq!(store.get_model("tiny-lm-v1").await.unwrap(), None);
         assert!(!store.delete_model("tiny-lm-v1").await.unwrap());
-        let names: Vec<_> = store
-            .list_models()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|m| m.name)
-            .collect();
+        let names = model_names(store).await;
         assert_eq!(names, ["tiny-lm-v2"], "only the named model goes");
 
         // The name can be registered again, with a new path and lineage.
@@ -1046,13 +1040,7 @@ mod cases {
         again.source_job_uid = Some("job-c".into());
         assert_eq!(store.register_model(&again).await.unwrap(), again);
         assert_eq!(store.get_model("tiny-lm-v1").await.unwrap(), Some(again));
-        let names: Vec<_> = store
-            .list_models()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|m| m.name)
-            .collect();
+        let names = model_names(store).await;
         assert_eq!(
             names,
             ["tiny-lm-v2", "tiny-lm-v1"],

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::harness::{Plane, ferry_bin, http, http_get, repo_root};
+use crate::harness::{OutputText, Plane, ferry_bin, http, http_get, repo_root};
 
 /// A tiny model trained by the control plane in about a minute on two cores.
 fn train_job(name: &str, corpus: &str, register: &str) -> String {
@@ -256,6 +256,15 @@ fn builtin_job_exports_a_model_that_a_deployment_serves_to_the_openai_client() {
         eprintln!("skipped the openai client run: python3 cannot import openai");
     }
 
+    // The model cannot be deleted while the deployment serves it; the line names it.
+    let refused = plane.ferry(&["delete", "model", "tiny-lm-v1"]);
+    assert!(!refused.status.success());
+    let err = refused.stderr_text();
+    assert!(
+        err.contains("ModelDeployment default/tiny-chat (spec.model)"),
+        "{err}"
+    );
+
     // Deleting the deployment stops its replica.
     plane.ok(&["delete", "deployment", "tiny-chat"]);
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -282,6 +291,21 @@ fn builtin_job_exports_a_model_that_a_deployment_serves_to_the_openai_client() {
         std::thread::sleep(Duration::from_millis(200));
     }
     plane.ok(&["delete", "deployment", "nowhere"]);
+
+    // Unused now (the job that started from it has ended): it goes with the files its export
+    // wrote, and the name is free.
+    let deleted = plane.ok(&["delete", "model", "tiny-lm-v1"]);
+    assert!(
+        deleted.starts_with("model tiny-lm-v1 deleted (files removed: ")
+            && deleted.contains(&path.display().to_string()),
+        "{deleted}"
+    );
+    assert!(!path.exists(), "{} still exists", path.display());
+    let models = plane.ok(&["get", "models"]);
+    assert!(
+        !models.contains("tiny-lm-v1 ") && models.contains("tiny-lm-v2"),
+        "{models}"
+    );
 }
 
 #[test]

@@ -248,6 +248,38 @@ async fn max_parallel_holds_the_rest_and_releases_them_in_order() {
 }
 
 #[tokio::test]
+async fn a_held_job_whose_model_is_awaited_stays_held_until_it_is_registered() {
+    let (_home, plane, app) = fresh().await;
+    let producer = json!({
+        "apiVersion": "ferry.dev/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": "pre"},
+        "spec": {"engine": "command", "command": ["true"], "suspend": true,
+                 "export": {"format": "hf", "register": "base-v1"}},
+    });
+    let (status, got) = apply(&app, producer).await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    let mut doc = sweep_doc(Some(1));
+    doc["spec"]["template"]["spec"]["model"] = json!({"source": "artifact", "artifact": "base-v1"});
+    let (status, got) = apply(&app, doc).await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    settle(&plane).await;
+    // Job 0 ends (cancelled): a slot frees, but the next job's model is still to come.
+    let listed = jobs(&plane).await;
+    walk(&plane, &listed[0], &[JobPhase::Cancelled]).await;
+    settle(&plane).await;
+    assert_eq!(phases(&jobs(&plane).await)[1], "Suspended");
+
+    let dir = plane.config().home.join("base");
+    let model = ferry_store::ModelRecord::new("base-v1", dir.to_string_lossy(), "hf-safetensors");
+    plane.store().register_model(&model).await.unwrap();
+    settle(&plane).await;
+    assert_eq!(
+        phases(&jobs(&plane).await)[..3],
+        ["Cancelled", "Queued", "Suspended"]
+    );
+}
+
+#[tokio::test]
 async fn re_applying_the_same_sweep_changes_nothing_and_a_changed_one_is_refused() {
     let (_home, plane, app) = fresh().await;
     let (status, _) = apply(&app, sweep_doc(Some(2))).await;
