@@ -71,6 +71,7 @@ pub(crate) async fn export(
     let record = ModelRecord {
         source_job_uid: Some(job.uid.clone()),
         checkpoint: Some(checkpoint.to_string_lossy().into_owned()),
+        labels: job.job.metadata.labels.clone(),
         ..ModelRecord::new(&name, dest.to_string_lossy(), format)
     };
     match plane.store().register_model(&record).await {

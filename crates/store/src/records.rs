@@ -4,6 +4,8 @@
 //! the database keeps, so a value read back equals the value written), serialised as
 //! RFC 3339. Records derive serde so the REST API can return them as they are.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, SecondsFormat, Utc};
 use ferry_spec::{JobPhase, TrainJob, TrainJobSpec, TrainJobStatus};
 use serde::{Deserialize, Serialize};
@@ -211,6 +213,10 @@ pub struct ModelRecord {
     pub checkpoint: Option<String>,
     /// When it was registered.
     pub created_at: DateTime<Utc>,
+    /// The labels of the job that exported it (`ferry get models -l`), none for a model
+    /// registered otherwise.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl ModelRecord {
@@ -227,6 +233,7 @@ impl ModelRecord {
             source_job_uid: None,
             checkpoint: None,
             created_at: now(),
+            labels: BTreeMap::new(),
         }
     }
 }

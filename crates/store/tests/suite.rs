@@ -997,8 +997,12 @@ mod cases {
         assert_eq!(stored, model);
         let err = store.register_model(&model).await.unwrap_err();
         assert!(matches!(err, StoreError::AlreadyExists { .. }), "{err:?}");
-        let base = ModelRecord::new("tiny-base", "/models/tiny", "hf-safetensors");
-        store.register_model(&base).await.unwrap();
+        let base = ModelRecord {
+            labels: [("ferry.dev/sweep".to_owned(), "lr-grid".to_owned())].into(),
+            ..ModelRecord::new("tiny-base", "/models/tiny", "hf-safetensors")
+        };
+        assert_eq!(store.register_model(&base).await.unwrap(), base);
+        assert_eq!(store.get_model("tiny-base").await.unwrap(), Some(base));
 
         assert_eq!(
             store.get_model("qwen-sft-v1").await.unwrap(),
@@ -1297,6 +1301,53 @@ suite!(
 /// Checks that only apply to SQLite: URL forms and two stores sharing one file.
 mod sqlite_only {
     use super::*;
+
+    /// A database the first schema wrote (before models had labels) is upgraded in place on
+    /// open: its models keep everything and carry no labels.
+    #[tokio::test]
+    async fn a_database_of_the_first_schema_is_upgraded_and_keeps_its_models() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let first = dir.path().join("migrations");
+        std::fs::create_dir(&first).unwrap();
+        let migrations = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/sqlite");
+        std::fs::copy(
+            migrations.join("0001_init.sql"),
+            first.join("0001_init.sql"),
+        )
+        .unwrap();
+        let path = dir.path().join("old.db");
+        let url = format!("sqlite:{}?mode=rwc", path.display());
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::migrate::Migrator::new(first.as_path())
+            .await
+            .unwrap()
+            .run(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO models (name, path, format, source_job_uid, checkpoint, created_at) \
+             VALUES ('old-v1', '/models/old', 'peft', 'uid-1', '/ckpt/5', 1700000000000)",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        conn.close().await.unwrap();
+
+        let store = ferry_store::open(&path.display().to_string())
+            .await
+            .unwrap();
+        assert!(store.schema_version().await.unwrap() >= 2);
+        let old = store.get_model("old-v1").await.unwrap().expect("kept");
+        assert_eq!(
+            (
+                old.path.as_str(),
+                old.format.as_str(),
+                old.checkpoint.as_deref()
+            ),
+            ("/models/old", "peft", Some("/ckpt/5"))
+        );
+        assert!(old.labels.is_empty(), "{:?}", old.labels);
+    }
 
     #[tokio::test]
     async fn open_accepts_paths_and_sqlite_urls() {

@@ -86,8 +86,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                         age(m["createdAt"].as_str()),
                     ];
                     if show_labels {
-                        // A registered model carries no labels.
-                        row.push(labels_cell(&Value::Null));
+                        row.push(labels_cell(&m["labels"]));
                     }
                     t.row(row);
                 }
@@ -899,7 +898,7 @@ pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
 async fn delete_model(client: &Client, args: &DeleteArgs) -> anyhow::Result<()> {
     if args.select.selector.is_some() {
         bail!(
-            "a registered model carries no labels; delete one by name: `ferry delete model NAME`"
+            "models are deleted one by name: `ferry delete model NAME` (`ferry get models -l SELECTOR` lists the selected ones)"
         );
     }
     let Some(name) = &args.name else {

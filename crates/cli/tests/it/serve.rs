@@ -85,10 +85,15 @@ fn builtin_job_exports_a_model_that_a_deployment_serves_to_the_openai_client() {
     let chain = format!(
         "{}---\n{}---\n{}",
         train_job("tiny-lm", &corpus, "tiny-lm-v1"),
-        train_job("tiny-lm-more", &corpus, "tiny-lm-v2").replace(
-            "{source: scratch, preset: tiny}",
-            "{source: artifact, artifact: tiny-lm-v1}"
-        ),
+        train_job("tiny-lm-more", &corpus, "tiny-lm-v2")
+            .replace(
+                "{source: scratch, preset: tiny}",
+                "{source: artifact, artifact: tiny-lm-v1}"
+            )
+            .replace(
+                "{name: tiny-lm-more}",
+                "{name: tiny-lm-more, labels: {stage: sft}}"
+            ),
         deployment("tiny-chat", "tiny-lm-v1")
     );
     plane.apply("train.yaml", &chain);
@@ -142,6 +147,13 @@ fn builtin_job_exports_a_model_that_a_deployment_serves_to_the_openai_client() {
         1,
         "the wait is recorded once, not on every pass: {reasons:?}"
     );
+    // Its model carries its labels: a selector finds it, and only it.
+    let selected: Vec<Value> =
+        serde_json::from_str(&plane.ok(&["get", "models", "-l", "stage=sft", "-o", "json"]))
+            .unwrap();
+    let names: Vec<&str> = selected.iter().filter_map(|m| m["name"].as_str()).collect();
+    assert_eq!(names, ["tiny-lm-v2"], "{selected:?}");
+    assert_eq!(selected[0]["labels"]["stage"], "sft");
 
     // Metrics lines reached the store, and the export event names the model.
     let metrics = plane.ok(&["describe", "job", "tiny-lm"]);

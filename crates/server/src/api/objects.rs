@@ -165,17 +165,15 @@ async fn remove(
     }
 }
 
-/// `GET /api/v1/models?labelSelector=SEL`. A registered model carries no labels, so a
-/// selector is checked against none: `!key` and `key!=v` keep every model, `key=v` none.
+/// `GET /api/v1/models?labelSelector=SEL`, matched against the labels each model took from
+/// the job that exported it.
 pub(crate) async fn models(
     State(plane): State<ControlPlane>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Vec<ModelRecord>>, ApiError> {
     let selector = q.selector()?;
     let mut models = plane.store().list_models().await?;
-    if !selector.matches(&Default::default()) {
-        models.clear();
-    }
+    models.retain(|m| selector.matches(&m.labels));
     Ok(Json(models))
 }
 

@@ -124,7 +124,7 @@ pub(crate) fn build() -> Value {
                 "delete": {"summary": "Delete a queue or priority class (ferry up's own classes cannot be deleted: 409)",
                            "parameters": [cluster_kind, name], "responses": {"200": ok("deleted", json!({"type": "object"})), "404": err, "409": err}}},
             "/api/v1/models": {"get": {"summary": "Registered models",
-                "description": "A model carries no labels: a labelSelector is checked against none (`!key` keeps every model, `key=value` none).",
+                "description": "A model carries the labels of the job that exported it (a sweep's jobs' `ferry.dev/sweep` among them); a labelSelector is matched against those.",
                 "parameters": [selector], "responses": {"200": ok("models", json!({"type": "array"})), "400": err}}},
             "/api/v1/models/{name}": {
                 "get": {"summary": "One registered model", "parameters": [name],

@@ -238,6 +238,11 @@ async fn lists_keep_only_what_the_label_selector_matches() {
         .register_model(&ferry_store::ModelRecord::new("m", "/models/m", "peft"))
         .await
         .unwrap();
+    let exported = ferry_store::ModelRecord {
+        labels: [("team".to_owned(), "nlp".to_owned())].into(),
+        ..ferry_store::ModelRecord::new("nlp-m", "/models/nlp-m", "hf-safetensors")
+    };
+    plane.store().register_model(&exported).await.unwrap();
 
     let cases = [
         ("/api/v1/jobs", "team=nlp", vec!["a", "b"]),
@@ -252,8 +257,9 @@ async fn lists_keep_only_what_the_label_selector_matches() {
         ("/api/v1/queues", "team=nlp", vec!["a"]),
         ("/api/v1/queues", "!team", vec!["default"]),
         ("/api/v1/priorityclasses", "team", vec![]),
-        ("/api/v1/models", "team=nlp", vec![]),
+        ("/api/v1/models", "team=nlp", vec!["nlp-m"]),
         ("/api/v1/models", "!team", vec!["m"]),
+        ("/api/v1/models", "team!=vision", vec!["m", "nlp-m"]),
     ];
     for (path, selector, expect) in cases {
         let uri = selecting(path, selector);

@@ -909,10 +909,12 @@ impl Store for SqlStore {
     }
 
     async fn register_model(&self, model: &ModelRecord) -> Result<ModelRecord> {
+        let labels = to_json_text(&format!("model {} labels", model.name), &model.labels)?;
         let result: std::result::Result<ModelRow, sqlx::Error> = on_db!(&self.pool, |db| {
             sqlx::query_as(concat!(
-                "INSERT INTO models (name, path, format, source_job_uid, checkpoint, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING ",
+                "INSERT INTO models \
+                 (name, path, format, source_job_uid, checkpoint, created_at, labels) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING ",
                 model_cols!()
             ))
             .bind(&model.name)
@@ -921,6 +923,7 @@ impl Store for SqlStore {
             .bind(model.source_job_uid.as_deref())
             .bind(model.checkpoint.as_deref())
             .bind(to_millis(model.created_at))
+            .bind(&labels)
             .fetch_one(db)
             .await
         });

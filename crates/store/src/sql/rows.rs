@@ -47,7 +47,7 @@ pub(crate) use object_cols;
 /// The column list every model query selects, matching [`ModelRow`].
 macro_rules! model_cols {
     () => {
-        "name, path, format, source_job_uid, checkpoint, created_at"
+        "name, path, format, source_job_uid, checkpoint, created_at, labels"
     };
 }
 pub(crate) use model_cols;
@@ -225,12 +225,14 @@ pub(crate) struct ModelRow {
     source_job_uid: Option<String>,
     checkpoint: Option<String>,
     created_at: i64,
+    labels: String,
 }
 
 impl ModelRow {
     pub(crate) fn decode(self, d: &Decoder<'_>) -> Result<ModelRecord> {
         Ok(ModelRecord {
             created_at: d.time(&format!("model {}", self.name), self.created_at)?,
+            labels: d.json(&format!("model {} labels", self.name), &self.labels)?,
             name: self.name,
             path: self.path,
             format: self.format,
