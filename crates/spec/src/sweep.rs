@@ -324,6 +324,30 @@ impl Sweep {
             }
         }
         p.0.extend(self.job_problems(found));
+        // Two jobs exporting under one name: the second's export would be refused at its end.
+        let mut first: BTreeMap<&str, usize> = BTreeMap::new();
+        for job in &jobs {
+            let Some(name) = job
+                .job
+                .spec
+                .export
+                .as_ref()
+                .and_then(|e| e.register.as_deref())
+            else {
+                continue;
+            };
+            if let Some(&other) = first.get(name) {
+                p.push(
+                    "spec.parameters[\"export.register\"]",
+                    format!(
+                        "jobs {other} and {} would both register model {name:?}; a name must be unique: sweep export.register alone, or leave it to the template (each job then registers NAME-<index>)",
+                        job.index
+                    ),
+                );
+                break;
+            }
+            first.insert(name, job.index);
+        }
         jobs
     }
 
@@ -362,6 +386,14 @@ impl Sweep {
         let mut spec = template.clone();
         for (path, value) in parameters {
             set_path(&mut spec, path, value.clone());
+        }
+        // Model names are unique: a name the template gives its export becomes each job's own
+        // (`NAME-<index>`) unless a parameter sets it; without one, a job exports under its
+        // own name already.
+        if !parameters.contains_key("export.register")
+            && let Some(name) = spec.pointer("/export/register").and_then(Value::as_str)
+        {
+            spec["export"]["register"] = Value::String(format!("{name}-{index}"));
         }
         if held || self.spec.template.spec.suspend {
             spec["suspend"] = Value::Bool(true);

@@ -315,3 +315,43 @@ fn parallelism_auto_works_in_a_template() {
     let s = sweep(&LR_SWEEP.replace("train: {steps", "parallelism: auto\n      train: {steps"));
     assert!(s.spec.template.spec.parallelism.is_auto());
 }
+
+/// Each job registers its own model: the template's export name gets the job's index, a
+/// parameter over `export.register` is kept as given, and without a name each job exports
+/// under its own.
+#[test]
+fn every_job_of_a_sweep_registers_a_model_of_its_own() {
+    let registers = |text: &str| -> Vec<Option<String>> {
+        let jobs = sweep(text).expand().unwrap();
+        jobs.iter()
+            .map(|j| j.job.spec.export.as_ref().and_then(|e| e.register.clone()))
+            .collect()
+    };
+    let named = LR_SWEEP.replace(
+        "      train: {steps: 20, seqLen: 64}\n",
+        "      train: {steps: 20, seqLen: 64}\n      export: {format: hf, register: lr}\n",
+    );
+    let want: Vec<Option<String>> = (0..6).map(|i| Some(format!("lr-{i}"))).collect();
+    assert_eq!(registers(&named), want);
+
+    let by_parameter = named.replace(
+        "    method: [lora, full]\n",
+        "    method: [lora, full]\n    export.register: [a, b]\n",
+    );
+    assert_eq!(
+        problems(&by_parameter),
+        [
+            "spec.parameters[\"export.register\"]: jobs 0 and 1 would both register model \"a\"; a name must be unique: sweep export.register alone, or leave it to the template (each job then registers NAME-<index>)"
+        ]
+    );
+    let alone = by_parameter
+        .replace("    train.lr: [0.0001, 0.0003, 0.001]\n", "")
+        .replace("    method: [lora, full]\n", "");
+    assert_eq!(
+        registers(&alone),
+        [Some("a".to_owned()), Some("b".to_owned())]
+    );
+
+    let unnamed = named.replace("export: {format: hf, register: lr}", "export: {format: hf}");
+    assert_eq!(registers(&unnamed), vec![None; 6]);
+}
