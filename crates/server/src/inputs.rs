@@ -75,6 +75,7 @@ fn starts_from(job: &JobRecord) -> Option<&str> {
         .flatten()
 }
 
+/// `namespace/name`, as messages name a job.
 fn label(job: &JobRecord) -> String {
     format!("{}/{}", job.namespace, job.name)
 }
@@ -104,7 +105,7 @@ fn decide(
             label(p)
         ));
     }
-    let ended = producers().max_by_key(|j| j.finished_at.or(Some(j.updated_at)));
+    let ended = producers().max_by_key(|j| j.finished_at.unwrap_or(j.updated_at));
     Awaited::Missing(match ended {
         Some(p) => format!(
             "{field}: no registered model named {name:?}: job {}, which was to register it, ended {}{}; run it again or name a model `ferry get models` lists",
