@@ -68,7 +68,7 @@ fn registers(job: &JobRecord, name: &str) -> bool {
 }
 
 /// The registered model a job starts from, if it starts from one.
-fn starts_from(job: &JobRecord) -> Option<&str> {
+pub(crate) fn starts_from(job: &JobRecord) -> Option<&str> {
     let model = job.job.spec.model.as_ref()?;
     (model.source == ModelSource::Artifact)
         .then_some(model.artifact.as_deref())

@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-use ferry_spec::ModelSource;
 use ferry_store::{JobFilter, StoreError};
 use serde::Serialize;
 
@@ -51,10 +50,7 @@ pub(crate) async fn users(plane: &ControlPlane, name: &str) -> Result<Users, Sto
         }
     }
     for job in plane.store().list_jobs(&JobFilter::unfinished()).await? {
-        let starts_from = job.job.spec.model.as_ref().is_some_and(|m| {
-            m.source == ModelSource::Artifact && m.artifact.as_deref() == Some(name)
-        });
-        if starts_from {
+        if crate::inputs::starts_from(&job) == Some(name) {
             users.jobs.push(format!(
                 "{}/{} ({})",
                 job.namespace,

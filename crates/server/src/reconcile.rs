@@ -737,9 +737,10 @@ async fn resolve_model_dir(
             .map(|p| crate::engines::in_working_dir(&job.job, p))),
         ModelSource::Artifact => {
             let name = model.artifact.as_deref().unwrap_or("");
-            crate::serving::registered_dir(plane, name, "spec.model.artifact")
+            crate::serving::awaited_dir(plane, name, "spec.model.artifact", Some(&job.uid))
                 .await
                 .map(Some)
+                .map_err(|e| e.to_string())
         }
         ModelSource::Hf | ModelSource::Scratch => Ok(None),
     }

@@ -400,12 +400,20 @@ async fn healthy(http: &reqwest::Client, url: &str) -> bool {
         .is_ok_and(|r| r.status().is_success())
 }
 
-/// Why a deployment has no replica command line yet.
-enum NotYet {
+/// Why a model (or a deployment) cannot be used yet.
+pub(crate) enum NotYet {
     /// A model it serves is still to be registered by an unfinished job.
     Waiting(String),
     /// It cannot run as specified; the message names the field and the fix.
     Failed(String),
+}
+
+impl std::fmt::Display for NotYet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotYet::Waiting(m) | NotYet::Failed(m) => f.write_str(m),
+        }
+    }
 }
 
 impl From<&str> for NotYet {
@@ -443,7 +451,7 @@ async fn replica_command(
             .ok_or("spec.model.path is required for source: path")?,
         ModelSource::Artifact => {
             let name = spec.model.artifact.as_deref().unwrap_or("");
-            awaited_dir(plane, name, "spec.model.artifact").await?
+            awaited_dir(plane, name, "spec.model.artifact", None).await?
         }
         ModelSource::Hf | ModelSource::Scratch => {
             return Err(NotYet::Failed(
@@ -465,37 +473,27 @@ async fn replica_command(
         served,
     ];
     for adapter in &spec.adapters {
-        let dir = awaited_dir(plane, adapter, "spec.adapters").await?;
+        let dir = awaited_dir(plane, adapter, "spec.adapters", None).await?;
         argv.extend(["--adapter".into(), format!("{adapter}={}", dir.display())]);
     }
     Ok(argv)
 }
 
-/// The directory of registered model `name`, or what the deployment waits for; errors
-/// name `field`.
-async fn awaited_dir(plane: &ControlPlane, name: &str, field: &str) -> Result<PathBuf, NotYet> {
-    match crate::inputs::model(plane, name, field, None).await {
+/// The directory of registered model `name`, or what its user (the job `asker`, or a
+/// deployment) waits for; errors name `field`.
+pub(crate) async fn awaited_dir(
+    plane: &ControlPlane,
+    name: &str,
+    field: &str,
+    asker: Option<&str>,
+) -> Result<PathBuf, NotYet> {
+    match crate::inputs::model(plane, name, field, asker).await {
         Ok(Awaited::Ready(dir)) => Ok(dir),
         Ok(Awaited::Waiting(w)) => Err(NotYet::Waiting(w)),
         Ok(Awaited::Missing(e)) => Err(NotYet::Failed(e)),
         Err(e) => Err(NotYet::Failed(format!(
             "{field}: looking up model {name:?} failed: {e}"
         ))),
-    }
-}
-
-/// The directory of registered model `name`; the error names `field`.
-pub(crate) async fn registered_dir(
-    plane: &ControlPlane,
-    name: &str,
-    field: &str,
-) -> Result<PathBuf, String> {
-    match plane.store().get_model(name).await {
-        Ok(Some(m)) => Ok(PathBuf::from(m.path)),
-        Ok(None) => Err(format!(
-            "{field}: no registered model named {name:?}; `ferry get models` lists them"
-        )),
-        Err(e) => Err(format!("{field}: looking up model {name:?} failed: {e}")),
     }
 }
 
