@@ -383,7 +383,7 @@ impl Scheduler {
             });
         let may_preempt = self.opts.preemption
             && *preempt_budget > 0
-            && (by_priority || (!patient && self.may_reclaim(q, f, r, fair)));
+            && (by_priority || (!patient && self.may_reclaim(j, q, f, r, fair)));
         if fair && may_preempt {
             // A queue's fair-sharing claim is tried once a cycle (its first blocked head), so
             // failed tries cannot use up the preemption budget of reclaims and priorities.

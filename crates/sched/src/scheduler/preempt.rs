@@ -73,7 +73,13 @@ impl Scheduler {
                     cands.push((v, Kind::Priority));
                 }
             }
-            let within_nominal = qs.quota[f].is_some_and(|qq| qs.usage[f] + r <= qq.nominal);
+            // The holder takes back its loans too: its queue's loans count as already returned.
+            let holder = self.holder[f] == Some(j);
+            if holder {
+                cands.extend(self.loans[f].iter().map(|&v| (v, Kind::Loan)));
+            }
+            let usage = qs.usage[f] - if holder { self.own_loans(q, f) } else { 0 };
+            let within_nominal = qs.quota[f].is_some_and(|qq| usage + r <= qq.nominal);
             // Fair sharing: a queue below its nominal quota whose head would take it over may
             // take borrowed work from a queue whose share of its own quota is higher than the
             // preemptor's will be (checked again on the final victim set, see
@@ -106,6 +112,9 @@ impl Scheduler {
                 }
             }
         }
+        // A borrowed job on loan is listed twice: it goes as a loan.
+        let mut seen = HashSet::new();
+        cands.retain(|&(v, _)| seen.insert(v));
         cands.retain(|&(v, kind)| {
             let vj = self.jobs[v as usize].as_ref().expect("running job exists");
             vj.state == St::Running
@@ -128,9 +137,10 @@ impl Scheduler {
                     Kind::Loan => vj.on_loan && vj.prio <= prio,
                 }
         });
-        cands.sort_by_key(|&(v, _)| {
+        cands.sort_by_key(|&(v, kind)| {
             let vj = self.jobs[v as usize].as_ref().expect("job exists");
             (
+                kind != Kind::Loan,
                 vj.prio,
                 Reverse(vj.last_ckpt.unwrap_or(vj.admitted_at)),
                 Reverse(vj.admitted_at),
@@ -266,16 +276,18 @@ impl Scheduler {
         let left_in =
             |vq: u32| -> u64 { freed.iter().filter(|(y, _)| *y == vq).map(|(_, a)| a).sum() };
         let qs = &self.queues[q as usize];
+        // What the preemptor's queue ends with: its own victims (loans) gone, the preemptor in.
+        let delta = r as i64 - left_in(q) as i64;
         if self.opts.fair_preemption
             && !loans_only
-            && qs.quota[f].is_some_and(|qq| qs.usage[f] + r > qq.nominal)
-            && let Some(after) = Self::ratio(qs, f, r as i64)
+            && qs.quota[f].is_some_and(|qq| qs.usage[f] as i64 + delta > qq.nominal as i64)
+            && let Some(after) = Self::ratio(qs, f, delta)
         {
             let mut kueue_ok = true;
             // The largest relative gap to nominal quota among the queues involved, before and
             // after: the preemptor's and each victim queue's.
             let mut gap_before = Self::gap(qs, f, 0);
-            let mut gap_after = Self::gap(qs, f, r as i64 - left_in(q) as i64);
+            let mut gap_after = Self::gap(qs, f, delta);
             let mut reclaims = false;
             for (&(vq, _), &(_, kind)) in freed.iter().zip(keep) {
                 if vq == q || kind != Kind::Reclaim {
@@ -524,15 +536,34 @@ impl Scheduler {
         })
     }
 
-    pub(super) fn may_reclaim(&self, q: u32, f: usize, r: u64, fair: bool) -> bool {
+    /// Whether queue `q`'s job `j` of `r` GPUs may reclaim lent quota in flavor `f`: it fits in
+    /// its queue's nominal quota (the holder's own loans, which it takes back too, not counted)
+    /// and some cohort member borrows.
+    pub(super) fn may_reclaim(&self, j: u32, q: u32, f: usize, r: u64, fair: bool) -> bool {
         let qs = &self.queues[q as usize];
         let (Some(c), Some(qq)) = (qs.cohort, qs.quota[f]) else {
             return false;
         };
-        (qs.usage[f] + r <= qq.nominal || fair)
+        let loans = if self.holder[f] == Some(j) {
+            self.own_loans(q, f)
+        } else {
+            0
+        };
+        (qs.usage[f] - loans + r <= qq.nominal || fair)
             && self.cohorts[c as usize].members.iter().any(|&m| {
                 let ms = &self.queues[m as usize];
                 m != q && ms.quota[f].is_some_and(|x| ms.usage[f] > x.nominal)
             })
+    }
+
+    /// GPUs of queue `q`'s jobs running on loan in flavor `f`: the holder preempts them when
+    /// its turn comes, so they do not stand between it and its nominal quota.
+    fn own_loans(&self, q: u32, f: usize) -> u64 {
+        self.loans[f]
+            .iter()
+            .filter_map(|&v| self.jobs[v as usize].as_ref())
+            .filter(|v| v.queue == q)
+            .map(|v| v.gpus())
+            .sum()
     }
 }

@@ -934,6 +934,56 @@ fn reserved_nodes_are_lent_and_taken_back_when_the_gang_can_start() {
     assert_eq!(admitted(&s.cycle(1030)), vec!["gang"]);
 }
 
+/// A gang blocked by its own queue's work lends its nodes; meanwhile the other team borrows
+/// from its quota. When its queue's work ends, the gang fits its nominal quota only once its
+/// loan is back, and its nodes only once the borrowed job is too: it takes back both at once,
+/// rather than waiting for a borrower that may run for days.
+#[test]
+fn a_holder_takes_back_its_loans_and_lent_quota_together() {
+    let mut s = Scheduler::new(
+        Cluster::uniform(5, 8, "gpu"),
+        vec![queue("a", Some("c"), 24), queue("b", Some("c"), 16)],
+        vec![],
+    )
+    .unwrap();
+    s.submit(wl("a-run", "a", 1, 8, 0, Some(1000))).unwrap();
+    for (i, b) in ["b1", "b2", "b-borrow"].into_iter().enumerate() {
+        s.submit(wl(b, "b", 1, 8, i as u64, None)).unwrap();
+    }
+    assert_eq!(admitted(&s.cycle(0)).len(), 4);
+    // a's gang needs its queue's work to end first (8 + 24 > 24): it holds the cluster.
+    s.submit(wl("gang", "a", 3, 8, 1, Some(100))).unwrap();
+    s.submit(wl("a-long", "a", 1, 8, 2, Some(5000))).unwrap();
+    assert_eq!(
+        admitted(&s.cycle(10)),
+        vec!["a-long"],
+        "the idle node goes out on loan"
+    );
+    assert_eq!(s.holders(), vec![Some("gang")]);
+    s.finished("a-run").unwrap();
+    let mut stops = preempted(&s.cycle(1000));
+    stops.sort_by(|x, y| x.0.cmp(&y.0));
+    let by_gang = "gang".to_string();
+    assert_eq!(
+        stops,
+        vec![
+            (
+                "a-long".to_string(),
+                PreemptReason::LoanEnded {
+                    preemptor: by_gang.clone()
+                }
+            ),
+            (
+                "b-borrow".to_string(),
+                PreemptReason::Reclaim { preemptor: by_gang }
+            ),
+        ]
+    );
+    s.evicted("a-long").unwrap();
+    s.evicted("b-borrow").unwrap();
+    assert_eq!(admitted(&s.cycle(1030)), vec!["gang"]);
+}
+
 /// Nobody knows when the work in a blocked gang's way ends (no time limit, no pace yet): its
 /// reserved node is lent rather than left idle for as long as that work runs (an unknown start
 /// counts as far off), and the loan is taken back when the gang can start.
