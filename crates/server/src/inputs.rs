@@ -3,7 +3,7 @@
 //! (`spec.export.register`), is awaited rather than an error, so one file can chain
 //! pretraining, a fine-tune on its result and a deployment serving that.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use ferry_spec::ModelSource;
@@ -23,42 +23,66 @@ pub(crate) enum Awaited {
     Missing(String),
 }
 
-/// The model `name` given in `field`, for `asker` (the uid of the job asking, if a job
-/// asks: a job never waits for itself, and two jobs that wait for each other's models are
-/// told so instead of waiting forever).
-pub(crate) async fn model(
-    plane: &ControlPlane,
-    name: &str,
-    field: &str,
-    asker: Option<&str>,
-) -> Result<Awaited, StoreError> {
-    if let Some(m) = plane.store().get_model(name).await? {
-        return Ok(Awaited::Ready(PathBuf::from(m.path)));
-    }
-    let jobs = plane.store().list_jobs(&JobFilter::default()).await?;
-    let registered: HashSet<String> = plane
-        .store()
-        .list_models()
-        .await?
-        .into_iter()
-        .map(|m| m.name)
-        .collect();
-    // A cycle can only run through models not registered yet.
-    Ok(decide(&jobs, name, field, asker, |n| {
-        !registered.contains(n)
-    }))
+/// The stored jobs and registered models, read once and jobs first: a job ends only after its
+/// export has registered its model, so a producer seen ended has that model in the list read
+/// after it (read the other way round, a model registered in between would be called missing).
+/// One catalog answers every question of a reconcile pass.
+pub(crate) struct Catalog {
+    jobs: Vec<JobRecord>,
+    models: HashMap<String, PathBuf>,
 }
 
-/// Where the registered model `job` starts from stands (`None`: it starts from none).
-pub(crate) async fn job_input(
-    plane: &ControlPlane,
-    job: &JobRecord,
-) -> Result<Option<Awaited>, StoreError> {
-    match starts_from(job) {
-        Some(name) => model(plane, name, "spec.model.artifact", Some(&job.uid))
-            .await
-            .map(Some),
-        None => Ok(None),
+impl Catalog {
+    /// Reads every stored job, then every registered model.
+    pub(crate) async fn read(plane: &ControlPlane) -> Result<Self, StoreError> {
+        let jobs = plane.store().list_jobs(&JobFilter::default()).await?;
+        let models = plane
+            .store()
+            .list_models()
+            .await?
+            .into_iter()
+            .map(|m| (m.name, PathBuf::from(m.path)))
+            .collect();
+        Ok(Self { jobs, models })
+    }
+
+    /// The model `name` given in `field`, for `asker` (the uid of the job asking, if a job
+    /// asks: a job never waits for itself, and two jobs that wait for each other's models are
+    /// told so instead of waiting forever).
+    pub(crate) fn model(&self, name: &str, field: &str, asker: Option<&str>) -> Awaited {
+        if let Some(dir) = self.models.get(name) {
+            return Awaited::Ready(dir.clone());
+        }
+        // A cycle can only run through models not registered yet.
+        decide(&self.jobs, name, field, asker, |n| {
+            !self.models.contains_key(n)
+        })
+    }
+}
+
+/// A catalog read on first use: a pass with no job starting from a registered model reads none.
+#[derive(Default)]
+pub(crate) struct LazyCatalog(Option<Catalog>);
+
+impl LazyCatalog {
+    /// Where the registered model `job` starts from stands (`None`: it starts from none).
+    pub(crate) async fn job_input(
+        &mut self,
+        plane: &ControlPlane,
+        job: &JobRecord,
+    ) -> Result<Option<Awaited>, StoreError> {
+        let Some(name) = starts_from(job) else {
+            return Ok(None);
+        };
+        let catalog = match &mut self.0 {
+            Some(c) => c,
+            empty => empty.insert(Catalog::read(plane).await?),
+        };
+        Ok(Some(catalog.model(
+            name,
+            "spec.model.artifact",
+            Some(&job.uid),
+        )))
     }
 }
 

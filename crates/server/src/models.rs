@@ -123,6 +123,8 @@ pub(crate) async fn delete(plane: &ControlPlane, name: &str) -> Result<Deleted, 
     let Some(model) = plane.store().get_model(name).await? else {
         return Err(not_found());
     };
+    // No apply stores a job or deployment between the check and the delete.
+    let applies_wait = plane.deleting_model().await;
     let users = users(plane, name).await?;
     if let Some(refusal) = users.refusal(name) {
         return Err(refusal);
@@ -131,6 +133,7 @@ pub(crate) async fn delete(plane: &ControlPlane, name: &str) -> Result<Deleted, 
         // Deleted by another request in between.
         return Err(not_found());
     }
+    drop(applies_wait);
     let root = plane.config().home.join("models");
     let others: Vec<String> = plane
         .store()

@@ -264,7 +264,9 @@ pub(crate) async fn pass(
         }
     }
     // Sweeps below their `spec.maxParallel` release their next held jobs.
-    crate::sweep::release(plane, &mut active).await?;
+    // What jobs starting from registered models wait for, read once for the pass.
+    let mut catalog = crate::inputs::LazyCatalog::default();
+    crate::sweep::release(plane, &mut active, &mut catalog).await?;
 
     // New jobs enter their queue before the scheduler looks.
     for job in &mut active {
@@ -273,7 +275,7 @@ pub(crate) async fn pass(
         }
         // A job starting from a model another job has yet to register waits for it here,
         // holding no place in a queue.
-        let (to, reason, message) = match crate::inputs::job_input(plane, job).await? {
+        let (to, reason, message) = match catalog.job_input(plane, job).await? {
             Some(Awaited::Waiting(m)) if job.message.as_ref() == Some(&m) => continue,
             Some(Awaited::Waiting(m)) => (JobPhase::Pending, "WaitingForModel", m),
             Some(Awaited::Missing(m)) => (JobPhase::Failed, "ModelNotFound", m),

@@ -47,6 +47,10 @@ struct Inner {
     gateway: std::sync::OnceLock<GatewayLink>,
     queue_views: Mutex<Vec<crate::queue_view::QueueView>>,
     exports: Mutex<HashMap<String, ExportState>>,
+    /// Taken shared while an apply stores what it was given, and exclusively while a model
+    /// is deleted: a job or deployment naming the model is either seen by the delete's
+    /// in-use check or stored after the model is gone.
+    model_users: tokio::sync::RwLock<()>,
 }
 
 /// Why a queued job waits, and when it is expected to start, as of the last scheduling cycle.
@@ -122,6 +126,7 @@ impl ControlPlane {
                 gateway: std::sync::OnceLock::new(),
                 queue_views: Mutex::new(Vec::new()),
                 exports: Mutex::new(HashMap::new()),
+                model_users: tokio::sync::RwLock::new(()),
             }),
         }
     }
@@ -247,6 +252,16 @@ impl ControlPlane {
     /// Exports by job uid (see `reconcile::store_succeeded`).
     pub(crate) fn exports(&self) -> std::sync::MutexGuard<'_, HashMap<String, ExportState>> {
         self.inner.exports.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Held by an apply while it stores jobs and deployments (see `Inner::model_users`).
+    pub(crate) async fn storing_model_users(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.inner.model_users.read().await
+    }
+
+    /// Held by a model delete from its in-use check to its removal (see `Inner::model_users`).
+    pub(crate) async fn deleting_model(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.inner.model_users.write().await
     }
 
     pub(crate) fn clear_waiting(&self, uid: &str) {

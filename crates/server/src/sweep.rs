@@ -199,6 +199,7 @@ pub(crate) async fn store(
 pub(crate) async fn release(
     plane: &ControlPlane,
     active: &mut [JobRecord],
+    catalog: &mut crate::inputs::LazyCatalog,
 ) -> Result<(), StoreError> {
     let sweeps = plane.store().list_objects(KIND, None).await?;
     for record in &sweeps {
@@ -237,7 +238,7 @@ pub(crate) async fn release(
             }
             // Released into a queue, it would skip the wait for its model (`inputs`) and fail
             // at launch: it stays held until the model is registered.
-            let input = crate::inputs::job_input(plane, job).await?;
+            let input = catalog.job_input(plane, job).await?;
             if matches!(input, Some(crate::inputs::Awaited::Waiting(_))) {
                 continue;
             }

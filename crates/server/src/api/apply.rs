@@ -126,6 +126,8 @@ pub(crate) async fn apply(
             sweep_applies.insert(doc, crate::sweep::plan_apply(&plane, sweep, jobs).await?);
         }
     }
+    // A model deleted meanwhile either sees these users and is refused, or is gone first.
+    let _storing = plane.storing_model_users().await;
     let mut out = Vec::with_capacity(resources.len());
     for (doc, (r, change)) in resources.into_iter().zip(limit_changes).enumerate() {
         let meta = r.metadata().clone();

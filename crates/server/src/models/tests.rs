@@ -334,3 +334,51 @@ async fn a_job_that_will_register_the_name_again_does_not_hold_it() {
     // Its export will write beside the old one: the name's directory stays for it.
     assert!(dir.parent().unwrap().is_dir());
 }
+
+/// A delete and an apply naming the model do not interleave. A delete waits for an apply that
+/// is storing, then sees the deployment it stored and refuses; an apply waits for a delete
+/// under way, and its deployment then names a model that is gone.
+#[tokio::test]
+async fn a_delete_and_an_apply_naming_the_model_take_turns() {
+    let (_home, plane, app) = fresh().await;
+    register(&plane, "base", &exported(&plane, "base", "u1")).await;
+    let held = std::time::Duration::from_millis(300);
+
+    // An apply between its checks and its writes.
+    let storing = plane.storing_model_users().await;
+    let deleting = tokio::spawn({
+        let app = app.clone();
+        async move { delete(&app, "base").await }
+    });
+    tokio::time::sleep(held).await;
+    assert!(
+        !deleting.is_finished(),
+        "the delete went ahead of an apply under way"
+    );
+    let doc = deployment("default", "chat", artifact("base"), &[]);
+    plane
+        .store()
+        .put_object("ModelDeployment", "default", "chat", &doc, false)
+        .await
+        .unwrap();
+    drop(storing);
+    let (status, err) = deleting.await.unwrap();
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    assert!(message(&err).contains("default/chat"), "{err}");
+
+    // A delete between its check and its removal.
+    register(&plane, "other", &exported(&plane, "other", "u2")).await;
+    let removing = plane.deleting_model().await;
+    let applying = tokio::spawn({
+        let app = app.clone();
+        let doc = deployment("default", "chat2", artifact("other"), &[]);
+        async move { apply(&app, doc).await }
+    });
+    tokio::time::sleep(held).await;
+    assert!(
+        !applying.is_finished(),
+        "the apply stored while a delete was under way"
+    );
+    drop(removing);
+    applying.await.unwrap();
+}

@@ -74,7 +74,8 @@ async fn settle(plane: &ControlPlane) {
             *job = updated;
         }
     }
-    release(plane, &mut active).await.unwrap();
+    let mut catalog = crate::inputs::LazyCatalog::default();
+    release(plane, &mut active, &mut catalog).await.unwrap();
 }
 
 /// Moves `job` along `path` in the store, as the reconcile loop would.
