@@ -104,7 +104,12 @@ impl Scheduler {
             node.held &= !m;
             node.nominated &= !m;
         }
+        // A loan that had to preempt to start (`place_or_preempt`) is one from its start.
+        let on_loan = self.jobs[j as usize].as_ref().is_some_and(|x| x.on_loan);
         self.start(j, f, pods, borrowed, now, out);
+        if on_loan {
+            self.loans[f].insert(j);
+        }
         self.queues[q as usize].running.insert((prio, j));
     }
 
@@ -395,6 +400,9 @@ impl Scheduler {
                 .as_ref()
                 .filter(|_| self.holder[f] != Some(j))
                 .and_then(|rv| Some((rv.nodes.clone(), rv.shadow?)));
+            // Work allowed only on loan that reclaims lent quota to start still runs on loan:
+            // as ordinary work it would hold the quota a holder waits for past the holder's turn.
+            self.jobs[j as usize].as_mut().expect("job exists").on_loan = loan;
             if self.try_preempt(
                 j,
                 f,
@@ -405,6 +413,7 @@ impl Scheduler {
             ) {
                 return Some(Outcome::Preempting);
             }
+            self.jobs[j as usize].as_mut().expect("job exists").on_loan = false;
         }
         None
     }

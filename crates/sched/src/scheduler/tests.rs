@@ -984,6 +984,71 @@ fn a_holder_takes_back_its_loans_and_lent_quota_together() {
     assert_eq!(admitted(&s.cycle(1030)), vec!["gang"]);
 }
 
+/// Work of a blocked holder's queue that would outlast the holder's turn may run only on loan.
+/// When its only way in is to reclaim lent quota (the free GPUs are split across nodes), it
+/// still starts on loan, so the holder takes it back at its turn instead of waiting for it.
+#[test]
+fn work_that_reclaims_to_start_on_loan_is_still_a_loan() {
+    let mut s = Scheduler::new(
+        Cluster::uniform(4, 8, "gpu"),
+        vec![queue("a", Some("c"), 16), queue("b", Some("c"), 16)],
+        vec![],
+    )
+    .unwrap();
+    // One at a time, so packing pairs each 4-GPU filler with a long 4-GPU job.
+    let steps = [
+        ("b1", "b", 8, None),
+        ("b2", "b", 8, None),
+        ("f1", "a", 4, Some(10)),
+        ("b-borrow", "b", 4, None),
+        ("f2", "a", 4, Some(10)),
+        ("a-run", "a", 4, Some(1000)),
+    ];
+    let mut nodes = Vec::new();
+    for (t, (id, q, g, ends)) in steps.into_iter().enumerate() {
+        s.submit(wl(id, q, 1, g, t as u64, ends)).unwrap();
+        match s.cycle(t as u64).as_slice() {
+            [Decision::Admit { placement, .. }] => nodes.push(placement[0].node.clone()),
+            other => panic!("{id}: {other:?}"),
+        }
+    }
+    assert_eq!(nodes[2], nodes[3], "f1 shares a node with b-borrow");
+    assert_eq!(nodes[4], nodes[5], "f2 shares a node with a-run");
+    s.submit(wl("gang", "a", 2, 8, 6, Some(100))).unwrap();
+    s.submit(wl("a-long", "a", 1, 8, 7, Some(5000))).unwrap();
+    assert!(s.cycle(7).is_empty());
+    assert_eq!(s.holders(), vec![Some("gang")]);
+    // The fillers end: 4 GPUs free on each of two nodes. a-long fits a's quota but no node:
+    // it reclaims b's borrowed job, and runs on loan.
+    s.finished("f1").unwrap();
+    s.finished("f2").unwrap();
+    assert_eq!(
+        preempted(&s.cycle(10)),
+        vec![(
+            "b-borrow".to_string(),
+            PreemptReason::Reclaim {
+                preemptor: "a-long".into()
+            }
+        )]
+    );
+    s.evicted("b-borrow").unwrap();
+    let started = admitted(&s.cycle(11));
+    assert!(started.contains(&"a-long".to_string()), "{started:?}");
+    // a's own work ends: the gang takes its loans back (b's job came back on one too) rather
+    // than wait 5000 s for a-long.
+    s.finished("a-run").unwrap();
+    let mut stops = preempted(&s.cycle(1000));
+    stops.sort_by(|x, y| x.0.cmp(&y.0));
+    let loan_ended = |id: &str| {
+        let preemptor = "gang".into();
+        (id.to_string(), PreemptReason::LoanEnded { preemptor })
+    };
+    assert_eq!(stops, vec![loan_ended("a-long"), loan_ended("b-borrow")]);
+    s.evicted("a-long").unwrap();
+    s.evicted("b-borrow").unwrap();
+    assert_eq!(admitted(&s.cycle(1001)), vec!["gang"]);
+}
+
 /// Nobody knows when the work in a blocked gang's way ends (no time limit, no pace yet): its
 /// reserved node is lent rather than left idle for as long as that work runs (an unknown start
 /// counts as far off), and the loan is taken back when the gang can start.
