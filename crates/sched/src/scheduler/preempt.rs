@@ -78,7 +78,7 @@ impl Scheduler {
             if holder {
                 cands.extend(self.loans[f].iter().map(|&v| (v, Kind::Loan)));
             }
-            let usage = qs.usage[f] - if holder { self.own_loans(q, f) } else { 0 };
+            let usage = qs.usage[f].saturating_sub(if holder { self.own_loans(q, f) } else { 0 });
             let within_nominal = qs.quota[f].is_some_and(|qq| usage + r <= qq.nominal);
             // Fair sharing: a queue below its nominal quota whose head would take it over may
             // take borrowed work from a queue whose share of its own quota is higher than the
@@ -549,7 +549,7 @@ impl Scheduler {
         } else {
             0
         };
-        (qs.usage[f] - loans + r <= qq.nominal || fair)
+        (qs.usage[f].saturating_sub(loans) + r <= qq.nominal || fair)
             && self.cohorts[c as usize].members.iter().any(|&m| {
                 let ms = &self.queues[m as usize];
                 m != q && ms.quota[f].is_some_and(|x| ms.usage[f] > x.nominal)
