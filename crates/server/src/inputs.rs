@@ -60,6 +60,21 @@ impl Catalog {
     }
 }
 
+/// Model `name` for one question (see [`Catalog::model`]): a registered model costs one
+/// lookup, and only a missing one reads the whole catalog (the serving loop asks every second).
+pub(crate) async fn model(
+    plane: &ControlPlane,
+    name: &str,
+    field: &str,
+    asker: Option<&str>,
+) -> Result<Awaited, StoreError> {
+    if let Some(m) = plane.store().get_model(name).await? {
+        return Ok(Awaited::Ready(PathBuf::from(m.path)));
+    }
+    // Registered since the lookup: the catalog reads models after jobs, so it sees it.
+    Ok(Catalog::read(plane).await?.model(name, field, asker))
+}
+
 /// A catalog read on first use: a pass with no job starting from a registered model reads none.
 #[derive(Default)]
 pub(crate) struct LazyCatalog(Option<Catalog>);

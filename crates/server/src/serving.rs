@@ -487,13 +487,13 @@ pub(crate) async fn awaited_dir(
     field: &str,
     asker: Option<&str>,
 ) -> Result<PathBuf, NotYet> {
-    let catalog = crate::inputs::Catalog::read(plane)
-        .await
-        .map_err(|e| NotYet::Failed(format!("{field}: looking up model {name:?} failed: {e}")))?;
-    match catalog.model(name, field, asker) {
-        Awaited::Ready(dir) => Ok(dir),
-        Awaited::Waiting(w) => Err(NotYet::Waiting(w)),
-        Awaited::Missing(e) => Err(NotYet::Failed(e)),
+    match crate::inputs::model(plane, name, field, asker).await {
+        Ok(Awaited::Ready(dir)) => Ok(dir),
+        Ok(Awaited::Waiting(w)) => Err(NotYet::Waiting(w)),
+        Ok(Awaited::Missing(e)) => Err(NotYet::Failed(e)),
+        Err(e) => Err(NotYet::Failed(format!(
+            "{field}: looking up model {name:?} failed: {e}"
+        ))),
     }
 }
 
