@@ -36,13 +36,7 @@ impl Catalog {
     /// Reads every stored job, then every registered model.
     pub(crate) async fn read(plane: &ControlPlane) -> Result<Self, StoreError> {
         let jobs = plane.store().list_jobs(&JobFilter::default()).await?;
-        let models = plane
-            .store()
-            .list_models()
-            .await?
-            .into_iter()
-            .map(|m| (m.name, PathBuf::from(m.path)))
-            .collect();
+        let models = registered_models(plane).await?;
         Ok(Self { jobs, models })
     }
 
@@ -75,9 +69,14 @@ pub(crate) async fn model(
     Ok(Catalog::read(plane).await?.model(name, field, asker))
 }
 
-/// A catalog read on first use: a pass with no job starting from a registered model reads none.
+/// What one reconcile pass knows of models, read on first use: a pass with no job starting
+/// from a registered model reads nothing; one whose jobs all start from registered models reads
+/// only the model list; the whole catalog is read once some job's model is missing.
 #[derive(Default)]
-pub(crate) struct LazyCatalog(Option<Catalog>);
+pub(crate) struct LazyCatalog {
+    registered: Option<HashMap<String, PathBuf>>,
+    catalog: Option<Catalog>,
+}
 
 impl LazyCatalog {
     /// Where the registered model `job` starts from stands (`None`: it starts from none).
@@ -89,16 +88,32 @@ impl LazyCatalog {
         let Some(name) = starts_from(job) else {
             return Ok(None);
         };
-        let catalog = match &mut self.0 {
-            Some(c) => c,
-            empty => empty.insert(Catalog::read(plane).await?),
+        let (field, asker) = ("spec.model.artifact", Some(job.uid.as_str()));
+        if let Some(catalog) = &self.catalog {
+            return Ok(Some(catalog.model(name, field, asker)));
+        }
+        let registered = match &mut self.registered {
+            Some(r) => r,
+            empty => empty.insert(registered_models(plane).await?),
         };
-        Ok(Some(catalog.model(
-            name,
-            "spec.model.artifact",
-            Some(&job.uid),
-        )))
+        if let Some(dir) = registered.get(name) {
+            return Ok(Some(Awaited::Ready(dir.clone())));
+        }
+        // Missing from the list: read jobs, then models again (see `Catalog`).
+        let catalog = self.catalog.insert(Catalog::read(plane).await?);
+        Ok(Some(catalog.model(name, field, asker)))
     }
+}
+
+/// Every registered model's directory, by name.
+async fn registered_models(plane: &ControlPlane) -> Result<HashMap<String, PathBuf>, StoreError> {
+    Ok(plane
+        .store()
+        .list_models()
+        .await?
+        .into_iter()
+        .map(|m| (m.name, PathBuf::from(m.path)))
+        .collect())
 }
 
 /// Whether `job`'s export, when it succeeds, registers model `name`.
