@@ -16,6 +16,10 @@
 //! * `unseen`: give it `crates/sched/tests/data/helios_venus_2vc_2020-09b.csv`, the second half
 //!   of the month, added after the policy was set and never used to choose anything: 1–10× its
 //!   arrival rate, on its default cluster and on the teams' real virtual-cluster sizes.
+//! * `shaped`: generated traces of another shape than every set above (`Shape::HeavyTailed`:
+//!   log-normal run times up to a week, Zipf-like team volumes, sweeps of like jobs submitted
+//!   at once; seeds 3001–3020, 3–20 teams, 128–512 GPUs, loads 1.0 / 1.4, 1,200 jobs), added
+//!   after the policy was set (session 25), no trace file needed.
 //!
 //! `FERRY_OPTS='{"durationWeight": 0}'` overrides Ferry's options (JSON, merged over the
 //! defaults) for experiments; `ESTIMATES=limits:2` and `PACE_AFTER=600` tell every policy
@@ -26,7 +30,7 @@
 use std::path::Path;
 
 use ferry_sched::{
-    Cluster, GenSpec, Knowledge, MissCause, Options, Policy, QueueSpec, SimReport, SizeMix,
+    Cluster, GenSpec, Knowledge, MissCause, Options, Policy, QueueSpec, Shape, SimReport, SizeMix,
     TraceJob, cluster_with_gpus, default_cluster, default_queues, generated_trace,
     simulate_knowing, with_load,
 };
@@ -443,6 +447,7 @@ fn generated(set: &str, out: &mut Vec<Case>) {
                         gpus: 128,
                         load,
                         mix,
+                        shape: Default::default(),
                     };
                     out.push(Case {
                         name: format!("gen s{seed} {mix:?} load {load}"),
@@ -455,26 +460,36 @@ fn generated(set: &str, out: &mut Vec<Case>) {
             }
         }
     } else if set == "wide" {
-        spread(2001..=2040, &[1.0, 1.4], out);
+        spread(2001..=2040, &[1.0, 1.4], Shape::Uniform, out);
+    } else if set == "shaped" {
+        spread(3001..=3020, &[1.0, 1.4], Shape::HeavyTailed, out);
     } else {
-        spread(1001..=1010, &[0.9, 1.15, 1.5], out);
+        spread(1001..=1010, &[0.9, 1.15, 1.5], Shape::Uniform, out);
     }
 }
 
-/// Generated traces for the held-out and wide sets: each seed picks a cluster size (64, 128 or
-/// 256 GPUs) and 2–6 teams; every mix at every load; 500 jobs.
-fn spread(seeds: std::ops::RangeInclusive<u64>, loads: &[f64], out: &mut Vec<Case>) {
+/// Generated traces for the held-out, wide and shaped sets: each seed picks a cluster size (64,
+/// 128 or 256 GPUs; 128, 256 or 512 when heavy-tailed) and 2–6 teams (3, 6, 12 or 20, 1,200
+/// jobs when heavy-tailed; else 500 jobs); every mix at every load.
+fn spread(seeds: std::ops::RangeInclusive<u64>, loads: &[f64], shape: Shape, out: &mut Vec<Case>) {
+    let heavy = shape == Shape::HeavyTailed;
     for seed in seeds {
-        let gpus = [64, 128, 256][seed as usize % 3];
+        let s = seed as usize;
+        let (gpus, teams, jobs) = if heavy {
+            ([128, 256, 512][s % 3], [3, 6, 12, 20][s % 4], 1200)
+        } else {
+            ([64, 128, 256][s % 3], 2 + s % 5, 500)
+        };
         for mix in MIXES {
             for &load in loads {
                 let spec = GenSpec {
                     seed,
-                    jobs: 500,
-                    teams: 2 + (seed as usize % 5),
+                    jobs,
+                    teams,
                     gpus,
                     load,
                     mix,
+                    shape,
                 };
                 out.push(Case {
                     name: format!("gen s{seed} {mix:?} load {load} {gpus} GPUs"),
@@ -491,8 +506,8 @@ fn spread(seeds: std::ops::RangeInclusive<u64>, loads: &[f64], out: &mut Vec<Cas
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let set = args.get(1).map_or("tune", String::as_str);
-    if !["tune", "heldout", "wide", "load", "unseen"].contains(&set) {
-        return Err("usage: variants tune|heldout|wide|load|unseen [TRACE.csv]".into());
+    if !["tune", "heldout", "wide", "load", "unseen", "shaped"].contains(&set) {
+        return Err("usage: variants tune|heldout|wide|load|unseen|shaped [TRACE.csv]".into());
     }
     if ["load", "unseen"].contains(&set) && args.get(2).is_none() {
         return Err(
@@ -508,7 +523,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let opts: Options = serde_json::from_value(opts)?;
     let mut cases = Vec::new();
-    if let Some(path) = args.get(2) {
+    if let Some(path) = args.get(2).filter(|_| set != "shaped") {
         let trace = ferry_sched::read_trace(Path::new(path))?;
         if set == "tune" {
             helios_tune(&trace, &mut cases);

@@ -53,9 +53,9 @@ pub use scheduler::{
 };
 pub use sim::{
     Estimates, FAIRNESS_TOLERANCE, ForecastAccuracy, GenSpec, JOB_COLUMNS, JobOutcome, Knowledge,
-    MIN_SATURATED_S, MakespanBound, MakespanLimit, MissCause, Policy, Probes, ShareBreakdown,
-    SimReport, SizeMix, StartEstimates, TeamShare, TraceJob, check_replayable, cluster_with_gpus,
-    default_cluster, default_queues, describe_setup, entitlements, generated_trace, makespan_bound,
-    parse_trace, read_trace, render_jobs_csv, render_svg, render_table, simulate, simulate_knowing,
-    simulate_probing, simulate_with, with_load,
+    MIN_SATURATED_S, MakespanBound, MakespanLimit, MissCause, Policy, Probes, Shape,
+    ShareBreakdown, SimReport, SizeMix, StartEstimates, TeamShare, TraceJob, check_replayable,
+    cluster_with_gpus, default_cluster, default_queues, describe_setup, entitlements,
+    generated_trace, makespan_bound, parse_trace, read_trace, render_jobs_csv, render_svg,
+    render_table, simulate, simulate_knowing, simulate_probing, simulate_with, with_load,
 };

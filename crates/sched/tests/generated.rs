@@ -122,6 +122,7 @@ fn against_fifo_and_easy(
                     gpus: 128,
                     load,
                     mix,
+                    shape: Default::default(),
                 };
                 let (f, fifo, easy, table) = compare(&spec, ferry, know);
                 runs += 1;
@@ -204,6 +205,7 @@ fn saturated_within_band(ferry: &Options) {
             gpus: 64,
             load: 2.0,
             mix,
+            shape: Default::default(),
         };
         let trace = generated_trace(&spec);
         let cluster = cluster_with_gpus(spec.gpus);

@@ -683,6 +683,7 @@ fn the_share_breakdown_accounts_for_each_teams_deviation() {
         gpus: 128,
         load: 1.0,
         mix: SizeMix::Mixed,
+        shape: Default::default(),
     };
     let trace = generated_trace(&spec);
     let cluster = cluster_with_gpus(128);

@@ -13,7 +13,7 @@ mod trace;
 pub use bound::{MakespanBound, MakespanLimit, makespan_bound};
 pub use check::check_replayable;
 pub use estimate::{Estimates, Knowledge};
-pub use generate::{GenSpec, SizeMix, generated_trace};
+pub use generate::{GenSpec, Shape, SizeMix, generated_trace};
 pub use miss::{MissCause, ShareBreakdown};
 pub use render::{JOB_COLUMNS, render_jobs_csv, render_svg, render_table};
 pub use setup::{
