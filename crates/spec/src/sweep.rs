@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -37,6 +38,9 @@ pub const SWEEP_PARAMETERS_ANNOTATION: &str = "ferry.dev/sweep-parameters";
 /// The metric a sweep ranks by when `spec.metric` is left out.
 pub const DEFAULT_SWEEP_METRIC: &str = "loss";
 
+/// One job's values: each parameter path with its value, in the sweep's order of paths.
+pub type Combination = IndexMap<String, Value>;
+
 /// Many training jobs from one template: one per combination of `spec.parameters`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -61,9 +65,9 @@ pub struct SweepSpec {
     /// The job every combination starts from: labels and a `TrainJob` spec.
     pub template: JobTemplate,
     /// Dotted paths into the template's spec (`train.lr`, `method`, `resources.gpusPerNode`,
-    /// `env.SEED`), each with the values to try. Every combination becomes a job: paths in
-    /// alphabetical order, the last one varying fastest, each list's values in the order given.
-    pub parameters: BTreeMap<String, Vec<Value>>,
+    /// `env.SEED`), each with the values to try. Every combination becomes a job: paths in the
+    /// order written, the last one varying fastest, each list's values in the order given.
+    pub parameters: IndexMap<String, Vec<Value>>,
     /// At most this many of the sweep's jobs queued or running at once; the others wait
     /// suspended and are released, lowest index first, as jobs end. All at once when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -135,7 +139,7 @@ pub struct SweepJobStatus {
     /// Its place in the grid.
     pub index: u32,
     /// Its combination: each parameter path with the value it got.
-    pub parameters: BTreeMap<String, Value>,
+    pub parameters: Combination,
     /// Its phase; absent when the job was deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<JobPhase>,
@@ -153,7 +157,7 @@ pub struct SweepJob {
     /// Its place in the grid, from 0.
     pub index: usize,
     /// Its combination: each parameter path with its value.
-    pub parameters: BTreeMap<String, Value>,
+    pub parameters: Combination,
     /// The validated job, named `<sweep>-<index>` and labelled.
     pub job: TrainJob,
     /// Whether it starts suspended because of `spec.maxParallel`, to be released by the
@@ -176,7 +180,7 @@ pub fn show_value(v: &Value) -> String {
     }
 }
 
-fn combination(parameters: &BTreeMap<String, Value>) -> String {
+fn combination(parameters: &Combination) -> String {
     parameters
         .iter()
         .map(|(k, v)| format!("{k}={}", show_value(v)))
@@ -364,23 +368,23 @@ impl Sweep {
 
     /// The values of combination `index`: mixed radix over the paths in order, the last
     /// path's values varying fastest (empty past the last combination).
-    pub fn combination_at(&self, mut index: usize) -> BTreeMap<String, Value> {
+    pub fn combination_at(&self, mut index: usize) -> Combination {
         if index >= self.combinations() {
-            return BTreeMap::new();
+            return Combination::new();
         }
-        let mut out = BTreeMap::new();
+        let mut picked = Vec::with_capacity(self.spec.parameters.len());
         for (path, values) in self.spec.parameters.iter().rev() {
-            out.insert(path.clone(), values[index % values.len()].clone());
+            picked.push((path.clone(), values[index % values.len()].clone()));
             index /= values.len();
         }
-        out
+        picked.into_iter().rev().collect()
     }
 
     fn job_doc(
         &self,
         template: &Value,
         index: usize,
-        parameters: &BTreeMap<String, Value>,
+        parameters: &Combination,
         held: bool,
     ) -> Value {
         let mut spec = template.clone();

@@ -9,6 +9,8 @@ use crate::harness::Plane;
 
 /// Three one-GPU jobs that print a metrics line with the loss their combination gives, then
 /// sleep 2 s. The control plane has two GPUs: without `maxParallel: 1`, two would run at once.
+/// `env.TAG` is written before `env.LOSS`, so the table's columns show the written order, not
+/// the alphabetical one, survived the API and the store.
 const SWEEP: &str = r#"apiVersion: ferry.dev/v1alpha1
 kind: Sweep
 metadata: {name: tags}
@@ -20,6 +22,7 @@ spec:
       command: [sh, -c, 'echo "{\"step\": 7, \"loss\": $LOSS}"; sleep 2']
       resources: {gpusPerNode: 1}
   parameters:
+    env.TAG: [x]
     env.LOSS: ['0.3', '0.1', '0.2']
   maxParallel: 1
 "#;
@@ -95,17 +98,18 @@ fn a_sweep_runs_one_job_at_a_time_and_shows_its_parameters() {
     assert_eq!(
         lines,
         [
-            vec!["NAME", "env.LOSS", "PHASE", "STEP", "LOSS"],
-            vec!["tags-0", "0.3", "Succeeded", "7", "0.3000"],
-            vec!["tags-1", "0.1", "Succeeded", "7", "0.1000", "*"],
-            vec!["tags-2", "0.2", "Succeeded", "7", "0.2000"],
+            vec!["NAME", "env.TAG", "env.LOSS", "PHASE", "STEP", "LOSS"],
+            vec!["tags-0", "x", "0.3", "Succeeded", "7", "0.3000"],
+            vec!["tags-1", "x", "0.1", "Succeeded", "7", "0.1000", "*"],
+            vec!["tags-2", "x", "0.2", "Succeeded", "7", "0.2000"],
         ],
         "{table}"
     );
     let described = plane.ok(&["describe", "sweep", "tags"]);
     assert!(
         described.contains("Best:         tags-1 (loss 0.1000)")
-            && described.contains("Parameter:    env.LOSS: 0.3, 0.1, 0.2"),
+            && described
+                .contains("Parameter:    env.TAG: x\nParameter:    env.LOSS: 0.3, 0.1, 0.2"),
         "{described}"
     );
     let listed = plane.ok(&["get", "sweeps"]);

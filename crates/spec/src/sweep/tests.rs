@@ -1,5 +1,3 @@
-use serde_json::json;
-
 use super::*;
 use crate::parse::{ResourceKind, parse_documents};
 use crate::train_job::Method;
@@ -48,8 +46,8 @@ fn a_sweep_parses_as_its_own_kind() {
     assert_eq!(s.combinations(), 6);
 }
 
-/// Every combination, paths in alphabetical order with the last varying fastest, each list
-/// in the order given; names `<sweep>-<index>`.
+/// Every combination, paths in the order written (not alphabetical) with the last varying
+/// fastest, each list in the order given; names `<sweep>-<index>`.
 #[test]
 fn expansion_is_the_cross_product_in_order() {
     let jobs = sweep(LR_SWEEP).expand().unwrap();
@@ -58,12 +56,12 @@ fn expansion_is_the_cross_product_in_order() {
         .map(|j| (j.job.metadata.name.clone(), j.combination()))
         .collect();
     let want = [
-        ("lr-sweep-0", "method=lora, train.lr=0.0001"),
-        ("lr-sweep-1", "method=lora, train.lr=0.0003"),
-        ("lr-sweep-2", "method=lora, train.lr=0.001"),
-        ("lr-sweep-3", "method=full, train.lr=0.0001"),
-        ("lr-sweep-4", "method=full, train.lr=0.0003"),
-        ("lr-sweep-5", "method=full, train.lr=0.001"),
+        ("lr-sweep-0", "train.lr=0.0001, method=lora"),
+        ("lr-sweep-1", "train.lr=0.0001, method=full"),
+        ("lr-sweep-2", "train.lr=0.0003, method=lora"),
+        ("lr-sweep-3", "train.lr=0.0003, method=full"),
+        ("lr-sweep-4", "train.lr=0.001, method=lora"),
+        ("lr-sweep-5", "train.lr=0.001, method=full"),
     ];
     let want: Vec<(String, String)> = want
         .iter()
@@ -74,10 +72,30 @@ fn expansion_is_the_cross_product_in_order() {
         assert_eq!(j.index, i);
     }
     // The values land in the typed spec; what no parameter names is the template's.
-    assert_eq!(jobs[4].job.spec.method, Method::Full);
-    assert_eq!(jobs[4].job.spec.train.lr, Some(0.0003));
-    assert_eq!(jobs[4].job.spec.train.steps, Some(20));
+    assert_eq!(jobs[3].job.spec.method, Method::Full);
+    assert_eq!(jobs[3].job.spec.train.lr, Some(0.0003));
+    assert_eq!(jobs[3].job.spec.train.steps, Some(20));
     assert_eq!(jobs[0].job.spec.method, Method::Lora);
+}
+
+/// The order of paths survives every form a sweep travels in: a JSON document, the stored
+/// resource read back, and the API's JSON value of it.
+#[test]
+fn the_order_of_paths_survives_json_and_storage() {
+    let s = sweep(LR_SWEEP);
+    let paths = |s: &Sweep| s.spec.parameters.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(paths(&s), ["train.lr", "method"]);
+    let stored = serde_json::to_string(&Resource::Sweep(s.clone())).unwrap();
+    let again = sweep(&stored);
+    assert_eq!(paths(&again), ["train.lr", "method"]);
+    assert_eq!(again.expand().unwrap(), s.expand().unwrap());
+    let value = Resource::Sweep(s).to_value();
+    let keys: Vec<&String> = value["spec"]["parameters"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(keys, ["train.lr", "method"]);
 }
 
 #[test]
@@ -98,9 +116,10 @@ fn each_job_is_labelled_with_its_sweep_index_and_the_templates_labels() {
             ("project", "x"),
         ]
     );
-    let params: Value =
-        serde_json::from_str(&meta.annotations[SWEEP_PARAMETERS_ANNOTATION]).unwrap();
-    assert_eq!(params, json!({"method": "full", "train.lr": 0.0001}));
+    assert_eq!(
+        meta.annotations[SWEEP_PARAMETERS_ANNOTATION],
+        r#"{"train.lr":0.0003,"method":"full"}"#
+    );
 }
 
 /// Jobs past `maxParallel` start suspended and are the sweep's to release; a template that is
@@ -197,13 +216,13 @@ fn a_wrong_value_names_its_combination() {
     assert_eq!(
         p,
         [
-            r#"spec.parameters["train.lr"]: in job lr-sweep-1 (method=lora, train.lr=fast) and 1 more: spec.train.lr: must be a number (got string "fast")"#
+            r#"spec.parameters["train.lr"]: in job lr-sweep-2 (train.lr=fast, method=lora) and 1 more: spec.train.lr: must be a number (got string "fast")"#
         ]
     );
     let p = problems(&LR_SWEEP.replace("[lora, full]", "[lora, fulll]"));
     assert_eq!(p.len(), 1, "{p:?}");
     assert!(
-        p[0].starts_with(r#"spec.parameters["method"]: in job lr-sweep-3 (method=fulll, train.lr=0.0001) and 2 more: spec.method: must be one of"#),
+        p[0].starts_with(r#"spec.parameters["method"]: in job lr-sweep-1 (train.lr=0.0001, method=fulll) and 2 more: spec.method: must be one of"#),
         "{p:?}"
     );
     // A value the typed rules refuse (a negative rate), and a cross-field rule a value breaks.
@@ -211,14 +230,14 @@ fn a_wrong_value_names_its_combination() {
     assert_eq!(
         p,
         [
-            r#"spec.parameters["train.lr"]: in job lr-sweep-2 (method=lora, train.lr=-1) and 1 more: spec.train.lr: must be a positive number (got -1)"#
+            r#"spec.parameters["train.lr"]: in job lr-sweep-4 (train.lr=-1, method=lora) and 1 more: spec.train.lr: must be a positive number (got -1)"#
         ]
     );
     let p = problems(&LR_SWEEP.replace("train: {steps", "lora: {rank: 4}\n      train: {steps"));
     assert_eq!(
         p,
         [
-            "spec.template.spec.lora: in job lr-sweep-3 (method=full, train.lr=0.0001) and 2 more: spec.lora: is set but method is full; remove it or set method: lora"
+            "spec.template.spec.lora: in job lr-sweep-1 (train.lr=0.0001, method=full) and 2 more: spec.lora: is set but method is full; remove it or set method: lora"
         ]
     );
 }
@@ -255,7 +274,7 @@ fn a_grid_over_the_cap_is_refused() {
     assert_eq!(
         p,
         [
-            "spec.parameters: expands to 289 jobs (17 train.seqLen × 17 train.steps), over the limit of 256; drop values or split it into several sweeps"
+            "spec.parameters: expands to 289 jobs (17 train.steps × 17 train.seqLen), over the limit of 256; drop values or split it into several sweeps"
         ]
     );
 }
@@ -341,7 +360,7 @@ fn every_job_of_a_sweep_registers_a_model_of_its_own() {
     assert_eq!(
         problems(&by_parameter),
         [
-            "spec.parameters[\"export.register\"]: jobs 0 and 1 would both register model \"a\"; a name must be unique: sweep export.register alone, or leave it to the template (each job then registers NAME-<index>)"
+            "spec.parameters[\"export.register\"]: jobs 0 and 2 would both register model \"a\"; a name must be unique: sweep export.register alone, or leave it to the template (each job then registers NAME-<index>)"
         ]
     );
     let alone = by_parameter
