@@ -402,6 +402,8 @@ impl Scheduler {
                 .and_then(|rv| Some((rv.nodes.clone(), rv.shadow?)));
             // Work allowed only on loan that reclaims lent quota to start still runs on loan:
             // as ordinary work it would hold the quota a holder waits for past the holder's turn.
+            // Set before the attempt: when every victim was admitted this very cycle,
+            // `commit_preemption` takes those admissions back and starts `j` at once.
             self.jobs[j as usize].as_mut().expect("job exists").on_loan = loan;
             if self.try_preempt(
                 j,
