@@ -5,6 +5,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ops::Bound;
 
+use super::preempt::Attempt;
 use super::{Fit, PKey, Reservation, Scheduler, St};
 use crate::config::{Decision, Time};
 
@@ -366,7 +367,16 @@ impl Scheduler {
         if self.holder[f] == Some(j)
             && self.opts.preemption
             && !self.loans[f].is_empty()
-            && self.try_preempt(j, f, true, None, now, out)
+            && self.try_preempt(
+                j,
+                f,
+                Attempt {
+                    loans_only: true,
+                    ..Attempt::default()
+                },
+                now,
+                out,
+            )
         {
             return Some(Outcome::Preempting);
         }
@@ -402,20 +412,14 @@ impl Scheduler {
                 .and_then(|rv| Some((rv.nodes.clone(), rv.shadow?)));
             // Work allowed only on loan that reclaims lent quota to start still runs on loan:
             // as ordinary work it would hold the quota a holder waits for past the holder's turn.
-            // Set before the attempt: when every victim was admitted this very cycle,
-            // `commit_preemption` takes those admissions back and starts `j` at once.
-            self.jobs[j as usize].as_mut().expect("job exists").on_loan = loan;
-            if self.try_preempt(
-                j,
-                f,
-                false,
-                reserved.as_ref().map(|(n, s)| (n.as_slice(), *s)),
-                now,
-                out,
-            ) {
+            let attempt = Attempt {
+                loans_only: false,
+                reserved: reserved.as_ref().map(|(n, s)| (n.as_slice(), *s)),
+                as_loan: loan,
+            };
+            if self.try_preempt(j, f, attempt, now, out) {
                 return Some(Outcome::Preempting);
             }
-            self.jobs[j as usize].as_mut().expect("job exists").on_loan = false;
         }
         None
     }

@@ -17,20 +17,37 @@ struct Pick {
 }
 use crate::config::{Decision, PreemptReason, Time};
 
-impl Scheduler {
-    /// Tries to preempt for `j` in flavor `f`; returns true if victims were chosen.
-    /// With `loans_only`, the only victims are jobs running on nodes lent from `j`'s reservation.
-    /// `reserved`: another gang's reserved nodes and start time this cycle (see
+/// What one preemption attempt may take, and how its preemptor runs once started.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Attempt<'a> {
+    /// Only jobs running on nodes lent from the preemptor's reservation may go (a holder taking
+    /// its loans back).
+    pub(super) loans_only: bool,
+    /// Another gang's reserved nodes and start time this cycle (see
     /// `Options::reclaim_through_reservation`).
+    pub(super) reserved: Option<(&'a [u32], Time)>,
+    /// The preemptor runs on loan: work of a blocked holder's queue that would outlast the
+    /// holder's turn, which the holder takes back then.
+    pub(super) as_loan: bool,
+}
+
+impl Scheduler {
+    /// Tries to preempt for `j` in flavor `f` as `attempt` allows; returns true if victims were
+    /// chosen (`j` is then nominated, or started at once when its victims were only admitted
+    /// this cycle).
     pub(super) fn try_preempt(
         &mut self,
         j: u32,
         f: usize,
-        loans_only: bool,
-        reserved: Option<(&[u32], Time)>,
+        attempt: Attempt<'_>,
         now: Time,
         out: &mut Vec<Decision>,
     ) -> bool {
+        let Attempt {
+            loans_only,
+            reserved,
+            as_loan,
+        } = attempt;
         let cands = self.victim_candidates(j, f, loans_only);
         if cands.is_empty() {
             return false;
@@ -52,6 +69,8 @@ impl Scheduler {
         if self.would_be_preempted_back(j, f, loans_only, drains, &pick.keep) {
             return false;
         }
+        // Set before the commit, which may start `j` at once.
+        self.jobs[j as usize].as_mut().expect("job exists").on_loan = as_loan;
         self.commit_preemption(j, f, pick, drains, now, out);
         true
     }
