@@ -26,7 +26,9 @@
 //! run times as `ferry sim --estimates` / `--pace-after` do. Prints one line per trace, the pass counts per comparison (and
 //! `all five`: traces where Ferry wins all four and every team is in the band), and
 //! Ferry's out-of-band teams counted by main cause (`TeamShare::miss_cause`); `DIAG=1` prints
-//! each of those teams with its breakdown, `DETAIL=1` the tables and a coarse timeline.
+//! each of those teams with its breakdown, `DETAIL=1` the tables and a coarse timeline,
+//! `JOBS=DIR` each trace's jobs under every policy (`ferry sim --jobs` columns) to
+//! `DIR/<trace name>.csv`, for reading one job's fate (with `ONLY=` to pick the trace).
 use std::path::Path;
 
 use ferry_sched::{
@@ -105,6 +107,18 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
         })
         .collect();
     let (fifo, easy) = (&r[0], &r[1]);
+    if let Ok(dir) = std::env::var("JOBS") {
+        let file: String = case
+            .name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        std::fs::write(
+            format!("{dir}/{file}.csv"),
+            ferry_sched::render_jobs_csv(&[f.clone(), fifo.clone(), easy.clone()]),
+        )
+        .expect("writes jobs");
+    }
     if std::env::var_os("DETAIL").is_some() {
         println!(
             "{}\n{}",
