@@ -318,6 +318,14 @@ pub struct Options {
     /// pending GPU-seconds over its GPUs): starting them late would stretch the makespan, so
     /// they pass shorter work that duration weighting would put first (0: off).
     pub critical_path_factor: u32,
+    /// A long job that no pending job is larger than is on the critical path from a lower bar:
+    /// this percentage of the clearing time for the smallest job, rising with the job's share
+    /// of the cluster to `critical_path_factor` for one that fills it. Starting a small long job
+    /// early costs the short work little, and with nothing larger waiting it delays no gang
+    /// (0, the default: `critical_path_factor` for every job). Opt-in: 125 wins more traces
+    /// outright on the `variants` sets but loses utilization on some held-out Small traces
+    /// (docs/scheduler.md, "The makespan tail").
+    pub critical_path_small_pct: u32,
     /// Fair-sharing preemption (Kueue's): a queue below its nominal quota whose waiting head
     /// would take it above may preempt borrowed work of cohort members, only while each victim
     /// queue keeps at least the share of its own quota that the preemptor ends with.
@@ -383,6 +391,7 @@ impl Default for Options {
             duration_weight: 6,
             reclaim_patience_s: 0,
             critical_path_factor: 2,
+            critical_path_small_pct: 0,
             fair_preemption: true,
             hold_for_owed: false,
             deficit_half_life_s: 0,

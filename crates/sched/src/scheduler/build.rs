@@ -1,7 +1,7 @@
 //! Building a scheduler from its configuration, and the checks that refuse bad configuration
 //! (an unknown cohort, a borrowing limit past the cohort's capacity) by field and fix.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{Cohort, QueueState, Quota, Scheduler};
 use crate::config::{ANY_FLAVOR, Cluster, Options, PriorityClass, QueueSpec};
@@ -331,6 +331,7 @@ impl Scheduler {
             long_pending: BTreeSet::new(),
             pending_work: 0.0,
             by_age: BTreeSet::new(),
+            pending_sizes: BTreeMap::new(),
             total_gpus: pools
                 .iter()
                 .flat_map(|p| p.nodes.iter().map(|n| f64::from(n.cap)))

@@ -14,7 +14,7 @@ mod stop;
 mod waiting;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::config::{Decision, Options, PodPlacement, StopPolicy, Time};
 use crate::pool::{Pool, bits};
@@ -204,6 +204,9 @@ pub struct Scheduler {
     pending_work: f64,
     /// Every pending job by priority, then age (who a critical job must not pass).
     by_age: BTreeSet<(Reverse<i32>, Time, u32)>,
+    /// How many pending jobs (those in `by_age`) ask for each GPU count: the largest tells
+    /// whether a long job may pass on the critical path's lower bar for small jobs.
+    pending_sizes: BTreeMap<u64, u32>,
     /// GPUs of the whole cluster.
     total_gpus: f64,
     /// Queues that already tried a fair-sharing preemption this cycle (one try each).
@@ -291,7 +294,9 @@ impl Scheduler {
             return;
         }
         self.queues[job.queue as usize].pending_gpus += job.gpus();
-        self.by_age.insert((Reverse(job.prio), job.created, j));
+        if self.by_age.insert((Reverse(job.prio), job.created, j)) {
+            *self.pending_sizes.entry(job.gpus()).or_default() += 1;
+        }
         if let Some(e) = job.expected {
             self.pending_work += (e * job.gpus()) as f64;
             self.long_pending.insert((Reverse(e), j));
@@ -305,7 +310,14 @@ impl Scheduler {
             return;
         }
         qs.pending_gpus = qs.pending_gpus.saturating_sub(job.gpus());
-        self.by_age.remove(&(Reverse(job.prio), job.created, j));
+        if self.by_age.remove(&(Reverse(job.prio), job.created, j))
+            && let Some(n) = self.pending_sizes.get_mut(&job.gpus())
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.pending_sizes.remove(&job.gpus());
+            }
+        }
         if let Some(e) = job.expected
             && self.long_pending.remove(&(Reverse(e), j))
         {

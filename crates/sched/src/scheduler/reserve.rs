@@ -8,8 +8,9 @@ use crate::config::Time;
 
 impl Scheduler {
     /// Pending jobs on the critical path: expected to run longer than `critical_path_factor`
-    /// times the time the cluster needs to clear all known work (running and pending), so
-    /// starting them later stretches the makespan (longest first, at most 8).
+    /// times the time the cluster needs to clear all known work (running and pending), or,
+    /// when no pending job is larger, than the lower bar of `critical_path_small_pct`; starting
+    /// them later stretches the makespan (longest first, at most 8).
     pub(super) fn critical_jobs(&self, now: Time) -> Vec<u32> {
         if self.opts.critical_path_factor == 0 || self.long_pending.is_empty() {
             return Vec::new();
@@ -21,7 +22,21 @@ impl Scheduler {
                 work += (e.saturating_sub(now) * g) as f64;
             }
         }
-        let clear = work / self.total_gpus.max(1.0) * f64::from(self.opts.critical_path_factor);
+        let cluster = self.total_gpus.max(1.0);
+        let clear_s = work / cluster;
+        let factor = f64::from(self.opts.critical_path_factor);
+        let small = f64::from(self.opts.critical_path_small_pct) / 100.0;
+        let largest = self.pending_sizes.last_key_value().map_or(0, |(&g, _)| g);
+        // The bar a job must pass: the plain factor, or the lower one for a small job when
+        // nothing larger waits (a gang that needs its node would wait out its whole run).
+        let bar = |gpus: u64| {
+            if small > 0.0 && gpus >= largest {
+                let share = (gpus as f64 / cluster).min(1.0);
+                clear_s * (small + (factor - small) * share).min(factor)
+            } else {
+                clear_s * factor
+            }
+        };
         // Priorities still come first, and a blocked gang keeps its claim: a critical job only
         // goes early when it is of the most urgent pending priority, and each flavor it may use
         // already has its reservation holder (who went before it this cycle) or the oldest
@@ -30,9 +45,22 @@ impl Scheduler {
         let top = oldest.map(|(Reverse(p), _, _)| p);
         let oldest_gpus =
             oldest.and_then(|(_, _, o)| self.jobs[o as usize].as_ref().map(Job::gpus));
+        // A job below the plain bar may still pass the lower one, so the longest few are all
+        // looked at (a job is never longer than one before it: the lowest bar ends the scan).
+        let lowest = clear_s
+            * if small > 0.0 {
+                small.min(factor)
+            } else {
+                factor
+            };
         self.long_pending
             .iter()
-            .take_while(|(Reverse(e), _)| *e as f64 > clear)
+            .take_while(|(Reverse(e), _)| *e as f64 > lowest)
+            .take(64)
+            .filter(|&&(Reverse(e), j)| {
+                let g = self.jobs[j as usize].as_ref().map_or(0, Job::gpus);
+                e as f64 > bar(g)
+            })
             .take(8)
             .map(|&(_, j)| j)
             .filter(|&j| {
