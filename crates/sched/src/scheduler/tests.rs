@@ -125,6 +125,21 @@ fn restore_refuses_gpus_that_are_held_or_do_not_exist() {
     );
 }
 
+/// One node of `gpus` GPUs owned by queue `a`, with `busy` filling it until 100 s: the
+/// critical-path tests queue work behind it and look at what starts when it ends.
+fn one_busy_node(gpus: u32, opts: Options) -> Scheduler {
+    let mut s = Scheduler::with_options(
+        Cluster::uniform(1, gpus, "gpu"),
+        vec![queue("a", None, gpus)],
+        vec![],
+        opts,
+    )
+    .unwrap();
+    s.submit(wl("busy", "a", 1, gpus, 0, Some(100))).unwrap();
+    assert_eq!(admitted(&s.cycle(0)), vec!["busy"]);
+    s
+}
+
 #[test]
 fn a_long_job_that_would_stretch_the_makespan_starts_before_shorter_ones() {
     let run = |factor: u32, gang: bool| {
@@ -132,15 +147,7 @@ fn a_long_job_that_would_stretch_the_makespan_starts_before_shorter_ones() {
             critical_path_factor: factor,
             ..Options::default()
         };
-        let mut s = Scheduler::with_options(
-            Cluster::uniform(1, 4, "gpu"),
-            vec![queue("a", None, 4)],
-            vec![],
-            opts,
-        )
-        .unwrap();
-        s.submit(wl("busy", "a", 1, 4, 0, Some(100))).unwrap();
-        assert_eq!(admitted(&s.cycle(0)), vec!["busy"]);
+        let mut s = one_busy_node(4, opts);
         if gang {
             s.submit(wl("gang", "a", 1, 4, 1, Some(50))).unwrap();
         }
@@ -172,15 +179,7 @@ fn a_small_long_job_is_critical_sooner_unless_a_larger_job_waits() {
             critical_path_small_pct: small_pct,
             ..Options::default()
         };
-        let mut s = Scheduler::with_options(
-            Cluster::uniform(1, 8, "gpu"),
-            vec![queue("a", None, 8)],
-            vec![],
-            opts,
-        )
-        .unwrap();
-        s.submit(wl("busy", "a", 1, 8, 0, Some(100))).unwrap();
-        assert_eq!(admitted(&s.cycle(0)), vec!["busy"]);
+        let mut s = one_busy_node(8, opts);
         for i in 0..8 {
             s.submit(wl(&format!("short{i}"), "a", 1, 1, 1 + i, Some(1000)))
                 .unwrap();
