@@ -415,6 +415,43 @@ fn helios_unseen(trace: &[TraceJob], out: &mut Vec<Case>) {
     }
 }
 
+/// The `long` set: 16 traces of 5,000–20,000 jobs drawn with replacement from the trace's
+/// rows (run time, GPUs, nodes), each given to one of 3–20 teams with Zipf-like volumes, and
+/// submitted 2–6 times as often as the trace's own jobs, on the default contended cluster:
+/// weeks of backlog under teams that all run the real job mix, a regime no other set reaches.
+fn helios_long(trace: &[TraceJob], out: &mut Vec<Case>) {
+    let span = trace.iter().map(|j| j.submit_s).max().unwrap_or(0) + 1;
+    let gap = span as f64 / trace.len().max(1) as f64;
+    for seed in 1..=16u64 {
+        let mut rng = fastrand::Rng::with_seed(8000 + seed);
+        let jobs = [5_000, 10_000, 20_000][rng.usize(..3)];
+        let teams = [3, 5, 8, 12, 20][rng.usize(..5)];
+        let density = [2.0, 4.0, 6.0][rng.usize(..3)];
+        let alpha = [0.8, 1.2, 2.0][rng.usize(..3)];
+        let mut at = 0.0;
+        let t: Vec<TraceJob> = (0..jobs)
+            .map(|i| {
+                at += -(1.0 - rng.f64()).ln() * gap / density;
+                // Pareto draw: team 0 the largest, each next one rarer.
+                let rank = (1.0 - rng.f64()).powf(-1.0 / alpha) as usize;
+                TraceJob {
+                    job_id: format!("{i}"),
+                    submit_s: at as u64,
+                    team: format!("team{}", rank.clamp(1, teams) - 1),
+                    ..trace[rng.usize(..trace.len())].clone()
+                }
+            })
+            .collect();
+        out.push(Case {
+            name: format!("long s{seed} {jobs} jobs {teams} teams x{density}"),
+            group: "helios",
+            trace: t,
+            cluster: None,
+            queues: None,
+        });
+    }
+}
+
 fn scale_submit(trace: &[TraceJob], num: u64, den: u64) -> Vec<TraceJob> {
     trace
         .iter()
@@ -520,10 +557,14 @@ fn spread(seeds: std::ops::RangeInclusive<u64>, loads: &[f64], shape: Shape, out
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let set = args.get(1).map_or("tune", String::as_str);
-    if !["tune", "heldout", "wide", "load", "unseen", "shaped"].contains(&set) {
-        return Err("usage: variants tune|heldout|wide|load|unseen|shaped [TRACE.csv]".into());
+    if ![
+        "tune", "heldout", "wide", "load", "unseen", "shaped", "long",
+    ]
+    .contains(&set)
+    {
+        return Err("usage: variants tune|heldout|wide|load|unseen|shaped|long [TRACE.csv]".into());
     }
-    if ["load", "unseen"].contains(&set) && args.get(2).is_none() {
+    if ["load", "unseen", "long"].contains(&set) && args.get(2).is_none() {
         return Err(
             format!("the {set} set is built from a trace: variants {set} TRACE.csv").into(),
         );
@@ -545,13 +586,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             helios_load(&trace, &mut cases);
         } else if set == "unseen" {
             helios_unseen(&trace, &mut cases);
+        } else if set == "long" {
+            helios_long(&trace, &mut cases);
         } else if set == "wide" {
             helios_wide(&trace, &mut cases);
         } else {
             helios_heldout(&trace, &mut cases);
         }
     }
-    if !["load", "unseen"].contains(&set) {
+    if !["load", "unseen", "long"].contains(&set) {
         generated(set, &mut cases);
     }
     if let Ok(only) = std::env::var("ONLY") {

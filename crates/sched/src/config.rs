@@ -326,6 +326,14 @@ pub struct Options {
     /// outright on the `variants` sets but loses utilization on some held-out Small traces
     /// (docs/scheduler.md, "The makespan tail").
     pub critical_path_small_pct: u32,
+    /// What restarting a reclaimed job costs, in seconds of each of its GPUs (grace period to
+    /// checkpoint, reload on restart). A reclaim whose job would get its quota back by itself
+    /// sooner than this times the reclaimed GPUs over its own goes without: a large gang is not
+    /// restarted to make room for a small job the quota frees for soon (0, the default: reclaim
+    /// whenever allowed). Opt-in: it wins mean JCT and utilization on long, heavily loaded
+    /// traces but costs fairness on the tuning and held-out sets (docs/scheduler.md, "The cost
+    /// of a reclaim").
+    pub reclaim_restart_cost_s: u64,
     /// Fair-sharing preemption (Kueue's): a queue below its nominal quota whose waiting head
     /// would take it above may preempt borrowed work of cohort members, only while each victim
     /// queue keeps at least the share of its own quota that the preemptor ends with.
@@ -392,6 +400,7 @@ impl Default for Options {
             reclaim_patience_s: 0,
             critical_path_factor: 2,
             critical_path_small_pct: 0,
+            reclaim_restart_cost_s: 0,
             fair_preemption: true,
             hold_for_owed: false,
             deficit_half_life_s: 0,

@@ -65,6 +65,9 @@ impl Scheduler {
         let Some(pick) = self.pick_victims(j, f, &cands, through) else {
             return false;
         };
+        if self.restart_costs_more(j, f, &pick.keep, now) {
+            return false;
+        }
         let drains = self.drains(j, f);
         if self.would_be_preempted_back(j, f, loans_only, drains, &pick.keep) {
             return false;
@@ -73,6 +76,31 @@ impl Scheduler {
         self.jobs[j as usize].as_mut().expect("job exists").on_loan = as_loan;
         self.commit_preemption(j, f, pick, drains, now, out);
         true
+    }
+
+    /// Whether reclaiming `victims` for `j` costs more GPU-time in restarts
+    /// (`Options::reclaim_restart_cost_s` per victim GPU) than `j` would wait, on its own GPUs,
+    /// for its queue's quota to come back by itself. Only a job short of quota is weighed: for
+    /// one that fits its quota the wait is for GPUs, which this cannot tell.
+    fn restart_costs_more(&self, j: u32, f: usize, victims: &[(u32, Kind)], now: Time) -> bool {
+        let cost = self.opts.reclaim_restart_cost_s;
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let reclaimed: u64 = victims
+            .iter()
+            .filter(|&&(_, kind)| kind == Kind::Reclaim)
+            .map(|&(v, _)| {
+                self.jobs[v as usize]
+                    .as_ref()
+                    .expect("victim exists")
+                    .gpus()
+            })
+            .sum();
+        cost > 0
+            && reclaimed > 0
+            && self.quota_fit(job.queue, f, job.gpus(), &[]) == Fit::No
+            && self
+                .quota_shadow(j, f, now)
+                .is_some_and(|back| back < now + cost * reclaimed / job.gpus().max(1))
     }
 
     /// Running jobs `j` may preempt in flavor `f`, least work lost first: lower priority, then

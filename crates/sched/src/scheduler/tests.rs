@@ -593,6 +593,48 @@ fn a_reclaim_does_not_restart_a_gang_its_queue_barely_borrows() {
     );
 }
 
+/// Team a's 24-GPU gang borrows 16 of team b's GPUs; b's own 8-GPU job `b1` ends at
+/// `b1_end`. At t=10 b's 8-GPU job `owner` is short of quota: reclaiming the gang returns it
+/// at once, waiting returns it when `b1` ends.
+fn reclaim_weighed_against_restart(cost_s: u64, b1_end: u64) -> (Vec<Decision>, Scheduler) {
+    let mut s = Scheduler::with_options(
+        Cluster::uniform(4, 8, "gpu"),
+        vec![queue("a", Some("c"), 8), queue("b", Some("c"), 24)],
+        prios(),
+        Options {
+            reclaim_restart_cost_s: cost_s,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    s.submit(wl("gang", "a", 3, 8, 0, Some(50_000))).unwrap();
+    s.submit(wl("b1", "b", 1, 8, 0, Some(b1_end))).unwrap();
+    assert_eq!(admitted(&s.cycle(0)).len(), 2);
+    s.submit(wl("owner", "b", 1, 8, 10, Some(1_000))).unwrap();
+    let d = s.cycle(10);
+    (d, s)
+}
+
+#[test]
+fn a_reclaim_that_costs_more_in_restarts_than_the_owner_would_wait_goes_without() {
+    let reclaimed = vec![(
+        "gang".to_string(),
+        PreemptReason::Reclaim {
+            preemptor: "owner".into(),
+        },
+    )];
+    // Restarting 24 GPUs at 360 s each is worth 1,080 s of the owner's 8: it waits 490 s.
+    let (d, mut s) = reclaim_weighed_against_restart(360, 500);
+    assert!(d.is_empty(), "{d:?}");
+    s.finished("b1").unwrap();
+    assert_eq!(admitted(&s.cycle(500)), ["owner"]);
+    // A wait of 4,990 s is worth the restart; and without a cost every reclaim goes ahead.
+    let (d, _) = reclaim_weighed_against_restart(360, 5_000);
+    assert_eq!(preempted(&d), reclaimed);
+    let (d, _) = reclaim_weighed_against_restart(0, 500);
+    assert_eq!(preempted(&d), reclaimed);
+}
+
 /// A gang that must borrow holds the machine; when it could start, an owner's job that
 /// waited through the drain would reclaim it at once. The admission is taken back inside
 /// the cycle: no `Admit` + `Preempt` pair, the owner starts, the gang waits and runs after.
