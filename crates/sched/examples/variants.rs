@@ -1,5 +1,5 @@
 //! Ferry vs FIFO and EASY backfill on two disjoint sets of traces:
-//! `cargo run --release -p ferry-sched --example variants -- tune|heldout|wide [TRACE.csv]`.
+//! `cargo run --release -p ferry-sched --example variants -- SET [TRACE.csv]`.
 //!
 //! * `tune`: the set the policy was tuned on — variants of the trace and generated traces with
 //!   seeds 1–12 (job-size mixes Small / Mixed / Gangs, loads 0.8 / 1.0 / 1.3, 128 GPUs).
@@ -20,6 +20,9 @@
 //!   log-normal run times up to a week, Zipf-like team volumes, sweeps of like jobs submitted
 //!   at once; seeds 3001–3020, 3–20 teams, 128–512 GPUs, loads 1.0 / 1.4, 1,200 jobs), added
 //!   after the policy was set (session 25), no trace file needed.
+//! * `long`: give it the trace: 16 traces of 5,000–20,000 jobs drawn from its rows, shared by
+//!   3–20 teams with Zipf-like volumes and arriving 2–6 times as often, on the default cluster
+//!   (session 27): weeks of backlog, where what preemptions cost decides utilization.
 //!
 //! `FERRY_OPTS='{"durationWeight": 0}'` overrides Ferry's options (JSON, merged over the
 //! defaults) for experiments; `ESTIMATES=limits:2` and `PACE_AFTER=600` tell every policy
