@@ -227,7 +227,8 @@ fn case() -> impl Strategy<Value = Case> {
 /// quota (where fair-sharing preemption applies); half the cases hold freed GPUs for owed teams,
 /// half keep fairness deficits (a 30 s half-life, so they act within these short workloads),
 /// half reclaim through other gangs' reservations, half judge fair-sharing preemption by
-/// Kueue's rule alone.
+/// Kueue's rule alone, half weigh a reclaim against its restarts (20 s per GPU, so it acts
+/// within these short workloads).
 fn fair_case() -> impl Strategy<Value = Case> {
     let quotas = prop::collection::vec((1u32..5, 1u8..3), 2..5);
     let jobs = prop::collection::vec(
@@ -249,6 +250,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
             prop::sample::select(vec![None, Some(0u32), Some(50)]),
             prop::sample::select(vec![0u32, 50]),
             any::<bool>(),
+            prop::sample::select(vec![0u64, 20]),
         ),
     );
     (2usize..4, quotas, jobs, switches, stops()).prop_map(
@@ -256,7 +258,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
             nodes,
             quotas,
             jobs,
-            (backfill, hold, deficit, (through, overshoot, borrowed, minimax)),
+            (backfill, hold, deficit, (through, overshoot, borrowed, minimax, restart)),
             stops,
         )| {
             let cluster = Cluster::uniform(nodes, 4, flavors()[0]);
@@ -321,6 +323,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
                     drain_overshoot_pct: overshoot,
                     reclaim_min_borrowed_pct: borrowed,
                     fair_preemption_minimax: minimax,
+                    reclaim_restart_cost_s: restart,
                     ..Options::default()
                 },
                 stops,

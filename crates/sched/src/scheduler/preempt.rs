@@ -98,9 +98,9 @@ impl Scheduler {
         cost > 0
             && reclaimed > 0
             && self.quota_fit(job.queue, f, job.gpus(), &[]) == Fit::No
-            && self
-                .quota_shadow(j, f, now)
-                .is_some_and(|back| back < now + cost * reclaimed / job.gpus().max(1))
+            && self.quota_shadow(j, f, now).is_some_and(|back| {
+                back < now.saturating_add(cost.saturating_mul(reclaimed) / job.gpus().max(1))
+            })
     }
 
     /// Running jobs `j` may preempt in flavor `f`, least work lost first: lower priority, then
