@@ -84,6 +84,9 @@ impl Scheduler {
     /// one that fits its quota the wait is for GPUs, which this cannot tell.
     fn restart_costs_more(&self, j: u32, f: usize, victims: &[(u32, Kind)], now: Time) -> bool {
         let cost = self.opts.reclaim_restart_cost_s;
+        if cost == 0 {
+            return false;
+        }
         let job = self.jobs[j as usize].as_ref().expect("job exists");
         let reclaimed: u64 = victims
             .iter()
@@ -95,8 +98,7 @@ impl Scheduler {
                     .gpus()
             })
             .sum();
-        cost > 0
-            && reclaimed > 0
+        reclaimed > 0
             && self.quota_fit(job.queue, f, job.gpus(), &[]) == Fit::No
             && self.quota_shadow(j, f, now).is_some_and(|back| {
                 back < now.saturating_add(cost.saturating_mul(reclaimed) / job.gpus().max(1))

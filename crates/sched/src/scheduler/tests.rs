@@ -508,14 +508,21 @@ fn an_any_flavor_quota_covers_flavors_not_named() {
     );
 }
 
+/// Teams `a` and `b` in cohort `c` with nominal quotas `a_b`, on `nodes` nodes of
+/// `per_node` GPUs, with `prios()`: the cluster the reclaim tests share.
+fn two_teams(nodes: usize, per_node: u32, a_b: (u32, u32), opts: Options) -> Scheduler {
+    Scheduler::with_options(
+        Cluster::uniform(nodes, per_node, "gpu"),
+        vec![queue("a", Some("c"), a_b.0), queue("b", Some("c"), a_b.1)],
+        prios(),
+        opts,
+    )
+    .unwrap()
+}
+
 #[test]
 fn owner_reclaims_lent_quota_taking_the_least_work_first() {
-    let mut s = Scheduler::new(
-        Cluster::uniform(2, 4, "gpu"),
-        vec![queue("a", Some("c"), 4), queue("b", Some("c"), 4)],
-        prios(),
-    )
-    .unwrap();
+    let mut s = two_teams(2, 4, (4, 4), Options::default());
     // b borrows a's idle quota with two 2-GPU jobs and its own.
     s.submit(wl("b-own", "b", 1, 4, 0, None)).unwrap();
     s.submit(wl("b-old", "b", 1, 2, 1, None)).unwrap();
@@ -550,16 +557,15 @@ fn owner_reclaims_lent_quota_taking_the_least_work_first() {
 /// would restart 16 GPUs to return 2 and leave a owed 14: by default b waits for a's own work
 /// to end; with `reclaim_min_borrowed_pct: 0` (the policy before) the gang is preempted.
 fn reclaim_of_a_barely_borrowing_gang(min_borrowed_pct: u32) -> (Vec<Decision>, Scheduler) {
-    let mut s = Scheduler::with_options(
-        Cluster::uniform(5, 8, "gpu"),
-        vec![queue("a", Some("c"), 32), queue("b", Some("c"), 8)],
-        prios(),
+    let mut s = two_teams(
+        5,
+        8,
+        (32, 8),
         Options {
             reclaim_min_borrowed_pct: min_borrowed_pct,
             ..Options::default()
         },
-    )
-    .unwrap();
+    );
     s.submit(wl("s1", "a", 1, 8, 0, Some(100))).unwrap();
     s.submit(wl("s2", "a", 1, 8, 0, Some(5_000))).unwrap();
     s.submit(wl("s3", "a", 1, 2, 0, Some(5_000))).unwrap();
@@ -597,16 +603,15 @@ fn a_reclaim_does_not_restart_a_gang_its_queue_barely_borrows() {
 /// `b1_end`. At t=10 b's 8-GPU job `owner` is short of quota: reclaiming the gang returns it
 /// at once, waiting returns it when `b1` ends.
 fn reclaim_weighed_against_restart(cost_s: u64, b1_end: u64) -> (Vec<Decision>, Scheduler) {
-    let mut s = Scheduler::with_options(
-        Cluster::uniform(4, 8, "gpu"),
-        vec![queue("a", Some("c"), 8), queue("b", Some("c"), 24)],
-        prios(),
+    let mut s = two_teams(
+        4,
+        8,
+        (8, 24),
         Options {
             reclaim_restart_cost_s: cost_s,
             ..Options::default()
         },
-    )
-    .unwrap();
+    );
     s.submit(wl("gang", "a", 3, 8, 0, Some(50_000))).unwrap();
     s.submit(wl("b1", "b", 1, 8, 0, Some(b1_end))).unwrap();
     assert_eq!(admitted(&s.cycle(0)).len(), 2);
@@ -750,13 +755,7 @@ fn with_deficits(half_life: u64) -> Scheduler {
         deficit_threshold_s: 60,
         ..Options::default()
     };
-    Scheduler::with_options(
-        Cluster::uniform(2, 4, "gpu"),
-        vec![queue("a", Some("c"), 4), queue("b", Some("c"), 4)],
-        prios(),
-        opts,
-    )
-    .unwrap()
+    two_teams(2, 4, (4, 4), opts)
 }
 
 #[test]
