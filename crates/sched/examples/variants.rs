@@ -69,6 +69,11 @@ struct Verdict {
     fair_easy: Option<bool>,
     /// The lowest team's `quota_kept` under Ferry, FIFO and EASY.
     kept: [f64; 3],
+    /// Against Slurm's multifactor priority with backfill: mean JCT, utilization, and
+    /// whether its teams are in the band.
+    jct_slurm: bool,
+    util_slurm: bool,
+    fair_slurm: Option<bool>,
 }
 
 /// What every policy is told about run times: `ESTIMATES=limits:2` (`ferry sim --estimates`)
@@ -102,14 +107,14 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
     let mut f = simulate_knowing(&case.trace, &cluster, &queues, layout, opts.clone(), know)
         .expect("simulates");
     f.policy = "ferry".into();
-    let r: Vec<SimReport> = [Policy::Fifo, Policy::EasyBackfill]
+    let r: Vec<SimReport> = [Policy::Fifo, Policy::EasyBackfill, Policy::SlurmMultifactor]
         .iter()
         .map(|p| {
             simulate_knowing(&case.trace, &cluster, &queues, *p, p.options(), know)
                 .expect("simulates")
         })
         .collect();
-    let (fifo, easy) = (&r[0], &r[1]);
+    let (fifo, easy, slurm) = (&r[0], &r[1], &r[2]);
     if let Ok(dir) = std::env::var("JOBS") {
         let file: String = case
             .name
@@ -194,6 +199,9 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
                 .map(|s| s.quota_kept)
                 .fold(1.0, f64::min)
         }),
+        jct_slurm: f.mean_jct_s < slurm.mean_jct_s,
+        util_slurm: f.utilization > slurm.utilization,
+        fair_slurm: verdict(slurm),
     };
     // Why a team is out of the band: most of its GPU-hours come in jobs larger than the GPUs it
     // is owed ("lumpy": it can hold its share only on average, through drains), or not.
@@ -224,14 +232,16 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
         })
         .collect();
     let line = format!(
-        "{:<36} jct {:>8.0} {:>8.0} {:>8.0} util {:.3} {:.3} {:.3} ceil {:.3} pre {:>4} lost {:>6.1} sat {:>7} kept {:.3} {:.3} {:.3} {}{}{}{}{} {} [{}]",
+        "{:<36} jct {:>8.0} {:>8.0} {:>8.0} {:>8.0} util {:.3} {:.3} {:.3} {:.3} ceil {:.3} pre {:>4} lost {:>6.1} sat {:>7} kept {:.3} {:.3} {:.3} {}{}{}{}{}{}{} {} [{}]",
         case.name,
         f.mean_jct_s,
         fifo.mean_jct_s,
         easy.mean_jct_s,
+        slurm.mean_jct_s,
         f.utilization,
         fifo.utilization,
         easy.utilization,
+        slurm.utilization,
         f.bound.as_ref().map_or(f64::NAN, |b| b.utilization),
         f.preemptions,
         f.lost_gpu_hours,
@@ -243,6 +253,8 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
         if v.jct_easy { "" } else { "JCT<EASY-LOSE " },
         if v.util_fifo { "" } else { "U>FIFO-LOSE " },
         if v.util_easy { "" } else { "U>EASY-LOSE " },
+        if v.jct_slurm { "" } else { "JCT<SLURM-LOSE " },
+        if v.util_slurm { "" } else { "U>SLURM-LOSE " },
         if v.util_ceiling { "U@CEILING " } else { "" },
         match v.fair {
             Some(true) => "fair-ok",
@@ -639,6 +651,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{}", r.as_ref().expect("ran").1);
         let _ = c;
     }
+    // Each set's verdicts, trace by trace.
+    let of_group = |g: &str| -> Vec<Verdict> {
+        cases
+            .iter()
+            .zip(&results)
+            .filter(|(c, _)| c.group == g)
+            .map(|(_, r)| r.as_ref().expect("ran").0)
+            .collect()
+    };
     println!(
         "{:<10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>14} {:>20} {:>8} {:>12}",
         "set",
@@ -653,12 +674,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "U@ceiling"
     );
     for &g in &groups {
-        let vs: Vec<Verdict> = cases
-            .iter()
-            .zip(&results)
-            .filter(|(c, _)| c.group == g)
-            .map(|(_, r)| r.as_ref().expect("ran").0)
-            .collect();
+        let vs = of_group(g);
         let n = vs.len();
         let count = |f: &dyn Fn(&Verdict) -> bool| vs.iter().filter(|v| f(v)).count();
         println!(
@@ -684,6 +700,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             count(&|v| v.util_ceiling && !(v.util_fifo && v.util_easy)),
         );
     }
+    // Against Slurm's multifactor priority (age + fair-share) with backfill, the peer the
+    // bar's "Slurm-style backfill" names most closely: `all seven` is `all five` and both.
+    println!(
+        "{:<10} {:>6} {:>10} {:>10} {:>20} {:>10}",
+        "set", "traces", "JCT<SLURM", "U>SLURM", "SLURM fair ok/OUT/na", "all seven"
+    );
+    for &g in &groups {
+        let vs = of_group(g);
+        let count = |f: &dyn Fn(&Verdict) -> bool| vs.iter().filter(|v| f(v)).count();
+        println!(
+            "{g:<10} {:>6} {:>10} {:>10} {:>14}/{}/{} {:>10}",
+            vs.len(),
+            count(&|v| v.jct_slurm),
+            count(&|v| v.util_slurm),
+            count(&|v| v.fair_slurm == Some(true)),
+            count(&|v| v.fair_slurm == Some(false)),
+            count(&|v| v.fair_slurm.is_none()),
+            count(&|v| v.jct_fifo
+                && v.jct_easy
+                && v.util_fifo
+                && v.util_easy
+                && v.jct_slurm
+                && v.util_slurm
+                && v.fair == Some(true)),
+        );
+    }
     // The lowest team's share of the GPU-time owed within its nominal quota that it got, over
     // the whole replay (`TeamShare::quota_kept`).
     println!(
@@ -691,12 +733,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "set", "traces", "quota kept ferry/fifo/easy", ">= EASY", ">= FIFO"
     );
     for g in &groups {
-        let vs: Vec<Verdict> = cases
-            .iter()
-            .zip(&results)
-            .filter(|(c, _)| c.group == *g)
-            .map(|(_, r)| r.as_ref().expect("ran").0)
-            .collect();
+        let vs = of_group(g);
         let n = vs.len();
         let mean = |k: usize| vs.iter().map(|v| v.kept[k]).sum::<f64>() / n.max(1) as f64;
         println!(

@@ -382,6 +382,40 @@ pub struct Options {
     /// keeps three 8-GPU jobs while one owed 159 waits at 152); this hands it back
     /// (docs/scheduler.md).
     pub fair_preemption_minimax: bool,
+    /// Slurm's multifactor priority instead of Ferry's order: waiting work goes by a sum of
+    /// an age factor and its queue's fair-share factor, the highest holds the reservation
+    /// (`None`: Ferry's order). The `slurm-multifactor` baseline of `ferry sim` runs it.
+    pub multifactor: Option<Multifactor>,
+}
+
+/// The weights and decay of Slurm's `priority/multifactor` plugin that the baseline models:
+/// priority = `weight_age` × min(age / `max_age_s`, 1) + `weight_fairshare` × 2^(−U/S), where
+/// U is the queue's share of all GPU-seconds used, each decayed with `decay_half_life_s`, and S
+/// its share of the fair-share weights (classic fair-share; job size, partition and QOS
+/// factors are left at weight 0). Defaults are Slurm's own for the decay and maximum age and a
+/// common site choice of weights (fair-share ten times age).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Multifactor {
+    /// `PriorityWeightAge`.
+    pub weight_age: u32,
+    /// `PriorityWeightFairshare`.
+    pub weight_fairshare: u32,
+    /// `PriorityMaxAge`: the age at which the age factor reaches 1.
+    pub max_age_s: u64,
+    /// `PriorityDecayHalfLife`: half-life of the usage behind the fair-share factor.
+    pub decay_half_life_s: u64,
+}
+
+impl Default for Multifactor {
+    fn default() -> Self {
+        Multifactor {
+            weight_age: 1_000,
+            weight_fairshare: 10_000,
+            max_age_s: 7 * 86_400,
+            decay_half_life_s: 7 * 86_400,
+        }
+    }
 }
 
 impl Default for Options {
@@ -409,6 +443,7 @@ impl Default for Options {
             drain_overshoot_pct: Some(50),
             reclaim_min_borrowed_pct: 50,
             fair_preemption_minimax: true,
+            multifactor: None,
         }
     }
 }

@@ -43,8 +43,8 @@ pub mod scheduler;
 pub mod sim;
 
 pub use config::{
-    ANY_FLAVOR, Cluster, DEFAULT_PRIORITY, Decision, FlavorQuota, Node, Options, PodPlacement,
-    PreemptReason, PriorityClass, QueueSpec, StopPolicy, Time, Workload,
+    ANY_FLAVOR, Cluster, DEFAULT_PRIORITY, Decision, FlavorQuota, Multifactor, Node, Options,
+    PodPlacement, PreemptReason, PriorityClass, QueueSpec, StopPolicy, Time, Workload,
 };
 pub use error::{Result, SchedError};
 pub use scheduler::{

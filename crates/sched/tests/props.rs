@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ferry_sched::{
-    Cluster, Decision, FlavorQuota, Node, Options, PodPlacement, PreemptReason, PriorityClass,
-    QueueSpec, SchedError, Scheduler, StopPolicy, Workload,
+    Cluster, Decision, FlavorQuota, Multifactor, Node, Options, PodPlacement, PreemptReason,
+    PriorityClass, QueueSpec, SchedError, Scheduler, StopPolicy, Workload,
 };
 use proptest::prelude::*;
 
@@ -94,11 +94,13 @@ fn case() -> impl Strategy<Value = Case> {
         prop::sample::select(vec![0u64, 30]),
         // Reclaims through another gang's reservation: off (the default) or on; how far past
         // its quota a draining holder may go: unbounded, not at all, or the default half; how
-        // much of a reclaim victim its queue must borrow: any part, or the default half.
+        // much of a reclaim victim its queue must borrow: any part, or the default half;
+        // Slurm's multifactor order (the simulator's peer) or not, on the jobs' time scale.
         (
             any::<bool>(),
             prop::sample::select(vec![None, Some(0u32), Some(50)]),
             prop::sample::select(vec![0u32, 50]),
+            any::<bool>(),
         ),
     );
     (nodes, queues, jobs, opts, stops()).prop_map(
@@ -106,7 +108,7 @@ fn case() -> impl Strategy<Value = Case> {
             nodes,
             queues,
             jobs,
-            (backfill, preemption, fair, loan, deficit, (through, overshoot, borrowed)),
+            (backfill, preemption, fair, loan, deficit, (through, overshoot, borrowed, slurm)),
             stops,
         )| {
             let cluster = Cluster {
@@ -209,6 +211,12 @@ fn case() -> impl Strategy<Value = Case> {
                 reclaim_through_reservation: through,
                 drain_overshoot_pct: overshoot,
                 reclaim_min_borrowed_pct: borrowed,
+                multifactor: slurm.then_some(Multifactor {
+                    weight_age: 1_000,
+                    weight_fairshare: 10_000,
+                    max_age_s: 60,
+                    decay_half_life_s: 30,
+                }),
                 ..Options::default()
             };
             Case {

@@ -59,7 +59,7 @@ fn fixture() -> PathBuf {
 }
 
 #[test]
-fn ferry_beats_fifo_and_easy_backfill_on_the_helios_trace() {
+fn ferry_beats_fifo_and_slurm_style_backfill_on_the_helios_trace() {
     let trace = read_trace(&fixture()).expect("fixture trace reads");
     assert_eq!(trace.len(), 1014);
     let cluster = default_cluster(&trace);
@@ -69,12 +69,19 @@ fn ferry_beats_fifo_and_easy_backfill_on_the_helios_trace() {
     let total: u32 = queues.iter().map(|q| q.quotas[0].nominal).sum();
     assert_eq!(total, 176);
     let (reports, table) = every_policy(&trace, &cluster, &queues);
-    let (ferry, fifo, easy, kueue) = (&reports[0], &reports[1], &reports[2], &reports[3]);
+    let [ferry, fifo, easy, kueue, slurm] = &reports[..] else {
+        panic!("one report per policy: {table}")
+    };
     assert!(ferry.mean_jct_s < kueue.mean_jct_s, "{table}");
-    assert!(ferry.mean_jct_s < fifo.mean_jct_s, "{table}");
-    assert!(ferry.mean_jct_s < easy.mean_jct_s, "{table}");
-    assert!(ferry.utilization > fifo.utilization, "{table}");
-    assert!(ferry.utilization > easy.utilization, "{table}");
+    for peer in [fifo, easy, slurm] {
+        assert!(ferry.mean_jct_s < peer.mean_jct_s, "{table}");
+        assert!(ferry.utilization > peer.utilization, "{table}");
+    }
+    // Slurm's fair-share factor serves the small team sooner than age order does.
+    assert!(
+        slurm.team_mean_jct_s["vcvlY"] < easy.team_mean_jct_s["vcvlY"],
+        "{table}"
+    );
     // Every job ran exactly its duration: useful work is the same for all policies.
     for r in &reports {
         assert!(r.utilization > 0.5 && r.utilization <= 1.0, "{table}");
@@ -98,7 +105,7 @@ fn ferry_beats_fifo_and_easy_backfill_on_the_helios_trace() {
             .map(|s| s.quota_kept)
             .fold(1.0, f64::min)
     };
-    for peer in [fifo, easy, kueue] {
+    for peer in [fifo, easy, kueue, slurm] {
         assert!(lowest(ferry) >= lowest(peer), "{} {table}", peer.policy);
     }
     assert!(lowest(fifo) < 0.99, "FIFO keeps no quota: {table}");
@@ -110,7 +117,7 @@ fn ferry_beats_fifo_and_easy_backfill_on_the_helios_trace() {
         assert_eq!(r.makespan_s, last - first, "{}", r.policy);
     }
     let svg = render_svg(&reports, cluster.total_gpus());
-    assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 4);
+    assert!(svg.starts_with("<svg") && svg.matches("<polyline").count() == 5);
     // The table closes with Ferry's ratios against each peer.
     let vs_easy = table
         .lines()

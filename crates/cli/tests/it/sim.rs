@@ -47,7 +47,16 @@ fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
         .iter()
         .filter_map(|r| r["policy"].as_str())
         .collect();
-    assert_eq!(names, ["ferry", "fifo", "easy-backfill", "kueue-strict"]);
+    assert_eq!(
+        names,
+        [
+            "ferry",
+            "fifo",
+            "easy-backfill",
+            "kueue-strict",
+            "slurm-multifactor"
+        ]
+    );
     for r in &reports {
         for field in [
             "utilization",
@@ -330,7 +339,7 @@ fn a_team_out_of_the_band_is_named_with_its_cause() {
                 misses += 1;
                 let cause = cause.unwrap_or_else(|| panic!("{team} out without a cause: {r}"));
                 let line = format!(
-                    "  {:<16} {team} at {:.2} of its entitlement: {cause}",
+                    "  {:<17} {team} at {:.2} of its entitlement: {cause}",
                     r["policy"].as_str().unwrap(),
                     share["ratio"].as_f64().unwrap()
                 );
@@ -539,7 +548,7 @@ fn run_time_estimates_are_stated_and_change_what_every_policy_knows() {
             .map(|r| r["mean_jct_s"].as_f64().unwrap())
             .collect()
     };
-    // ferry, fifo, easy-backfill, kueue-strict
+    // ferry, fifo, easy-backfill, kueue-strict, slurm-multifactor
     let exact = mean_jct(&[]);
     let none = mean_jct(&["--estimates", "none"]);
     let limits = mean_jct(&["--estimates", "limits:2", "--pace-after", "600"]);
@@ -628,7 +637,7 @@ fn forecast_starts_are_measured_when_asked() {
         .lines()
         .find(|l| l.starts_with("forecast, within 5 min"))
         .unwrap_or_else(|| panic!("{text}"));
-    assert_eq!(row.matches("2/2 of 2").count(), 4, "{row}");
+    assert_eq!(row.matches("2/2 of 2").count(), 5, "{row}");
     let plain = sim_ok(&["--trace", trace, "--gpus", "8", "-o", "json"]);
     assert!(!plain.contains("forecast"), "{plain}");
     assert!(!sim_ok(&["--trace", trace, "--gpus", "8"]).contains("forecast"));

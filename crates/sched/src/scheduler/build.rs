@@ -223,6 +223,7 @@ impl Scheduler {
                 deficit: 0.0,
                 saturated: false,
                 used: 0,
+                decayed_use: 0.0,
             });
         }
         // A cohort named by one queue only is a typo or a missing queue: nobody to borrow from.

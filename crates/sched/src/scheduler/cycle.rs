@@ -46,7 +46,7 @@ impl Scheduler {
         let mut cursor: Vec<Option<PKey>> = vec![None; self.queues.len()];
         for q in 0..self.queues.len() as u32 {
             if self.queues[q as usize].dirty {
-                self.push_next(q, None, &mut heap);
+                self.push_next(q, None, now, &mut heap);
             }
         }
         let mut stopped = false;
@@ -63,7 +63,7 @@ impl Scheduler {
                 // StrictFIFO: a blocked head blocks the rest of its queue.
                 continue;
             }
-            self.push_next(q, Some(key), &mut heap);
+            self.push_next(q, Some(key), now, &mut heap);
         }
         if !stopped {
             for q in &mut self.queues {
@@ -118,6 +118,7 @@ impl Scheduler {
         &self,
         q: u32,
         after: Option<PKey>,
+        now: Time,
         heap: &mut BinaryHeap<Reverse<(u64, PKey, u32)>>,
     ) {
         let qs = &self.queues[q as usize];
@@ -133,7 +134,10 @@ impl Scheduler {
                 .next(),
         };
         if let Some(k) = next {
-            let share = if self.opts.fair_sharing {
+            let share = if self.opts.multifactor.is_some() {
+                // Highest priority first; within a queue age order is the priority order.
+                u64::MAX - (self.multifactor_priority(k.3, now) * 1e6) as u64
+            } else if self.opts.fair_sharing {
                 self.share(q)
             } else {
                 0
@@ -282,7 +286,11 @@ impl Scheduler {
                     && let Some(h) = self.holder[f]
                     && h != j
                     && let Some(hj) = self.jobs[h as usize].as_ref()
-                    && (Reverse(prio), created) < (Reverse(hj.prio), hj.created)
+                    && if self.opts.multifactor.is_some() {
+                        self.multifactor_priority(j, now) > self.multifactor_priority(h, now)
+                    } else {
+                        (Reverse(prio), created) < (Reverse(hj.prio), hj.created)
+                    }
                     && hold_ok
                 {
                     // An older (or more urgent) blocked job takes the reservation from next cycle:

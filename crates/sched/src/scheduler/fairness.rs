@@ -22,7 +22,8 @@ impl Scheduler {
     /// used; all deficits decay with `deficit_half_life_s`.
     pub(super) fn accrue(&mut self, now: Time) {
         let hl = self.opts.deficit_half_life_s;
-        if hl == 0 {
+        let mf = self.opts.multifactor.map_or(0, |m| m.decay_half_life_s);
+        if hl == 0 && mf == 0 {
             return;
         }
         let Some(last) = self.last_accrual.replace(now) else {
@@ -32,6 +33,16 @@ impl Scheduler {
             return;
         }
         let dt = (now - last) as f64;
+        if mf > 0 {
+            let decay = 0.5f64.powf(dt / mf as f64);
+            let gain = mf as f64 / std::f64::consts::LN_2 * (1.0 - decay);
+            for qs in &mut self.queues {
+                qs.decayed_use = qs.decayed_use * decay + qs.used as f64 * gain;
+            }
+        }
+        if hl == 0 {
+            return;
+        }
         let decay = 0.5f64.powf(dt / hl as f64);
         // Exact integral of a constant rate under exponential decay over `dt`.
         let gain = hl as f64 / std::f64::consts::LN_2 * (1.0 - decay);
@@ -60,7 +71,7 @@ impl Scheduler {
     /// Records, for `accrue`, which queues are saturated (work waiting, and running plus
     /// waiting GPUs at least the entitlement) and the GPUs each uses.
     pub(super) fn snapshot(&mut self) {
-        if self.opts.deficit_half_life_s == 0 {
+        if self.opts.deficit_half_life_s == 0 && self.opts.multifactor.is_none() {
             return;
         }
         for qs in &mut self.queues {
@@ -88,5 +99,27 @@ impl Scheduler {
         self.opts.deficit_half_life_s > 0
             && t > 0
             && self.queues[q as usize].deficit <= -((t * gpus) as f64)
+    }
+
+    /// Slurm's multifactor priority of pending job `j` at `now` (`Options::multifactor`): the
+    /// age factor, capped at the maximum age, plus the classic fair-share factor 2^(−U/S) of
+    /// its queue (U: its part of all decayed usage; S: its part of the fair-share weights).
+    pub(super) fn multifactor_priority(&self, j: u32, now: Time) -> f64 {
+        let Some(m) = self.opts.multifactor else {
+            return 0.0;
+        };
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let age = now.saturating_sub(job.created) as f64 / m.max_age_s.max(1) as f64;
+        let total_use: f64 = self.queues.iter().map(|q| q.decayed_use).sum();
+        let total_weight: f64 = self.queues.iter().map(|q| q.weight).sum();
+        let qs = &self.queues[job.queue as usize];
+        let fair_share = if qs.weight <= 0.0 || total_weight <= 0.0 {
+            0.0
+        } else if total_use > 0.0 {
+            0.5f64.powf((qs.decayed_use / total_use) / (qs.weight / total_weight))
+        } else {
+            1.0
+        };
+        f64::from(m.weight_age) * age.min(1.0) + f64::from(m.weight_fairshare) * fair_share
     }
 }

@@ -111,6 +111,8 @@ struct QueueState {
     /// At the end of the last cycle: saturated, and GPUs in use (all flavors).
     saturated: bool,
     used: u64,
+    /// GPU-seconds it used, decayed with the multifactor half-life (`Options::multifactor`).
+    decayed_use: f64,
 }
 
 #[derive(Debug, Clone)]

@@ -1581,3 +1581,35 @@ fn a_queues_waiting_work_is_listed_in_the_order_it_is_tried() {
     assert_eq!(order, vec!["urgent", "short", "long"]);
     assert!(s.pending_order("nobody").is_none());
 }
+
+#[test]
+fn slurm_multifactor_puts_the_team_that_used_less_first_whatever_the_age() {
+    // One 8-GPU node, two teams of equal shares that may each use all of it (Slurm accounts,
+    // no limits). Team a runs first; then a's older job and b's newer one both wait for it.
+    let run = |multifactor: Option<crate::config::Multifactor>| {
+        let mut s = Scheduler::with_options(
+            Cluster::uniform(1, 8, "gpu"),
+            vec![queue("a", None, 8), queue("b", None, 8)],
+            prios(),
+            Options {
+                preemption: false,
+                fair_sharing: false,
+                duration_weight: 0,
+                critical_path_factor: 0,
+                multifactor,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        s.submit(wl("a1", "a", 1, 8, 0, Some(1_000))).unwrap();
+        assert_eq!(admitted(&s.cycle(0)), ["a1"]);
+        s.submit(wl("a2", "a", 1, 8, 10, Some(100))).unwrap();
+        s.submit(wl("b1", "b", 1, 8, 20, Some(100))).unwrap();
+        assert!(admitted(&s.cycle(20)).is_empty());
+        s.finished("a1").unwrap();
+        admitted(&s.cycle(1_000))
+    };
+    // By age alone (EASY's order) a's older job goes first; with the fair-share factor, b's.
+    assert_eq!(run(None), ["a2"]);
+    assert_eq!(run(Some(crate::config::Multifactor::default())), ["b1"]);
+}

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{
-    Cluster, Decision, FlavorQuota, Options, QueueSpec, StopPolicy, Time, Workload,
+    Cluster, Decision, FlavorQuota, Multifactor, Options, QueueSpec, StopPolicy, Time, Workload,
 };
 use crate::error::Result;
 use crate::scheduler::{CYCLES_PER_INSTANT, FORECAST_CYCLES, Scheduler};
@@ -56,15 +56,19 @@ pub enum Policy {
     /// Kueue-style: team queues with quota and borrowing, StrictFIFO per queue, preemption
     /// (priority and reclaim), no reservation or backfill.
     KueueStrict,
+    /// Slurm's multifactor priority (age + classic fair-share, each team's shares its nominal
+    /// quota) with backfill around the top job's reservation; no quotas, no preemption.
+    SlurmMultifactor,
 }
 
 impl Policy {
     /// Every policy, Ferry first.
-    pub const ALL: [Policy; 4] = [
+    pub const ALL: [Policy; 5] = [
         Policy::Ferry,
         Policy::Fifo,
         Policy::EasyBackfill,
         Policy::KueueStrict,
+        Policy::SlurmMultifactor,
     ];
 
     /// Stable name used in tables and JSON.
@@ -74,6 +78,7 @@ impl Policy {
             Policy::Fifo => "fifo",
             Policy::EasyBackfill => "easy-backfill",
             Policy::KueueStrict => "kueue-strict",
+            Policy::SlurmMultifactor => "slurm-multifactor",
         }
     }
 
@@ -112,6 +117,10 @@ impl Policy {
                 hold_for_owed: false,
                 deficit_half_life_s: 0,
                 ..Options::default()
+            },
+            Policy::SlurmMultifactor => Options {
+                multifactor: Some(Multifactor::default()),
+                ..Policy::EasyBackfill.options()
             },
         }
     }
@@ -368,6 +377,24 @@ fn whole_cluster_queue(cluster: &Cluster) -> QueueSpec {
         fair_share_weight: 1.0,
         stop_policy: StopPolicy::None,
     }
+}
+
+/// Slurm accounts for the multifactor baseline: one queue per team that may use the whole
+/// cluster (no limits), its fair-share weight (Slurm's shares) the team's nominal quota in
+/// GPUs, at least one.
+fn fair_share_accounts(queues: &[QueueSpec], cluster: &Cluster) -> Vec<QueueSpec> {
+    let all = whole_cluster_queue(cluster);
+    queues
+        .iter()
+        .map(|q| {
+            let shares: u32 = q.quotas.iter().map(|x| x.nominal).sum();
+            QueueSpec {
+                name: q.name.clone(),
+                fair_share_weight: f64::from(shares.max(1)) * q.fair_share_weight,
+                ..all.clone()
+            }
+        })
+        .collect()
 }
 
 /// What each team runs and has waiting, as the replay goes.
@@ -671,10 +698,10 @@ pub fn simulate_probing(
         .map(|(i, q)| (q.name.as_str(), i))
         .collect();
     let team_queues = matches!(policy, Policy::Ferry | Policy::KueueStrict);
-    let sched_queues = if team_queues {
-        queues.to_vec()
-    } else {
-        vec![whole_cluster_queue(cluster)]
+    let sched_queues = match policy {
+        _ if team_queues => queues.to_vec(),
+        Policy::SlurmMultifactor => fair_share_accounts(queues, cluster),
+        _ => vec![whole_cluster_queue(cluster)],
     };
     let mut sched = Scheduler::with_options(cluster.clone(), sched_queues, Vec::new(), options)?;
     let mut order: Vec<usize> = (0..trace.len()).collect();
@@ -782,7 +809,7 @@ pub fn simulate_probing(
             next += 1;
             let t = &trace[i];
             let (pods, per) = t.shape();
-            let queue = if team_queues {
+            let queue = if team_queues || policy == Policy::SlurmMultifactor {
                 t.team.clone()
             } else {
                 "all".into()

@@ -52,13 +52,13 @@ pub fn render_table(reports: &[SimReport]) -> String {
     let mut s = String::new();
     let _ = write!(s, "{:<28}", "metric");
     for r in reports {
-        let _ = write!(s, "{:>16}", r.policy);
+        let _ = write!(s, "{:>18}", r.policy);
     }
     s.push('\n');
     let row = |s: &mut String, name: &str, f: &dyn Fn(&SimReport) -> String| {
         let _ = write!(s, "{name:<28}");
         for r in reports {
-            let _ = write!(s, "{:>16}", f(r));
+            let _ = write!(s, "{:>18}", f(r));
         }
         s.push('\n');
     };
@@ -174,7 +174,7 @@ pub fn render_table(reports: &[SimReport]) -> String {
         for (r, team, t, cause) in misses {
             let _ = writeln!(
                 s,
-                "  {:<16} {team} at {:.2} of its entitlement: {}",
+                "  {:<17} {team} at {:.2} of its entitlement: {}",
                 r.policy,
                 t.ratio,
                 cause.name()
@@ -208,7 +208,7 @@ pub fn render_table(reports: &[SimReport]) -> String {
         for peer in peers {
             let _ = write!(
                 s,
-                "  vs {:<16} mean JCT {}  p99 JCT {}  mean wait {}  utilization {}",
+                "  vs {:<17} mean JCT {}  p99 JCT {}  mean wait {}  utilization {}",
                 peer.policy,
                 ratio(first.mean_jct_s, peer.mean_jct_s),
                 ratio(first.p99_jct_s, peer.p99_jct_s),
