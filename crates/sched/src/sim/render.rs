@@ -261,7 +261,7 @@ pub fn render_svg(reports: &[SimReport], capacity: u64) -> String {
         .min()
         .unwrap_or(0) as f64;
     let span = (t_end - t_start).max(1.0);
-    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"];
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n"
     );
