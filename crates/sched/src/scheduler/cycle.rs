@@ -287,7 +287,12 @@ impl Scheduler {
                     && h != j
                     && let Some(hj) = self.jobs[h as usize].as_ref()
                     && if self.opts.multifactor.is_some() {
-                        self.multifactor_priority(j, now) > self.multifactor_priority(h, now)
+                        // Equal priorities (ages past the maximum) go by age, as Slurm's do.
+                        let (pj, ph) = (
+                            self.multifactor_priority(j, now),
+                            self.multifactor_priority(h, now),
+                        );
+                        pj > ph || (pj == ph && created < hj.created)
                     } else {
                         (Reverse(prio), created) < (Reverse(hj.prio), hj.created)
                     }
