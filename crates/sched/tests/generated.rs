@@ -42,10 +42,13 @@ fn compare(
 /// loses utilization at both loads, 0.589 vs 0.609 and 0.613 vs 0.626, while its mean JCT
 /// improves by 5–6%, and seed 21 Small load 0.9 went from 0.695 to 0.681 against 0.691; before
 /// that change 11 and 10, before fair-sharing preemption 11 and 12; docs/scheduler.md lists the
-/// held-out figures). A change that loses more of these comparisons fails here.
+/// held-out figures). A change that loses more of these comparisons fails here. Since session
+/// 28 EASY backfills as EASY does (its one queue's quota no longer binds before its nodes):
+/// every threshold against EASY here was measured again, mean JCT 10 and utilization 8 for
+/// this test.
 #[test]
 fn ferry_against_fifo_and_easy_on_generated_traces() {
-    against_fifo_and_easy(&Options::default(), Knowledge::exact(), 11, 9, 0);
+    against_fifo_and_easy(&Options::default(), Knowledge::exact(), 10, 8, 0);
 }
 
 /// The same traces with no run-time estimate for any job (what the scheduler has for a
@@ -61,7 +64,7 @@ fn ferry_against_fifo_and_easy_without_run_time_estimates() {
         estimates: Estimates::None,
         pace_after_s: None,
     };
-    against_fifo_and_easy(&Options::default(), none, 12, 8, 3);
+    against_fifo_and_easy(&Options::default(), none, 11, 8, 3);
 }
 
 /// The same traces when run times are users' time limits, twice the run rounded up to the
@@ -75,7 +78,7 @@ fn ferry_against_fifo_and_easy_on_padded_time_limits() {
         estimates: Estimates::Limits { padding: 2.0 },
         pace_after_s: Some(600),
     };
-    against_fifo_and_easy(&Options::default(), limits, 11, 10, 1);
+    against_fifo_and_easy(&Options::default(), limits, 10, 9, 1);
 }
 
 /// The opt-in fairness deficits on the same traces: better than FIFO on mean JCT on every trace
@@ -85,7 +88,7 @@ fn ferry_against_fifo_and_easy_on_padded_time_limits() {
 /// docs/scheduler.md has the tuning and held-out figures.
 #[test]
 fn ferry_with_fairness_deficits_against_fifo_and_easy_on_generated_traces() {
-    against_fifo_and_easy(&with_deficits(), Knowledge::exact(), 11, 11, 1);
+    against_fifo_and_easy(&with_deficits(), Knowledge::exact(), 10, 11, 1);
 }
 
 /// The opt-in reclaim through reservations on the same traces: better than FIFO on every trace,
@@ -98,7 +101,7 @@ fn ferry_reclaiming_through_reservations_against_fifo_and_easy_on_generated_trac
         reclaim_through_reservation: true,
         ..Options::default()
     };
-    against_fifo_and_easy(&through, Knowledge::exact(), 11, 10, 0);
+    against_fifo_and_easy(&through, Knowledge::exact(), 10, 10, 0);
 }
 
 fn against_fifo_and_easy(
