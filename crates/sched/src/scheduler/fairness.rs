@@ -19,7 +19,8 @@ impl Scheduler {
     /// (nothing changes between cycles but events, and a cycle follows each): within a cohort
     /// where at least two members were saturated, each saturated member is owed the busy GPUs
     /// of the saturated members split by entitlement, and accrues what it is owed minus what it
-    /// used; all deficits decay with `deficit_half_life_s`.
+    /// used; all deficits decay with `deficit_half_life_s`. With `Options::multifactor`, each
+    /// queue's decayed usage also accrues the GPUs it used.
     pub(super) fn accrue(&mut self, now: Time) {
         let hl = self.opts.deficit_half_life_s;
         let mf = self.opts.multifactor.map_or(0, |m| m.decay_half_life_s);
@@ -34,8 +35,7 @@ impl Scheduler {
         }
         let dt = (now - last) as f64;
         if mf > 0 {
-            let decay = 0.5f64.powf(dt / mf as f64);
-            let gain = mf as f64 / std::f64::consts::LN_2 * (1.0 - decay);
+            let (decay, gain) = decay_over(dt, mf);
             for qs in &mut self.queues {
                 qs.decayed_use = qs.decayed_use * decay + qs.used as f64 * gain;
             }
@@ -43,9 +43,7 @@ impl Scheduler {
         if hl == 0 {
             return;
         }
-        let decay = 0.5f64.powf(dt / hl as f64);
-        // Exact integral of a constant rate under exponential decay over `dt`.
-        let gain = hl as f64 / std::f64::consts::LN_2 * (1.0 - decay);
+        let (decay, gain) = decay_over(dt, hl);
         for co in &self.cohorts {
             let sat: Vec<u32> = co
                 .members
@@ -122,4 +120,12 @@ impl Scheduler {
         };
         f64::from(m.weight_age) * age.min(1.0) + f64::from(m.weight_fairshare) * fair_share
     }
+}
+
+/// Over `dt` seconds with half-life `half_life_s`: the factor a decayed total is multiplied
+/// by, and what a constant rate of 1 adds to it (the exact integral under the decay).
+fn decay_over(dt: f64, half_life_s: u64) -> (f64, f64) {
+    let decay = 0.5f64.powf(dt / half_life_s as f64);
+    let gain = half_life_s as f64 / std::f64::consts::LN_2 * (1.0 - decay);
+    (decay, gain)
 }
