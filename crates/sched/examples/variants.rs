@@ -25,7 +25,7 @@
 //!   (session 27): weeks of backlog, where what preemptions cost decides utilization.
 //!
 //! `FERRY_OPTS='{"durationWeight": 0}'` overrides Ferry's options (JSON, merged over the
-//! defaults) for experiments; `ESTIMATES=limits:2` and `PACE_AFTER=600` tell every policy
+//! defaults) for experiments, `SLURM_OPTS` the Slurm peer's; `ESTIMATES=limits:2` and `PACE_AFTER=600` tell every policy
 //! run times as `ferry sim --estimates` / `--pace-after` do. Prints one line per trace, the pass counts per comparison (and
 //! `all five`: traces where Ferry wins all four and every team is in the band), and
 //! Ferry's out-of-band teams counted by main cause (`TeamShare::miss_cause`); `DIAG=1` prints
@@ -88,7 +88,8 @@ fn knowledge() -> Knowledge {
     }
 }
 
-fn run(case: &Case, opts: &Options) -> (Verdict, String) {
+/// `opts`: Ferry's options, then the Slurm peer's.
+fn run(case: &Case, opts: &[Options; 2]) -> (Verdict, String) {
     let cluster = case
         .cluster
         .clone()
@@ -104,14 +105,24 @@ fn run(case: &Case, opts: &Options) -> (Verdict, String) {
         Policy::Ferry
     };
     let know = knowledge();
-    let mut f = simulate_knowing(&case.trace, &cluster, &queues, layout, opts.clone(), know)
-        .expect("simulates");
+    let mut f = simulate_knowing(
+        &case.trace,
+        &cluster,
+        &queues,
+        layout,
+        opts[0].clone(),
+        know,
+    )
+    .expect("simulates");
     f.policy = "ferry".into();
     let r: Vec<SimReport> = [Policy::Fifo, Policy::EasyBackfill, Policy::SlurmMultifactor]
         .iter()
         .map(|p| {
-            simulate_knowing(&case.trace, &cluster, &queues, *p, p.options(), know)
-                .expect("simulates")
+            let o = match p {
+                Policy::SlurmMultifactor => opts[1].clone(),
+                _ => p.options(),
+            };
+            simulate_knowing(&case.trace, &cluster, &queues, *p, o, know).expect("simulates")
         })
         .collect();
     let (fifo, easy, slurm) = (&r[0], &r[1], &r[2]);
@@ -569,6 +580,21 @@ fn spread(seeds: std::ops::RangeInclusive<u64>, loads: &[f64], shape: Shape, out
     }
 }
 
+/// `base` with the JSON object in environment variable `var` merged over it.
+fn overridden(base: Options, var: &str) -> Result<Options, Box<dyn std::error::Error>> {
+    let mut opts = serde_json::to_value(base)?;
+    if let Ok(o) = std::env::var(var) {
+        let over: serde_json::Value = serde_json::from_str(&o)?;
+        for (k, v) in over
+            .as_object()
+            .ok_or(format!("{var} must be a JSON object"))?
+        {
+            opts[k] = v.clone();
+        }
+    }
+    Ok(serde_json::from_value(opts)?)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let set = args.get(1).map_or("tune", String::as_str);
@@ -584,14 +610,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             format!("the {set} set is built from a trace: variants {set} TRACE.csv").into(),
         );
     }
-    let mut opts = serde_json::to_value(Options::default())?;
-    if let Ok(o) = std::env::var("FERRY_OPTS") {
-        let over: serde_json::Value = serde_json::from_str(&o)?;
-        for (k, v) in over.as_object().ok_or("FERRY_OPTS must be a JSON object")? {
-            opts[k] = v.clone();
-        }
-    }
-    let opts: Options = serde_json::from_value(opts)?;
+    let opts = [
+        overridden(Options::default(), "FERRY_OPTS")?,
+        overridden(Policy::SlurmMultifactor.options(), "SLURM_OPTS")?,
+    ];
     let mut cases = Vec::new();
     if let Some(path) = args.get(2).filter(|_| set != "shaped") {
         let trace = ferry_sched::read_trace(Path::new(path))?;
