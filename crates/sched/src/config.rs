@@ -314,17 +314,16 @@ pub struct Options {
     /// long (seconds) for borrowers to finish; 0 reclaims at once.
     pub reclaim_patience_s: u64,
     /// Each cycle first tries the (few, at most 8) pending jobs expected to run longer than
-    /// this many times the time the cluster needs to clear all known work (running and
+    /// this percentage of the time the cluster needs to clear all known work (running and
     /// pending GPU-seconds over its GPUs): starting them late would stretch the makespan, so
-    /// they pass shorter work that duration weighting would put first (0: off).
-    pub critical_path_factor: u32,
+    /// they pass shorter work that duration weighting would put first (0: off; 150 by default,
+    /// docs/scheduler.md "The critical path re-judged").
+    pub critical_path_pct: u32,
     /// A long job that no pending job is larger than is on the critical path from a lower bar:
     /// this percentage of the clearing time for the smallest job, rising with the job's share
-    /// of the cluster to `critical_path_factor` for one that fills it. Starting a small long job
+    /// of the cluster to `critical_path_pct` for one that fills it. Starting a small long job
     /// early costs the short work little, and with nothing larger waiting it delays no gang
-    /// (0, the default: `critical_path_factor` for every job). Opt-in: 125 wins more traces
-    /// outright on the `variants` sets but loses utilization on some held-out Small traces
-    /// (docs/scheduler.md, "The makespan tail").
+    /// (125 by default; 0: `critical_path_pct` for every job).
     pub critical_path_small_pct: u32,
     /// What restarting a reclaimed job costs, in seconds of each of its GPUs (grace period to
     /// checkpoint, reload on restart). A reclaim whose job would get its quota back by itself
@@ -432,8 +431,8 @@ impl Default for Options {
             drain_for_holder: true,
             duration_weight: 6,
             reclaim_patience_s: 0,
-            critical_path_factor: 2,
-            critical_path_small_pct: 0,
+            critical_path_pct: 150,
+            critical_path_small_pct: 125,
             reclaim_restart_cost_s: 0,
             fair_preemption: true,
             hold_for_owed: false,

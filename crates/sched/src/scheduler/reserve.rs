@@ -7,12 +7,12 @@ use super::{Fit, Job, Reservation, Scheduler};
 use crate::config::Time;
 
 impl Scheduler {
-    /// Pending jobs on the critical path: expected to run longer than `critical_path_factor`
-    /// times the time the cluster needs to clear all known work (running and pending), or,
+    /// Pending jobs on the critical path: expected to run longer than `critical_path_pct`
+    /// percent of the time the cluster needs to clear all known work (running and pending), or,
     /// when no pending job is larger, than the lower bar of `critical_path_small_pct`; starting
     /// them later stretches the makespan (longest first, at most 8).
     pub(super) fn critical_jobs(&self, now: Time) -> Vec<u32> {
-        if self.opts.critical_path_factor == 0 || self.long_pending.is_empty() {
+        if self.opts.critical_path_pct == 0 || self.long_pending.is_empty() {
             return Vec::new();
         }
         let mut work = self.pending_work;
@@ -24,7 +24,7 @@ impl Scheduler {
         }
         let cluster = self.total_gpus.max(1.0);
         let clear_s = work / cluster;
-        let factor = f64::from(self.opts.critical_path_factor);
+        let factor = f64::from(self.opts.critical_path_pct) / 100.0;
         let small = f64::from(self.opts.critical_path_small_pct) / 100.0;
         let largest = self.pending_sizes.last_key_value().map_or(0, |(&g, _)| g);
         // The bar a job must pass: the plain factor, or the lower one for a small job when

@@ -142,9 +142,11 @@ fn one_busy_node(gpus: u32, opts: Options) -> Scheduler {
 
 #[test]
 fn a_long_job_that_would_stretch_the_makespan_starts_before_shorter_ones() {
-    let run = |factor: u32, gang: bool| {
+    let run = |pct: u32, gang: bool| {
         let opts = Options {
-            critical_path_factor: factor,
+            critical_path_pct: pct,
+            // The plain bar alone (the lower one for small jobs has its own test).
+            critical_path_small_pct: 0,
             ..Options::default()
         };
         let mut s = one_busy_node(4, opts);
@@ -163,11 +165,13 @@ fn a_long_job_that_would_stretch_the_makespan_starts_before_shorter_ones() {
         got
     };
     // Duration weighting (and age) alone run the four short jobs first and leave the long one
-    // (which alone needs 10,000 s, more than twice the 2,600 s the backlog takes) to the end.
+    // (which alone needs 10,000 s, more than 1.5 times the 2,600 s the backlog takes) to the end.
     assert_eq!(run(0, false), ["short0", "short1", "short2", "short3"]);
-    assert_eq!(run(2, false), ["long", "short0", "short1", "short2"]);
+    assert_eq!(run(150, false), ["long", "short0", "short1", "short2"]);
+    // Four times the clearing time is a bar it does not pass.
+    assert_eq!(run(400, false), ["short0", "short1", "short2", "short3"]);
     // It does not pass an older gang that holds the reservation.
-    assert_eq!(run(2, true), ["gang"]);
+    assert_eq!(run(150, true), ["gang"]);
 }
 
 /// A small long job meets a lower bar than the plain factor when nothing larger waits: it
@@ -176,6 +180,7 @@ fn a_long_job_that_would_stretch_the_makespan_starts_before_shorter_ones() {
 fn a_small_long_job_is_critical_sooner_unless_a_larger_job_waits() {
     let run = |small_pct: u32, wider: bool| {
         let opts = Options {
+            critical_path_pct: 200,
             critical_path_small_pct: small_pct,
             ..Options::default()
         };
@@ -1595,7 +1600,7 @@ fn slurm_multifactor_puts_the_team_that_used_less_first_whatever_the_age() {
                 preemption: false,
                 fair_sharing: false,
                 duration_weight: 0,
-                critical_path_factor: 0,
+                critical_path_pct: 0,
                 multifactor,
                 ..Options::default()
             },

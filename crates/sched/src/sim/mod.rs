@@ -92,7 +92,7 @@ impl Policy {
                 preemption: false,
                 fair_sharing: false,
                 duration_weight: 0,
-                critical_path_factor: 0,
+                critical_path_pct: 0,
                 ..Options::default()
             },
             Policy::EasyBackfill => Options {
@@ -101,7 +101,7 @@ impl Policy {
                 preemption: false,
                 fair_sharing: false,
                 duration_weight: 0,
-                critical_path_factor: 0,
+                critical_path_pct: 0,
                 ..Options::default()
             },
             Policy::KueueStrict => Options {
@@ -112,7 +112,7 @@ impl Policy {
                 lend_reserved_nodes: false,
                 duration_weight: 0,
                 reclaim_patience_s: 0,
-                critical_path_factor: 0,
+                critical_path_pct: 0,
                 fair_preemption: false,
                 hold_for_owed: false,
                 deficit_half_life_s: 0,
