@@ -25,8 +25,9 @@
 //!   (session 27): weeks of backlog, where what preemptions cost decides utilization.
 //!
 //! `FERRY_OPTS='{"durationWeight": 0}'` overrides Ferry's options (JSON, merged over the
-//! defaults) for experiments, `SLURM_OPTS` the Slurm peer's; `ESTIMATES=limits:2` and `PACE_AFTER=600` tell every policy
-//! run times as `ferry sim --estimates` / `--pace-after` do. Prints one line per trace, the pass counts per comparison (and
+//! defaults) for experiments, `SLURM_OPTS` the Slurm peer's; `ESTIMATES=limits:2` and
+//! `PACE_AFTER=600` tell every policy run times as `ferry sim --estimates` / `--pace-after` do.
+//! Prints one line per trace, the pass counts per comparison (and
 //! `all five`: traces where Ferry wins all four and every team is in the band), and
 //! Ferry's out-of-band teams counted by main cause (`TeamShare::miss_cause`); `DIAG=1` prints
 //! each of those teams with its breakdown, `DETAIL=1` the tables and a coarse timeline,
