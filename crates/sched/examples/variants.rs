@@ -77,6 +77,18 @@ struct Verdict {
     fair_slurm: Option<bool>,
 }
 
+impl Verdict {
+    /// Bar 2 as one trace asks it: every comparison with FIFO and EASY won and every team in
+    /// the band (`all five`).
+    fn all_five(&self) -> bool {
+        self.jct_fifo
+            && self.jct_easy
+            && self.util_fifo
+            && self.util_easy
+            && self.fair == Some(true)
+    }
+}
+
 /// What every policy is told about run times: `ESTIMATES=limits:2` (`ferry sim --estimates`)
 /// and `PACE_AFTER=SECONDS` (`--pace-after`); exact when unset.
 fn knowledge() -> Knowledge {
@@ -712,12 +724,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             count(&|v| v.fair_easy == Some(true)),
             count(&|v| v.fair_easy == Some(false)),
             count(&|v| v.fair_easy.is_none()),
-            // Bar 2 as one trace asks it: every comparison won and every team in the band.
-            count(&|v| v.jct_fifo
-                && v.jct_easy
-                && v.util_fifo
-                && v.util_easy
-                && v.fair == Some(true)),
+            count(&|v| v.all_five()),
             // Utilization comparisons not won although Ferry ends at the shortest possible
             // makespan: the trace's tail, not the policy, sets them.
             count(&|v| v.util_ceiling && !(v.util_fifo && v.util_easy)),
@@ -740,13 +747,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             count(&|v| v.fair_slurm == Some(true)),
             count(&|v| v.fair_slurm == Some(false)),
             count(&|v| v.fair_slurm.is_none()),
-            count(&|v| v.jct_fifo
-                && v.jct_easy
-                && v.util_fifo
-                && v.util_easy
-                && v.jct_slurm
-                && v.util_slurm
-                && v.fair == Some(true)),
+            count(&|v| v.all_five() && v.jct_slurm && v.util_slurm),
         );
     }
     // The lowest team's share of the GPU-time owed within its nominal quota that it got, over
