@@ -28,8 +28,12 @@
 //! defaults) for experiments, `SLURM_OPTS` the Slurm peer's; `ESTIMATES=limits:2` and
 //! `PACE_AFTER=600` tell every policy run times as `ferry sim --estimates` / `--pace-after` do.
 //! Prints one line per trace, the pass counts per comparison (and
-//! `all five`: traces where Ferry wins all four and every team is in the band), and
-//! Ferry's out-of-band teams counted by main cause (`TeamShare::miss_cause`); `DIAG=1` prints
+//! `all five`: traces where Ferry wins all four and every team is in the band), the margins
+//! behind them (geometric mean of Ferry's mean JCT over EASY's and the Slurm peer's, mean
+//! utilization difference, median of the farthest team's distance from its entitlement), and
+//! Ferry's out-of-band teams counted by main cause (`TeamShare::miss_cause`).
+//! `BASELINE=FILE` (an earlier run's output on the same set) adds how many traces changed
+//! their `all five` verdict each way and the sign test's p-value; `DIAG=1` prints
 //! each of those teams with its breakdown, `DETAIL=1` the tables and a coarse timeline,
 //! `JOBS=DIR` each trace's jobs under every policy (`ferry sim --jobs` columns) to
 //! `DIR/<trace name>.csv`, for reading one job's fate (with `ONLY=` to pick the trace).
@@ -75,6 +79,13 @@ struct Verdict {
     jct_slurm: bool,
     util_slurm: bool,
     fair_slurm: Option<bool>,
+    /// Margins, not verdicts: Ferry's mean JCT over EASY's and over the Slurm peer's.
+    jct_ratio: [f64; 2],
+    /// Ferry's utilization minus EASY's and minus the Slurm peer's.
+    util_gain: [f64; 2],
+    /// The farthest team's |share / entitlement − 1| under Ferry, EASY and the Slurm peer
+    /// (`None` where that policy's shares were not judged).
+    worst_gap: [Option<f64>; 3],
 }
 
 impl Verdict {
@@ -226,6 +237,17 @@ fn run(case: &Case, opts: &[Options; 2]) -> (Verdict, String) {
         jct_slurm: f.mean_jct_s < slurm.mean_jct_s,
         util_slurm: f.utilization > slurm.utilization,
         fair_slurm: verdict(slurm),
+        jct_ratio: [easy, slurm].map(|r| f.mean_jct_s / r.mean_jct_s.max(1.0)),
+        util_gain: [easy, slurm].map(|r| f.utilization - r.utilization),
+        worst_gap: [&f, easy, slurm].map(|r| {
+            verdict(r)?;
+            Some(
+                r.team_share
+                    .values()
+                    .map(|s| (s.ratio - 1.0).abs())
+                    .fold(0.0, f64::max),
+            )
+        }),
     };
     // Why a team is out of the band: most of its GPU-hours come in jobs larger than the GPUs it
     // is owed ("lumpy": it can hold its share only on average, through drains), or not.
@@ -769,6 +791,51 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             vs.iter().filter(|v| v.kept[0] >= v.kept[1]).count(),
         );
     }
+    // Margins: how far, not only whether. A verdict flips on a trace that a change moves by a
+    // hair, so two policies are compared better by these and by `BASELINE`'s sign test.
+    println!(
+        "{:<10} {:>6} {:>16} {:>16} {:>18} {:>32}",
+        "set",
+        "traces",
+        "JCT/EASY geomean",
+        "JCT/SLURM gmean",
+        "U-EASY / U-SLURM",
+        "worst band gap p50 ferry/easy/slurm"
+    );
+    for g in &groups {
+        let vs = of_group(g);
+        let n = vs.len().max(1) as f64;
+        let gmean = |k: usize| (vs.iter().map(|v| v.jct_ratio[k].ln()).sum::<f64>() / n).exp();
+        let gain = |k: usize| vs.iter().map(|v| v.util_gain[k]).sum::<f64>() / n;
+        let median = |k: usize| {
+            let mut x: Vec<f64> = vs.iter().filter_map(|v| v.worst_gap[k]).collect();
+            x.sort_by(f64::total_cmp);
+            x.get(x.len() / 2)
+                .map_or_else(|| "n/a".to_string(), |m| format!("{m:.3}"))
+        };
+        println!(
+            "{g:<10} {:>6} {:>16.3} {:>16.3} {:>+9.4}/{:<+8.4} {:>14}/{}/{}",
+            vs.len(),
+            gmean(0),
+            gmean(1),
+            gain(0),
+            gain(1),
+            median(0),
+            median(1),
+            median(2),
+        );
+    }
+    if let Ok(path) = std::env::var("BASELINE") {
+        let now: Vec<(&str, bool)> = cases
+            .iter()
+            .zip(&results)
+            .map(|(c, r)| (c.name.as_str(), r.as_ref().expect("ran").0.all_five()))
+            .collect();
+        println!(
+            "{}",
+            against_baseline(&std::fs::read_to_string(&path)?, &now)
+        );
+    }
     let total = |k: usize| {
         results
             .iter()
@@ -785,4 +852,109 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .join(", ")
     );
     Ok(())
+}
+
+/// `BASELINE=FILE`: the traces whose `all five` verdict changed against an earlier run's
+/// output, and the two-sided sign test's p-value for that many going one way (a change that
+/// moves as many traces down as up is noise, however the counts end).
+fn against_baseline(before: &str, now: &[(&str, bool)]) -> String {
+    let (mut up, mut down) = (0u32, 0u32);
+    for line in before.lines() {
+        let Some((name, rest)) = line.split_once(" jct ") else {
+            continue;
+        };
+        // A line passes `all five` when it names no lost FIFO or EASY comparison and its teams
+        // are in the band (the tags `run` writes).
+        let passed = [
+            "JCT<FIFO-LOSE",
+            "JCT<EASY-LOSE",
+            "U>FIFO-LOSE",
+            "U>EASY-LOSE",
+        ]
+        .iter()
+        .all(|t| !rest.contains(t))
+            && rest.contains(" fair-ok [");
+        match now.iter().find(|(n, _)| *n == name.trim_end()) {
+            Some((_, true)) if !passed => up += 1,
+            Some((_, false)) if passed => down += 1,
+            _ => {}
+        }
+    }
+    let n = up + down;
+    // P(X <= min) for X ~ Binomial(n, 1/2), doubled.
+    let (mut pmf, mut tail) = (0.5f64.powi(n as i32), 0.0);
+    for k in 0..=up.min(down) {
+        tail += pmf;
+        pmf *= f64::from(n - k) / f64::from(k + 1);
+    }
+    format!(
+        "all five against BASELINE: {up} traces now pass that did not, {down} fail that passed; \
+         sign test p = {:.3}",
+        (2.0 * tail).min(1.0)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::against_baseline;
+
+    /// Two lines as `run` writes them: one passing `all five`, one losing a comparison.
+    const BEFORE: &str = "\
+gen s1 Small load 1.0                jct      100      200      150      160 util 0.9 0.8 0.8 0.8 ceil 0.9 pre 0 lost 0.0 sat 9000 kept 1.000 1.000 1.000  fair-ok [a:0.5/0.5=1.00]
+gen s2 Small load 1.0                jct      100      200       90      160 util 0.9 0.8 0.8 0.8 ceil 0.9 pre 0 lost 0.0 sat 9000 kept 1.000 1.000 1.000 JCT<EASY-LOSE  fair-ok [a:0.5/0.5=1.00]
+set        traces
+";
+
+    #[test]
+    fn the_baseline_comparison_counts_verdicts_that_changed_each_way() {
+        let now = |s1: bool, s2: bool| {
+            against_baseline(
+                BEFORE,
+                &[("gen s1 Small load 1.0", s1), ("gen s2 Small load 1.0", s2)],
+            )
+        };
+        let flipped = now(false, true);
+        assert!(
+            flipped.contains(" 1 traces now pass that did not, 1 fail")
+                && flipped.ends_with("p = 1.000"),
+            "{flipped}"
+        );
+        let same = now(true, false);
+        assert!(
+            same.contains(" 0 traces now pass that did not, 0 fail"),
+            "{same}"
+        );
+    }
+
+    #[test]
+    fn the_sign_test_is_the_binomial_tail_doubled() {
+        // Ten traces up and none down: 2 × 0.5^10.
+        let lines: String = (0..10)
+            .map(|i| format!("t{i} jct 1 util 0 JCT<EASY-LOSE  fair-ok [a:1/1=1.00]\n"))
+            .collect();
+        let names: Vec<String> = (0..10).map(|i| format!("t{i}")).collect();
+        let now: Vec<(&str, bool)> = names.iter().map(|n| (n.as_str(), true)).collect();
+        let r = against_baseline(&lines, &now);
+        assert!(
+            r.contains("10 traces now pass") && r.ends_with("p = 0.002"),
+            "{r}"
+        );
+        // Six up and four down is no evidence: P(X <= 4) for n = 10 is 386/1024, doubled.
+        let mixed: String = (0..10)
+            .map(|i| {
+                let lost = if i < 4 { "" } else { "JCT<EASY-LOSE " };
+                format!("t{i} jct 1 util 0 {lost} fair-ok [a:1/1=1.00]\n")
+            })
+            .collect();
+        let now: Vec<(&str, bool)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), i >= 4))
+            .collect();
+        let r = against_baseline(&mixed, &now);
+        assert!(
+            r.contains("6 traces now pass") && r.ends_with("p = 0.754"),
+            "{r}"
+        );
+    }
 }
