@@ -259,6 +259,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
             prop::sample::select(vec![0u32, 50]),
             any::<bool>(),
             prop::sample::select(vec![0u64, 20]),
+            any::<bool>(),
         ),
     );
     (2usize..4, quotas, jobs, switches, stops()).prop_map(
@@ -266,7 +267,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
             nodes,
             quotas,
             jobs,
-            (backfill, hold, deficit, (through, overshoot, borrowed, minimax, restart)),
+            (backfill, hold, deficit, (through, overshoot, borrowed, minimax, restart, by_key)),
             stops,
         )| {
             let cluster = Cluster::uniform(nodes, 4, flavors()[0]);
@@ -332,6 +333,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
                     reclaim_min_borrowed_pct: borrowed,
                     fair_preemption_minimax: minimax,
                     reclaim_restart_cost_s: restart,
+                    reserve_by_key: by_key,
                     ..Options::default()
                 },
                 stops,

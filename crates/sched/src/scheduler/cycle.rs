@@ -293,6 +293,9 @@ impl Scheduler {
                             self.multifactor_priority(h, now),
                         );
                         pj > ph || (pj == ph && created < hj.created)
+                    } else if self.opts.reserve_by_key {
+                        let key = self.order_of(self.jobs[j as usize].as_ref().expect("job"));
+                        (Reverse(prio), key) < (Reverse(hj.prio), self.order_of(hj))
                     } else {
                         (Reverse(prio), created) < (Reverse(hj.prio), hj.created)
                     }

@@ -525,6 +525,45 @@ fn two_teams(nodes: usize, per_node: u32, a_b: (u32, u32), opts: Options) -> Sch
     .unwrap()
 }
 
+/// Two 8-GPU gangs that must borrow, on an 8-GPU cohort both teams fill to their quotas: an
+/// older long one of team `a` and a newer short one of team `b`. Returns the reservation's
+/// holder while they wait and the gang that starts when the running work ends.
+fn gang_order(reserve_by_key: bool) -> (Vec<Option<String>>, Vec<String>) {
+    let opts = Options {
+        reserve_by_key,
+        ..Options::default()
+    };
+    let mut s = two_teams(2, 4, (4, 4), opts);
+    s.submit(wl("a-run", "a", 1, 4, 0, Some(1000))).unwrap();
+    s.submit(wl("b-run", "b", 1, 4, 0, Some(1000))).unwrap();
+    assert_eq!(admitted(&s.cycle(0)).len(), 2);
+    s.submit(wl("old-long", "a", 2, 4, 1, Some(10_000)))
+        .unwrap();
+    s.submit(wl("new-short", "b", 2, 4, 2, Some(100))).unwrap();
+    for t in 2..5 {
+        assert!(admitted(&s.cycle(t)).is_empty());
+    }
+    let holders = s
+        .holders()
+        .into_iter()
+        .map(|h| h.map(String::from))
+        .collect();
+    s.finished("a-run").unwrap();
+    s.finished("b-run").unwrap();
+    (holders, admitted(&s.cycle(1000)))
+}
+
+#[test]
+fn the_reservation_goes_to_the_oldest_gang_or_with_reserve_by_key_to_the_first_by_key() {
+    let (holders, started) = gang_order(false);
+    assert_eq!(holders, [Some("old-long".to_string())]);
+    assert_eq!(started, ["old-long"]);
+    // new-short sorts at 2 + 6 × 100 = 602, old-long at 1 + 6 × 10,000.
+    let (holders, started) = gang_order(true);
+    assert_eq!(holders, [Some("new-short".to_string())]);
+    assert_eq!(started, ["new-short"]);
+}
+
 #[test]
 fn owner_reclaims_lent_quota_taking_the_least_work_first() {
     let mut s = two_teams(2, 4, (4, 4), Options::default());
