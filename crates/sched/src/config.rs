@@ -313,9 +313,9 @@ pub struct Options {
     /// The reservation goes to the blocked job first by that duration-weighted key, not to the
     /// oldest: a short gang drains the cluster before an older long one. Opt-in: on backlogs it
     /// lowers mean JCT a lot (to 0.75× of the default's on the generated sets, 0.3× on the long
-    /// and heavier-load ones) but the long gangs it defers stretch the makespan and teams with
-    /// long work fall below their shares, so per trace it loses utilization and fairness
-    /// comparisons (docs/scheduler.md, "A reservation by the queue's key, measured by margin").
+    /// and heavier-load ones) but it lowers utilization (about a point on average) and teams'
+    /// shares, so per trace it loses utilization and fairness comparisons (docs/scheduler.md,
+    /// "A reservation by the queue's key, measured by margin").
     pub reserve_by_key: bool,
     /// An owner reclaims lent quota by preemption only when it would otherwise wait at least this
     /// long (seconds) for borrowers to finish; 0 reclaims at once.

@@ -115,9 +115,9 @@ fn ferry_reclaiming_through_reservations_against_fifo_and_easy_on_generated_trac
 
 /// The opt-in reservation by the queue's key on the same traces (docs/scheduler.md, "A
 /// reservation by the queue's key"). Measured when it was added (session 30): mean JCT below
-/// EASY's on all 12 (0.37–0.98× EASY's) and utilization above on 8. The four losses are at load
-/// 0.9, where the long gangs it defers end last (seed 21 Gangs 0.821 vs 0.870), and none to
-/// FIFO, where the default loses seed 22 Small at both loads.
+/// EASY's on all 12 (0.37–0.98× EASY's) and utilization above on 8, the four losses all at load
+/// 0.9 (the largest seed 21 Gangs, 0.821 vs 0.870); no utilization loss to FIFO, where the
+/// default loses seed 22 Small at both loads.
 #[test]
 fn ferry_reserving_by_key_against_fifo_and_easy_on_generated_traces() {
     let by_key = Options {
