@@ -308,10 +308,12 @@ pub struct Options {
     pub drain_for_holder: bool,
     /// Within a priority, a job sorts as if created this many times its expected duration later:
     /// short jobs pass long ones created up to that much earlier, long ones still age in (0: by
-    /// age alone). Reservations still go to the oldest blocked job, unless `reserve_by_key`.
+    /// age alone). A job blocked by quota still takes the reservation from a younger holder,
+    /// unless `reserve_by_key`.
     pub duration_weight: u32,
-    /// The reservation goes to the blocked job first by that duration-weighted key, not to the
-    /// oldest: a short gang drains the cluster before an older long one. Opt-in: on backlogs it
+    /// A job blocked by quota takes the reservation from a holder later by that duration-weighted
+    /// key, not from a younger one: a short gang drains the cluster before an older long one
+    /// (a job blocked only by nodes never takes it over either way). Opt-in: on backlogs it
     /// lowers mean JCT a lot (to 0.75× of the default's on the generated sets, 0.3× on the long
     /// and heavier-load ones) but it lowers utilization (about a point on average) and teams'
     /// shares, so per trace it loses utilization and fairness comparisons (docs/scheduler.md,
