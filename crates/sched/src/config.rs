@@ -316,7 +316,7 @@ pub struct Options {
     /// (a job blocked only by nodes never takes it over either way). Opt-in: on backlogs it
     /// lowers mean JCT a lot (to 0.75× of the default's on the generated sets, 0.3× on the long
     /// and heavier-load ones) but it lowers utilization (about a point on average) and teams'
-    /// shares, so per trace it loses utilization and fairness comparisons (docs/scheduler.md,
+    /// shares, so per trace it loses utilization and fairness comparisons (docs/scheduler-lab.md,
     /// "A reservation by the queue's key, measured by margin").
     pub reserve_by_key: bool,
     /// An owner reclaims lent quota by preemption only when it would otherwise wait at least this
@@ -326,7 +326,7 @@ pub struct Options {
     /// this percentage of the time the cluster needs to clear all known work (running and
     /// pending GPU-seconds over its GPUs): starting them late would stretch the makespan, so
     /// they pass shorter work that duration weighting would put first (0: off; 150 by default,
-    /// docs/scheduler.md "The critical path re-judged").
+    /// docs/scheduler-lab.md "The critical path re-judged").
     pub critical_path_pct: u32,
     /// A long job that no pending job is larger than is on the critical path from a lower bar:
     /// this percentage of the clearing time for the smallest job, rising with the job's share
@@ -339,8 +339,8 @@ pub struct Options {
     /// sooner than this times the reclaimed GPUs over its own goes without: a large gang is not
     /// restarted to make room for a small job the quota frees for soon (0, the default: reclaim
     /// whenever allowed). Opt-in: it wins mean JCT and utilization on long, heavily loaded
-    /// traces but costs fairness on the tuning and held-out sets (docs/scheduler.md, "The cost
-    /// of a reclaim").
+    /// traces but costs fairness on the tuning and held-out sets (docs/scheduler-lab.md, "The
+    /// cost of a reclaim").
     pub reclaim_restart_cost_s: u64,
     /// Fair-sharing preemption (Kueue's): a queue below its nominal quota whose waiting head
     /// would take it above may preempt borrowed work of cohort members, only while each victim

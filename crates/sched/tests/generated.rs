@@ -41,7 +41,7 @@ fn compare(
 /// to start on loan stays a loan: seed 21 Gangs load 1.3 loses mean JCT by 3%, seed 22 Small
 /// loses utilization at both loads, 0.589 vs 0.609 and 0.613 vs 0.626, while its mean JCT
 /// improves by 5–6%, and seed 21 Small load 0.9 went from 0.695 to 0.681 against 0.691; before
-/// that change 11 and 10, before fair-sharing preemption 11 and 12; docs/scheduler.md lists the
+/// that change 11 and 10, before fair-sharing preemption 11 and 12; docs/scheduler-lab.md lists the
 /// held-out figures). A change that loses more of these comparisons fails here. Since session
 /// 28 EASY backfills as EASY does (its one queue's quota no longer binds before its nodes):
 /// every threshold against EASY here was measured again, mean JCT 10 and utilization 8 for
@@ -50,7 +50,7 @@ fn compare(
 /// (0.567 vs 0.573, 0.580 vs 0.591). Its longest 8-GPU job is never tried as critical in time:
 /// an older holder's reservation keeps it off the nodes while shorter critical jobs take
 /// fragments, and it ends last. On the `variants` sets the same change loses 28 utilization
-/// comparisons with FIFO where it lost 30 (docs/scheduler.md, "The critical path re-judged").
+/// comparisons with FIFO where it lost 30 (docs/scheduler-lab.md, "The critical path re-judged").
 #[test]
 fn ferry_against_fifo_and_easy_on_generated_traces() {
     against_fifo_and_easy(&Options::default(), Knowledge::exact(), 10, 9, 2);
@@ -92,7 +92,7 @@ fn ferry_against_fifo_and_easy_on_padded_time_limits() {
 /// and on utilization on 11 of 12 (seed 22 Small load 1.3: 0.590 vs FIFO's 0.591, a makespan
 /// 400 s longer; it passed before reclaims were limited to mostly borrowed jobs), and better
 /// than EASY on mean JCT and on utilization on 11 of 12 each (as measured then);
-/// docs/scheduler.md has the tuning and held-out figures.
+/// docs/scheduler-lab.md has the tuning and held-out figures.
 #[test]
 fn ferry_with_fairness_deficits_against_fifo_and_easy_on_generated_traces() {
     against_fifo_and_easy(&with_deficits(), Knowledge::exact(), 10, 11, 1);
@@ -113,7 +113,7 @@ fn ferry_reclaiming_through_reservations_against_fifo_and_easy_on_generated_trac
     against_fifo_and_easy(&through, Knowledge::exact(), 9, 9, 1);
 }
 
-/// The opt-in reservation by the queue's key on the same traces (docs/scheduler.md, "A
+/// The opt-in reservation by the queue's key on the same traces (docs/scheduler-lab.md, "A
 /// reservation by the queue's key"). Measured when it was added (session 30): mean JCT below
 /// EASY's on all 12 (0.37–0.98× EASY's) and utilization above on 8, the four losses all at load
 /// 0.9 (the largest seed 21 Gangs, 0.821 vs 0.870); no utilization loss to FIFO, where the

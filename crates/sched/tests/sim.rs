@@ -289,7 +289,7 @@ fn waiting_jobs_start_when_the_forecast_said() {
 /// thirds of its share until session 28, when its backfill became EASY's own and that contrast
 /// went). What it does not show: on the trace's default quotas, and on
 /// these under heavier load, the window loses utilization comparisons and misses the band
-/// (docs/scheduler.md, "A real window never seen").
+/// (docs/scheduler-lab.md, "A real window never seen").
 #[test]
 fn on_an_unseen_real_window_ferry_beats_the_baselines_and_keeps_both_teams_in_the_band() {
     let path =

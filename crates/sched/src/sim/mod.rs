@@ -373,7 +373,7 @@ fn whole_cluster_queue(cluster: &Cluster) -> QueueSpec {
         // Twice the flavor's GPUs: the quota never binds before the nodes do. At exactly the
         // cluster, a head short of GPUs would also be short of quota, and its quota
         // reservation would hold back every job, even on nodes it will never use (EASY lets
-        // those run: docs/scheduler.md, "A Slurm multifactor peer").
+        // those run: docs/scheduler-lab.md, "A Slurm multifactor peer").
         quotas: caps
             .into_iter()
             .map(|(f, c)| FlavorQuota::unlimited(&f, (2 * c).min(u64::from(u32::MAX)) as u32))
