@@ -313,11 +313,13 @@ pub struct Options {
     pub duration_weight: u32,
     /// A job blocked by quota takes the reservation from a holder later by that duration-weighted
     /// key, not from a younger one: a short gang drains the cluster before an older long one
-    /// (a job blocked only by nodes never takes it over either way). Opt-in: on backlogs it
-    /// lowers mean JCT a lot (to 0.75× of the default's on the generated sets, 0.3× on the long
-    /// and heavier-load ones) but it lowers utilization (about a point on average) and teams'
-    /// shares, so per trace it loses utilization and fairness comparisons (docs/scheduler-lab.md,
-    /// "A reservation by the queue's key, measured by margin").
+    /// (a job blocked only by nodes never takes it over either way). With fairness deficits on,
+    /// a queue owed more GPU-time than the holder's by `deficit_threshold_s` times the job's GPUs
+    /// goes first whatever the key, and one owed less by as much never takes it over. Opt-in: on
+    /// backlogs it lowers mean JCT a lot (to 0.75× of the default's on the generated sets, 0.3×
+    /// on the long and heavier-load ones) but it lowers utilization (about a point on average)
+    /// and teams' shares, so per trace it loses utilization and fairness comparisons; with
+    /// deficits and `holdForOwed` it keeps the shares (docs/scheduler.md, "Opt-in switches").
     pub reserve_by_key: bool,
     /// An owner reclaims lent quota by preemption only when it would otherwise wait at least this
     /// long (seconds) for borrowers to finish; 0 reclaims at once.

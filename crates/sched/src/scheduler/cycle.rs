@@ -294,8 +294,10 @@ impl Scheduler {
                         );
                         pj > ph || (pj == ph && created < hj.created)
                     } else if self.opts.reserve_by_key {
-                        let key = self.order_of(self.jobs[j as usize].as_ref().expect("job"));
-                        (Reverse(prio), key) < (Reverse(hj.prio), self.order_of(hj))
+                        self.before_by_owed_then_key(
+                            self.jobs[j as usize].as_ref().expect("job exists"),
+                            hj,
+                        )
                     } else {
                         (Reverse(prio), created) < (Reverse(hj.prio), hj.created)
                     }

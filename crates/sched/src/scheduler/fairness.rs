@@ -1,6 +1,6 @@
 //! Fair-share order of queue heads and the opt-in time-averaged fairness deficits.
 
-use super::Scheduler;
+use super::{Job, Scheduler};
 use crate::config::Time;
 
 impl Scheduler {
@@ -88,6 +88,22 @@ impl Scheduler {
         self.opts.deficit_half_life_s > 0
             && t > 0
             && self.queues[a as usize].deficit - self.queues[b as usize].deficit > (t * gpus) as f64
+    }
+
+    /// Whether blocked job `a` goes before holder `b` for the reservation under
+    /// `Options::reserve_by_key`: the more urgent priority first, then (with deficits on) the
+    /// queue owed more GPU-time by the threshold, then the earlier duration-weighted key.
+    pub(super) fn before_by_owed_then_key(&self, a: &Job, b: &Job) -> bool {
+        if a.prio != b.prio {
+            return a.prio > b.prio;
+        }
+        if self.deficit_ahead(a.queue, b.queue, a.gpus()) {
+            return true;
+        }
+        if self.deficit_ahead(b.queue, a.queue, a.gpus()) {
+            return false;
+        }
+        self.order_of(a) < self.order_of(b)
     }
 
     /// Whether queue `q` got more than its due by at least `deficit_threshold_s` times `gpus`

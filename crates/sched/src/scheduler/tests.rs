@@ -526,13 +526,10 @@ fn two_teams(nodes: usize, per_node: u32, a_b: (u32, u32), opts: Options) -> Sch
 }
 
 /// Two 8-GPU gangs that must borrow, on an 8-GPU cohort both teams fill to their quotas: an
-/// older long one of team `a` and a newer short one of team `b`. Returns the reservation's
-/// holder while they wait and the gang that starts when the running work ends.
-fn gang_order(reserve_by_key: bool) -> (Vec<Option<String>>, Vec<String>) {
-    let opts = Options {
-        reserve_by_key,
-        ..Options::default()
-    };
+/// older long one of team `a` and a newer short one of team `b`, with the two queues'
+/// fairness deficits set to `deficits` once they wait. Returns the reservation's holder while
+/// they wait and the gang that starts when the running work ends.
+fn gang_order(opts: Options, deficits: (f64, f64)) -> (Vec<Option<String>>, Vec<String>) {
     let mut s = two_teams(2, 4, (4, 4), opts);
     s.submit(wl("a-run", "a", 1, 4, 0, Some(1000))).unwrap();
     s.submit(wl("b-run", "b", 1, 4, 0, Some(1000))).unwrap();
@@ -540,6 +537,7 @@ fn gang_order(reserve_by_key: bool) -> (Vec<Option<String>>, Vec<String>) {
     s.submit(wl("old-long", "a", 2, 4, 1, Some(10_000)))
         .unwrap();
     s.submit(wl("new-short", "b", 2, 4, 2, Some(100))).unwrap();
+    (s.queues[0].deficit, s.queues[1].deficit) = deficits;
     for t in 2..5 {
         assert!(admitted(&s.cycle(t)).is_empty());
     }
@@ -555,11 +553,35 @@ fn gang_order(reserve_by_key: bool) -> (Vec<Option<String>>, Vec<String>) {
 
 #[test]
 fn the_reservation_goes_to_the_oldest_gang_or_with_reserve_by_key_to_the_first_by_key() {
-    let (holders, started) = gang_order(false);
+    let (holders, started) = gang_order(Options::default(), (0.0, 0.0));
     assert_eq!(holders, [Some("old-long".to_string())]);
     assert_eq!(started, ["old-long"]);
     // new-short sorts at 2 + 6 × 100 = 602, old-long at 1 + 6 × 10,000.
-    let (holders, started) = gang_order(true);
+    let by_key = Options {
+        reserve_by_key: true,
+        ..Options::default()
+    };
+    let (holders, started) = gang_order(by_key, (0.0, 0.0));
+    assert_eq!(holders, [Some("new-short".to_string())]);
+    assert_eq!(started, ["new-short"]);
+}
+
+#[test]
+fn with_deficits_the_reservation_by_key_goes_first_to_the_queue_owed_more() {
+    let opts = Options {
+        reserve_by_key: true,
+        deficit_half_life_s: 3600,
+        deficit_threshold_s: 60,
+        ..Options::default()
+    };
+    // a is owed far more GPU-time than b (past 60 s x 8 GPUs): its older, longer gang holds the
+    // reservation although the short one sorts first by key; b is not over its due, so it is not
+    // the rule that keeps an overserved queue from taking a reservation.
+    let (holders, started) = gang_order(opts.clone(), (1e6, 0.0));
+    assert_eq!(holders, [Some("old-long".to_string())]);
+    assert_eq!(started, ["old-long"]);
+    // Owed less than the threshold more: the key decides, as without deficits.
+    let (holders, started) = gang_order(opts, (300.0, 0.0));
     assert_eq!(holders, [Some("new-short".to_string())]);
     assert_eq!(started, ["new-short"]);
 }
