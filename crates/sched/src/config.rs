@@ -319,7 +319,8 @@ pub struct Options {
     /// backlogs it lowers mean JCT a lot (to 0.75× of the default's on the generated sets, 0.3×
     /// on the long and heavier-load ones) but it lowers utilization (about a point on average)
     /// and teams' shares, so per trace it loses utilization and fairness comparisons; with
-    /// deficits and `holdForOwed` it keeps the shares (docs/scheduler.md, "Opt-in switches").
+    /// deficits and `holdForOwed` the shares are as close as the default's on the generated
+    /// sets, not on the real trace's (docs/scheduler.md, "Opt-in switches").
     pub reserve_by_key: bool,
     /// An owner reclaims lent quota by preemption only when it would otherwise wait at least this
     /// long (seconds) for borrowers to finish; 0 reclaims at once.
