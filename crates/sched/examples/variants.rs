@@ -708,15 +708,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{}", r.as_ref().expect("ran").1);
         let _ = c;
     }
-    // Each set's verdicts, trace by trace.
-    let of_group = |g: &str| -> Vec<Verdict> {
-        cases
-            .iter()
-            .zip(&results)
-            .filter(|(c, _)| c.group == g)
-            .map(|(_, r)| r.as_ref().expect("ran").0)
-            .collect()
-    };
+    // Each group's verdicts, trace by trace, and with several groups the whole set's (`all`).
+    let mut rows: Vec<(&str, Vec<Verdict>)> = groups
+        .iter()
+        .map(|&g| {
+            let vs = cases
+                .iter()
+                .zip(&results)
+                .filter(|(c, _)| c.group == g)
+                .map(|(_, r)| r.as_ref().expect("ran").0)
+                .collect();
+            (g, vs)
+        })
+        .collect();
+    if rows.len() > 1 {
+        let all = rows.iter().flat_map(|(_, vs)| vs.iter().copied()).collect();
+        rows.push(("all", all));
+    }
     println!(
         "{:<10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>14} {:>20} {:>8} {:>12}",
         "set",
@@ -730,8 +738,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "all five",
         "U@ceiling"
     );
-    for &g in &groups {
-        let vs = of_group(g);
+    for (g, vs) in &rows {
         let n = vs.len();
         let count = |f: &dyn Fn(&Verdict) -> bool| vs.iter().filter(|v| f(v)).count();
         println!(
@@ -758,8 +765,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{:<10} {:>6} {:>10} {:>10} {:>20} {:>10}",
         "set", "traces", "JCT<SLURM", "U>SLURM", "SLURM fair ok/OUT/na", "all seven"
     );
-    for &g in &groups {
-        let vs = of_group(g);
+    for (g, vs) in &rows {
         let count = |f: &dyn Fn(&Verdict) -> bool| vs.iter().filter(|v| f(v)).count();
         println!(
             "{g:<10} {:>6} {:>10} {:>10} {:>14}/{}/{} {:>10}",
@@ -778,8 +784,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{:<10} {:>6} {:>22} {:>14} {:>14}",
         "set", "traces", "quota kept ferry/fifo/easy", ">= EASY", ">= FIFO"
     );
-    for g in &groups {
-        let vs = of_group(g);
+    for (g, vs) in &rows {
         let n = vs.len();
         let mean = |k: usize| vs.iter().map(|v| v.kept[k]).sum::<f64>() / n.max(1) as f64;
         println!(
@@ -802,16 +807,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "U-EASY / U-SLURM",
         "worst band gap p50 ferry/easy/slurm"
     );
-    for g in &groups {
-        let vs = of_group(g);
+    for (g, vs) in &rows {
         let n = vs.len().max(1) as f64;
         let gmean = |k: usize| (vs.iter().map(|v| v.jct_ratio[k].ln()).sum::<f64>() / n).exp();
         let gain = |k: usize| vs.iter().map(|v| v.util_gain[k]).sum::<f64>() / n;
         let median = |k: usize| {
             let mut x: Vec<f64> = vs.iter().filter_map(|v| v.worst_gap[k]).collect();
             x.sort_by(f64::total_cmp);
-            x.get(x.len() / 2)
-                .map_or_else(|| "n/a".to_string(), |m| format!("{m:.3}"))
+            median_of(&x).map_or_else(|| "n/a".to_string(), |m| format!("{m:.3}"))
         };
         println!(
             "{g:<10} {:>6} {:>16.3} {:>16.3} {:>+9.4}/{:<+8.4} {:>14}/{}/{}",
@@ -852,6 +855,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .join(", ")
     );
     Ok(())
+}
+
+/// The median of sorted values (the mean of the middle two for an even count).
+fn median_of(sorted: &[f64]) -> Option<f64> {
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
 }
 
 /// `BASELINE=FILE`: the traces whose `all five` verdict changed against an earlier run's
@@ -896,7 +909,14 @@ fn against_baseline(before: &str, now: &[(&str, bool)]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::against_baseline;
+    use super::{against_baseline, median_of};
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median_of(&[]), None);
+        assert_eq!(median_of(&[0.1, 0.3, 0.9]), Some(0.3));
+        assert_eq!(median_of(&[0.1, 0.2, 0.4, 0.9]), Some(0.30000000000000004));
+    }
 
     /// Two lines as `run` writes them: one passing `all five`, one losing a comparison.
     const BEFORE: &str = "\
