@@ -260,7 +260,7 @@ impl Scheduler {
 
     /// Where a pending job sorts within its priority level: its creation time, pushed back by
     /// `Options::duration_weight` times its expected duration (unknown: by age alone).
-    pub(super) fn order_of(&self, job: &Job) -> u64 {
+    fn order_of(&self, job: &Job) -> u64 {
         let w = u64::from(self.opts.duration_weight);
         job.created
             .saturating_add(job.expected.unwrap_or(0).saturating_mul(w))

@@ -92,7 +92,8 @@ impl Scheduler {
 
     /// Whether blocked job `a` goes before holder `b` for the reservation under
     /// `Options::reserve_by_key`: the more urgent priority first, then (with deficits on) the
-    /// queue owed more GPU-time by the threshold, then the earlier duration-weighted key.
+    /// queue owed more GPU-time by the threshold, then the earlier duration-weighted key (the
+    /// `order` a pending job's queue sorts it by).
     pub(super) fn before_by_owed_then_key(&self, a: &Job, b: &Job) -> bool {
         if a.prio != b.prio {
             return a.prio > b.prio;
@@ -103,7 +104,7 @@ impl Scheduler {
         if self.deficit_ahead(b.queue, a.queue, a.gpus()) {
             return false;
         }
-        self.order_of(a) < self.order_of(b)
+        a.order < b.order
     }
 
     /// Whether queue `q` got more than its due by at least `deficit_threshold_s` times `gpus`
