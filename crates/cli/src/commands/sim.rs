@@ -1,7 +1,7 @@
 //! `ferry sim --trace TRACE.csv [--cluster CLUSTER.yaml] [--queues QUEUES.yaml | --quota
 //! TEAM=GPUS ...]`: replays a cluster trace under Ferry's scheduler and its peers (FIFO, EASY
-//! backfill, Kueue StrictFIFO, Slurm multifactor) and prints the comparison, with each team's
-//! share against its entitlement.
+//! backfill, Kueue StrictFIFO admitting onto nodes and admitting by quota alone, Slurm
+//! multifactor) and prints the comparison, with each team's share against its entitlement.
 
 use std::path::{Path, PathBuf};
 

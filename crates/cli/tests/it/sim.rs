@@ -54,6 +54,7 @@ fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
             "fifo",
             "easy-backfill",
             "kueue-strict",
+            "kueue-pods",
             "slurm-multifactor"
         ]
     );
@@ -67,6 +68,15 @@ fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
             "lost_gpu_hours",
         ] {
             assert!(r[field].is_number(), "{field} missing in {r}");
+        }
+        for field in [
+            "gang_starts",
+            "on_fewest_nodes",
+            "admitted_unplaced",
+            "admitted_idle_gpu_hours",
+            "pods_ready_timeouts",
+        ] {
+            assert!(r["placement"][field].is_number(), "{field} missing in {r}");
         }
         assert!(
             r["team_share"].as_object().is_some_and(|t| t.len() == 2),
@@ -85,7 +95,7 @@ fn the_helios_trace_compares_every_policy_and_bad_traces_name_the_line() {
     // Bar 2 on the shared trace, as printed: Ferry's mean JCT is below FIFO's, EASY's and the
     // Slurm peer's; its utilization is above FIFO's and ties the backfilling peers' at the
     // ceiling the last long job sets.
-    for baseline in [1, 2, 4] {
+    for baseline in [1, 2, 5] {
         assert!(metric(0, "mean_jct_s") < metric(baseline, "mean_jct_s"));
         assert!(metric(0, "utilization") >= metric(baseline, "utilization"));
     }
@@ -555,7 +565,7 @@ fn run_time_estimates_are_stated_and_change_what_every_policy_knows() {
             .map(|r| r["mean_jct_s"].as_f64().unwrap())
             .collect()
     };
-    // ferry, fifo, easy-backfill, kueue-strict, slurm-multifactor
+    // ferry, fifo, easy-backfill, kueue-strict, kueue-pods, slurm-multifactor
     let exact = mean_jct(&[]);
     let none = mean_jct(&["--estimates", "none"]);
     let limits = mean_jct(&["--estimates", "limits:2", "--pace-after", "600"]);
@@ -644,7 +654,7 @@ fn forecast_starts_are_measured_when_asked() {
         .lines()
         .find(|l| l.starts_with("forecast, within 5 min"))
         .unwrap_or_else(|| panic!("{text}"));
-    assert_eq!(row.matches("2/2 of 2").count(), 5, "{row}");
+    assert_eq!(row.matches("2/2 of 2").count(), 6, "{row}");
     let plain = sim_ok(&["--trace", trace, "--gpus", "8", "-o", "json"]);
     assert!(!plain.contains("forecast"), "{plain}");
     assert!(!sim_ok(&["--trace", trace, "--gpus", "8"]).contains("forecast"));

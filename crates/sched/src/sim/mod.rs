@@ -6,6 +6,8 @@ mod check;
 mod estimate;
 mod generate;
 mod miss;
+mod placement;
+mod pods;
 mod render;
 mod setup;
 mod trace;
@@ -23,7 +25,7 @@ pub use setup::{
 pub use trace::{MAX_SECONDS, MAX_TRACE_ROWS, TRACE_COLUMNS, TraceJob, parse_trace, read_trace};
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +34,8 @@ use crate::config::{
 };
 use crate::error::Result;
 use crate::scheduler::{CYCLES_PER_INSTANT, FORECAST_CYCLES, Scheduler};
+use placement::GangLayouts;
+use pods::PodLayer;
 use trace::trace_err;
 
 /// How often a running job checkpoints in the simulation (lost work on preemption is since then).
@@ -56,6 +60,11 @@ pub enum Policy {
     /// Kueue-style: team queues with quota and borrowing, StrictFIFO per queue, preemption
     /// (priority and reclaim), no reservation or backfill.
     KueueStrict,
+    /// `KueueStrict` as Kueue runs without topology-aware scheduling: admission by quota
+    /// alone, then a kube-scheduler places the pods one at a time, spreading them; a gang runs
+    /// once all its pods are placed, and is evicted and requeued (`waitForPodsReady`) when
+    /// they are not within 5 minutes.
+    KueuePods,
     /// Slurm's multifactor priority (age + classic fair-share, each team's shares its nominal
     /// quota) with backfill around the top job's reservation; no quotas, no preemption.
     SlurmMultifactor,
@@ -63,11 +72,12 @@ pub enum Policy {
 
 impl Policy {
     /// Every policy, Ferry first.
-    pub const ALL: [Policy; 5] = [
+    pub const ALL: [Policy; 6] = [
         Policy::Ferry,
         Policy::Fifo,
         Policy::EasyBackfill,
         Policy::KueueStrict,
+        Policy::KueuePods,
         Policy::SlurmMultifactor,
     ];
 
@@ -78,6 +88,7 @@ impl Policy {
             Policy::Fifo => "fifo",
             Policy::EasyBackfill => "easy-backfill",
             Policy::KueueStrict => "kueue-strict",
+            Policy::KueuePods => "kueue-pods",
             Policy::SlurmMultifactor => "slurm-multifactor",
         }
     }
@@ -104,7 +115,7 @@ impl Policy {
                 critical_path_pct: 0,
                 ..Options::default()
             },
-            Policy::KueueStrict => Options {
+            Policy::KueueStrict | Policy::KueuePods => Options {
                 backfill: false,
                 strict_fifo: true,
                 preemption: true,
@@ -211,6 +222,9 @@ pub struct SimReport {
     pub preemptions: u64,
     /// GPU-hours of work lost to preemption (since the victims' last checkpoints).
     pub lost_gpu_hours: f64,
+    /// Where gangs landed, and GPUs held by gangs admitted before they could be placed.
+    #[serde(default)]
+    pub placement: PlacementStats,
     /// Team → share vs entitlement while all teams were saturated (each had work waiting).
     pub team_share: BTreeMap<String, TeamShare>,
     /// Team → mean job completion time of its jobs, seconds.
@@ -240,6 +254,27 @@ pub struct SimReport {
     /// which stays one small object per policy).
     #[serde(skip)]
     pub jobs: Vec<JobOutcome>,
+}
+
+/// Where gangs landed, and what admitting them before they could be placed cost.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct PlacementStats {
+    /// Starts of jobs with more than one pod.
+    pub gang_starts: u64,
+    /// Of those, how many ran on the fewest nodes their pods fit on.
+    pub on_fewest_nodes: u64,
+    /// Of those that fit in one rack, how many were split across racks; `None` when no node
+    /// has a rack label.
+    pub split_across_racks: Option<u64>,
+    /// Admissions whose pods could not all be placed at once (quota-only admission).
+    pub admitted_unplaced: u64,
+    /// GPU-hours admitted to workloads whose pods were not all placed: the placed pods' GPUs
+    /// idle, the rest of the quota unusable by anyone else.
+    pub admitted_idle_gpu_hours: f64,
+    /// Workloads evicted and requeued because their pods were not all running within Kueue's
+    /// `waitForPodsReady` timeout.
+    pub pods_ready_timeouts: u64,
 }
 
 /// How close the start the scheduler first told a job first in line for GPUs came to when it
@@ -307,6 +342,34 @@ impl JobOutcome {
     /// Job completion time: submit to completion.
     pub fn jct_s(&self) -> u64 {
         self.end_s - self.submit_s
+    }
+}
+
+/// One thing the replay does at an instant, in the order the scheduler decided it.
+enum Step {
+    /// Job `.0` starts, one pod on each of nodes `.1` (indices into the cluster's nodes).
+    Run(usize, Vec<usize>),
+    /// Job `.0` is told to stop.
+    Stop(usize),
+}
+
+/// The cluster as quota-only admission sees it: one one-GPU node per GPU, so that only the
+/// quota and the count of GPUs can keep a job out.
+fn quota_view(cluster: &Cluster) -> Cluster {
+    Cluster {
+        nodes: cluster
+            .nodes
+            .iter()
+            .flat_map(|n| {
+                (0..n.gpus).map(move |g| crate::config::Node {
+                    name: format!("{}/{g}", n.name),
+                    gpus: 1,
+                    flavor: n.flavor.clone(),
+                    rack: None,
+                    nvlink_domain: None,
+                })
+            })
+            .collect(),
     }
 }
 
@@ -701,13 +764,30 @@ pub fn simulate_probing(
         .enumerate()
         .map(|(i, q)| (q.name.as_str(), i))
         .collect();
-    let team_queues = matches!(policy, Policy::Ferry | Policy::KueueStrict);
+    let team_queues = matches!(
+        policy,
+        Policy::Ferry | Policy::KueueStrict | Policy::KueuePods
+    );
     let sched_queues = match policy {
         _ if team_queues => queues.to_vec(),
         Policy::SlurmMultifactor => fair_share_accounts(queues, cluster),
         _ => vec![whole_cluster_queue(cluster)],
     };
-    let mut sched = Scheduler::with_options(cluster.clone(), sched_queues, Vec::new(), options)?;
+    // Quota-only admission: the scheduler sees one-GPU nodes and one-GPU pods, so only
+    // quota and the GPU count bind; the pod layer places the real pods on the real nodes.
+    let quota_only = policy == Policy::KueuePods;
+    let mut pod_layer = quota_only.then(|| PodLayer::new(cluster));
+    let sched_cluster = if quota_only {
+        quota_view(cluster)
+    } else {
+        cluster.clone()
+    };
+    let mut sched = Scheduler::with_options(sched_cluster, sched_queues, Vec::new(), options)?;
+    let mut layouts = GangLayouts::new(cluster);
+    // Workloads evicted for pods not ready in time: (admissible again at, job, evicted at).
+    let mut requeues: BinaryHeap<Reverse<(Time, usize, Time)>> = BinaryHeap::new();
+    let mut admitted_idle_gpu_s = 0f64;
+    let mut pods_ready_timeouts = 0u64;
     let mut order: Vec<usize> = (0..trace.len()).collect();
     order.sort_by_key(|&i| (trace[i].submit_s, i));
     let mut jobs: Vec<SimJob> = Vec::with_capacity(trace.len());
@@ -770,6 +850,9 @@ pub fn simulate_probing(
                 continue;
             }
             jobs[i].end = Some(t);
+            if let Some(l) = pod_layer.as_mut() {
+                l.release(i);
+            }
             busy -= jobs[i].gpus;
             teams.busy[jobs[i].team] -= jobs[i].gpus;
             running.retain(|&r| r != i);
@@ -786,6 +869,9 @@ pub fn simulate_probing(
             let id = format!("{i}");
             sched.checkpointed(&id, t)?;
             sched.evicted(&id)?;
+            if let Some(l) = pod_layer.as_mut() {
+                l.release(i);
+            }
             let j = &mut jobs[i];
             j.start = None;
             busy -= j.gpus;
@@ -808,9 +894,16 @@ pub fn simulate_probing(
                 sched.progress(&format!("{i}"), now, (s + j.remaining).saturating_sub(now))?;
             }
         }
-        while next < order.len() && trace[order[next]].submit_s <= now {
-            let i = order[next];
-            next += 1;
+        if let Some(l) = pod_layer.as_mut() {
+            for (i, backoff) in l.timed_out(now) {
+                // Kueue evicts the workload, releasing its quota, and requeues it ordered by
+                // the eviction's time once the backoff is over.
+                sched.finished(&format!("{i}"))?;
+                requeues.push(Reverse((now + backoff, i, now)));
+                pods_ready_timeouts += 1;
+            }
+        }
+        let workload = |i: usize, created_at: Time| {
             let t = &trace[i];
             let (pods, per) = t.shape();
             let queue = if team_queues || policy == Policy::SlurmMultifactor {
@@ -818,7 +911,12 @@ pub fn simulate_probing(
             } else {
                 "all".into()
             };
-            sched.submit(Workload {
+            let (pods, per) = if quota_only {
+                (pods * per, 1)
+            } else {
+                (pods, per)
+            };
+            Workload {
                 id: format!("{i}"),
                 queue,
                 priority: None,
@@ -826,8 +924,20 @@ pub fn simulate_probing(
                 gpus_per_pod: per,
                 flavor: None,
                 expected_duration_s: knowledge.estimates.for_job(t),
-                created_at: t.submit_s,
-            })?;
+                created_at,
+            }
+        };
+        while let Some(&Reverse((t, i, evicted_at))) = requeues.peek() {
+            if t > now {
+                break;
+            }
+            requeues.pop();
+            sched.submit(workload(i, evicted_at))?;
+        }
+        while next < order.len() && trace[order[next]].submit_s <= now {
+            let i = order[next];
+            next += 1;
+            sched.submit(workload(i, trace[i].submit_s))?;
             teams.queued(jobs[i].team, jobs[i].gpus);
             arrived.push(i);
         }
@@ -850,10 +960,50 @@ pub fn simulate_probing(
                     told.entry(ids[id]).or_insert(at);
                 }
             }
+            // What to do, in order: a job starts on nodes, or is stopped. Under quota-only
+            // admission an admitted job starts only once the pod layer has placed its pods.
+            let mut steps: VecDeque<Step> = VecDeque::new();
             for d in decisions {
                 match d {
-                    Decision::Admit { id, .. } => {
+                    Decision::Admit {
+                        id,
+                        flavor,
+                        placement,
+                    } => {
                         let i = ids[&id];
+                        match pod_layer.as_mut() {
+                            Some(l) => {
+                                let (pods, per) = trace[i].shape();
+                                l.admit(i, &flavor, pods, per, now);
+                            }
+                            None => steps.push_back(Step::Run(
+                                i,
+                                placement.iter().map(|p| layouts.node(&p.node)).collect(),
+                            )),
+                        }
+                    }
+                    Decision::Preempt { id, .. } => steps.push_back(Step::Stop(ids[&id])),
+                }
+            }
+            // Once the scheduler's steps are done, the pod layer places what it can.
+            let mut placed = pod_layer.is_none();
+            loop {
+                let step = match steps.pop_front() {
+                    Some(step) => step,
+                    None if !placed => {
+                        placed = true;
+                        let l = pod_layer
+                            .as_mut()
+                            .expect("placement pass needs the pod layer");
+                        steps.extend(l.place().into_iter().map(|(i, nodes)| Step::Run(i, nodes)));
+                        continue;
+                    }
+                    None => break,
+                };
+                match step {
+                    Step::Run(i, nodes) => {
+                        let (pods, per) = trace[i].shape();
+                        layouts.record(pods, per, &nodes);
                         if let Some(at) = told.remove(&i) {
                             start_errors.push((at, now));
                         }
@@ -873,9 +1023,18 @@ pub fn simulate_probing(
                         teams.started(j.team, j.gpus);
                         running.push(i);
                     }
-                    Decision::Preempt { id, .. } => {
+                    Step::Stop(i) if pod_layer.as_ref().is_some_and(|l| l.is_waiting(i)) => {
+                        // Admitted, its pods not all placed: nothing runs yet, so it goes at
+                        // once and loses no work.
+                        pod_layer.as_mut().expect("checked").release(i);
+                        sched
+                            .evicted(&format!("{i}"))
+                            .expect("a preempted job can be evicted");
+                        preemptions += 1;
+                        jobs[i].preemptions += 1;
+                    }
+                    Step::Stop(i) => {
                         // SIGTERM now; the engine checkpoints and exits after the grace period.
-                        let i = ids[&id];
                         let j = &mut jobs[i];
                         let s = j.start.expect("preempted job was running");
                         preemptions += 1;
@@ -921,12 +1080,17 @@ pub fn simulate_probing(
             .into_iter()
             .chain(evictions.peek().map(|Reverse((t, _))| *t))
             .chain(corrections.peek().map(|Reverse((t, _, _))| *t))
+            .chain(requeues.peek().map(|Reverse((t, _, _))| *t))
+            .chain(pod_layer.as_ref().and_then(PodLayer::next_timeout))
             .min();
         let t_next = match (next_submit, next_done) {
             (None, None) => break,
             (a, b) => a.into_iter().chain(b).min().expect("one is set"),
         };
         let dt = t_next - now;
+        if let Some(l) = &pod_layer {
+            admitted_idle_gpu_s += l.held() as f64 * dt as f64;
+        }
         if teams.pending_total > 0 {
             waiting_s += dt;
             waiting_busy += busy as f64 * dt as f64;
@@ -1002,6 +1166,12 @@ pub fn simulate_probing(
         buckets: bucket_rows,
         preemptions,
         lost_gpu_hours: lost_gpu_s / 3600.0,
+        placement: PlacementStats {
+            admitted_unplaced: pod_layer.as_ref().map_or(0, |l| l.admitted_unplaced),
+            admitted_idle_gpu_hours: admitted_idle_gpu_s / 3600.0,
+            pods_ready_timeouts,
+            ..layouts.stats
+        },
         team_share: fair.shares(queues),
         saturated_s: fair.saturated_s,
         knowledge,

@@ -79,6 +79,31 @@ pub fn render_table(reports: &[SimReport]) -> String {
     row(&mut s, "lost GPU-hours", &|r| {
         format!("{:.1}", r.lost_gpu_hours)
     });
+    row(&mut s, "gangs started", &|r| {
+        r.placement.gang_starts.to_string()
+    });
+    row(&mut s, "  on the fewest nodes", &|r| {
+        r.placement.on_fewest_nodes.to_string()
+    });
+    if reports
+        .iter()
+        .any(|r| r.placement.split_across_racks.is_some())
+    {
+        row(&mut s, "  split, one rack fit", &|r| {
+            r.placement
+                .split_across_racks
+                .map_or("-".into(), |n| n.to_string())
+        });
+    }
+    row(&mut s, "admitted, not placeable", &|r| {
+        r.placement.admitted_unplaced.to_string()
+    });
+    row(&mut s, "  GPU-hours admitted, idle", &|r| {
+        format!("{:.1}", r.placement.admitted_idle_gpu_hours)
+    });
+    row(&mut s, "  pods-ready timeouts", &|r| {
+        r.placement.pods_ready_timeouts.to_string()
+    });
     row(&mut s, "makespan (s)", &|r| r.makespan_s.to_string());
     row(&mut s, "  of the shortest possible", &|r| {
         r.bound.as_ref().map_or("-".into(), |b| {
@@ -261,7 +286,9 @@ pub fn render_svg(reports: &[SimReport], capacity: u64) -> String {
         .min()
         .unwrap_or(0) as f64;
     let span = (t_end - t_start).max(1.0);
-    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"];
+    let colors = [
+        "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#ff7f0e",
+    ];
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n"
     );

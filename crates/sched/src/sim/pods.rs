@@ -1,0 +1,239 @@
+//! Quota-only admission followed by pod-by-pod placement: how Kueue without topology-aware
+//! scheduling runs gangs, for the `kueue-pods` peer.
+//!
+//! Kueue admits a workload when its queue has the quota; it does not look at nodes. The
+//! kube-scheduler then places the workload's pods one at a time, and its default scoring
+//! (`NodeResourcesFit`, `LeastAllocated`) prefers the node with the most free resources, which
+//! spreads small jobs over many nodes. A gang whose pods cannot all be placed holds the GPUs of
+//! the pods that were placed while it waits for the rest, doing no work: the "fragmentation
+//! admits unschedulable gangs" failure. Kueue's `waitForPodsReady` bounds the wait: a workload
+//! whose pods are not all running within the timeout is evicted, and requeued after a backoff.
+//! Ferry's scheduler places a gang whole at admission, so under it none of this can happen;
+//! this module exists to measure what that is worth on a trace.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::config::{Cluster, Time};
+
+/// Kueue's `waitForPodsReady.timeout` default: a workload whose pods are not all running this
+/// long after admission is evicted.
+pub const PODS_READY_TIMEOUT_S: u64 = 300;
+
+/// Kueue's `requeuingStrategy.backoffBaseSeconds` default: the first requeue waits this long,
+/// each further one twice as long as the last.
+pub const REQUEUE_BACKOFF_BASE_S: u64 = 60;
+
+/// Kueue's `requeuingStrategy.backoffMaxSeconds` default: the longest requeue backoff.
+pub const REQUEUE_BACKOFF_MAX_S: u64 = 3600;
+
+/// The backoff before the `n`-th requeue of one workload (n ≥ 1), without Kueue's jitter.
+pub fn requeue_backoff_s(n: u32) -> u64 {
+    REQUEUE_BACKOFF_BASE_S
+        .saturating_mul(1u64 << (n.saturating_sub(1)).min(32))
+        .min(REQUEUE_BACKOFF_MAX_S)
+}
+
+/// A gang admitted by quota and not yet running.
+#[derive(Debug)]
+struct Admitted {
+    flavor: String,
+    pods: u32,
+    per: u32,
+    admitted_at: Time,
+    /// Admitted since the last placement pass.
+    fresh: bool,
+}
+
+/// The kube-scheduler's view: real nodes, and the pods of admitted workloads.
+#[derive(Debug)]
+pub(super) struct PodLayer {
+    flavors: Vec<String>,
+    free: Vec<u32>,
+    /// Admitted and not yet running, in admission order (admission time, job).
+    waiting: BTreeMap<(Time, usize), Admitted>,
+    /// Job → admission key in `waiting`.
+    key: HashMap<usize, (Time, usize)>,
+    /// Job → its placed pods' nodes.
+    placed: HashMap<usize, Vec<usize>>,
+    /// GPUs each job's pods take per node: (node, GPUs).
+    per_pod: HashMap<usize, u32>,
+    /// GPUs freed since the last placement pass (nothing new can be placed otherwise).
+    changed: bool,
+    /// GPUs admitted to workloads not running yet: their placed pods' GPUs sit idle, and the
+    /// rest of their quota can be admitted to no one else.
+    held: u64,
+    /// Evictions for pods not ready in time, per job (for the backoff).
+    timeouts: HashMap<usize, u32>,
+    /// Admissions whose pods could not all be placed in the pass right after.
+    pub(super) admitted_unplaced: u64,
+}
+
+impl PodLayer {
+    pub(super) fn new(cluster: &Cluster) -> PodLayer {
+        PodLayer {
+            flavors: cluster.nodes.iter().map(|n| n.flavor.clone()).collect(),
+            free: cluster.nodes.iter().map(|n| n.gpus).collect(),
+            waiting: BTreeMap::new(),
+            key: HashMap::new(),
+            placed: HashMap::new(),
+            per_pod: HashMap::new(),
+            changed: false,
+            held: 0,
+            timeouts: HashMap::new(),
+            admitted_unplaced: 0,
+        }
+    }
+
+    /// Job `i`'s quota was reserved at `now`: its `pods` pods of `per` GPUs wait for nodes.
+    pub(super) fn admit(&mut self, i: usize, flavor: &str, pods: u32, per: u32, now: Time) {
+        let key = (now, i);
+        self.waiting.insert(
+            key,
+            Admitted {
+                flavor: flavor.to_string(),
+                pods,
+                per,
+                admitted_at: now,
+                fresh: true,
+            },
+        );
+        self.key.insert(i, key);
+        self.held += u64::from(pods) * u64::from(per);
+        self.placed.insert(i, Vec::new());
+        self.per_pod.insert(i, per);
+        self.changed = true;
+    }
+
+    /// One pass of the kube-scheduler over every pending pod, oldest admission first: each goes
+    /// to the node of its flavor with the most free GPUs that can hold it (ties to the first
+    /// node). Returns the jobs whose pods are now all placed, with their nodes; they run from
+    /// now and leave the waiting set.
+    pub(super) fn place(&mut self) -> Vec<(usize, Vec<usize>)> {
+        if !std::mem::take(&mut self.changed) {
+            return Vec::new();
+        }
+        let mut ready = Vec::new();
+        for (&(_, i), a) in &mut self.waiting {
+            let placed = self
+                .placed
+                .get_mut(&i)
+                .expect("admitted job has placements");
+            while (placed.len() as u32) < a.pods {
+                let best = (0..self.free.len())
+                    .filter(|&n| self.flavors[n] == a.flavor && self.free[n] >= a.per)
+                    .max_by_key(|&n| (self.free[n], std::cmp::Reverse(n)));
+                let Some(n) = best else { break };
+                self.free[n] -= a.per;
+                placed.push(n);
+            }
+            if placed.len() as u32 == a.pods {
+                ready.push((i, placed.clone()));
+            } else if std::mem::take(&mut a.fresh) {
+                self.admitted_unplaced += 1;
+            }
+        }
+        for (i, _) in &ready {
+            let key = self.key.remove(i).expect("ready job was waiting");
+            let a = self.waiting.remove(&key).expect("ready job was waiting");
+            self.held -= u64::from(a.pods) * u64::from(a.per);
+        }
+        ready
+    }
+
+    /// Whether job `i` waits for nodes (admitted, not all its pods placed).
+    pub(super) fn is_waiting(&self, i: usize) -> bool {
+        self.key.contains_key(&i)
+    }
+
+    /// Frees job `i`'s pods (it ended, was evicted or timed out); forgets it.
+    pub(super) fn release(&mut self, i: usize) {
+        let per = self.per_pod.remove(&i).unwrap_or(0);
+        let nodes = self.placed.remove(&i).unwrap_or_default();
+        if let Some(key) = self.key.remove(&i)
+            && let Some(a) = self.waiting.remove(&key)
+        {
+            self.held -= u64::from(a.pods) * u64::from(a.per);
+        }
+        for n in nodes {
+            self.free[n] += per;
+        }
+        self.changed = true;
+    }
+
+    /// Jobs whose pods were not all running `PODS_READY_TIMEOUT_S` after admission, at `now`,
+    /// each with the backoff before it may be admitted again. They are released.
+    pub(super) fn timed_out(&mut self, now: Time) -> Vec<(usize, u64)> {
+        let late: Vec<usize> = self
+            .waiting
+            .iter()
+            .filter(|(_, a)| a.admitted_at + PODS_READY_TIMEOUT_S <= now)
+            .map(|(&(_, i), _)| i)
+            .collect();
+        late.into_iter()
+            .map(|i| {
+                self.release(i);
+                let n = self.timeouts.entry(i).or_insert(0);
+                *n += 1;
+                (i, requeue_backoff_s(*n))
+            })
+            .collect()
+    }
+
+    /// When the next waiting workload's pods-ready timeout falls.
+    pub(super) fn next_timeout(&self) -> Option<Time> {
+        self.waiting
+            .values()
+            .map(|a| a.admitted_at + PODS_READY_TIMEOUT_S)
+            .min()
+    }
+
+    /// GPUs admitted to workloads that are not running yet (`held`).
+    pub(super) fn held(&self) -> u64 {
+        self.held
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pods_spread_and_a_gang_waits_on_the_gpus_it_placed() {
+        let cluster = Cluster::uniform(2, 8, "gpu");
+        let mut layer = PodLayer::new(&cluster);
+        // Two 4-GPU jobs spread: one per node.
+        layer.admit(0, "gpu", 1, 4, 0);
+        layer.admit(1, "gpu", 1, 4, 0);
+        let ready = layer.place();
+        assert_eq!(ready, vec![(0, vec![0]), (1, vec![1])]);
+        // A one-pod 8-GPU job fits no node while both are half used.
+        layer.admit(2, "gpu", 1, 8, 10);
+        assert!(layer.place().is_empty());
+        assert!(layer.is_waiting(2));
+        assert_eq!(layer.admitted_unplaced, 1);
+        // Its 8 GPUs of quota are admitted, and nothing runs on them.
+        assert_eq!(layer.held(), 8);
+        layer.release(0);
+        assert_eq!(layer.place(), vec![(2, vec![0])]);
+        assert_eq!(layer.held(), 0);
+        // A gang of two 4-GPU pods places one pod on node 1's free half and waits for the
+        // other, holding those 4 GPUs idle.
+        layer.admit(3, "gpu", 2, 4, 20);
+        assert!(layer.place().is_empty());
+        assert_eq!(layer.held(), 8);
+        assert_eq!(layer.free, vec![0, 0]);
+        assert_eq!(layer.admitted_unplaced, 2);
+        assert_eq!(layer.next_timeout(), Some(20 + PODS_READY_TIMEOUT_S));
+        assert_eq!(layer.timed_out(319), vec![]);
+        assert_eq!(layer.timed_out(320), vec![(3, 60)]);
+        assert_eq!(layer.held(), 0);
+        assert!(!layer.is_waiting(3));
+    }
+
+    #[test]
+    fn the_requeue_backoff_doubles_up_to_an_hour() {
+        let b: Vec<u64> = (1..=8).map(requeue_backoff_s).collect();
+        assert_eq!(b, vec![60, 120, 240, 480, 960, 1920, 3600, 3600]);
+        assert_eq!(requeue_backoff_s(200), 3600);
+    }
+}
