@@ -33,6 +33,8 @@ pub(crate) struct NodeState {
 struct Domain {
     /// `buckets[k]`: nodes with exactly `k` free GPUs (k >= 1).
     buckets: Vec<BTreeSet<u32>>,
+    /// Free GPUs on its indexed nodes.
+    free: u64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -135,7 +137,9 @@ impl Pool {
         if k > 0 {
             let dom = node.dom;
             for (l, level) in self.levels.iter_mut().enumerate() {
-                level.domains[dom[l] as usize].buckets[k].remove(&n);
+                let d = &mut level.domains[dom[l] as usize];
+                d.buckets[k].remove(&n);
+                d.free -= k as u64;
             }
         }
     }
@@ -151,7 +155,9 @@ impl Pool {
         if k > 0 {
             let dom = node.dom;
             for (l, level) in self.levels.iter_mut().enumerate() {
-                level.domains[dom[l] as usize].buckets[k].insert(n);
+                let d = &mut level.domains[dom[l] as usize];
+                d.buckets[k].insert(n);
+                d.free += k as u64;
             }
         }
     }
@@ -191,8 +197,8 @@ impl Pool {
         let need = u64::from(pods) * u64::from(g);
         if need <= u64::from(self.max_cap) {
             let b = &self.levels[2].domains[0].buckets;
-            if let Some(n) = (need as usize..b.len()).find_map(|k| b[k].first()) {
-                return Some(vec![(*n, pods)]);
+            if let Some(k) = (need as usize..b.len()).find(|&k| !b[k].is_empty()) {
+                return Some(vec![(self.tightest_in_fullest_domain(k), pods)]);
             }
         }
         if self.pod_cap(2, 0, g) < u64::from(pods) {
@@ -211,6 +217,24 @@ impl Pool {
             }
         }
         self.greedy(2, 0, pods, g)
+    }
+
+    /// A node with exactly `k` free GPUs (some must exist), in the topology domain with the
+    /// fewest free GPUs at the narrowest level that has domains: work that fits one node
+    /// fills domains already in use and leaves the emptiest whole for gangs.
+    fn tightest_in_fullest_domain(&self, k: usize) -> u32 {
+        let any = *self.levels[2].domains[0].buckets[k]
+            .first()
+            .expect("caller checked the bucket");
+        let Some(level) = self.levels[..2].iter().find(|l| !l.trivial) else {
+            return any;
+        };
+        level
+            .domains
+            .iter()
+            .filter_map(|d| d.buckets[k].first().map(|&n| (d.free, n)))
+            .min()
+            .map_or(any, |(_, n)| n)
     }
 
     fn greedy(&self, level: usize, dom: usize, pods: u32, g: u32) -> Option<Vec<(u32, u32)>> {
@@ -299,6 +323,23 @@ mod tests {
         assert_eq!(plan.len(), 4);
         assert!(racks.iter().all(|r| *r == 1), "{plan:?}");
         assert!(p.find(9, 8).is_none());
+    }
+
+    #[test]
+    fn a_one_node_job_goes_to_the_rack_already_in_use() {
+        let mut p = pool(8, 2);
+        // Whole nodes everywhere; rack r1 (odd nodes) has one node half used.
+        p.set_free(3, 0b1111);
+        // A whole-node job takes a whole node of r1, leaving rack r0 whole for a gang.
+        assert_eq!(p.find(1, 8).unwrap(), vec![(1, 1)]);
+        // The tightest node still comes first: a 4-GPU job takes node 3's free half.
+        assert_eq!(p.find(1, 4).unwrap(), vec![(3, 1)]);
+        // Without rack labels the first whole node is taken, as before.
+        let flat = Pool::new(
+            "f".into(),
+            (0..4).map(|i| (format!("n{i}"), 8, None, None)).collect(),
+        );
+        assert_eq!(flat.find(1, 8).unwrap(), vec![(0, 1)]);
     }
 
     #[test]
