@@ -14,8 +14,8 @@
 //! Prints, per group: the geometric mean of `kueue-pods`' mean JCT over `kueue-strict`'s and of
 //! Ferry's over `kueue-pods`', the mean utilization difference, what quota-only admission
 //! held idle (admissions not placeable, GPU-hours admitted to workloads not running, pods-ready
-//! timeouts), and where gangs landed (starts on the fewest nodes, and split across racks
-//! when one rack could have held them). The two peers differ only in when pods are placed, so
+//! timeouts), and where gangs landed (starts on the fewest nodes, starts one rack could
+//! have held, and of those the ones split across racks). The two peers differ only in when pods are placed, so
 //! their ratio is the price of placing after admitting.
 use std::path::Path;
 
@@ -52,8 +52,8 @@ struct Group {
     unplaced: u64,
     idle_gpu_h: f64,
     timeouts: u64,
-    /// Per policy: gang starts, on the fewest nodes, split across racks.
-    gangs: [(u64, u64, u64); 3],
+    /// Per policy: gang starts, on the fewest nodes, one rack could hold, split across racks.
+    gangs: [(u64, u64, u64, u64); 3],
 }
 
 impl Group {
@@ -70,7 +70,8 @@ impl Group {
         for (g, x) in self.gangs.iter_mut().zip(r) {
             g.0 += x.placement.gang_starts;
             g.1 += x.placement.on_fewest_nodes;
-            g.2 += x.placement.split_across_racks.unwrap_or(0);
+            g.2 += x.placement.one_rack_fits.unwrap_or(0);
+            g.3 += x.placement.split_across_racks.unwrap_or(0);
         }
     }
 
@@ -79,12 +80,12 @@ impl Group {
         let gangs: Vec<String> = POLICIES
             .iter()
             .zip(&self.gangs)
-            .map(|(p, g)| format!("{} {}/{}/{}", p.name(), g.0, g.1, g.2))
+            .map(|(p, g)| format!("{} {}/{}/{}/{}", p.name(), g.0, g.1, g.2, g.3))
             .collect();
         println!(
             "{name:<22} {:>3} traces | pods/strict mean JCT {:.3} (slower on {}), util {:+.2} pts | \
              ferry/pods {:.3} | admitted unplaceable {}, {:.0} GPU-h admitted idle, {} timeouts | \
-             gang starts/fewest nodes/split racks: {}",
+             gang starts/fewest nodes/one rack fits/split: {}",
             self.traces,
             (self.ln_pods_strict / n).exp(),
             self.pods_slower,

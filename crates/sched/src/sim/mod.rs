@@ -264,8 +264,10 @@ pub struct PlacementStats {
     pub gang_starts: u64,
     /// Of those, how many ran on the fewest nodes their pods fit on.
     pub on_fewest_nodes: u64,
-    /// Of those that fit in one rack, how many were split across racks; `None` when no node
-    /// has a rack label.
+    /// Of those, how many one rack could have held (by its GPUs); `None` when no node has a
+    /// rack label.
+    pub one_rack_fits: Option<u64>,
+    /// Of those one rack could have held, how many were split across racks.
     pub split_across_racks: Option<u64>,
     /// Admissions whose pods could not all be placed at once (quota-only admission).
     pub admitted_unplaced: u64,

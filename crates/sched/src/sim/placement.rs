@@ -47,6 +47,7 @@ impl GangLayouts {
             racks,
             largest,
             stats: PlacementStats {
+                one_rack_fits: labelled.then_some(0),
                 split_across_racks: labelled.then_some(0),
                 ..PlacementStats::default()
             },
@@ -70,15 +71,21 @@ impl GangLayouts {
         if used.len() as u32 <= pods.div_ceil(per_node) {
             self.stats.on_fewest_nodes += 1;
         }
-        if let Some(split) = self.stats.split_across_racks.as_mut() {
+        if let (Some(fits), Some(split)) = (
+            self.stats.one_rack_fits.as_mut(),
+            self.stats.split_across_racks.as_mut(),
+        ) {
             let racks: BTreeSet<Option<&String>> =
                 used.iter().map(|&n| self.rack[n].as_ref()).collect();
             let fits_one = self.racks.get(flavor).is_some_and(|rs| {
                 rs.values()
                     .any(|caps| caps.iter().map(|&c| c / per.max(1)).sum::<u32>() >= pods)
             });
-            if fits_one && (racks.len() > 1 || racks.contains(&None)) {
-                *split += 1;
+            if fits_one {
+                *fits += 1;
+                if racks.len() > 1 || racks.contains(&None) {
+                    *split += 1;
+                }
             }
         }
     }
@@ -118,6 +125,7 @@ mod tests {
         l.record(1, 8, &[3]);
         assert_eq!(l.stats.gang_starts, 5);
         assert_eq!(l.stats.on_fewest_nodes, 4);
+        assert_eq!(l.stats.one_rack_fits, Some(4));
         assert_eq!(l.stats.split_across_racks, Some(2));
     }
 
@@ -127,6 +135,7 @@ mod tests {
         l.record(2, 8, &[0, 3]);
         assert_eq!(l.node("node-3"), 3);
         assert_eq!(l.stats.split_across_racks, None);
+        assert_eq!(l.stats.one_rack_fits, None);
         assert_eq!(l.stats.on_fewest_nodes, 1);
     }
 }

@@ -89,10 +89,12 @@ pub fn render_table(reports: &[SimReport]) -> String {
         .iter()
         .any(|r| r.placement.split_across_racks.is_some())
     {
-        row(&mut s, "  split, one rack fit", &|r| {
-            r.placement
-                .split_across_racks
-                .map_or("-".into(), |n| n.to_string())
+        row(&mut s, "  one rack fit / split", &|r| {
+            let p = &r.placement;
+            match (p.one_rack_fits, p.split_across_racks) {
+                (Some(fits), Some(split)) => format!("{fits} / {split}"),
+                _ => "-".into(),
+            }
         });
     }
     row(&mut s, "admitted, not placeable", &|r| {
