@@ -305,6 +305,7 @@ pub fn workload(job: &TrainJobResource) -> Workload {
         pods: r.nodes.max(1) as u32,
         gpus_per_pod: r.gpus_per_node.max(0) as u32,
         flavor: r.gpu.clone(),
+        topology: r.topology.and_then(|t| t.name().parse().ok()),
         // The time limit (of one run, or what is left of all runs' budget, whichever is
         // tighter): the scheduler plans reservations and backfill with it (an upper bound, so
         // backfilling with it never delays a reservation) until the job's measured pace

@@ -330,16 +330,35 @@ pub fn render(job: &TrainJob, attempt: Attempt, opts: &RenderOptions) -> Result<
             ]}}),
         );
     }
-    if let Some(rack) = &opts.cluster.rack_label
-        && nodes > 1
-    {
-        affinity.insert(
-            "podAffinity".into(),
-            json!({"requiredDuringSchedulingIgnoredDuringExecution": [{
-                "labelSelector": {"matchLabels": {LABEL_TRAIN_JOB: name, LABEL_ATTEMPT: attempt.number.to_string()}},
-                "topologyKey": rack,
-            }]}),
-        );
+    // Pods of one gang: in one domain when `spec.resources.topology` requires it (as Ferry's
+    // scheduler places it), else preferably in one rack (as it does when a rack has room).
+    let gang =
+        json!({"matchLabels": {LABEL_TRAIN_JOB: name, LABEL_ATTEMPT: attempt.number.to_string()}});
+    let rack_key = opts.cluster.rack_label.as_deref();
+    match r.topology {
+        Some(t) if nodes > 1 => {
+            let key = match t {
+                ferry_spec::Topology::Rack => rack_key.unwrap_or(crate::admission::LABEL_RACK),
+                ferry_spec::Topology::NvlinkDomain => crate::admission::LABEL_NVLINK_CLIQUE,
+            };
+            affinity.insert(
+                "podAffinity".into(),
+                json!({"requiredDuringSchedulingIgnoredDuringExecution": [{
+                    "labelSelector": gang,
+                    "topologyKey": key,
+                }]}),
+            );
+        }
+        None if nodes > 1 && rack_key.is_some() => {
+            affinity.insert(
+                "podAffinity".into(),
+                json!({"preferredDuringSchedulingIgnoredDuringExecution": [{
+                    "weight": 100,
+                    "podAffinityTerm": {"labelSelector": gang, "topologyKey": rack_key},
+                }]}),
+            );
+        }
+        _ => {}
     }
     if !affinity.is_empty() {
         pod_spec["affinity"] = Value::Object(affinity);

@@ -15,19 +15,37 @@
 //! Ferry's over `kueue-pods`', the mean utilization difference, what quota-only admission
 //! held idle (admissions not placeable, GPU-hours admitted to workloads not running, pods-ready
 //! timeouts), and where gangs landed (starts on the fewest nodes, starts one rack could
-//! have held, and of those the ones split across racks). The two peers differ only in when pods are placed, so
-//! their ratio is the price of placing after admitting.
+//! have held, and of those the ones split across racks). The two peers differ only in when
+//! pods are placed, so their ratio is the price of placing after admitting. Last, what
+//! requiring one rack (`topology: rack`) for every multi-node gang that fits one costs Ferry
+//! against preferring it.
 use std::path::Path;
 
 use ferry_sched::{
-    Cluster, GenSpec, Policy, Shape, SimReport, SizeMix, TraceJob, default_cluster, default_queues,
-    generated_trace, read_trace, simulate,
+    Cluster, GenSpec, Policy, Shape, SimReport, SizeMix, Topology, TraceJob, default_cluster,
+    default_queues, generated_trace, read_trace, sim::DEFAULT_GPUS_PER_NODE, simulate,
 };
 
 /// Nodes per rack in the replayed clusters.
 const RACK_NODES: usize = 4;
 
 const POLICIES: [Policy; 3] = [Policy::Ferry, Policy::KueueStrict, Policy::KueuePods];
+
+/// The trace with every multi-node gang that one rack can hold required to stay in one
+/// (`topology: rack`).
+fn one_rack(trace: &[TraceJob]) -> Vec<TraceJob> {
+    trace
+        .iter()
+        .map(|t| {
+            let (pods, per) = t.shape();
+            let per_rack = RACK_NODES as u32 * (DEFAULT_GPUS_PER_NODE / per.max(1));
+            TraceJob {
+                topology: (t.nodes > 1 && pods <= per_rack).then_some(Topology::Rack),
+                ..t.clone()
+            }
+        })
+        .collect()
+}
 
 /// The trace's default cluster, its nodes labelled with racks of `RACK_NODES`.
 fn racked(trace: &[TraceJob]) -> Cluster {
@@ -54,10 +72,18 @@ struct Group {
     timeouts: u64,
     /// Per policy: gang starts, on the fewest nodes, one rack could hold, split across racks.
     gangs: [(u64, u64, u64, u64); 3],
+    /// Σ ln(Ferry requiring one rack / Ferry preferring one, mean JCT), Σ utilization
+    /// difference, and gangs it split.
+    ln_required: f64,
+    du_required: f64,
+    split_required: u64,
 }
 
 impl Group {
-    fn add(&mut self, r: &[SimReport]) {
+    fn add(&mut self, r: &[SimReport], required: &SimReport) {
+        self.ln_required += (required.mean_jct_s / r[0].mean_jct_s).ln();
+        self.du_required += required.utilization - r[0].utilization;
+        self.split_required += required.placement.split_across_racks.unwrap_or(0);
         let (ferry, strict, pods) = (&r[0], &r[1], &r[2]);
         self.traces += 1;
         self.ln_pods_strict += (pods.mean_jct_s / strict.mean_jct_s).ln();
@@ -85,7 +111,8 @@ impl Group {
         println!(
             "{name:<22} {:>3} traces | pods/strict mean JCT {:.3} (slower on {}), util {:+.2} pts | \
              ferry/pods {:.3} | admitted unplaceable {}, {:.0} GPU-h admitted idle, {} timeouts | \
-             gang starts/fewest nodes/one rack fits/split: {}",
+             gang starts/fewest nodes/one rack fits/split: {} | one rack required: mean JCT \
+             {:.3}, util {:+.2} pts, split {}",
             self.traces,
             (self.ln_pods_strict / n).exp(),
             self.pods_slower,
@@ -94,18 +121,24 @@ impl Group {
             self.unplaced,
             self.idle_gpu_h,
             self.timeouts,
-            gangs.join(", ")
+            gangs.join(", "),
+            (self.ln_required / n).exp(),
+            100.0 * self.du_required / n,
+            self.split_required,
         );
     }
 }
 
-fn replay(trace: &[TraceJob]) -> Vec<SimReport> {
+/// The three policies on `trace`, then Ferry with gangs required to stay in one rack.
+fn replay(trace: &[TraceJob]) -> (Vec<SimReport>, SimReport) {
     let cluster = racked(trace);
     let queues = default_queues(trace, &cluster);
-    POLICIES
+    let r = POLICIES
         .iter()
         .map(|&p| simulate(trace, &cluster, &queues, p).expect("simulates"))
-        .collect()
+        .collect();
+    let required = simulate(&one_rack(trace), &cluster, &queues, Policy::Ferry).expect("simulates");
+    (r, required)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -124,9 +157,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         mix,
                         shape,
                     };
-                    let r = replay(&generated_trace(&spec));
-                    group.add(&r);
-                    all.add(&r);
+                    let (r, required) = replay(&generated_trace(&spec));
+                    group.add(&r, &required);
+                    all.add(&r, &required);
                 }
             }
             group.print(&format!("{mix:?} {shape:?}"));
@@ -136,7 +169,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for path in std::env::args().skip(1) {
         let trace = read_trace(Path::new(&path))?;
         let mut one = Group::default();
-        one.add(&replay(&trace));
+        let (r, required) = replay(&trace);
+        one.add(&r, &required);
         let name = Path::new(&path)
             .file_name()
             .map_or(path.clone(), |f| f.to_string_lossy().into_owned());

@@ -252,6 +252,59 @@ pub struct Workload {
     pub expected_duration_s: Option<u64>,
     /// When it was created; ties within a priority go to the oldest.
     pub created_at: Time,
+    /// Every pod must sit in one domain of this level, and the gang waits until one has room
+    /// (`None`: one domain when one has room, else across domains).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<Topology>,
+}
+
+/// A topology level all of a gang's pods can be required to share: collectives within one
+/// domain run at its link speed, not the slower links between domains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Topology {
+    /// One NVLink domain (`Node::nvlink_domain`).
+    NvlinkDomain,
+    /// One rack (`Node::rack`).
+    Rack,
+}
+
+impl Topology {
+    /// The placement index's level for it (narrowest first).
+    pub(crate) fn level(self) -> usize {
+        match self {
+            Topology::NvlinkDomain => 0,
+            Topology::Rack => 1,
+        }
+    }
+
+    /// What one domain of it is called in messages.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Topology::NvlinkDomain => "NVLink domain",
+            Topology::Rack => "rack",
+        }
+    }
+
+    /// The name used in specs and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Topology::NvlinkDomain => "nvlinkDomain",
+            Topology::Rack => "rack",
+        }
+    }
+}
+
+impl std::str::FromStr for Topology {
+    type Err = String;
+
+    /// `rack` or `nvlinkDomain`, in any case.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Topology::Rack, Topology::NvlinkDomain]
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("`{s}` is not a topology (`rack` or `nvlinkDomain`)"))
+    }
 }
 
 impl Workload {
@@ -272,6 +325,7 @@ impl Workload {
             flavor: None,
             expected_duration_s: None,
             created_at,
+            topology: None,
         }
     }
 

@@ -44,7 +44,7 @@ pub mod sim;
 
 pub use config::{
     ANY_FLAVOR, Cluster, DEFAULT_PRIORITY, Decision, FlavorQuota, Multifactor, Node, Options,
-    PodPlacement, PreemptReason, PriorityClass, QueueSpec, StopPolicy, Time, Workload,
+    PodPlacement, PreemptReason, PriorityClass, QueueSpec, StopPolicy, Time, Topology, Workload,
 };
 pub use error::{Result, SchedError};
 pub use scheduler::{

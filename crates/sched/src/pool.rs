@@ -189,8 +189,9 @@ impl Pool {
     }
 
     /// Fewest nodes (narrowest topology domain, best fit) that host `pods` pods of `g` GPUs,
-    /// among indexed nodes; returns (node, pods on it).
-    pub fn find(&self, pods: u32, g: u32) -> Option<Vec<(u32, u32)>> {
+    /// among indexed nodes, all in one domain of level `within` when given; returns (node,
+    /// pods on it).
+    pub fn find(&self, pods: u32, g: u32, within: Option<usize>) -> Option<Vec<(u32, u32)>> {
         if g == 0 || g > self.max_cap || u64::from(pods) * u64::from(g) > self.free_total {
             return None;
         }
@@ -204,15 +205,19 @@ impl Pool {
         if self.pod_cap(2, 0, g) < u64::from(pods) {
             return None;
         }
+        if let Some(l) = within {
+            // Every node its own domain: only one node could do, and none did above.
+            if self.levels[l].trivial {
+                return None;
+            }
+            let (_, d) = self.best_domain(l, pods, g)?;
+            return self.greedy(l, d, pods, g);
+        }
         for l in 0..2 {
             if self.levels[l].trivial {
                 continue;
             }
-            let best = (0..self.levels[l].domains.len())
-                .map(|d| (self.pod_cap(l, d, g), d))
-                .filter(|(c, _)| *c >= u64::from(pods))
-                .min();
-            if let Some((_, d)) = best {
+            if let Some((_, d)) = self.best_domain(l, pods, g) {
                 return self.greedy(l, d, pods, g);
             }
         }
@@ -226,15 +231,45 @@ impl Pool {
         let any = *self.levels[2].domains[0].buckets[k]
             .first()
             .expect("caller checked the bucket");
-        let Some(level) = self.levels[..2].iter().find(|l| !l.trivial) else {
+        let Some(level) = self.narrowest_level() else {
             return any;
         };
-        level
+        self.levels[level]
             .domains
             .iter()
             .filter_map(|d| d.buckets[k].first().map(|&n| (d.free, n)))
             .min()
             .map_or(any, |(_, n)| n)
+    }
+
+    /// The most pods of `g` GPUs one domain of `level` could ever host (all its nodes idle);
+    /// where nodes carry no label for the level, one node is a domain.
+    pub fn largest_domain_pods(&self, level: usize, g: u32) -> u64 {
+        let mut per = vec![0u64; self.levels[level].domains.len()];
+        for n in &self.nodes {
+            per[n.dom[level] as usize] += u64::from(n.cap / g.max(1));
+        }
+        per.into_iter().max().unwrap_or(0)
+    }
+
+    /// The narrowest topology level whose domains group nodes (NVLink domain, else rack), if
+    /// any node carries such a label.
+    fn narrowest_level(&self) -> Option<usize> {
+        (0..2).find(|&l| !self.levels[l].trivial)
+    }
+
+    /// How many domains topology level `level` has.
+    pub fn domain_count(&self, level: usize) -> usize {
+        self.levels[level].domains.len()
+    }
+
+    /// The domain of `level` whose free nodes host `pods` pods of `g` GPUs with the least to
+    /// spare, with its pod capacity.
+    fn best_domain(&self, level: usize, pods: u32, g: u32) -> Option<(u64, usize)> {
+        (0..self.levels[level].domains.len())
+            .map(|d| (self.pod_cap(level, d, g), d))
+            .filter(|(c, _)| *c >= u64::from(pods))
+            .min()
     }
 
     fn greedy(&self, level: usize, dom: usize, pods: u32, g: u32) -> Option<Vec<(u32, u32)>> {
@@ -306,7 +341,7 @@ mod tests {
     fn single_pod_best_fits_a_partly_used_node() {
         let mut p = pool(4, 1);
         p.set_free(2, 0b1111_0000);
-        let plan = p.find(1, 4).unwrap();
+        let plan = p.find(1, 4, None).unwrap();
         assert_eq!(plan, vec![(2, 1)]);
         let pods = p.take(&plan, 4);
         assert_eq!(pods, vec![(2, 0b1111_0000)]);
@@ -318,11 +353,11 @@ mod tests {
         let mut p = pool(8, 2);
         // rack r0 = nodes 0,2,4,6 ; make rack r0 half used.
         p.set_free(0, 0b1111);
-        let plan = p.find(4, 8).unwrap();
+        let plan = p.find(4, 8, None).unwrap();
         let racks: Vec<_> = plan.iter().map(|(n, _)| n % 2).collect();
         assert_eq!(plan.len(), 4);
         assert!(racks.iter().all(|r| *r == 1), "{plan:?}");
-        assert!(p.find(9, 8).is_none());
+        assert!(p.find(9, 8, None).is_none());
     }
 
     #[test]
@@ -331,15 +366,15 @@ mod tests {
         // Whole nodes everywhere; rack r1 (odd nodes) has one node half used.
         p.set_free(3, 0b1111);
         // A whole-node job takes a whole node of r1, leaving rack r0 whole for a gang.
-        assert_eq!(p.find(1, 8).unwrap(), vec![(1, 1)]);
+        assert_eq!(p.find(1, 8, None).unwrap(), vec![(1, 1)]);
         // The tightest node still comes first: a 4-GPU job takes node 3's free half.
-        assert_eq!(p.find(1, 4).unwrap(), vec![(3, 1)]);
+        assert_eq!(p.find(1, 4, None).unwrap(), vec![(3, 1)]);
         // Without rack labels the first whole node is taken, as before.
         let flat = Pool::new(
             "f".into(),
             (0..4).map(|i| (format!("n{i}"), 8, None, None)).collect(),
         );
-        assert_eq!(flat.find(1, 8).unwrap(), vec![(0, 1)]);
+        assert_eq!(flat.find(1, 8, None).unwrap(), vec![(0, 1)]);
     }
 
     #[test]
@@ -347,7 +382,7 @@ mod tests {
         let mut p = pool(2, 1);
         p.set_free(0, 0b1);
         p.set_free(1, 0b1);
-        assert!(p.find(1, 2).is_none());
-        assert_eq!(p.find(2, 1).unwrap().len(), 2);
+        assert!(p.find(1, 2, None).is_none());
+        assert_eq!(p.find(2, 1, None).unwrap().len(), 2);
     }
 }

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ferry_sched::{
     Cluster, Decision, FlavorQuota, Multifactor, Node, Options, PodPlacement, PreemptReason,
-    PriorityClass, QueueSpec, SchedError, Scheduler, StopPolicy, Workload,
+    PriorityClass, QueueSpec, SchedError, Scheduler, StopPolicy, Topology, Workload,
 };
 use proptest::prelude::*;
 
@@ -82,6 +82,8 @@ fn case() -> impl Strategy<Value = Case> {
             0u64..60,
             0u8..3,
             prop::option::of(0usize..2),
+            // One gang in four must stay in one rack.
+            0u8..4,
         ),
         1..30,
     );
@@ -182,7 +184,7 @@ fn case() -> impl Strategy<Value = Case> {
             let jobs = jobs
                 .into_iter()
                 .enumerate()
-                .map(|(i, (q, p, pods, g, dur, at, est, fl))| {
+                .map(|(i, (q, p, pods, g, dur, at, est, fl, topo))| {
                     let w = Workload {
                         id: format!("j{i}"),
                         queue: format!("q{}", q % specs.len()),
@@ -196,6 +198,7 @@ fn case() -> impl Strategy<Value = Case> {
                             _ => Some(dur * 2),
                         },
                         created_at: at,
+                        topology: (topo == 0).then_some(Topology::Rack),
                     };
                     (w, dur)
                 })
@@ -315,6 +318,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
                         // Team q's work arrives around 20 q: waves, so some teams idle while others
                         // borrow everything.
                         created_at: at / 4 + 20 * q as u64,
+                        topology: None,
                     };
                     (w, dur)
                 })
@@ -442,6 +446,12 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
         .iter()
         .map(|n| (n.name.as_str(), n.gpus))
         .collect();
+    let rack_of: HashMap<&str, Option<&str>> = case
+        .cluster
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.rack.as_deref()))
+        .collect();
     let mut accepted: Vec<(Workload, u64)> = Vec::new();
     let mut pending_submit: Vec<&(Workload, u64)> = case.jobs.iter().collect();
     pending_submit.sort_by_key(|(w, _)| w.created_at);
@@ -557,6 +567,20 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
                         "gang {} partially admitted",
                         id
                     );
+                    // A gang required to stay in one rack is on one node, or on nodes of one
+                    // labelled rack.
+                    if w.topology == Some(Topology::Rack) {
+                        let nodes: HashSet<&str> =
+                            placement.iter().map(|p| p.node.as_str()).collect();
+                        let racks: HashSet<Option<&str>> =
+                            nodes.iter().map(|n| rack_of[n]).collect();
+                        prop_assert!(
+                            nodes.len() == 1 || (racks.len() == 1 && !racks.contains(&None)),
+                            "{} required one rack, placed on {:?}",
+                            id,
+                            placement
+                        );
+                    }
                     for p in placement {
                         prop_assert_eq!(p.gpus.len(), w.gpus_per_pod as usize);
                         let cap = gpus_of[p.node.as_str()];

@@ -395,6 +395,7 @@ fn saturated_trace() -> Vec<TraceJob> {
             team: team.into(),
             status: "COMPLETED".into(),
             time_limit_s: None,
+            topology: None,
         });
     }
     jobs

@@ -299,6 +299,31 @@ pub struct Resources {
     /// GPU flavor (e.g. `H100-80GB`); any when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<String>,
+    /// Keep every node of the gang in one rack (`rack`) or NVLink domain (`nvlinkDomain`),
+    /// waiting until one has room. Without it the gang stays in one when one has room, and
+    /// otherwise starts across them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<Topology>,
+}
+
+/// A topology domain a gang can be required to stay in ([`Resources::topology`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Topology {
+    /// One rack (the node label the cluster names racks by).
+    Rack,
+    /// One NVLink domain (e.g. one NVL72 enclosure).
+    NvlinkDomain,
+}
+
+impl Topology {
+    /// Its name in specs (`rack`, `nvlinkDomain`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Topology::Rack => "rack",
+            Topology::NvlinkDomain => "nvlinkDomain",
+        }
+    }
 }
 
 fn one() -> i32 {
@@ -312,6 +337,7 @@ impl Default for Resources {
             procs_per_node: None,
             gpus_per_node: 0,
             gpu: None,
+            topology: None,
         }
     }
 }

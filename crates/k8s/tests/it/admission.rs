@@ -557,6 +557,13 @@ fn a_time_limit_is_the_workloads_expected_duration() {
         (w.id.as_str(), w.queue.as_str()),
         ("team-a/capped", "team-a/team-a")
     );
+    // A gang that must stay in one rack asks the scheduler for exactly that.
+    assert_eq!(w.topology, None);
+    job.spec.resources.topology = Some(ferry_spec::Topology::Rack);
+    assert_eq!(
+        ferry_k8s::admission::workload(&job).topology,
+        Some(ferry_sched::Topology::Rack)
+    );
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! snapshots pin its content.
 
 use ferry_k8s::{Cluster, RenderOptions, render, to_yaml};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::schema::assert_valid;
 use crate::specs::*;
@@ -73,18 +73,28 @@ fn jobset_cluster_with_racks_renders_jobsets() {
         rack_label: Some("topology.kubernetes.io/rack".into()),
         ..Cluster::default()
     };
+    // The 16-node job must stay in one rack; the 2-node one prefers to.
+    let one_rack =
+        SIXTEEN_NODE_MEGATRON.replace("gpu: H100-80GB}", "gpu: H100-80GB, topology: rack}");
+    assert_ne!(one_rack, SIXTEEN_NODE_MEGATRON);
     let objs = rendered(
-        &[
-            QUEUES,
-            SINGLE_NODE_LORA,
-            TWO_NODE_FULL,
-            SIXTEEN_NODE_MEGATRON,
-        ],
+        &[QUEUES, SINGLE_NODE_LORA, TWO_NODE_FULL, one_rack.as_str()],
         cluster,
     );
     assert_valid(&objs);
     let k = kinds(&objs);
     assert!(k.contains(&"JobSet/llama70b-pt-0".to_string()), "{k:?}");
+    let two = objs
+        .iter()
+        .find(|o| o["kind"] == "JobSet" && o["metadata"]["name"] == "llama-sft-0")
+        .unwrap();
+    let term = &two["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["affinity"]
+        ["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(
+        (&term["weight"], &term["podAffinityTerm"]["topologyKey"]),
+        (&json!(100), &json!("topology.kubernetes.io/rack")),
+        "{two}"
+    );
     assert!(
         !k.iter()
             .any(|k| k.starts_with("Job/") || k.starts_with("Service/")),

@@ -188,6 +188,7 @@ impl Scheduler {
             job.expected,
             job.created,
         );
+        let within = job.within();
         let flavors = match only {
             Some(f) => vec![f],
             None => self.flavors_of(j),
@@ -253,7 +254,7 @@ impl Scheduler {
                 && hold_ok
             {
                 self.holder[f] = Some(j);
-                let needs_nodes = fit != Fit::No || self.pools[f].find(pods, g).is_none();
+                let needs_nodes = fit != Fit::No || self.pools[f].find(pods, g, within).is_none();
                 let mut rv = if needs_nodes {
                     self.reserve(j, f, now)
                 } else {
@@ -342,17 +343,18 @@ impl Scheduler {
         out: &mut Vec<Decision>,
     ) -> Option<Outcome> {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
-        let (q, r, pods, g, prio, expected) = (
+        let (q, r, pods, g, prio, expected, within) = (
             job.queue,
             job.gpus(),
             job.pods,
             job.g,
             job.prio,
             job.expected,
+            job.within(),
         );
         let ends_by = |s: Option<Time>| ends_before(expected, now, s);
         if quota_ok {
-            let mut plan = self.pools[f].find(pods, g);
+            let mut plan = self.pools[f].find(pods, g, within);
             if plan.is_none()
                 && let Some(rv) = &resv[f]
                 && !rv.nodes.is_empty()
@@ -366,7 +368,7 @@ impl Scheduler {
                     for &n in &nodes {
                         self.pools[f].index_insert(n);
                     }
-                    plan = self.pools[f].find(pods, g);
+                    plan = self.pools[f].find(pods, g, within);
                     for &n in &nodes {
                         self.pools[f].index_remove(n);
                     }

@@ -93,10 +93,25 @@ impl Scheduler {
                     .map(|(cap, count)| u64::from(cap / w.gpus_per_pod) * count)
                     .sum();
                 let quota = self.max_quota(q, f);
+                let in_one = w
+                    .topology
+                    .map(|t| (t, p.largest_domain_pods(t.level(), w.gpus_per_pod)));
                 if fit_nodes < u64::from(w.pods) {
                     why.push(format!(
                         "flavor `{}` can host at most {fit_nodes} pods of {} GPUs",
                         p.name, w.gpus_per_pod
+                    ));
+                    false
+                } else if let Some((t, most)) = in_one
+                    && most < u64::from(w.pods)
+                {
+                    why.push(format!(
+                        "one {} of flavor `{}` can host at most {most} pods of {} GPUs \
+                         (`topology: {}` keeps the gang in one)",
+                        t.noun(),
+                        p.name,
+                        w.gpus_per_pod,
+                        t.name()
                     ));
                     false
                 } else if quota < gpus {
@@ -123,7 +138,13 @@ impl Scheduler {
                     w.gpus_per_pod,
                     why.join("; ")
                 ),
-                "shrink the gang, raise the queue's quota, or add nodes".into(),
+                if w.topology.is_some() {
+                    "shrink the gang, drop its topology requirement, raise the queue's quota, or \
+                     add nodes"
+                } else {
+                    "shrink the gang, raise the queue's quota, or add nodes"
+                }
+                .into(),
             ));
         }
         let idx = self.jobs.len() as u32;
@@ -138,6 +159,7 @@ impl Scheduler {
             seq: self.seq,
             pods: w.pods,
             g: w.gpus_per_pod,
+            topology: w.topology,
             flavors: feasible,
             expected: w.expected_duration_s,
             state: St::Pending,

@@ -16,7 +16,7 @@ mod waiting;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::config::{Decision, Options, PodPlacement, StopPolicy, Time};
+use crate::config::{Decision, Options, PodPlacement, StopPolicy, Time, Topology};
 use crate::pool::{Pool, bits};
 
 pub(crate) use forecast::CYCLES_PER_INSTANT;
@@ -46,6 +46,8 @@ struct Job {
     seq: u64,
     pods: u32,
     g: u32,
+    /// The topology domain all its pods must share (`Workload::topology`).
+    topology: Option<Topology>,
     /// Flavors it can ever use (quota and node sizes allow), in preference order.
     flavors: Vec<u16>,
     expected: Option<u64>,
@@ -66,6 +68,10 @@ struct Job {
 impl Job {
     fn gpus(&self) -> u64 {
         u64::from(self.pods) * u64::from(self.g)
+    }
+    /// The pool level its pods must share one domain of.
+    fn within(&self) -> Option<usize> {
+        self.topology.map(Topology::level)
     }
     fn key(&self, idx: u32) -> PKey {
         (Reverse(self.prio), self.order, self.seq, idx)

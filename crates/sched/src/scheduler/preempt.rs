@@ -220,7 +220,7 @@ impl Scheduler {
         through: Option<(&[u32], Time)>,
     ) -> Option<Pick> {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
-        let (q, r, pods, g) = (job.queue, job.gpus(), job.pods, job.g);
+        let (q, r, pods, g, within) = (job.queue, job.gpus(), job.pods, job.g, job.within());
         let mut late: Vec<(u32, u64)> = Vec::new();
         let mut freed: Vec<(u32, u64)> = Vec::new();
         let mut chosen: Vec<(u32, Kind)> = Vec::new();
@@ -248,7 +248,7 @@ impl Scheduler {
             if self.quota_fit(q, f, r, &freed) == Fit::No {
                 continue;
             }
-            if let Some(p) = self.pools[f].find(pods, g) {
+            if let Some(p) = self.pools[f].find(pods, g, within) {
                 plan = Some(p);
                 late.clear();
                 break;
@@ -263,7 +263,7 @@ impl Scheduler {
                     self.pools[f].nodes[n as usize].free = b;
                     self.pools[f].index_insert(n);
                 }
-                let p = self.pools[f].find(pods, g);
+                let p = self.pools[f].find(pods, g, within);
                 for &(n, old) in &saved {
                     self.pools[f].index_remove(n);
                     self.pools[f].nodes[n as usize].free = old;

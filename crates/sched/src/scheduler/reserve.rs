@@ -78,7 +78,7 @@ impl Scheduler {
     /// Picks nodes for the blocked head `j` and takes them out of the index for this cycle.
     pub(super) fn reserve(&mut self, j: u32, f: usize, now: Time) -> Reservation {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
-        let (pods, g) = (u64::from(job.pods), job.g);
+        let (pods, g, within) = (u64::from(job.pods), job.g, job.within());
         let pool = &self.pools[f];
         let mut fs: Vec<u32> = pool
             .nodes
@@ -93,6 +93,17 @@ impl Scheduler {
                     fs[n as usize] += m.count_ones();
                 }
             }
+        }
+        if let Some(level) = within {
+            let (nodes, shadow) = self.reserve_within(f, level, fs, pods, g, now);
+            for &n in &nodes {
+                self.pools[f].index_remove(n);
+            }
+            return Reservation {
+                nodes,
+                shadow,
+                ..Reservation::default()
+            };
         }
         let mut cap: u64 = fs.iter().map(|k| u64::from(k / g)).sum();
         let mut shadow = None;
@@ -120,25 +131,7 @@ impl Scheduler {
                 }
             }
         }
-        let mut order: Vec<u32> = (0..fs.len() as u32)
-            .filter(|&n| fs[n as usize] >= g)
-            .collect();
-        order.sort_by_key(|&n| {
-            (
-                Reverse(fs[n as usize]),
-                pool.nodes[n as usize].free.count_ones(),
-                n,
-            )
-        });
-        let mut got = 0u64;
-        let mut nodes = Vec::new();
-        for n in order {
-            if got >= pods {
-                break;
-            }
-            got += u64::from(fs[n as usize] / g);
-            nodes.push(n);
-        }
+        let nodes = self.roomiest(f, &fs, 0..fs.len() as u32, pods, g);
         for &n in &nodes {
             self.pools[f].index_remove(n);
         }
@@ -151,6 +144,101 @@ impl Scheduler {
             holder_share: 0,
             drain: false,
         }
+    }
+
+    /// Nodes for a gang of `pods` pods of `g` GPUs that must stay in one domain of topology
+    /// `level`, given each node's free GPUs now (`fs`, lent GPUs counted), and when they hold
+    /// it: the first domain to hold it as known work ends (the one with least to spare), else
+    /// the one that holds the most.
+    fn reserve_within(
+        &self,
+        f: usize,
+        level: usize,
+        mut fs: Vec<u32>,
+        pods: u64,
+        g: u32,
+        now: Time,
+    ) -> (Vec<u32>, Option<Time>) {
+        let pool = &self.pools[f];
+        let dom = |n: usize| pool.nodes[n].dom[level] as usize;
+        let mut cap = vec![0u64; pool.domain_count(level)];
+        for (n, &k) in fs.iter().enumerate() {
+            cap[dom(n)] += u64::from(k / g);
+        }
+        let fits = |cap: &[u64]| {
+            cap.iter()
+                .enumerate()
+                .filter(|&(_, &c)| c >= pods)
+                .min_by_key(|&(d, &c)| (c, d))
+                .map(|(d, _)| d)
+        };
+        let mut at = fits(&cap).map(|d| (d, now));
+        if at.is_none() {
+            for &(end, r) in &self.ends[f] {
+                let rj = self.jobs[r as usize].as_ref().expect("running job exists");
+                if rj.on_loan {
+                    continue;
+                }
+                for &(n, m) in &rj.pods_at {
+                    let node = &pool.nodes[n as usize];
+                    if !node.in_index {
+                        continue;
+                    }
+                    let k = &mut fs[n as usize];
+                    cap[dom(n as usize)] -= u64::from(*k / g);
+                    *k = (*k + m.count_ones()).min(node.cap);
+                    cap[dom(n as usize)] += u64::from(*k / g);
+                }
+                if let Some(d) = fits(&cap) {
+                    at = Some((d, end.max(now)));
+                    break;
+                }
+            }
+        }
+        let d = at.map_or_else(
+            || {
+                (0..cap.len())
+                    .max_by_key(|&d| (cap[d], Reverse(d)))
+                    .unwrap_or(0)
+            },
+            |(d, _)| d,
+        );
+        let in_domain = (0..fs.len() as u32).filter(|&n| dom(n as usize) == d);
+        (
+            self.roomiest(f, &fs, in_domain, pods, g),
+            at.map(|(_, t)| t),
+        )
+    }
+
+    /// Of `nodes`, those with the most room (`fs`: free GPUs when the gang can start) until
+    /// they host `pods` pods of `g` GPUs, ties to the node with fewer GPUs free now.
+    fn roomiest(
+        &self,
+        f: usize,
+        fs: &[u32],
+        nodes: impl Iterator<Item = u32>,
+        pods: u64,
+        g: u32,
+    ) -> Vec<u32> {
+        let pool = &self.pools[f];
+        let mut order: Vec<u32> = nodes.filter(|&n| fs[n as usize] >= g).collect();
+        order.sort_by_key(|&n| {
+            (
+                Reverse(fs[n as usize]),
+                pool.nodes[n as usize].free.count_ones(),
+                n,
+            )
+        });
+        let mut got = 0u64;
+        let mut chosen = Vec::new();
+        for n in order {
+            if got >= pods {
+                break;
+            }
+            got += u64::from(fs[n as usize] / g);
+            chosen.push(n);
+        }
+        chosen
     }
 
     /// When the quota `j` needs will be free, counting only known ends of work sharing it.

@@ -3,7 +3,7 @@
 use super::*;
 use crate::config::{
     ANY_FLAVOR, Cluster, FlavorQuota, Options, PreemptReason, PriorityClass, QueueSpec, StopPolicy,
-    Workload,
+    Topology, Workload,
 };
 use crate::error::SchedError;
 
@@ -24,6 +24,7 @@ fn wl(id: &str, q: &str, pods: u32, g: u32, t: Time, dur: Option<u64>) -> Worklo
         flavor: None,
         expected_duration_s: dur,
         created_at: t,
+        topology: None,
     }
 }
 
@@ -1276,6 +1277,104 @@ fn gangs_land_on_the_fewest_nodes_in_one_rack() {
     assert_eq!(racks.len(), 1, "gang split across racks: {gang:?}");
     // Small jobs share a node instead of fragmenting another.
     assert_eq!(nodes("small"), nodes("tiny"));
+}
+
+/// Two racks of two 8-GPU nodes, one node of each busy (ending at 100 and 300): two whole
+/// nodes are free, in different racks.
+fn half_busy_racks(opts: Options) -> Scheduler {
+    let mut cluster = Cluster::uniform(4, 8, "gpu");
+    for (i, n) in cluster.nodes.iter_mut().enumerate() {
+        n.rack = Some(format!("r{}", i / 2));
+    }
+    let mut s = Scheduler::with_options(cluster, vec![queue("a", None, 32)], vec![], opts).unwrap();
+    for (id, node, end) in [("early", "node-0", 100), ("late", "node-2", 300)] {
+        let place = [PodPlacement {
+            node: node.into(),
+            gpus: (0..8).collect(),
+        }];
+        s.restore(wl(id, "a", 1, 8, 0, Some(end)), &place, 0)
+            .unwrap();
+    }
+    s
+}
+
+#[test]
+fn a_gang_required_in_one_rack_waits_for_one_and_work_that_ends_in_time_backfills() {
+    let nodes_of = |d: &[Decision], id: &str| -> Vec<String> {
+        d.iter()
+            .find_map(|x| match x {
+                Decision::Admit {
+                    id: i, placement, ..
+                } if i == id => Some(placement.iter().map(|p| p.node.clone()).collect()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    };
+    // Preferred: the gang starts at once across the racks.
+    let mut s = half_busy_racks(Options::default());
+    s.submit(wl("gang", "a", 2, 8, 10, Some(1000))).unwrap();
+    assert_eq!(nodes_of(&s.cycle(10), "gang"), vec!["node-1", "node-3"]);
+    // Required: it waits for rack r0 (free first, at 100), and says why and when.
+    let mut s = half_busy_racks(Options::default());
+    let mut gang = wl("gang", "a", 2, 8, 10, Some(1000));
+    gang.topology = Some(Topology::Rack);
+    s.submit(gang).unwrap();
+    assert!(s.cycle(10).is_empty());
+    let why = s.waiting("gang").expect("it waits").to_string();
+    assert!(
+        why.starts_with(
+            "needs 16 GPU(s) in one rack (spec.resources.topology: rack); enough are free, but \
+             not in any one rack; first in line"
+        ),
+        "{why}"
+    );
+    // A job ending before 100 may use r0's free node; one ending later goes to r1's.
+    s.submit(wl("short", "a", 1, 8, 11, Some(50))).unwrap();
+    s.submit(wl("long", "a", 1, 8, 12, Some(5000))).unwrap();
+    let d = s.cycle(20);
+    let mut started = admitted(&d);
+    started.sort();
+    assert_eq!(started, vec!["long", "short"], "{d:?}");
+    assert_eq!(nodes_of(&d, "short"), vec!["node-1"]);
+    assert_eq!(nodes_of(&d, "long"), vec!["node-3"]);
+    let starts = s.expected_starts();
+    assert_eq!(starts.len(), 1, "{starts:?}");
+    assert_eq!((starts[0].id.as_str(), starts[0].at), ("gang", Some(100)));
+    s.finished("short").unwrap();
+    s.finished("early").unwrap();
+    let d = s.cycle(100);
+    assert_eq!(nodes_of(&d, "gang"), vec!["node-0", "node-1"]);
+}
+
+#[test]
+fn a_gang_no_rack_can_hold_is_refused_with_the_fix() {
+    let mut s = half_busy_racks(Options::default());
+    let mut gang = wl("gang", "a", 3, 8, 0, None);
+    gang.topology = Some(Topology::Rack);
+    let err = s.submit(gang).unwrap_err().to_string();
+    assert!(
+        err.contains("one rack of flavor `gpu` can host at most 2 pods of 8 GPUs")
+            && err.contains("drop its topology requirement"),
+        "{err}"
+    );
+    // Without labels a node is its own domain: two pods of 4 GPUs fit one node, three do not.
+    let mut s = Scheduler::new(
+        Cluster::uniform(2, 8, "gpu"),
+        vec![queue("a", None, 16)],
+        vec![],
+    )
+    .unwrap();
+    let mut pair = wl("pair", "a", 2, 4, 0, None);
+    pair.topology = Some(Topology::Rack);
+    s.submit(pair).unwrap();
+    assert_eq!(admitted(&s.cycle(0)), vec!["pair"]);
+    let mut three = wl("three", "a", 3, 4, 0, None);
+    three.topology = Some(Topology::NvlinkDomain);
+    let err = s.submit(three).unwrap_err().to_string();
+    assert!(
+        err.contains("one NVLink domain of flavor `gpu` can host at most 2 pods"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -8,7 +8,7 @@
 use std::fmt;
 
 use super::{Forecast, Scheduler, St};
-use crate::config::{StopPolicy, Time};
+use crate::config::{StopPolicy, Time, Topology};
 
 /// Why a workload waits now, as of the last cycle (`Scheduler::waiting`); `Display` is the
 /// sentence a user reads.
@@ -51,6 +51,12 @@ pub enum WaitCause {
         used: u64,
         /// GPUs it may hold at most.
         limit: u64,
+    },
+    /// It must stay in one rack or NVLink domain (`Workload::topology`), and no single one has
+    /// room for it now, though enough GPUs are free across them.
+    Topology {
+        /// The domain it must stay in.
+        topology: Topology,
     },
     /// GPUs and quota would allow it: work ahead of it in the queue order goes first
     /// (a reservation for a gang, fair share, priorities).
@@ -169,6 +175,14 @@ impl fmt::Display for Waiting {
                 f,
                 "needs {need} GPU(s); queue {queue} uses {used} of the {limit} it may use"
             )?,
+            WaitCause::Topology { topology } => write!(
+                f,
+                "needs {need} GPU(s) in one {} (spec.resources.topology: {}); enough are free, \
+                 but not in any one {}",
+                topology.noun(),
+                topology.name(),
+                topology.noun()
+            )?,
             WaitCause::Order => write!(
                 f,
                 "needs {need} GPU(s); held back for work ahead of it in the queue order"
@@ -257,6 +271,10 @@ impl Scheduler {
                         used,
                         limit,
                     }
+                } else if let Some(topology) = job.topology
+                    && pool.find(job.pods, job.g, job.within()).is_none()
+                {
+                    WaitCause::Topology { topology }
                 } else {
                     WaitCause::Order
                 }

@@ -161,6 +161,7 @@ mod tests {
             team: "a".into(),
             status: String::new(),
             time_limit_s: None,
+            topology: None,
         }
     }
 

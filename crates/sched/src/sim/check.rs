@@ -63,6 +63,7 @@ pub fn check_replayable(
                 flavor: None,
                 expected_duration_s: None,
                 created_at: 0,
+                topology: t.topology,
             };
             let why = by_team
                 .submit(probe(format!("team-{n}"), &t.team))

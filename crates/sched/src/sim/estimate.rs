@@ -165,6 +165,7 @@ mod tests {
             team: "t".into(),
             status: String::new(),
             time_limit_s,
+            topology: None,
         };
         let told = |e: Estimates, d: u64| e.for_job(&job(d, None));
         let l = Estimates::Limits { padding: 1.0 };

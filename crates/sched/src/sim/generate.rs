@@ -171,6 +171,7 @@ pub fn generated_trace(spec: &GenSpec) -> Vec<TraceJob> {
                 team: format!("team-{team}"),
                 status: "COMPLETED".into(),
                 time_limit_s: None,
+                topology: None,
             }
         })
         .collect()

@@ -927,6 +927,7 @@ pub fn simulate_probing(
                 flavor: None,
                 expected_duration_s: knowledge.estimates.for_job(t),
                 created_at,
+                topology: t.topology,
             }
         };
         while let Some(&Reverse((t, i, evicted_at))) = requeues.peek() {

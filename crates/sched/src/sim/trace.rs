@@ -5,6 +5,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::Topology;
 use crate::error::{Result, SchedError};
 
 /// Largest time value accepted in a trace (about 31,700 years), so sums cannot overflow.
@@ -35,6 +36,10 @@ pub struct TraceJob {
     /// `--estimates trace` tells the policies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_limit_s: Option<u64>,
+    /// The topology domain all its pods must share, when the trace says (`rack` or
+    /// `nvlinkDomain`; empty for none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<Topology>,
 }
 
 impl TraceJob {
@@ -64,7 +69,7 @@ pub(super) fn trace_err(
 }
 
 /// The trace columns, in the documented order; `ferry sim` reads them by name.
-pub const TRACE_COLUMNS: [&str; 8] = [
+pub const TRACE_COLUMNS: [&str; 9] = [
     "job_id",
     "submit_s",
     "duration_s",
@@ -73,20 +78,21 @@ pub const TRACE_COLUMNS: [&str; 8] = [
     "team",
     "status",
     "time_limit_s",
+    "topology",
 ];
 
 /// Where each trace column is in a file's header; `None` for an optional one left out.
 struct Columns {
-    at: [Option<usize>; 8],
+    at: [Option<usize>; 9],
 }
 
 impl Columns {
     /// Columns are matched by name (any order, any case, surrounding spaces ignored);
     /// other columns are ignored. `submit_s`, `duration_s`, `gpus` and `team` are
     /// required; `job_id` defaults to the row's line, `nodes` to the fewest 8-GPU
-    /// nodes, `status` to empty, `time_limit_s` to none.
+    /// nodes, `status` to empty, `time_limit_s` and `topology` to none.
     fn from_header(header: &csv::StringRecord, file: &str) -> Result<Self> {
-        let mut at = [None; 8];
+        let mut at = [None; 9];
         for (i, name) in header.iter().enumerate() {
             let name = name
                 .trim_start_matches('\u{feff}')
@@ -133,7 +139,9 @@ impl Columns {
 }
 
 /// Parses trace CSV text: a header naming the columns ([`TRACE_COLUMNS`], in any order;
-/// others ignored; `time_limit_s` optional, empty or `UNLIMITED` for none), then one job per
+/// others ignored; `time_limit_s` optional, empty or `UNLIMITED` for none; `topology`
+/// optional, `rack` or `nvlinkDomain` for a gang that must stay in one, empty for none), then
+/// one job per
 /// row. Quoted fields and CRLF line ends are accepted;
 /// times may have a fraction (rounded to whole seconds).
 pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
@@ -239,6 +247,18 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
             }
             _ => None,
         };
+        let topology = match field(8)?.unwrap_or_default() {
+            "" => None,
+            v => Some(v.parse::<Topology>().map_err(|problem| {
+                trace_err(
+                    file,
+                    ln,
+                    format!("column `topology`: {problem}"),
+                    "write `rack` or `nvlinkDomain` for a gang that must stay in one, or leave \
+                     it empty",
+                )
+            })?),
+        };
         let team = field(5)?.unwrap_or_default();
         if team.is_empty() {
             return Err(trace_err(
@@ -260,6 +280,7 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
             team: team.to_string(),
             status: field(6)?.unwrap_or_default().to_string(),
             time_limit_s,
+            topology,
         });
     }
     if jobs.is_empty() {
