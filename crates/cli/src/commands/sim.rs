@@ -13,10 +13,10 @@ use crate::output;
 /// Options of `ferry sim`.
 #[derive(Debug, clap::Args)]
 pub struct SimArgs {
-    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order, optionally time_limit_s (or give it with --trace).
+    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order, optionally time_limit_s and topology (`rack` or `nvlinkDomain`: the gang must stay in one) (or give it with --trace).
     #[arg(value_name = "TRACE")]
     pub trace_file: Option<PathBuf>,
-    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order, optionally time_limit_s.
+    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order, optionally time_limit_s and topology (`rack` or `nvlinkDomain`: the gang must stay in one).
     #[arg(long, conflicts_with = "trace_file")]
     pub trace: Option<PathBuf>,
     /// Cluster YAML: `nodes: [{name, gpus, flavor, rack?, nvlinkDomain?}]`.

@@ -659,3 +659,95 @@ fn forecast_starts_are_measured_when_asked() {
     assert!(!plain.contains("forecast"), "{plain}");
     assert!(!sim_ok(&["--trace", trace, "--gpus", "8"]).contains("forecast"));
 }
+
+/// A trace's `topology` column: on a cluster of two racks, a two-node gang that only prefers
+/// one rack starts at once across both (and `ferry sim` counts it split), while the same gang
+/// required to stay in one waits for a rack to free (none split, a later end); a gang no rack
+/// can ever hold is refused before anything runs, naming the job and the rack's size.
+#[test]
+fn a_trace_can_require_one_rack_and_split_gangs_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("racks.yaml");
+    std::fs::write(
+        &cluster,
+        "nodes:\n\
+         - {name: n0, gpus: 8, flavor: gpu, rack: r0}\n\
+         - {name: n1, gpus: 8, flavor: gpu, rack: r0}\n\
+         - {name: n2, gpus: 8, flavor: gpu, rack: r1}\n\
+         - {name: n3, gpus: 8, flavor: gpu, rack: r1}\n",
+    )
+    .unwrap();
+    // a and b fill rack r0 (single-node jobs go to the fullest rack), c takes half of r1;
+    // at 150 one node is free in each rack.
+    let trace = |topology: &str| {
+        let path = dir.path().join(format!("t{topology}.csv"));
+        std::fs::write(
+            &path,
+            format!(
+                "job_id,submit_s,duration_s,gpus,nodes,team,status,topology\n\
+                 a,0,100,8,1,t,COMPLETED,\nb,0,1000,8,1,t,COMPLETED,\n\
+                 c,0,500,8,1,t,COMPLETED,\ngang,150,100,16,2,t,COMPLETED,{topology}\n"
+            ),
+        )
+        .unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let cluster = cluster.to_str().unwrap();
+    let ferry = |topology: &str| -> Value {
+        let out = sim_ok(&[
+            "--trace",
+            &trace(topology),
+            "--cluster",
+            cluster,
+            "-o",
+            "json",
+        ]);
+        let reports: Vec<Value> = serde_json::from_str(&out).unwrap();
+        reports[0].clone()
+    };
+    let preferred = ferry("");
+    let required = ferry("rack");
+    assert_eq!(preferred["placement"]["one_rack_fits"], 1, "{preferred}");
+    assert_eq!(
+        preferred["placement"]["split_across_racks"], 1,
+        "{preferred}"
+    );
+    assert_eq!(required["placement"]["split_across_racks"], 0, "{required}");
+    // The required gang starts when c ends (500) instead of at 150.
+    let jct = |r: &Value| r["mean_jct_s"].as_f64().unwrap();
+    assert!(
+        (jct(&required) - jct(&preferred) - 350.0 / 4.0).abs() < 1e-6,
+        "{preferred} {required}"
+    );
+    let text = sim_ok(&["--trace", &trace(""), "--cluster", cluster]);
+    assert!(text.contains("one rack fit / split"), "{text}");
+
+    let wide = dir.path().join("wide.csv");
+    std::fs::write(
+        &wide,
+        "job_id,submit_s,duration_s,gpus,nodes,team,status,topology\n\
+         big,0,100,24,3,t,COMPLETED,rack\n",
+    )
+    .unwrap();
+    let out = sim(&["--trace", wide.to_str().unwrap(), "--cluster", cluster]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("job `big`")
+            && err.contains("one rack of flavor `gpu` can host at most 2 pods of 8 GPUs"),
+        "{err}"
+    );
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(
+        &bad,
+        "job_id,submit_s,duration_s,gpus,nodes,team,status,topology\n\
+         x,0,100,8,1,t,COMPLETED,zone\n",
+    )
+    .unwrap();
+    let out = sim(&["--trace", bad.to_str().unwrap(), "--cluster", cluster]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 2") && err.contains("`zone` is not a topology"),
+        "{err}"
+    );
+}

@@ -913,10 +913,12 @@ pub fn simulate_probing(
             } else {
                 "all".into()
             };
-            let (pods, per) = if quota_only {
-                (pods * per, 1)
+            // Admitted by quota alone, a gang's topology is the pod layer's to keep (a
+            // required pod affinity), not admission's.
+            let (pods, per, topology) = if quota_only {
+                (pods * per, 1, None)
             } else {
-                (pods, per)
+                (pods, per, t.topology)
             };
             Workload {
                 id: format!("{i}"),
@@ -927,7 +929,7 @@ pub fn simulate_probing(
                 flavor: None,
                 expected_duration_s: knowledge.estimates.for_job(t),
                 created_at,
-                topology: t.topology,
+                topology,
             }
         };
         while let Some(&Reverse((t, i, evicted_at))) = requeues.peek() {
@@ -977,7 +979,7 @@ pub fn simulate_probing(
                         match pod_layer.as_mut() {
                             Some(l) => {
                                 let (pods, per) = trace[i].shape();
-                                l.admit(i, &flavor, pods, per, now);
+                                l.admit(i, &flavor, pods, per, trace[i].topology, now);
                             }
                             None => steps.push_back(Step::Run(
                                 i,

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::config::{Cluster, Time};
+use crate::config::{Cluster, Time, Topology};
 
 /// Kueue's `waitForPodsReady.timeout` default: a workload whose pods are not all running this
 /// long after admission is evicted.
@@ -39,6 +39,9 @@ struct Admitted {
     flavor: String,
     pods: u32,
     per: u32,
+    /// All pods in the domain of the first placed, as a required pod affinity on the rack
+    /// (or NVLink domain) label makes the kube-scheduler do.
+    topology: Option<Topology>,
     admitted_at: Time,
     /// Admitted since the last placement pass.
     fresh: bool,
@@ -48,6 +51,10 @@ struct Admitted {
 #[derive(Debug)]
 pub(super) struct PodLayer {
     flavors: Vec<String>,
+    /// Each node's (NVLink domain, rack) labels.
+    labels: Vec<[Option<String>; 2]>,
+    /// Each node's GPUs.
+    caps: Vec<u32>,
     free: Vec<u32>,
     /// Admitted and not yet running, in admission order (admission time, job).
     waiting: BTreeMap<(Time, usize), Admitted>,
@@ -72,7 +79,13 @@ impl PodLayer {
     pub(super) fn new(cluster: &Cluster) -> PodLayer {
         PodLayer {
             flavors: cluster.nodes.iter().map(|n| n.flavor.clone()).collect(),
+            labels: cluster
+                .nodes
+                .iter()
+                .map(|n| [n.nvlink_domain.clone(), n.rack.clone()])
+                .collect(),
             free: cluster.nodes.iter().map(|n| n.gpus).collect(),
+            caps: cluster.nodes.iter().map(|n| n.gpus).collect(),
             waiting: BTreeMap::new(),
             key: HashMap::new(),
             placed: HashMap::new(),
@@ -85,7 +98,15 @@ impl PodLayer {
     }
 
     /// Job `i`'s quota was reserved at `now`: its `pods` pods of `per` GPUs wait for nodes.
-    pub(super) fn admit(&mut self, i: usize, flavor: &str, pods: u32, per: u32, now: Time) {
+    pub(super) fn admit(
+        &mut self,
+        i: usize,
+        flavor: &str,
+        pods: u32,
+        per: u32,
+        topology: Option<Topology>,
+        now: Time,
+    ) {
         let key = (now, i);
         self.waiting.insert(
             key,
@@ -93,6 +114,7 @@ impl PodLayer {
                 flavor: flavor.to_string(),
                 pods,
                 per,
+                topology,
                 admitted_at: now,
                 fresh: true,
             },
@@ -119,8 +141,28 @@ impl PodLayer {
                 .get_mut(&i)
                 .expect("admitted job has placements");
             while (placed.len() as u32) < a.pods {
+                // The first pod's domain binds the rest (an unlabelled node is its own). The
+                // first goes only to a domain that could hold the whole gang: the
+                // kube-scheduler does not know, but it breaks ties at random and gets there
+                // after some timeouts, where this first-node tie-break would never.
+                let same = |l: usize, n: usize, f: usize| {
+                    n == f || self.labels[n][l].is_some() && self.labels[n][l] == self.labels[f][l]
+                };
+                let with_first = |n: usize| match (a.topology, placed.first()) {
+                    (None, _) => true,
+                    (Some(t), Some(&f)) => same(t.level(), n, f),
+                    (Some(t), None) => {
+                        let room: u32 = (0..self.caps.len())
+                            .filter(|&m| same(t.level(), m, n))
+                            .map(|m| self.caps[m] / a.per.max(1))
+                            .sum();
+                        room >= a.pods
+                    }
+                };
                 let best = (0..self.free.len())
-                    .filter(|&n| self.flavors[n] == a.flavor && self.free[n] >= a.per)
+                    .filter(|&n| {
+                        self.flavors[n] == a.flavor && self.free[n] >= a.per && with_first(n)
+                    })
                     .max_by_key(|&n| (self.free[n], std::cmp::Reverse(n)));
                 let Some(n) = best else { break };
                 self.free[n] -= a.per;
@@ -202,12 +244,12 @@ mod tests {
         let cluster = Cluster::uniform(2, 8, "gpu");
         let mut layer = PodLayer::new(&cluster);
         // Two 4-GPU jobs spread: one per node.
-        layer.admit(0, "gpu", 1, 4, 0);
-        layer.admit(1, "gpu", 1, 4, 0);
+        layer.admit(0, "gpu", 1, 4, None, 0);
+        layer.admit(1, "gpu", 1, 4, None, 0);
         let ready = layer.place();
         assert_eq!(ready, vec![(0, vec![0]), (1, vec![1])]);
         // A one-pod 8-GPU job fits no node while both are half used.
-        layer.admit(2, "gpu", 1, 8, 10);
+        layer.admit(2, "gpu", 1, 8, None, 10);
         assert!(layer.place().is_empty());
         assert!(layer.is_waiting(2));
         assert_eq!(layer.admitted_unplaced, 1);
@@ -218,7 +260,7 @@ mod tests {
         assert_eq!(layer.held(), 0);
         // A gang of two 4-GPU pods places one pod on node 1's free half and waits for the
         // other, holding those 4 GPUs idle.
-        layer.admit(3, "gpu", 2, 4, 20);
+        layer.admit(3, "gpu", 2, 4, None, 20);
         assert!(layer.place().is_empty());
         assert_eq!(layer.held(), 8);
         assert_eq!(layer.free, vec![0, 0]);
@@ -228,6 +270,23 @@ mod tests {
         assert_eq!(layer.timed_out(320), vec![(3, 60)]);
         assert_eq!(layer.held(), 0);
         assert!(!layer.is_waiting(3));
+    }
+
+    #[test]
+    fn a_gang_with_a_rack_affinity_places_its_pods_in_the_first_pods_rack() {
+        let mut cluster = Cluster::uniform(4, 8, "gpu");
+        for (i, n) in cluster.nodes.iter_mut().enumerate() {
+            // r0 holds one node, r1 three.
+            n.rack = Some(if i == 0 { "r0" } else { "r1" }.into());
+        }
+        let mut layer = PodLayer::new(&cluster);
+        // Three pods of 4 GPUs: node 0 (r0, the first of the emptiest) could not hold them all,
+        // so every pod lands in r1, and on distinct nodes (spreading).
+        layer.admit(1, "gpu", 3, 4, Some(Topology::Rack), 0);
+        assert_eq!(layer.place(), vec![(1, vec![1, 2, 3])]);
+        // Without the affinity the first pod takes node 0.
+        layer.admit(2, "gpu", 2, 4, None, 0);
+        assert_eq!(layer.place(), vec![(2, vec![0, 0])]);
     }
 
     #[test]
