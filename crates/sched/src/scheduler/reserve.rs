@@ -106,31 +106,15 @@ impl Scheduler {
             };
         }
         let mut cap: u64 = fs.iter().map(|k| u64::from(k / g)).sum();
-        let mut shadow = None;
-        if cap >= pods {
-            shadow = Some(now);
+        let shadow = if cap >= pods {
+            Some(now)
         } else {
-            for &(end, r) in &self.ends[f] {
-                let rj = self.jobs[r as usize].as_ref().expect("running job exists");
-                if rj.on_loan {
-                    continue;
-                }
-                for &(n, m) in &rj.pods_at {
-                    let node = &pool.nodes[n as usize];
-                    if !node.in_index {
-                        continue;
-                    }
-                    let k = &mut fs[n as usize];
-                    cap -= u64::from(*k / g);
-                    *k = (*k + m.count_ones()).min(node.cap);
-                    cap += u64::from(*k / g);
-                }
-                if cap >= pods {
-                    shadow = Some(end.max(now));
-                    break;
-                }
-            }
-        }
+            self.free_as_work_ends(f, &mut fs, |_, before, after| {
+                cap = cap - u64::from(before / g) + u64::from(after / g);
+                cap >= pods
+            })
+            .map(|end| end.max(now))
+        };
         let nodes = self.roomiest(f, &fs, 0..fs.len() as u32, pods, g);
         for &n in &nodes {
             self.pools[f].index_remove(n);
@@ -174,26 +158,12 @@ impl Scheduler {
         };
         let mut at = fits(&cap).map(|d| (d, now));
         if at.is_none() {
-            for &(end, r) in &self.ends[f] {
-                let rj = self.jobs[r as usize].as_ref().expect("running job exists");
-                if rj.on_loan {
-                    continue;
-                }
-                for &(n, m) in &rj.pods_at {
-                    let node = &pool.nodes[n as usize];
-                    if !node.in_index {
-                        continue;
-                    }
-                    let k = &mut fs[n as usize];
-                    cap[dom(n as usize)] -= u64::from(*k / g);
-                    *k = (*k + m.count_ones()).min(node.cap);
-                    cap[dom(n as usize)] += u64::from(*k / g);
-                }
-                if let Some(d) = fits(&cap) {
-                    at = Some((d, end.max(now)));
-                    break;
-                }
-            }
+            let end = self.free_as_work_ends(f, &mut fs, |n, before, after| {
+                let d = dom(n);
+                cap[d] = cap[d] - u64::from(before / g) + u64::from(after / g);
+                cap[d] >= pods
+            });
+            at = end.and_then(|end| Some((fits(&cap)?, end.max(now))));
         }
         let d = at.map_or_else(
             || {
@@ -208,6 +178,38 @@ impl Scheduler {
             self.roomiest(f, &fs, in_domain, pods, g),
             at.map(|(_, t)| t),
         )
+    }
+
+    /// Frees, in order of expected end, the GPUs of flavor `f`'s running work (not on loan) on
+    /// indexed nodes in `fs`, telling `freed` each node's free GPUs before and after; returns
+    /// the end after which `freed` last said the gang fits, `None` if it never did.
+    fn free_as_work_ends(
+        &self,
+        f: usize,
+        fs: &mut [u32],
+        mut freed: impl FnMut(usize, u32, u32) -> bool,
+    ) -> Option<Time> {
+        let pool = &self.pools[f];
+        for &(end, r) in &self.ends[f] {
+            let rj = self.jobs[r as usize].as_ref().expect("running job exists");
+            if rj.on_loan {
+                continue;
+            }
+            let mut fits = false;
+            for &(n, m) in &rj.pods_at {
+                let node = &pool.nodes[n as usize];
+                if !node.in_index {
+                    continue;
+                }
+                let before = fs[n as usize];
+                fs[n as usize] = (before + m.count_ones()).min(node.cap);
+                fits |= freed(n as usize, before, fs[n as usize]);
+            }
+            if fits {
+                return Some(end);
+            }
+        }
+        None
     }
 
     /// Of `nodes`, those with the most room (`fs`: free GPUs when the gang can start) until

@@ -37,6 +37,18 @@ fn admitted(d: &[Decision]) -> Vec<String> {
         .collect()
 }
 
+/// The nodes `d` admits `id` on, one per pod (none when it does not admit it).
+fn nodes_of(d: &[Decision], id: &str) -> Vec<String> {
+    d.iter()
+        .find_map(|x| match x {
+            Decision::Admit {
+                id: i, placement, ..
+            } if i == id => Some(placement.iter().map(|p| p.node.clone()).collect()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
 fn local(gpus: u32) -> Scheduler {
     let q = QueueSpec::any_flavor("default", None, gpus);
     Scheduler::new(
@@ -1258,16 +1270,7 @@ fn gangs_land_on_the_fewest_nodes_in_one_rack() {
     s.submit(wl("gang", "a", 3, 8, 1, None)).unwrap();
     s.submit(wl("tiny", "a", 1, 2, 2, None)).unwrap();
     let d = s.cycle(0);
-    let nodes = |id: &str| -> Vec<String> {
-        d.iter()
-            .find_map(|x| match x {
-                Decision::Admit {
-                    id: i, placement, ..
-                } if i == id => Some(placement.iter().map(|p| p.node.clone()).collect()),
-                _ => None,
-            })
-            .unwrap()
-    };
+    let nodes = |id: &str| nodes_of(&d, id);
     let gang = nodes("gang");
     assert_eq!(gang.len(), 3);
     let racks: std::collections::HashSet<_> = gang
@@ -1276,6 +1279,7 @@ fn gangs_land_on_the_fewest_nodes_in_one_rack() {
         .collect();
     assert_eq!(racks.len(), 1, "gang split across racks: {gang:?}");
     // Small jobs share a node instead of fragmenting another.
+    assert_eq!(nodes("small").len(), 1);
     assert_eq!(nodes("small"), nodes("tiny"));
 }
 
@@ -1300,16 +1304,6 @@ fn half_busy_racks(opts: Options) -> Scheduler {
 
 #[test]
 fn a_gang_required_in_one_rack_waits_for_one_and_work_that_ends_in_time_backfills() {
-    let nodes_of = |d: &[Decision], id: &str| -> Vec<String> {
-        d.iter()
-            .find_map(|x| match x {
-                Decision::Admit {
-                    id: i, placement, ..
-                } if i == id => Some(placement.iter().map(|p| p.node.clone()).collect()),
-                _ => None,
-            })
-            .unwrap_or_default()
-    };
     // Preferred: the gang starts at once across the racks.
     let mut s = half_busy_racks(Options::default());
     s.submit(wl("gang", "a", 2, 8, 10, Some(1000))).unwrap();
