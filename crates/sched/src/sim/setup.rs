@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use super::pods::PODS_READY_TIMEOUT_S;
 use super::{GRACE_S, Knowledge, MIN_SATURATED_S, RESUME_OVERHEAD_S, TraceJob};
 use crate::config::{Cluster, FlavorQuota, QueueSpec, StopPolicy};
 
@@ -157,7 +158,10 @@ pub fn describe_setup(
          (SIGTERM, {GRACE_S} s grace to checkpoint, {RESUME_OVERHEAD_S} s to resume); \
          a team is saturated while it has work waiting and asks for at least its entitled GPUs; \
          shares are judged (ok / OUT of 10%) over the time all teams are saturated together, \
-         when that is at least {MIN_SATURATED_S} s (else n/a)",
+         when that is at least {MIN_SATURATED_S} s (else n/a); kueue-strict admits gangs onto \
+         nodes, kueue-pods by quota alone, its pods then placed one by one by a spreading \
+         kube-scheduler, and evicted and requeued when not all running within \
+         {PODS_READY_TIMEOUT_S} s (waitForPodsReady)",
         trace.len(),
         offered_load(trace),
         cluster.total_gpus(),
