@@ -94,17 +94,31 @@ impl Scheduler {
                 }
             }
         }
-        if let Some(level) = within {
-            let (nodes, shadow) = self.reserve_within(f, level, fs, pods, g, now);
-            for &n in &nodes {
-                self.pools[f].index_remove(n);
-            }
-            return Reservation {
-                nodes,
-                shadow,
-                ..Reservation::default()
-            };
+        let (nodes, shadow) = match within {
+            Some(level) => self.reserve_within(f, level, fs, pods, g, now),
+            None => self.reserve_anywhere(f, fs, pods, g, now),
+        };
+        for &n in &nodes {
+            self.pools[f].index_remove(n);
         }
+        Reservation {
+            nodes,
+            shadow,
+            ..Reservation::default()
+        }
+    }
+
+    /// Nodes of flavor `f` for a gang of `pods` pods of `g` GPUs, given each node's free GPUs
+    /// now (`fs`, lent GPUs counted), and when they hold it: the nodes with the most room once
+    /// enough known work has ended.
+    fn reserve_anywhere(
+        &self,
+        f: usize,
+        mut fs: Vec<u32>,
+        pods: u64,
+        g: u32,
+        now: Time,
+    ) -> (Vec<u32>, Option<Time>) {
         let mut cap: u64 = fs.iter().map(|k| u64::from(k / g)).sum();
         let shadow = if cap >= pods {
             Some(now)
@@ -115,19 +129,7 @@ impl Scheduler {
             })
             .map(|end| end.max(now))
         };
-        let nodes = self.roomiest(f, &fs, 0..fs.len() as u32, pods, g);
-        for &n in &nodes {
-            self.pools[f].index_remove(n);
-        }
-        Reservation {
-            nodes,
-            shadow,
-            quota_queue: None,
-            quota_shadow: None,
-            quota_guaranteed: false,
-            holder_share: 0,
-            drain: false,
-        }
+        (self.roomiest(f, &fs, 0..fs.len() as u32, pods, g), shadow)
     }
 
     /// Nodes for a gang of `pods` pods of `g` GPUs that must stay in one domain of topology

@@ -60,11 +60,10 @@ pub(super) struct PodLayer {
     waiting: BTreeMap<(Time, usize), Admitted>,
     /// Job → admission key in `waiting`.
     key: HashMap<usize, (Time, usize)>,
-    /// Job → its placed pods' nodes.
-    placed: HashMap<usize, Vec<usize>>,
-    /// GPUs each job's pods take per node: (node, GPUs).
-    per_pod: HashMap<usize, u32>,
-    /// GPUs freed since the last placement pass (nothing new can be placed otherwise).
+    /// Job → the GPUs each of its pods takes, and its placed pods' nodes.
+    placed: HashMap<usize, (u32, Vec<usize>)>,
+    /// GPUs freed or work admitted since the last placement pass (else nothing new can be
+    /// placed).
     changed: bool,
     /// GPUs admitted to workloads not running yet: their placed pods' GPUs sit idle, and the
     /// rest of their quota can be admitted to no one else.
@@ -89,7 +88,6 @@ impl PodLayer {
             waiting: BTreeMap::new(),
             key: HashMap::new(),
             placed: HashMap::new(),
-            per_pod: HashMap::new(),
             changed: false,
             held: 0,
             timeouts: HashMap::new(),
@@ -121,8 +119,7 @@ impl PodLayer {
         );
         self.key.insert(i, key);
         self.held += u64::from(pods) * u64::from(per);
-        self.placed.insert(i, Vec::new());
-        self.per_pod.insert(i, per);
+        self.placed.insert(i, (per, Vec::new()));
         self.changed = true;
     }
 
@@ -136,7 +133,7 @@ impl PodLayer {
         }
         let mut ready = Vec::new();
         for (&(_, i), a) in &mut self.waiting {
-            let placed = self
+            let (_, placed) = self
                 .placed
                 .get_mut(&i)
                 .expect("admitted job has placements");
@@ -189,8 +186,7 @@ impl PodLayer {
 
     /// Frees job `i`'s pods (it ended, was evicted or timed out); forgets it.
     pub(super) fn release(&mut self, i: usize) {
-        let per = self.per_pod.remove(&i).unwrap_or(0);
-        let nodes = self.placed.remove(&i).unwrap_or_default();
+        let (per, nodes) = self.placed.remove(&i).unwrap_or_default();
         if let Some(key) = self.key.remove(&i)
             && let Some(a) = self.waiting.remove(&key)
         {
