@@ -22,39 +22,14 @@
 use std::path::Path;
 
 use ferry_sched::{
-    Cluster, GenSpec, Policy, Shape, SimReport, SizeMix, Topology, TraceJob, default_cluster,
-    default_queues, generated_trace, read_trace, sim::DEFAULT_GPUS_PER_NODE, simulate,
+    GenSpec, Policy, Shape, SimReport, SizeMix, TraceJob, default_cluster, default_queues,
+    generated_trace, read_trace, requiring_one_rack, simulate, with_racks,
 };
 
 /// Nodes per rack in the replayed clusters.
 const RACK_NODES: usize = 4;
 
 const POLICIES: [Policy; 3] = [Policy::Ferry, Policy::KueueStrict, Policy::KueuePods];
-
-/// The trace with every multi-node gang that one rack can hold required to stay in one
-/// (`topology: rack`).
-fn one_rack(trace: &[TraceJob]) -> Vec<TraceJob> {
-    trace
-        .iter()
-        .map(|t| {
-            let (pods, per) = t.shape();
-            let per_rack = RACK_NODES as u32 * (DEFAULT_GPUS_PER_NODE / per.max(1));
-            TraceJob {
-                topology: (t.nodes > 1 && pods <= per_rack).then_some(Topology::Rack),
-                ..t.clone()
-            }
-        })
-        .collect()
-}
-
-/// The trace's default cluster, its nodes labelled with racks of `RACK_NODES`.
-fn racked(trace: &[TraceJob]) -> Cluster {
-    let mut cluster = default_cluster(trace);
-    for (i, n) in cluster.nodes.iter_mut().enumerate() {
-        n.rack = Some(format!("rack-{}", i / RACK_NODES));
-    }
-    cluster
-}
 
 /// One group's sums.
 #[derive(Default)]
@@ -131,13 +106,19 @@ impl Group {
 
 /// The three policies on `trace`, then Ferry with gangs required to stay in one rack.
 fn replay(trace: &[TraceJob]) -> (Vec<SimReport>, SimReport) {
-    let cluster = racked(trace);
+    let cluster = with_racks(default_cluster(trace), RACK_NODES);
     let queues = default_queues(trace, &cluster);
     let r = POLICIES
         .iter()
         .map(|&p| simulate(trace, &cluster, &queues, p).expect("simulates"))
         .collect();
-    let required = simulate(&one_rack(trace), &cluster, &queues, Policy::Ferry).expect("simulates");
+    let required = simulate(
+        &requiring_one_rack(trace, RACK_NODES),
+        &cluster,
+        &queues,
+        Policy::Ferry,
+    )
+    .expect("simulates");
     (r, required)
 }
 

@@ -447,6 +447,14 @@ pub struct Options {
     /// keeps three 8-GPU jobs while one owed 159 waits at 152); this hands it back
     /// (docs/scheduler.md).
     pub fair_preemption_minimax: bool,
+    /// How much longer (percent) a gang runs when its pods span racks although one rack could
+    /// hold it: its collectives cross the slower links between racks. With it set, such a gang
+    /// that does not require a rack (`Workload::topology`) waits for one rack to hold it (by
+    /// running work's expected ends) while that wait is shorter than the slowdown would cost
+    /// it and the work queued behind it, and a split gang's expected end is that much later.
+    /// 0: no gang waits for a rack when GPUs are free across racks (the policy before;
+    /// docs/scheduler.md).
+    pub split_slowdown_pct: u32,
     /// Slurm's multifactor priority instead of Ferry's order: waiting work goes by a sum of
     /// an age factor and its queue's fair-share factor, the highest holds the reservation
     /// (`None`: Ferry's order). The `slurm-multifactor` baseline of `ferry sim` runs it.
@@ -509,6 +517,7 @@ impl Default for Options {
             drain_overshoot_pct: Some(50),
             reclaim_min_borrowed_pct: 50,
             fair_preemption_minimax: true,
+            split_slowdown_pct: 0,
             multifactor: None,
         }
     }

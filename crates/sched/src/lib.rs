@@ -57,5 +57,6 @@ pub use sim::{
     ShareBreakdown, SimReport, SizeMix, StartEstimates, TeamShare, TraceJob, check_replayable,
     cluster_with_gpus, default_cluster, default_queues, describe_setup, entitlements,
     generated_trace, makespan_bound, parse_trace, read_trace, render_jobs_csv, render_svg,
-    render_table, simulate, simulate_knowing, simulate_probing, simulate_with, with_load,
+    render_table, requiring_one_rack, simulate, simulate_knowing, simulate_probing, simulate_with,
+    with_load, with_racks,
 };

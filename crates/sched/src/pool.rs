@@ -258,6 +258,21 @@ impl Pool {
         (0..2).find(|&l| !self.levels[l].trivial)
     }
 
+    /// Whether some domain of topology level `level` holds more than one node (its label
+    /// groups nodes).
+    pub fn groups(&self, level: usize) -> bool {
+        !self.levels[level].trivial
+    }
+
+    /// Whether `nodes` lie in more than one domain of topology level `level`.
+    pub fn spans(&self, level: usize, mut nodes: impl Iterator<Item = u32>) -> bool {
+        let Some(first) = nodes.next() else {
+            return false;
+        };
+        let d = self.nodes[first as usize].dom[level];
+        nodes.any(|n| self.nodes[n as usize].dom[level] != d)
+    }
+
     /// How many domains topology level `level` has.
     pub fn domain_count(&self, level: usize) -> usize {
         self.levels[level].domains.len()

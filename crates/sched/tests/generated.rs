@@ -68,6 +68,7 @@ fn ferry_against_fifo_and_easy_without_run_time_estimates() {
     let none = Knowledge {
         estimates: Estimates::None,
         pace_after_s: None,
+        ..Knowledge::default()
     };
     against_fifo_and_easy(&Options::default(), none, 11, 8, 3);
 }
@@ -82,6 +83,7 @@ fn ferry_against_fifo_and_easy_on_padded_time_limits() {
     let limits = Knowledge {
         estimates: Estimates::Limits { padding: 2.0 },
         pace_after_s: Some(600),
+        ..Knowledge::default()
     };
     // Since session 29's critical-path bars: 11, 9 and 2 (seed 22 Small at 0.9 also loses to
     // FIFO, as in the exact test).

@@ -97,12 +97,15 @@ fn case() -> impl Strategy<Value = Case> {
         // Reclaims through another gang's reservation: off (the default) or on; how far past
         // its quota a draining holder may go: unbounded, not at all, or the default half; how
         // much of a reclaim victim its queue must borrow: any part, or the default half;
-        // Slurm's multifactor order (the simulator's peer) or not, on the jobs' time scale.
+        // Slurm's multifactor order (the simulator's peer) or not, on the jobs' time scale;
+        // gangs split across racks expected to run 50% longer (waiting for a rack when that
+        // pays) or not.
         (
             any::<bool>(),
             prop::sample::select(vec![None, Some(0u32), Some(50)]),
             prop::sample::select(vec![0u32, 50]),
             any::<bool>(),
+            prop::sample::select(vec![0u32, 50]),
         ),
     );
     (nodes, queues, jobs, opts, stops()).prop_map(
@@ -110,7 +113,14 @@ fn case() -> impl Strategy<Value = Case> {
             nodes,
             queues,
             jobs,
-            (backfill, preemption, fair, loan, deficit, (through, overshoot, borrowed, slurm)),
+            (
+                backfill,
+                preemption,
+                fair,
+                loan,
+                deficit,
+                (through, overshoot, borrowed, slurm, split),
+            ),
             stops,
         )| {
             let cluster = Cluster {
@@ -212,6 +222,7 @@ fn case() -> impl Strategy<Value = Case> {
                 deficit_half_life_s: deficit,
                 deficit_threshold_s: 1,
                 reclaim_through_reservation: through,
+                split_slowdown_pct: split,
                 drain_overshoot_pct: overshoot,
                 reclaim_min_borrowed_pct: borrowed,
                 multifactor: slurm.then_some(Multifactor {

@@ -226,6 +226,7 @@ fn jobs_first_in_line_start_when_they_were_told() {
     let limits = run(Knowledge {
         estimates: Estimates::Limits { padding: 2.0 },
         pace_after_s: None,
+        ..Knowledge::default()
     });
     println!("padded limits: {limits:?}");
     assert!(limits.told >= 50, "{limits:?}");
@@ -330,6 +331,7 @@ fn on_an_unseen_real_window_ferry_beats_the_baselines_and_keeps_both_teams_in_th
     let none = Knowledge {
         estimates: Estimates::None,
         pace_after_s: None,
+        ..Knowledge::default()
     };
     let (told_none, table) = every_policy_knowing(&trace, &cluster, &queues, none);
     for peer in &told_none[1..] {
@@ -616,6 +618,7 @@ fn a_traces_own_time_limits_are_what_the_policies_are_told() {
     let from_trace = Knowledge {
         estimates: Estimates::Trace,
         pace_after_s: None,
+        ..Knowledge::default()
     };
     let run = |t: &[TraceJob], p: Policy, k: Knowledge| {
         simulate_knowing(t, &cluster, &queues, p, p.options(), k).unwrap()

@@ -61,6 +61,12 @@ pub struct SimArgs {
     /// true remaining time, as when Ferry measures a training job's step pace.
     #[arg(long, value_name = "SECONDS")]
     pub pace_after: Option<u64>,
+    /// A gang split across racks, although one rack could hold it, runs this many percent
+    /// longer under every policy (its collectives cross the slower links between racks).
+    /// Ferry is told the same (`splitSlowdownPct`) unless --options sets it. Needs a --cluster
+    /// whose nodes carry racks.
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub split_slowdown: Option<u32>,
     /// Also forecast, whenever a job arrives and has to wait, when it starts (what `ferry up`
     /// tells every queued job) and report how well that held: `forecast, within 5 min` in the
     /// table, `forecast` in JSON. Slower: one replay of the queue per such arrival.
@@ -224,13 +230,24 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
              arrivals twice as fast); fix: pass e.g. --load 2"
         ),
     };
-    let ferry_options = match &args.options {
+    let mut ferry_options = match &args.options {
         Some(path) => super::scheduler_options::read(path)?,
         None => ferry_sched::Options::default(),
     };
+    let split_slowdown_pct = args.split_slowdown.unwrap_or(0);
+    if split_slowdown_pct > 0 && !cluster.nodes.iter().any(|n| n.rack.is_some()) {
+        anyhow::bail!(
+            "--split-slowdown {split_slowdown_pct}: the cluster has no racks, so no gang is \
+             ever split across racks; fix: pass a --cluster file whose nodes have `rack` labels"
+        );
+    }
+    if ferry_options.split_slowdown_pct == 0 {
+        ferry_options.split_slowdown_pct = split_slowdown_pct;
+    }
     let knowledge = ferry_sched::Knowledge {
         estimates: args.estimates,
         pace_after_s: args.pace_after,
+        split_slowdown_pct,
     };
     let mut reports = Vec::new();
     for policy in ferry_sched::Policy::ALL {

@@ -751,3 +751,73 @@ fn a_trace_can_require_one_rack_and_split_gangs_are_counted() {
         "{err}"
     );
 }
+
+/// `--split-slowdown`: on two racks, a gang that only prefers one rack and would run twice as
+/// long split waits for a rack under Ferry (told the slowdown) when that costs less, while the
+/// baselines start it split at once and pay the slowdown; a cluster without racks is refused.
+#[test]
+fn a_split_slowdown_makes_ferry_wait_for_one_rack_when_that_costs_less() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("racks.yaml");
+    std::fs::write(
+        &cluster,
+        "nodes:\n\
+         - {name: n0, gpus: 8, flavor: gpu, rack: r0}\n\
+         - {name: n1, gpus: 8, flavor: gpu, rack: r0}\n\
+         - {name: n2, gpus: 8, flavor: gpu, rack: r1}\n\
+         - {name: n3, gpus: 8, flavor: gpu, rack: r1}\n",
+    )
+    .unwrap();
+    // At 150 one node is free in each rack; rack r1 frees at 500 (c ends).
+    let trace = dir.path().join("t.csv");
+    std::fs::write(
+        &trace,
+        "job_id,submit_s,duration_s,gpus,nodes,team,status\n\
+         a,0,100,8,1,t,COMPLETED\nb,0,1000,8,1,t,COMPLETED\n\
+         c,0,500,8,1,t,COMPLETED\ngang,150,1000,16,2,t,COMPLETED\n",
+    )
+    .unwrap();
+    let (trace, cluster) = (trace.to_str().unwrap(), cluster.to_str().unwrap());
+    let out = sim_ok(&[
+        "--trace",
+        trace,
+        "--cluster",
+        cluster,
+        "--split-slowdown",
+        "100",
+        "-o",
+        "json",
+    ]);
+    let reports: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let policy = |name: &str| {
+        reports
+            .iter()
+            .find(|r| r["policy"] == name)
+            .unwrap_or_else(|| panic!("{name}: {out}"))
+    };
+    let (ferry, easy) = (policy("ferry"), policy("easy-backfill"));
+    assert_eq!(ferry["knowledge"]["split_slowdown_pct"], 100, "{ferry}");
+    // Ferry: the gang waits 350 s for r1 and runs 1,000 s; EASY: split at once, 2,000 s.
+    assert_eq!(ferry["placement"]["split_across_racks"], 0, "{ferry}");
+    assert_eq!(easy["placement"]["split_across_racks"], 1, "{easy}");
+    assert_eq!(ferry["mean_jct_s"], (100.0 + 1000.0 + 500.0 + 1350.0) / 4.0);
+    assert_eq!(easy["mean_jct_s"], (100.0 + 1000.0 + 500.0 + 2000.0) / 4.0);
+    let text = sim_ok(&[
+        "--trace",
+        trace,
+        "--cluster",
+        cluster,
+        "--split-slowdown",
+        "100",
+    ]);
+    assert!(
+        text.contains("a gang split across racks although one rack could hold it runs 100% longer"),
+        "{text}"
+    );
+    let out = sim(&["--trace", trace, "--gpus", "32", "--split-slowdown", "10"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("the cluster has no racks") && err.contains("fix:"),
+        "{err}"
+    );
+}

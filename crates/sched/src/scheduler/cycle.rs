@@ -6,7 +6,8 @@ use std::collections::BinaryHeap;
 use std::ops::Bound;
 
 use super::preempt::Attempt;
-use super::{Fit, PKey, Reservation, Scheduler, St};
+use super::split::stretched;
+use super::{Fit, Job, PKey, Reservation, Scheduler, St};
 use crate::config::{Decision, Time};
 
 impl Scheduler {
@@ -188,7 +189,6 @@ impl Scheduler {
             job.expected,
             job.created,
         );
-        let within = job.within();
         let flavors = match only {
             Some(f) => vec![f],
             None => self.flavors_of(j),
@@ -254,6 +254,7 @@ impl Scheduler {
                 && hold_ok
             {
                 self.holder[f] = Some(j);
+                let within = self.jobs[j as usize].as_ref().and_then(Job::within);
                 let needs_nodes = fit != Fit::No || self.pools[f].find(pods, g, within).is_none();
                 let mut rv = if needs_nodes {
                     self.reserve(j, f, now)
@@ -343,6 +344,7 @@ impl Scheduler {
         out: &mut Vec<Decision>,
     ) -> Option<Outcome> {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
+        // Placed by its spec alone: whether to wait for one rack is decided on the plan.
         let (q, r, pods, g, prio, expected, within) = (
             job.queue,
             job.gpus(),
@@ -350,7 +352,7 @@ impl Scheduler {
             job.g,
             job.prio,
             job.expected,
-            job.within(),
+            job.required_within(),
         );
         let ends_by = |s: Option<Time>| ends_before(expected, now, s);
         if quota_ok {
@@ -372,10 +374,24 @@ impl Scheduler {
                     for &n in &nodes {
                         self.pools[f].index_remove(n);
                     }
+                    // Split across racks it runs longer: it may no longer end in time.
+                    let stretch = plan
+                        .as_ref()
+                        .map_or(0, |p| self.split_stretch(j, f, p.iter().map(|&(n, _)| n)));
+                    let in_time = in_time
+                        && (stretch == 0
+                            || ends_before(
+                                expected.map(|e| stretched(e, stretch)),
+                                now,
+                                rv.shadow,
+                            ));
+                    if !in_time && !self.may_lend(rv.shadow, f, now) {
+                        plan = None;
+                    }
                     loan |= plan.is_some() && !in_time;
                 }
             }
-            if let Some(plan) = plan {
+            if let Some(plan) = plan.filter(|p| !self.waits_for_rack(j, f, p, now)) {
                 self.admit(j, f, &plan, fit, now, out);
                 if loan {
                     self.jobs[j as usize].as_mut().expect("job exists").on_loan = true;

@@ -173,6 +173,8 @@ impl Scheduler {
             preemptor: None,
             on_loan: false,
             protected: false,
+            waits_for_rack: false,
+            stretch_pct: 0,
         };
         let mut job = job;
         job.order = self.order_of(&job);
@@ -518,6 +520,7 @@ impl Scheduler {
         {
             job.expected = Some(e.saturating_sub(c - job.admitted_at).max(1));
         }
+        job.unstretch();
         let order = self.order_of(self.jobs[j as usize].as_ref().expect("job exists"));
         let job = self.jobs[j as usize].as_mut().expect("job exists");
         job.order = order;

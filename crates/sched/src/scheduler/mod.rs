@@ -10,6 +10,7 @@ mod fairness;
 mod forecast;
 mod preempt;
 mod reserve;
+mod split;
 mod stop;
 mod waiting;
 
@@ -63,14 +64,25 @@ struct Job {
     on_loan: bool,
     /// Admitted by borrowing through a reservation: not reclaimable.
     protected: bool,
+    /// Waits for one rack, though it does not require one: split across racks it would run
+    /// longer, which costs more than the wait (`Options::split_slowdown_pct`).
+    waits_for_rack: bool,
+    /// Runs split across racks: its expected duration is stretched by this percentage.
+    stretch_pct: u32,
 }
 
 impl Job {
     fn gpus(&self) -> u64 {
         u64::from(self.pods) * u64::from(self.g)
     }
-    /// The pool level its pods must share one domain of.
+    /// The pool level its pods must share one domain of (required, or waited for).
     fn within(&self) -> Option<usize> {
+        self.topology
+            .or(self.waits_for_rack.then_some(Topology::Rack))
+            .map(Topology::level)
+    }
+    /// The pool level its pods must share by its spec alone (`Workload::topology`).
+    fn required_within(&self) -> Option<usize> {
         self.topology.map(Topology::level)
     }
     fn key(&self, idx: u32) -> PKey {
@@ -395,7 +407,10 @@ impl Scheduler {
 
     /// Records `j` as running on `pods` of flavor `f` since `at` (its end, if known, indexed).
     fn mark_running(&mut self, j: u32, f: usize, pods: Vec<(u32, u64)>, at: Time, borrowed: bool) {
+        let stretch = self.split_stretch(j, f, pods.iter().map(|&(n, _)| n));
         let job = self.jobs[j as usize].as_mut().expect("job exists");
+        job.stretch(stretch);
+        job.waits_for_rack = false;
         job.state = St::Running;
         job.flavor = f as u16;
         job.pods_at = pods;

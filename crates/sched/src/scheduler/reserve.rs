@@ -78,25 +78,14 @@ impl Scheduler {
     /// Picks nodes for the blocked head `j` and takes them out of the index for this cycle.
     pub(super) fn reserve(&mut self, j: u32, f: usize, now: Time) -> Reservation {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
-        let (pods, g, within) = (u64::from(job.pods), job.g, job.within());
-        let pool = &self.pools[f];
-        let mut fs: Vec<u32> = pool
-            .nodes
-            .iter()
-            .map(|n| if n.in_index { n.free.count_ones() } else { 0 })
-            .collect();
-        // Lent GPUs come back whenever the gang needs them.
-        for &l in &self.loans[f] {
-            let lj = self.jobs[l as usize].as_ref().expect("loaned job exists");
-            for &(n, m) in &lj.pods_at {
-                if pool.nodes[n as usize].in_index {
-                    fs[n as usize] += m.count_ones();
-                }
-            }
-        }
+        let (pods, g, within) = (u64::from(job.pods), job.g, job.required_within());
+        let fs = self.free_for_holder(f);
         let (nodes, shadow) = match within {
             Some(level) => self.reserve_within(f, level, fs, pods, g, now),
-            None => self.reserve_anywhere(f, fs, pods, g, now),
+            None => {
+                let anywhere = self.reserve_anywhere(f, fs.clone(), pods, g, now);
+                self.reserve_rack_if_sooner(j, f, fs, anywhere, now)
+            }
         };
         for &n in &nodes {
             self.pools[f].index_remove(n);
@@ -106,6 +95,26 @@ impl Scheduler {
             shadow,
             ..Reservation::default()
         }
+    }
+
+    /// Each node's free GPUs in flavor `f` as a reservation holder counts them: idle GPUs of
+    /// indexed nodes, and lent GPUs, which come back whenever the gang needs them.
+    pub(super) fn free_for_holder(&self, f: usize) -> Vec<u32> {
+        let pool = &self.pools[f];
+        let mut fs: Vec<u32> = pool
+            .nodes
+            .iter()
+            .map(|n| if n.in_index { n.free.count_ones() } else { 0 })
+            .collect();
+        for &l in &self.loans[f] {
+            let lj = self.jobs[l as usize].as_ref().expect("loaned job exists");
+            for &(n, m) in &lj.pods_at {
+                if pool.nodes[n as usize].in_index {
+                    fs[n as usize] += m.count_ones();
+                }
+            }
+        }
+        fs
     }
 
     /// Nodes of flavor `f` for a gang of `pods` pods of `g` GPUs, given each node's free GPUs
@@ -136,7 +145,7 @@ impl Scheduler {
     /// `level`, given each node's free GPUs now (`fs`, lent GPUs counted), and when they hold
     /// it: the first domain to hold it as known work ends (the one with least to spare), else
     /// the one that holds the most.
-    fn reserve_within(
+    pub(super) fn reserve_within(
         &self,
         f: usize,
         level: usize,

@@ -1341,6 +1341,41 @@ fn a_gang_required_in_one_rack_waits_for_one_and_work_that_ends_in_time_backfill
 }
 
 #[test]
+fn a_gang_waits_for_one_rack_only_when_that_ends_sooner_than_running_split() {
+    let slowdown = |pct| Options {
+        split_slowdown_pct: pct,
+        ..Options::default()
+    };
+    // Split now it would run 200 s longer; rack r0 frees at 100, 90 s from now.
+    let mut s = half_busy_racks(slowdown(20));
+    s.submit(wl("gang", "a", 2, 8, 10, Some(1000))).unwrap();
+    assert!(s.cycle(10).is_empty());
+    let why = s.waiting("gang").expect("it waits").to_string();
+    assert!(
+        why.starts_with(
+            "needs 16 GPU(s); enough are free, but only across racks, where it would run 20% \
+             longer (splitSlowdownPct): it waits for one rack, which frees sooner than that \
+             would cost; first in line"
+        ),
+        "{why}"
+    );
+    // It holds r0's free node: work that would outlast 100 goes to r1's.
+    s.submit(wl("long", "a", 1, 8, 11, Some(5000))).unwrap();
+    assert_eq!(nodes_of(&s.cycle(20), "long"), vec!["node-3"]);
+    s.finished("early").unwrap();
+    assert_eq!(nodes_of(&s.cycle(100), "gang"), vec!["node-0", "node-1"]);
+    // At 5% split costs 50 s, and nothing waits behind it: it starts at once across racks,
+    // expected to run 1,050 s, so a whole-cluster gang behind it is told 1,060.
+    let mut s = half_busy_racks(slowdown(5));
+    s.submit(wl("gang", "a", 2, 8, 10, Some(1000))).unwrap();
+    assert_eq!(nodes_of(&s.cycle(10), "gang"), vec!["node-1", "node-3"]);
+    s.submit(wl("whole", "a", 4, 8, 11, Some(10))).unwrap();
+    assert!(s.cycle(11).is_empty());
+    let starts = s.expected_starts();
+    assert_eq!((starts[0].id.as_str(), starts[0].at), ("whole", Some(1060)));
+}
+
+#[test]
 fn a_gang_no_rack_can_hold_is_refused_with_the_fix() {
     let mut s = half_busy_racks(Options::default());
     let mut gang = wl("gang", "a", 3, 8, 0, None);

@@ -58,6 +58,12 @@ pub enum WaitCause {
         /// The domain it must stay in.
         topology: Topology,
     },
+    /// Enough GPUs are free, but only across racks, where it would run longer
+    /// (`Options::split_slowdown_pct`): it waits for one rack, which costs less.
+    SplitSlower {
+        /// How much longer (percent) it would run split.
+        slowdown_pct: u32,
+    },
     /// GPUs and quota would allow it: work ahead of it in the queue order goes first
     /// (a reservation for a gang, fair share, priorities).
     Order,
@@ -183,6 +189,12 @@ impl fmt::Display for Waiting {
                 topology.name(),
                 topology.noun()
             )?,
+            WaitCause::SplitSlower { slowdown_pct } => write!(
+                f,
+                "needs {need} GPU(s); enough are free, but only across racks, where it would \
+                 run {slowdown_pct}% longer (splitSlowdownPct): it waits for one rack, which \
+                 frees sooner than that would cost"
+            )?,
             WaitCause::Order => write!(
                 f,
                 "needs {need} GPU(s); held back for work ahead of it in the queue order"
@@ -270,6 +282,10 @@ impl Scheduler {
                         queue: queue.name.clone(),
                         used,
                         limit,
+                    }
+                } else if job.waits_for_rack && job.topology.is_none() {
+                    WaitCause::SplitSlower {
+                        slowdown_pct: self.opts.split_slowdown_pct,
                     }
                 } else if let Some(topology) = job.topology
                     && pool.find(job.pods, job.g, job.within()).is_none()

@@ -106,7 +106,8 @@ impl FromStr for Estimates {
     }
 }
 
-/// What every policy knows about run times in one simulation.
+/// Run times in one simulation: what every policy knows of them, and how placement changes
+/// them.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub struct Knowledge {
@@ -115,6 +116,10 @@ pub struct Knowledge {
     /// Once a job has run this long since it (re)started, its true remaining time is known,
     /// as when the engine's step pace is measured (`None`: never corrected).
     pub pace_after_s: Option<u64>,
+    /// A gang started across racks although one rack could hold it runs this much longer
+    /// (percent), for every policy: its collectives cross the slower links between racks.
+    #[serde(default)]
+    pub split_slowdown_pct: u32,
 }
 
 impl Knowledge {
@@ -134,8 +139,14 @@ impl Knowledge {
 impl Knowledge {
     /// What the policies are told, in words (`ferry sim` prints it with the setup).
     pub fn describe(self) -> String {
+        let split = match self.split_slowdown_pct {
+            0 => String::new(),
+            p => format!(
+                "; a gang split across racks although one rack could hold it runs {p}% longer"
+            ),
+        };
         let told = match self.estimates {
-            Estimates::Exact => return "exact (the trace's durations)".into(),
+            Estimates::Exact => return format!("exact (the trace's durations){split}"),
             Estimates::None => "none (jobs go by age; backfill knows no ends)".into(),
             Estimates::Trace => "the trace's time limits (`time_limit_s`; none where empty)".into(),
             Estimates::Limits { padding } => format!(
@@ -146,7 +157,7 @@ impl Knowledge {
         let pace = self.pace_after_s.map_or(String::new(), |p| {
             format!(", then a running job's true remaining time once it has run {p} s")
         });
-        format!("{told}{pace}; jobs still run their trace durations")
+        format!("{told}{pace}; jobs still run their trace durations{split}")
     }
 }
 

@@ -20,7 +20,7 @@ pub use miss::{MissCause, ShareBreakdown};
 pub use render::{JOB_COLUMNS, render_jobs_csv, render_svg, render_table};
 pub use setup::{
     DEFAULT_FLAVOR, DEFAULT_GPUS_PER_NODE, cluster_with_gpus, default_cluster, default_queues,
-    describe_setup, entitlements, offered_load, with_load,
+    describe_setup, entitlements, offered_load, requiring_one_rack, with_load, with_racks,
 };
 pub use trace::{MAX_SECONDS, MAX_TRACE_ROWS, TRACE_COLUMNS, TraceJob, parse_trace, read_trace};
 
@@ -388,6 +388,20 @@ struct SimJob {
     end: Option<Time>,
     /// Told to stop (SIGTERM) and not yet gone: no longer running for the scheduler.
     signalled: bool,
+    /// How much longer (percent) its current run takes for being split across racks.
+    slow_pct: u64,
+}
+
+impl SimJob {
+    /// Wall-clock seconds its remaining work takes at its current run's pace.
+    fn wall(&self) -> u64 {
+        (self.remaining * (100 + self.slow_pct)).div_ceil(100)
+    }
+
+    /// Work (at the unsplit pace) done in `elapsed` wall-clock seconds of its current run.
+    fn work_in(&self, elapsed: u64) -> u64 {
+        elapsed * 100 / (100 + self.slow_pct)
+    }
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -806,6 +820,7 @@ pub fn simulate_probing(
             epoch: 0,
             end: None,
             signalled: false,
+            slow_pct: 0,
         });
     }
     let ids: HashMap<String, usize> = trace
@@ -893,7 +908,7 @@ pub fn simulate_probing(
                 && j.end.is_none()
                 && !j.signalled
             {
-                sched.progress(&format!("{i}"), now, (s + j.remaining).saturating_sub(now))?;
+                sched.progress(&format!("{i}"), now, (s + j.wall()).saturating_sub(now))?;
             }
         }
         if let Some(l) = pod_layer.as_mut() {
@@ -1008,7 +1023,7 @@ pub fn simulate_probing(
                 match step {
                     Step::Run(i, nodes) => {
                         let (pods, per) = trace[i].shape();
-                        layouts.record(pods, per, &nodes);
+                        let split = layouts.record(pods, per, &nodes);
                         if let Some(at) = told.remove(&i) {
                             start_errors.push((at, now));
                         }
@@ -1020,8 +1035,13 @@ pub fn simulate_probing(
                         j.signalled = false;
                         j.first_start.get_or_insert(now);
                         j.epoch += 1;
-                        completions.push(Reverse((now + j.remaining, i, j.epoch)));
-                        if let Some(after) = correct_after.filter(|&a| a < j.remaining) {
+                        j.slow_pct = if split {
+                            u64::from(knowledge.split_slowdown_pct)
+                        } else {
+                            0
+                        };
+                        completions.push(Reverse((now + j.wall(), i, j.epoch)));
+                        if let Some(after) = correct_after.filter(|&a| a < j.wall()) {
                             corrections.push(Reverse((now + after, i, j.epoch)));
                         }
                         busy += j.gpus;
@@ -1045,8 +1065,8 @@ pub fn simulate_probing(
                         preemptions += 1;
                         j.preemptions += 1;
                         j.signalled = true;
-                        if s + j.remaining > now + GRACE_S {
-                            j.remaining = j.remaining - (now - s) + RESUME_OVERHEAD_S;
+                        if s + j.wall() > now + GRACE_S {
+                            j.remaining = j.remaining - j.work_in(now - s) + RESUME_OVERHEAD_S;
                             j.epoch += 1;
                             let lost = (GRACE_S + RESUME_OVERHEAD_S) as f64 * j.gpus as f64;
                             lost_gpu_s += lost;
@@ -1056,7 +1076,7 @@ pub fn simulate_probing(
                             evictions.push(Reverse((now + GRACE_S, i)));
                         } else {
                             // Finishes within the grace period: its completion stands.
-                            evictions.push(Reverse((s + j.remaining, i)));
+                            evictions.push(Reverse((s + j.wall(), i)));
                         }
                     }
                 }

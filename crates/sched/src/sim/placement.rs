@@ -59,10 +59,11 @@ impl GangLayouts {
         self.index[name]
     }
 
-    /// Counts a start of `pods` pods of `per` GPUs on `nodes` (one entry per pod).
-    pub(super) fn record(&mut self, pods: u32, per: u32, nodes: &[usize]) {
+    /// Counts a start of `pods` pods of `per` GPUs on `nodes` (one entry per pod); returns
+    /// whether it is split across racks although one rack could hold it.
+    pub(super) fn record(&mut self, pods: u32, per: u32, nodes: &[usize]) -> bool {
         if pods < 2 || nodes.is_empty() {
-            return;
+            return false;
         }
         let flavor = &self.flavor[nodes[0]];
         self.stats.gang_starts += 1;
@@ -85,9 +86,11 @@ impl GangLayouts {
                 *fits += 1;
                 if racks.len() > 1 || racks.contains(&None) {
                     *split += 1;
+                    return true;
                 }
             }
         }
+        false
     }
 }
 
@@ -114,10 +117,10 @@ mod tests {
     fn a_gang_counts_as_split_only_when_one_rack_could_have_held_it() {
         let mut l = GangLayouts::new(&racked(2, 2));
         // Two 8-GPU pods: one rack holds them; nodes 1 and 2 are in different racks.
-        l.record(2, 8, &[0, 1]);
-        l.record(2, 8, &[1, 2]);
+        assert!(!l.record(2, 8, &[0, 1]));
+        assert!(l.record(2, 8, &[1, 2]));
         // Four 8-GPU pods cannot fit one rack: never counted as split.
-        l.record(4, 8, &[0, 1, 2, 3]);
+        assert!(!l.record(4, 8, &[0, 1, 2, 3]));
         // Four 4-GPU pods fit two nodes; spread over four they are not on the fewest.
         l.record(4, 4, &[0, 0, 1, 1]);
         l.record(4, 4, &[0, 1, 2, 3]);

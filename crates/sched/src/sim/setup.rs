@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::pods::PODS_READY_TIMEOUT_S;
 use super::{GRACE_S, Knowledge, MIN_SATURATED_S, RESUME_OVERHEAD_S, TraceJob};
-use crate::config::{Cluster, FlavorQuota, QueueSpec, StopPolicy};
+use crate::config::{Cluster, FlavorQuota, QueueSpec, StopPolicy, Topology};
 
 /// GPUs per node assumed for the default contended cluster.
 pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
@@ -60,6 +60,31 @@ pub fn default_cluster(trace: &[TraceJob]) -> Cluster {
         .max()
         .unwrap_or(1) as usize;
     Cluster::uniform(by_load.max(largest).max(1), per_node, DEFAULT_FLAVOR)
+}
+
+/// `cluster` with its nodes, in order, labelled with racks of `nodes_per_rack` (`rack-0`, …):
+/// a racked cluster for placement experiments.
+pub fn with_racks(mut cluster: Cluster, nodes_per_rack: usize) -> Cluster {
+    for (i, n) in cluster.nodes.iter_mut().enumerate() {
+        n.rack = Some(format!("rack-{}", i / nodes_per_rack.max(1)));
+    }
+    cluster
+}
+
+/// `trace` with every multi-node gang that one rack of `nodes_per_rack` default-sized nodes
+/// can hold required to stay in one (`topology: rack`).
+pub fn requiring_one_rack(trace: &[TraceJob], nodes_per_rack: usize) -> Vec<TraceJob> {
+    trace
+        .iter()
+        .map(|t| {
+            let (pods, per) = t.shape();
+            let per_rack = nodes_per_rack as u32 * (DEFAULT_GPUS_PER_NODE / per.max(1));
+            TraceJob {
+                topology: (t.nodes > 1 && pods <= per_rack).then_some(Topology::Rack),
+                ..t.clone()
+            }
+        })
+        .collect()
 }
 
 /// One queue per team, nominal quota proportional to its share of the trace's GPU-hours
