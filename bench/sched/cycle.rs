@@ -5,7 +5,8 @@
 //! process: the same scheduler with its per-cycle scan bound lifted, i.e. a rescan of all
 //! pending work every cycle. The ratio is what the incremental design buys. Then one forecast
 //! of every waiting job's start (`Scheduler::forecast`, what `ferry up` runs once a pass), as
-//! a multiple of a steady cycle, and the copy of the scheduler it replays on.
+//! a multiple of a steady cycle, and the copy of the scheduler it replays on. Also Ferry told
+//! that split gangs run slower (`splitSlowdownPct`), against its default.
 
 use std::time::{Duration, Instant};
 
@@ -230,6 +231,21 @@ fn main() {
             100.0 * copied.as_secs_f64() / took.as_secs_f64().max(1e-9),
         );
     }
+    // Told that gangs split across racks run 25% longer, gangs weigh waiting for one rack
+    // against splitting: the extra walks over expected ends, timed against the default.
+    let mut split = run(
+        Options {
+            split_slowdown_pct: 25,
+            ..Options::default()
+        },
+        false,
+    );
+    let (s50, s99) = report("ferry, splitSlowdownPct 25", &mut split);
+    println!(
+        "ratio split-aware/ferry: p50 {:.2}x  p99 {:.2}x",
+        s50.as_secs_f64() / f50.as_secs_f64().max(1e-9),
+        s99.as_secs_f64() / f99.as_secs_f64().max(1e-9)
+    );
     let mut peer = run(
         Options {
             max_candidates_per_cycle: usize::MAX,
