@@ -100,6 +100,7 @@ fn workload(rng: &mut Rng, i: usize, now: u64) -> Workload {
         expected_duration_s: (rng.below(4) > 0).then(|| 600 + rng.below(36_000)),
         created_at: now,
         topology: None,
+        split_slowdown_pct: None,
     }
 }
 

@@ -325,6 +325,7 @@ pub fn workload(job: &TrainJobResource) -> Workload {
             .creation_timestamp
             .as_ref()
             .map_or(0, |t| t.0.as_second().max(0) as Time),
+        split_slowdown_pct: r.split_slowdown_pct.map(|p| p.max(0) as u32),
     }
 }
 

@@ -256,7 +256,15 @@ pub struct Workload {
     /// (`None`: one domain when one has room, else across domains).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<Topology>,
+    /// How much longer (percent) it runs split across racks, for this gang instead of
+    /// `Options::split_slowdown_pct` (`None`: the options' figure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_slowdown_pct: Option<u32>,
 }
+
+/// The largest split slowdown a workload may give (`Workload::split_slowdown_pct`): a split
+/// run eleven times as long.
+pub const MAX_SPLIT_SLOWDOWN_PCT: u32 = 1000;
 
 /// A topology level all of a gang's pods can be required to share: collectives within one
 /// domain run at its link speed, not the slower links between domains.
@@ -326,6 +334,7 @@ impl Workload {
             expected_duration_s: None,
             created_at,
             topology: None,
+            split_slowdown_pct: None,
         }
     }
 
@@ -452,8 +461,8 @@ pub struct Options {
     /// that does not require a rack (`Workload::topology`) waits for one rack to hold it (by
     /// running work's expected ends) while that wait is shorter than the slowdown would cost
     /// it and the work queued behind it, and a split gang's expected end is that much later.
-    /// 0: no gang waits for a rack when GPUs are free across racks (the policy before;
-    /// docs/scheduler.md).
+    /// A workload may give its own (`Workload::split_slowdown_pct`). 0: no gang waits for a
+    /// rack when GPUs are free across racks (the policy before; docs/scheduler.md).
     pub split_slowdown_pct: u32,
     /// Slurm's multifactor priority instead of Ferry's order: waiting work goes by a sum of
     /// an age factor and its queue's fair-share factor, the highest holds the reservation

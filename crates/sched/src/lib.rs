@@ -43,8 +43,9 @@ pub mod scheduler;
 pub mod sim;
 
 pub use config::{
-    ANY_FLAVOR, Cluster, DEFAULT_PRIORITY, Decision, FlavorQuota, Multifactor, Node, Options,
-    PodPlacement, PreemptReason, PriorityClass, QueueSpec, StopPolicy, Time, Topology, Workload,
+    ANY_FLAVOR, Cluster, DEFAULT_PRIORITY, Decision, FlavorQuota, MAX_SPLIT_SLOWDOWN_PCT,
+    Multifactor, Node, Options, PodPlacement, PreemptReason, PriorityClass, QueueSpec, StopPolicy,
+    Time, Topology, Workload,
 };
 pub use error::{Result, SchedError};
 pub use scheduler::{

@@ -209,6 +209,7 @@ fn case() -> impl Strategy<Value = Case> {
                         },
                         created_at: at,
                         topology: (topo == 0).then_some(Topology::Rack),
+                        split_slowdown_pct: None,
                     };
                     (w, dur)
                 })
@@ -330,6 +331,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
                         // borrow everything.
                         created_at: at / 4 + 20 * q as u64,
                         topology: None,
+                        split_slowdown_pct: None,
                     };
                     (w, dur)
                 })

@@ -227,6 +227,7 @@ fn workload_of(id: &str, job: &TrainJob, created_at: i64, past_s: u64) -> Worklo
         expected_duration_s: time_limit(job, past_s),
         created_at: u64::try_from(created_at).unwrap_or(0),
         topology: r.topology.and_then(|t| t.name().parse().ok()),
+        split_slowdown_pct: r.split_slowdown_pct.map(|p| p.max(0) as u32),
     }
 }
 

@@ -304,7 +304,16 @@ pub struct Resources {
     /// otherwise starts across them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<Topology>,
+    /// How much longer (percent) this gang runs with its nodes in more than one rack, e.g. 30
+    /// for tensor parallelism across nodes, 0 for data parallelism with small gradients. The
+    /// scheduler then waits for one rack while that costs less than running split; it replaces
+    /// the cluster's `splitSlowdownPct` for this job. Not with `topology` (which always waits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_slowdown_pct: Option<i32>,
 }
+
+/// The largest [`Resources::split_slowdown_pct`]: a split run eleven times as long.
+pub const MAX_SPLIT_SLOWDOWN_PCT: i32 = 1000;
 
 /// A topology domain a gang can be required to stay in ([`Resources::topology`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -338,6 +347,7 @@ impl Default for Resources {
             gpus_per_node: 0,
             gpu: None,
             topology: None,
+            split_slowdown_pct: None,
         }
     }
 }
@@ -586,6 +596,27 @@ impl TrainJobSpec {
             p.at_least("spec.resources.procsPerNode", i64::from(procs), 1);
         }
         p.at_least("spec.resources.gpusPerNode", i64::from(r.gpus_per_node), 0);
+        if let Some(pct) = r.split_slowdown_pct {
+            if !(0..=MAX_SPLIT_SLOWDOWN_PCT).contains(&pct) {
+                p.push(
+                    "spec.resources.splitSlowdownPct",
+                    format!(
+                        "must be 0 to {MAX_SPLIT_SLOWDOWN_PCT} (percent longer run time split \
+                         across racks; got {pct})"
+                    ),
+                );
+            }
+            if let Some(t) = r.topology {
+                p.push(
+                    "spec.resources.splitSlowdownPct",
+                    format!(
+                        "has no effect with topology: {} (the gang always waits for one); drop \
+                         one of them",
+                        t.name()
+                    ),
+                );
+            }
+        }
         if r.gpus_per_node > 0 {
             let procs = r.effective_procs_per_node() as i32;
             if r.procs_per_node.is_some_and(|n| n > 0) && r.gpus_per_node % procs != 0 {

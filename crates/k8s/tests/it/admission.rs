@@ -564,6 +564,14 @@ fn a_time_limit_is_the_workloads_expected_duration() {
         ferry_k8s::admission::workload(&job).topology,
         Some(ferry_sched::Topology::Rack)
     );
+    // So does one that says how much longer it runs split across racks.
+    assert_eq!(w.split_slowdown_pct, None);
+    job.spec.resources.topology = None;
+    job.spec.resources.split_slowdown_pct = Some(30);
+    assert_eq!(
+        ferry_k8s::admission::workload(&job).split_slowdown_pct,
+        Some(30)
+    );
 }
 
 #[test]

@@ -2,7 +2,9 @@
 //! eviction) and the bookkeeping each one does.
 
 use super::{Job, Scheduler, St};
-use crate::config::{ANY_FLAVOR, DEFAULT_PRIORITY, PodPlacement, Time, Workload};
+use crate::config::{
+    ANY_FLAVOR, DEFAULT_PRIORITY, MAX_SPLIT_SLOWDOWN_PCT, PodPlacement, Time, Workload,
+};
 use crate::error::{Result, SchedError};
 
 impl Scheduler {
@@ -58,6 +60,15 @@ impl Scheduler {
                     w.pods, w.gpus_per_pod
                 ),
                 "ask for at least one pod with at least one GPU".into(),
+            ));
+        }
+        if let Some(pct) = w.split_slowdown_pct.filter(|&p| p > MAX_SPLIT_SLOWDOWN_PCT) {
+            return Err(bad(
+                "workload.splitSlowdownPct",
+                format!("{pct}% is more than {MAX_SPLIT_SLOWDOWN_PCT}%"),
+                format!(
+                    "give how much longer it runs split across racks, 0 to {MAX_SPLIT_SLOWDOWN_PCT}"
+                ),
             ));
         }
         let flavor_req = match &w.flavor {
@@ -173,6 +184,7 @@ impl Scheduler {
             preemptor: None,
             on_loan: false,
             protected: false,
+            split_pct: w.split_slowdown_pct.unwrap_or(self.opts.split_slowdown_pct),
             waits_for_rack: false,
             stretch_pct: 0,
         };

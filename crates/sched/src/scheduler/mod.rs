@@ -64,6 +64,9 @@ struct Job {
     on_loan: bool,
     /// Admitted by borrowing through a reservation: not reclaimable.
     protected: bool,
+    /// How much longer (percent) it runs split across racks (`Workload::split_slowdown_pct`,
+    /// else `Options::split_slowdown_pct`).
+    split_pct: u32,
     /// Waits for one rack, though it does not require one: split across racks it would run
     /// longer, which costs more than the wait (`Options::split_slowdown_pct`).
     waits_for_rack: bool,

@@ -1,4 +1,5 @@
-//! A gang split across racks runs longer (`Options::split_slowdown_pct`): whether a gang
+//! A gang split across racks runs longer (`Workload::split_slowdown_pct`, else
+//! `Options::split_slowdown_pct`): whether a gang
 //! that only prefers one rack starts split now or waits for one rack, and how much later a
 //! split gang is expected to end.
 
@@ -15,7 +16,7 @@ impl Scheduler {
     fn rack_sensitive(&self, j: u32, f: usize) -> bool {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
         let pool = &self.pools[f];
-        self.opts.split_slowdown_pct > 0
+        job.split_pct > 0
             && job.topology.is_none()
             && job.pods >= 2
             && job.expected.is_some()
@@ -27,7 +28,10 @@ impl Scheduler {
     /// rack-sensitive and the nodes span racks, else 0.
     pub(super) fn split_stretch(&self, j: u32, f: usize, nodes: impl Iterator<Item = u32>) -> u32 {
         if self.rack_sensitive(j, f) && self.pools[f].spans(RACK, nodes) {
-            self.opts.split_slowdown_pct
+            self.jobs[j as usize]
+                .as_ref()
+                .expect("job exists")
+                .split_pct
         } else {
             0
         }
@@ -92,7 +96,7 @@ impl Scheduler {
         match (rack, split) {
             (Some(r), Some(s)) => {
                 let d = job.expected.unwrap_or(0);
-                let stretch = (stretched(d, self.opts.split_slowdown_pct) - d) as f64;
+                let stretch = (stretched(d, job.split_pct) - d) as f64;
                 let others = self.by_age.len().saturating_sub(1) as f64;
                 let behind = others * job.gpus() as f64 / self.total_gpus.max(1.0);
                 (r.saturating_sub(s) as f64) < stretch * (1.0 + behind)

@@ -25,6 +25,7 @@ fn wl(id: &str, q: &str, pods: u32, g: u32, t: Time, dur: Option<u64>) -> Worklo
         expected_duration_s: dur,
         created_at: t,
         topology: None,
+        split_slowdown_pct: None,
     }
 }
 
@@ -1373,6 +1374,20 @@ fn a_gang_waits_for_one_rack_only_when_that_ends_sooner_than_running_split() {
     assert!(s.cycle(11).is_empty());
     let starts = s.expected_starts();
     assert_eq!((starts[0].id.as_str(), starts[0].at), ("whole", Some(1060)));
+    // A workload's own figure replaces the options': 20% waits where the cluster says 0, and
+    // 0 starts split where it says 20%.
+    for (cluster, own, waits) in [(0, 20, true), (20, 0, false)] {
+        let mut s = half_busy_racks(slowdown(cluster));
+        let mut gang = wl("gang", "a", 2, 8, 10, Some(1000));
+        gang.split_slowdown_pct = Some(own);
+        s.submit(gang).unwrap();
+        assert_eq!(s.cycle(10).is_empty(), waits, "{cluster} {own}");
+    }
+    let mut s = half_busy_racks(slowdown(0));
+    let mut gang = wl("gang", "a", 2, 8, 10, Some(1000));
+    gang.split_slowdown_pct = Some(1001);
+    let err = s.submit(gang).unwrap_err().to_string();
+    assert!(err.contains("workload.splitSlowdownPct"), "{err}");
 }
 
 #[test]

@@ -285,7 +285,7 @@ impl Scheduler {
                     }
                 } else if job.waits_for_rack && job.topology.is_none() {
                     WaitCause::SplitSlower {
-                        slowdown_pct: self.opts.split_slowdown_pct,
+                        slowdown_pct: job.split_pct,
                     }
                 } else if let Some(topology) = job.topology
                     && pool.find(job.pods, job.g, job.within()).is_none()

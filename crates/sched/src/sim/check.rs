@@ -64,6 +64,7 @@ pub fn check_replayable(
                 expected_duration_s: None,
                 created_at: 0,
                 topology: t.topology,
+                split_slowdown_pct: None,
             };
             let why = by_team
                 .submit(probe(format!("team-{n}"), &t.team))

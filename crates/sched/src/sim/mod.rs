@@ -945,6 +945,7 @@ pub fn simulate_probing(
                 expected_duration_s: knowledge.estimates.for_job(t),
                 created_at,
                 topology,
+                split_slowdown_pct: None,
             }
         };
         while let Some(&Reverse((t, i, evicted_at))) = requeues.peek() {

@@ -70,6 +70,31 @@ fn negative_gpus_name_the_field_and_the_fix() {
 }
 
 #[test]
+fn a_split_slowdown_out_of_range_or_beside_a_required_rack_is_refused() {
+    let with =
+        |extra: &str| HELLO.replace("gpusPerNode: 0}", &format!("gpusPerNode: 0, {extra}}}"));
+    let ok = parse_documents(&with("splitSlowdownPct: 30"), "job.yaml").unwrap();
+    let Resource::TrainJob(job) = &ok[0] else {
+        panic!("{ok:?}")
+    };
+    assert_eq!(job.spec.resources.split_slowdown_pct, Some(30));
+    assert_eq!(
+        problems(&with("splitSlowdownPct: 1001")),
+        [
+            "spec.resources.splitSlowdownPct: must be 0 to 1000 (percent longer run time split \
+          across racks; got 1001)"
+        ]
+    );
+    assert_eq!(
+        problems(&with("splitSlowdownPct: 20, topology: rack")),
+        [
+            "spec.resources.splitSlowdownPct: has no effect with topology: rack (the gang always \
+          waits for one); drop one of them"
+        ]
+    );
+}
+
+#[test]
 fn bad_label_keys_and_values_name_the_label() {
     let text = HELLO.replace(
         "metadata: {name: hello}",
