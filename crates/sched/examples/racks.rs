@@ -17,6 +17,11 @@
 //! Prints, per slowdown and group: the geometric means of `require`'s, `aware`'s and `easy`'s
 //! mean JCT over `prefer`'s, their utilization differences from `prefer` (points), and the
 //! gang starts split across racks of those one rack could hold.
+//!
+//! Then the same traces with gangs unlike each other: every other multi-node gang runs twice
+//! the slowdown split, the rest no slower (the same mean), under `prefer`, Ferry told the mean
+//! for the whole cluster (`cluster`), and Ferry told each gang's own (`per-job`, as
+//! `spec.resources.splitSlowdownPct` would).
 use std::path::Path;
 
 use ferry_sched::{
@@ -33,17 +38,28 @@ const SLOWDOWNS: [u32; 6] = [0, 5, 10, 25, 50, 100];
 /// The runs compared, `prefer` first (the reference).
 const RUNS: [&str; 4] = ["prefer", "require", "aware", "easy"];
 
-/// One group's sums.
-#[derive(Default)]
-struct Group {
+/// The runs compared on gangs unlike each other, `prefer` first.
+const MIXED_RUNS: [&str; 3] = ["prefer", "cluster", "per-job"];
+
+/// One group's sums over `N` runs named `names`.
+struct Group<const N: usize> {
+    names: [&'static str; N],
     traces: u32,
     /// Per run: Σ ln(mean JCT / prefer's), Σ (utilization − prefer's), traces with a lower mean
     /// JCT than prefer's, gang starts one rack could hold, of those split.
-    runs: [(f64, f64, u32, u64, u64); 4],
+    runs: [(f64, f64, u32, u64, u64); N],
 }
 
-impl Group {
-    fn add(&mut self, r: &[SimReport; 4]) {
+impl<const N: usize> Group<N> {
+    fn new(names: [&'static str; N]) -> Self {
+        Group {
+            names,
+            traces: 0,
+            runs: [(0.0, 0.0, 0, 0, 0); N],
+        }
+    }
+
+    fn add(&mut self, r: &[SimReport; N]) {
         self.traces += 1;
         for (sum, x) in self.runs.iter_mut().zip(r) {
             sum.0 += (x.mean_jct_s / r[0].mean_jct_s).ln();
@@ -56,7 +72,8 @@ impl Group {
 
     fn print(&self, name: &str) {
         let n = f64::from(self.traces.max(1));
-        let cols: Vec<String> = RUNS
+        let cols: Vec<String> = self
+            .names
             .iter()
             .zip(&self.runs)
             .skip(1)
@@ -69,7 +86,8 @@ impl Group {
                 )
             })
             .collect();
-        let split: Vec<String> = RUNS
+        let split: Vec<String> = self
+            .names
             .iter()
             .zip(&self.runs)
             .map(|(run, s)| format!("{run} {}/{}", s.4, s.3))
@@ -108,6 +126,46 @@ fn replay(trace: &[TraceJob], pct: u32) -> [SimReport; 4] {
     ]
 }
 
+/// `trace` with every other multi-node gang slowed `2 × pct` split and the rest not at all.
+fn unlike(trace: &[TraceJob], pct: u32) -> Vec<TraceJob> {
+    let mut gangs = 0u32;
+    trace
+        .iter()
+        .map(|t| {
+            let gang = t.shape().0 > 1;
+            gangs += u32::from(gang);
+            TraceJob {
+                split_slowdown_pct: gang.then_some(if gangs % 2 == 0 { 2 * pct } else { 0 }),
+                ..t.clone()
+            }
+        })
+        .collect()
+}
+
+/// `prefer`, `cluster` and `per-job` on `trace` with gangs unlike each other (mean `pct`).
+fn replay_unlike(trace: &[TraceJob], pct: u32) -> [SimReport; 3] {
+    let cluster = with_racks(default_cluster(trace), RACK_NODES);
+    let queues = default_queues(trace, &cluster);
+    let unlike = unlike(trace, pct);
+    // Every gang runs its own slowdown; Ferry is told each one only in the per-job run.
+    let untold = Knowledge {
+        per_job_slowdown_untold: true,
+        ..Knowledge::exact()
+    };
+    let told_mean = Options {
+        split_slowdown_pct: pct,
+        ..Options::default()
+    };
+    let run = |o: Options, k: Knowledge| {
+        simulate_knowing(&unlike, &cluster, &queues, Policy::Ferry, o, k).expect("simulates")
+    };
+    [
+        run(Options::default(), untold),
+        run(told_mean, untold),
+        run(Options::default(), Knowledge::exact()),
+    ]
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files: Vec<(String, Vec<TraceJob>)> = std::env::args()
         .skip(1)
@@ -119,35 +177,57 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Ok((name, trace))
         })
         .collect::<Result<_, Box<dyn std::error::Error>>>()?;
+    let mut generated: Vec<(SizeMix, Vec<TraceJob>)> = Vec::new();
+    for mix in [SizeMix::Small, SizeMix::Mixed, SizeMix::Gangs] {
+        for shape in [Shape::Uniform, Shape::HeavyTailed] {
+            for seed in 1..=6u64 {
+                for load in [1.0, 1.4] {
+                    let spec = GenSpec {
+                        seed,
+                        jobs: 600,
+                        teams: 2 + (seed as usize % 4),
+                        gpus: 128,
+                        load,
+                        mix,
+                        shape,
+                    };
+                    generated.push((mix, generated_trace(&spec)));
+                }
+            }
+        }
+    }
     for pct in SLOWDOWNS {
         println!("split slowdown {pct}%");
-        let mut all = Group::default();
+        let mut all = Group::new(RUNS);
         for mix in [SizeMix::Small, SizeMix::Mixed, SizeMix::Gangs] {
-            let mut group = Group::default();
-            for shape in [Shape::Uniform, Shape::HeavyTailed] {
-                for seed in 1..=6u64 {
-                    for load in [1.0, 1.4] {
-                        let spec = GenSpec {
-                            seed,
-                            jobs: 600,
-                            teams: 2 + (seed as usize % 4),
-                            gpus: 128,
-                            load,
-                            mix,
-                            shape,
-                        };
-                        let r = replay(&generated_trace(&spec), pct);
-                        group.add(&r);
-                        all.add(&r);
-                    }
-                }
+            let mut group = Group::new(RUNS);
+            for (_, trace) in generated.iter().filter(|(m, _)| *m == mix) {
+                let r = replay(trace, pct);
+                group.add(&r);
+                all.add(&r);
             }
             group.print(&format!("  {mix:?}"));
         }
         all.print("  all generated");
         for (name, trace) in &files {
-            let mut one = Group::default();
+            let mut one = Group::new(RUNS);
             one.add(&replay(trace, pct));
+            one.print(&format!("  {name}"));
+        }
+    }
+    for pct in SLOWDOWNS.into_iter().filter(|&p| p > 0) {
+        println!(
+            "gangs unlike each other: every other one {}% slower split, the rest 0%",
+            2 * pct
+        );
+        let mut all = Group::new(MIXED_RUNS);
+        for (_, trace) in generated.iter().filter(|(m, _)| *m != SizeMix::Small) {
+            all.add(&replay_unlike(trace, pct));
+        }
+        all.print("  Mixed and Gangs");
+        for (name, trace) in &files {
+            let mut one = Group::new(MIXED_RUNS);
+            one.add(&replay_unlike(trace, pct));
             one.print(&format!("  {name}"));
         }
     }

@@ -109,7 +109,7 @@ fn knowledge() -> Knowledge {
         pace_after_s: std::env::var("PACE_AFTER")
             .ok()
             .map(|p| p.parse().expect("PACE_AFTER is whole seconds")),
-        split_slowdown_pct: 0,
+        ..Knowledge::exact()
     }
 }
 

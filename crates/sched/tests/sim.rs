@@ -398,6 +398,7 @@ fn saturated_trace() -> Vec<TraceJob> {
             status: "COMPLETED".into(),
             time_limit_s: None,
             topology: None,
+            split_slowdown_pct: None,
         });
     }
     jobs

@@ -13,10 +13,10 @@ use crate::output;
 /// Options of `ferry sim`.
 #[derive(Debug, clap::Args)]
 pub struct SimArgs {
-    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order, optionally time_limit_s and topology (`rack` or `nvlinkDomain`: the gang must stay in one) (or give it with --trace).
+    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order, optionally time_limit_s, topology (`rack` or `nvlinkDomain`: the gang must stay in one) and split_slowdown_pct (how much longer the job runs split across racks; Ferry is told it) (or give it with --trace).
     #[arg(value_name = "TRACE")]
     pub trace_file: Option<PathBuf>,
-    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order, optionally time_limit_s and topology (`rack` or `nvlinkDomain`: the gang must stay in one).
+    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order, optionally time_limit_s, topology (`rack` or `nvlinkDomain`: the gang must stay in one) and split_slowdown_pct (how much longer the job runs split across racks; Ferry is told it).
     #[arg(long, conflicts_with = "trace_file")]
     pub trace: Option<PathBuf>,
     /// Cluster YAML: `nodes: [{name, gpus, flavor, rack?, nvlinkDomain?}]`.
@@ -248,6 +248,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         estimates: args.estimates,
         pace_after_s: args.pace_after,
         split_slowdown_pct,
+        per_job_slowdown_untold: false,
     };
     let mut reports = Vec::new();
     for policy in ferry_sched::Policy::ALL {

@@ -820,4 +820,39 @@ fn a_split_slowdown_makes_ferry_wait_for_one_rack_when_that_costs_less() {
         !out.status.success() && err.contains("the cluster has no racks") && err.contains("fix:"),
         "{err}"
     );
+    // A job's own figure in the trace's `split_slowdown_pct` column: the gang runs 100% slower
+    // split whatever the run's figure, and Ferry, told it as a spec would, waits the same way.
+    let own = |value: &str| {
+        let path = std::path::Path::new(trace).with_file_name(format!("own{value}.csv"));
+        std::fs::write(
+            &path,
+            format!(
+                "job_id,submit_s,duration_s,gpus,nodes,team,status,split_slowdown_pct\n\
+                 a,0,100,8,1,t,COMPLETED,\nb,0,1000,8,1,t,COMPLETED,\n\
+                 c,0,500,8,1,t,COMPLETED,\ngang,150,1000,16,2,t,COMPLETED,{value}\n"
+            ),
+        )
+        .unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let out = sim_ok(&["--trace", &own("100"), "--cluster", cluster, "-o", "json"]);
+    let own_reports: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let jct = |name: &str| {
+        own_reports
+            .iter()
+            .find(|r| r["policy"] == name)
+            .map(|r| r["mean_jct_s"].clone())
+    };
+    assert_eq!(jct("ferry"), ferry.get("mean_jct_s").cloned(), "{out}");
+    assert_eq!(
+        jct("easy-backfill"),
+        easy.get("mean_jct_s").cloned(),
+        "{out}"
+    );
+    let out = sim(&["--trace", &own("fast"), "--cluster", cluster]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 5") && err.contains("column `split_slowdown_pct`: `fast`"),
+        "{err}"
+    );
 }

@@ -162,6 +162,7 @@ mod tests {
             status: String::new(),
             time_limit_s: None,
             topology: None,
+            split_slowdown_pct: None,
         }
     }
 

@@ -120,6 +120,10 @@ pub struct Knowledge {
     /// (percent), for every policy: its collectives cross the slower links between racks.
     #[serde(default)]
     pub split_slowdown_pct: u32,
+    /// Ferry is not told the trace's per-job split slowdowns (`TraceJob::split_slowdown_pct`,
+    /// still how those jobs run): what a cluster without them in its specs knows.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub per_job_slowdown_untold: bool,
 }
 
 impl Knowledge {
@@ -177,6 +181,7 @@ mod tests {
             status: String::new(),
             time_limit_s,
             topology: None,
+            split_slowdown_pct: None,
         };
         let told = |e: Estimates, d: u64| e.for_job(&job(d, None));
         let l = Estimates::Limits { padding: 1.0 };

@@ -172,6 +172,7 @@ pub fn generated_trace(spec: &GenSpec) -> Vec<TraceJob> {
                 status: "COMPLETED".into(),
                 time_limit_s: None,
                 topology: None,
+                split_slowdown_pct: None,
             }
         })
         .collect()

@@ -945,7 +945,11 @@ pub fn simulate_probing(
                 expected_duration_s: knowledge.estimates.for_job(t),
                 created_at,
                 topology,
-                split_slowdown_pct: None,
+                // A job's own figure is what its spec would tell Ferry; the peers know nothing
+                // of racks' links.
+                split_slowdown_pct: t
+                    .split_slowdown_pct
+                    .filter(|_| policy == Policy::Ferry && !knowledge.per_job_slowdown_untold),
             }
         };
         while let Some(&Reverse((t, i, evicted_at))) = requeues.peek() {
@@ -1037,7 +1041,11 @@ pub fn simulate_probing(
                         j.first_start.get_or_insert(now);
                         j.epoch += 1;
                         j.slow_pct = if split {
-                            u64::from(knowledge.split_slowdown_pct)
+                            u64::from(
+                                trace[i]
+                                    .split_slowdown_pct
+                                    .unwrap_or(knowledge.split_slowdown_pct),
+                            )
                         } else {
                             0
                         };

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Topology;
+use crate::config::{MAX_SPLIT_SLOWDOWN_PCT, Topology};
 use crate::error::{Result, SchedError};
 
 /// Largest time value accepted in a trace (about 31,700 years), so sums cannot overflow.
@@ -40,6 +40,10 @@ pub struct TraceJob {
     /// `nvlinkDomain`; empty for none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<Topology>,
+    /// How much longer (percent) it runs split across racks, when the trace says: its own
+    /// figure, which Ferry is told (`Workload::split_slowdown_pct`), instead of the run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_slowdown_pct: Option<u32>,
 }
 
 impl TraceJob {
@@ -69,7 +73,7 @@ pub(super) fn trace_err(
 }
 
 /// The trace columns, in the documented order; `ferry sim` reads them by name.
-pub const TRACE_COLUMNS: [&str; 9] = [
+pub const TRACE_COLUMNS: [&str; 10] = [
     "job_id",
     "submit_s",
     "duration_s",
@@ -79,20 +83,21 @@ pub const TRACE_COLUMNS: [&str; 9] = [
     "status",
     "time_limit_s",
     "topology",
+    "split_slowdown_pct",
 ];
 
 /// Where each trace column is in a file's header; `None` for an optional one left out.
 struct Columns {
-    at: [Option<usize>; 9],
+    at: [Option<usize>; 10],
 }
 
 impl Columns {
     /// Columns are matched by name (any order, any case, surrounding spaces ignored);
     /// other columns are ignored. `submit_s`, `duration_s`, `gpus` and `team` are
     /// required; `job_id` defaults to the row's line, `nodes` to the fewest 8-GPU
-    /// nodes, `status` to empty, `time_limit_s` and `topology` to none.
+    /// nodes, `status` to empty, `time_limit_s`, `topology` and `split_slowdown_pct` to none.
     fn from_header(header: &csv::StringRecord, file: &str) -> Result<Self> {
-        let mut at = [None; 9];
+        let mut at = [None; 10];
         for (i, name) in header.iter().enumerate() {
             let name = name
                 .trim_start_matches('\u{feff}')
@@ -140,7 +145,8 @@ impl Columns {
 
 /// Parses trace CSV text: a header naming the columns ([`TRACE_COLUMNS`], in any order;
 /// others ignored; `time_limit_s` optional, empty or `UNLIMITED` for none; `topology`
-/// optional, `rack` or `nvlinkDomain` for a gang that must stay in one, empty for none), then
+/// optional, `rack` or `nvlinkDomain` for a gang that must stay in one, empty for none;
+/// `split_slowdown_pct` optional, the percent longer a job runs split across racks), then
 /// one job per
 /// row. Quoted fields and CRLF line ends are accepted;
 /// times may have a fraction (rounded to whole seconds).
@@ -259,6 +265,25 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
                 )
             })?),
         };
+        let split_slowdown_pct = match field(9)?.unwrap_or_default() {
+            "" => None,
+            v => Some(
+                v.parse::<u32>()
+                    .ok()
+                    .filter(|&p| p <= MAX_SPLIT_SLOWDOWN_PCT)
+                    .ok_or_else(|| {
+                        trace_err(
+                            file,
+                            ln,
+                            format!("column `split_slowdown_pct`: `{v}` is not a percentage"),
+                            format!(
+                                "write how much longer the job runs split across racks, a whole \
+                                 number from 0 to {MAX_SPLIT_SLOWDOWN_PCT}, or leave it empty"
+                            ),
+                        )
+                    })?,
+            ),
+        };
         let team = field(5)?.unwrap_or_default();
         if team.is_empty() {
             return Err(trace_err(
@@ -281,6 +306,7 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
             status: field(6)?.unwrap_or_default().to_string(),
             time_limit_s,
             topology,
+            split_slowdown_pct,
         });
     }
     if jobs.is_empty() {
