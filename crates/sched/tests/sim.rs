@@ -673,12 +673,17 @@ mod untrusted {
         #[test]
         fn parser_never_panics(body in "[0-9a-z,.\"\\-\r\n ]{0,400}", header in any::<bool>()) {
             let text = if header {
-                format!("job_id,submit_s,duration_s,gpus,nodes,team,status,time_limit_s\n{body}")
+                format!(
+                    "job_id,submit_s,duration_s,gpus,nodes,team,status,time_limit_s,topology,\
+                     split_slowdown_pct\n{body}"
+                )
             } else {
                 body
             };
             match parse_trace(&text, "fuzz.csv") {
-                Ok(jobs) => prop_assert!(jobs.iter().all(|j| j.gpus > 0 && j.nodes > 0)),
+                Ok(jobs) => prop_assert!(jobs.iter().all(|j| j.gpus > 0
+                    && j.nodes > 0
+                    && j.split_slowdown_pct.is_none_or(|p| p <= 1000))),
                 Err(e) => prop_assert!(e.to_string().contains("fix:")),
             }
         }
