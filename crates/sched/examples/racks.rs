@@ -135,7 +135,11 @@ fn unlike(trace: &[TraceJob], pct: u32) -> Vec<TraceJob> {
             let gang = t.shape().0 > 1;
             gangs += u32::from(gang);
             TraceJob {
-                split_slowdown_pct: gang.then_some(if gangs % 2 == 0 { 2 * pct } else { 0 }),
+                split_slowdown_pct: gang.then_some(if gangs.is_multiple_of(2) {
+                    2 * pct
+                } else {
+                    0
+                }),
                 ..t.clone()
             }
         })
