@@ -19,15 +19,15 @@
 //! pods are placed, so their ratio is the price of placing after admitting. Last, what
 //! requiring one rack (`topology: rack`) for every multi-node gang that fits one costs Ferry
 //! against preferring it.
+mod common;
+
 use std::path::Path;
 
+use common::RACK_NODES;
 use ferry_sched::{
-    GenSpec, Policy, Shape, SimReport, SizeMix, TraceJob, default_cluster, default_queues,
-    generated_trace, read_trace, requiring_one_rack, simulate, with_racks,
+    Policy, Shape, SimReport, SizeMix, TraceJob, default_cluster, default_queues, read_trace,
+    requiring_one_rack, simulate, with_racks,
 };
-
-/// Nodes per rack in the replayed clusters.
-const RACK_NODES: usize = 4;
 
 const POLICIES: [Policy; 3] = [Policy::Ferry, Policy::KueueStrict, Policy::KueuePods];
 
@@ -124,24 +124,14 @@ fn replay(trace: &[TraceJob]) -> (Vec<SimReport>, SimReport) {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut all = Group::default();
+    let traces = common::generated();
     for mix in [SizeMix::Small, SizeMix::Mixed, SizeMix::Gangs] {
         for shape in [Shape::Uniform, Shape::HeavyTailed] {
             let mut group = Group::default();
-            for seed in 1..=6u64 {
-                for load in [1.0, 1.4] {
-                    let spec = GenSpec {
-                        seed,
-                        jobs: 600,
-                        teams: 2 + (seed as usize % 4),
-                        gpus: 128,
-                        load,
-                        mix,
-                        shape,
-                    };
-                    let (r, required) = replay(&generated_trace(&spec));
-                    group.add(&r, &required);
-                    all.add(&r, &required);
-                }
+            for (_, _, trace) in traces.iter().filter(|t| (t.0, t.1) == (mix, shape)) {
+                let (r, required) = replay(trace);
+                group.add(&r, &required);
+                all.add(&r, &required);
             }
             group.print(&format!("{mix:?} {shape:?}"));
         }

@@ -22,15 +22,15 @@
 //! the slowdown split, the rest no slower (the same mean), under `prefer`, Ferry told the mean
 //! for the whole cluster (`cluster`), and Ferry told each gang's own (`per-job`, as
 //! `spec.resources.splitSlowdownPct` would).
+mod common;
+
 use std::path::Path;
 
+use common::RACK_NODES;
 use ferry_sched::{
-    GenSpec, Knowledge, Options, Policy, Shape, SimReport, SizeMix, TraceJob, default_cluster,
-    default_queues, generated_trace, read_trace, requiring_one_rack, simulate_knowing, with_racks,
+    Knowledge, Options, Policy, SimReport, SizeMix, TraceJob, default_cluster, default_queues,
+    read_trace, requiring_one_rack, simulate_knowing, with_racks,
 };
-
-/// Nodes per rack in the replayed clusters.
-const RACK_NODES: usize = 4;
 
 /// Split slowdowns replayed (percent).
 const SLOWDOWNS: [u32; 6] = [0, 5, 10, 25, 50, 100];
@@ -181,31 +181,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Ok((name, trace))
         })
         .collect::<Result<_, Box<dyn std::error::Error>>>()?;
-    let mut generated: Vec<(SizeMix, Vec<TraceJob>)> = Vec::new();
-    for mix in [SizeMix::Small, SizeMix::Mixed, SizeMix::Gangs] {
-        for shape in [Shape::Uniform, Shape::HeavyTailed] {
-            for seed in 1..=6u64 {
-                for load in [1.0, 1.4] {
-                    let spec = GenSpec {
-                        seed,
-                        jobs: 600,
-                        teams: 2 + (seed as usize % 4),
-                        gpus: 128,
-                        load,
-                        mix,
-                        shape,
-                    };
-                    generated.push((mix, generated_trace(&spec)));
-                }
-            }
-        }
-    }
+    let generated = common::generated();
     for pct in SLOWDOWNS {
         println!("split slowdown {pct}%");
         let mut all = Group::new(RUNS);
         for mix in [SizeMix::Small, SizeMix::Mixed, SizeMix::Gangs] {
             let mut group = Group::new(RUNS);
-            for (_, trace) in generated.iter().filter(|(m, _)| *m == mix) {
+            for (_, _, trace) in generated.iter().filter(|t| t.0 == mix) {
                 let r = replay(trace, pct);
                 group.add(&r);
                 all.add(&r);
@@ -225,7 +207,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             2 * pct
         );
         let mut all = Group::new(MIXED_RUNS);
-        for (_, trace) in generated.iter().filter(|(m, _)| *m != SizeMix::Small) {
+        for (_, _, trace) in generated.iter().filter(|t| t.0 != SizeMix::Small) {
             all.add(&replay_unlike(trace, pct));
         }
         all.print("  Mixed and Gangs");

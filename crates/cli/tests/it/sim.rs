@@ -660,16 +660,11 @@ fn forecast_starts_are_measured_when_asked() {
     assert!(!sim_ok(&["--trace", trace, "--gpus", "8"]).contains("forecast"));
 }
 
-/// A trace's `topology` column: on a cluster of two racks, a two-node gang that only prefers
-/// one rack starts at once across both (and `ferry sim` counts it split), while the same gang
-/// required to stay in one waits for a rack to free (none split, a later end); a gang no rack
-/// can ever hold is refused before anything runs, naming the job and the rack's size.
-#[test]
-fn a_trace_can_require_one_rack_and_split_gangs_are_counted() {
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = dir.path().join("racks.yaml");
+/// A cluster file of two racks of two 8-GPU nodes in `dir`.
+fn two_racks(dir: &std::path::Path) -> String {
+    let path = dir.join("racks.yaml");
     std::fs::write(
-        &cluster,
+        &path,
         "nodes:\n\
          - {name: n0, gpus: 8, flavor: gpu, rack: r0}\n\
          - {name: n1, gpus: 8, flavor: gpu, rack: r0}\n\
@@ -677,22 +672,37 @@ fn a_trace_can_require_one_rack_and_split_gangs_are_counted() {
          - {name: n3, gpus: 8, flavor: gpu, rack: r1}\n",
     )
     .unwrap();
-    // a and b fill rack r0 (single-node jobs go to the fullest rack), c takes half of r1;
-    // at 150 one node is free in each rack.
-    let trace = |topology: &str| {
-        let path = dir.path().join(format!("t{topology}.csv"));
-        std::fs::write(
-            &path,
-            format!(
-                "job_id,submit_s,duration_s,gpus,nodes,team,status,topology\n\
-                 a,0,100,8,1,t,COMPLETED,\nb,0,1000,8,1,t,COMPLETED,\n\
-                 c,0,500,8,1,t,COMPLETED,\ngang,150,100,16,2,t,COMPLETED,{topology}\n"
-            ),
-        )
-        .unwrap();
-        path.to_str().unwrap().to_owned()
-    };
-    let cluster = cluster.to_str().unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// A trace file in `dir` for `two_racks`: one-node jobs a (100 s), b (1,000 s) and c (500 s)
+/// at 0 — a and b fill rack r0 (single-node jobs go to the fullest rack), c takes half of r1,
+/// so at 150 one node is free in each rack and r1 frees at 500 — then `gang`, two nodes for
+/// `gang_s` seconds, at 150, with `value` in column `column` (empty for the others).
+fn racked_trace(dir: &std::path::Path, gang_s: u64, column: &str, value: &str) -> String {
+    let path = dir.join(format!("{gang_s}-{column}-{value}.csv"));
+    std::fs::write(
+        &path,
+        format!(
+            "job_id,submit_s,duration_s,gpus,nodes,team,status,{column}\n\
+             a,0,100,8,1,t,COMPLETED,\nb,0,1000,8,1,t,COMPLETED,\n\
+             c,0,500,8,1,t,COMPLETED,\ngang,150,{gang_s},16,2,t,COMPLETED,{value}\n"
+        ),
+    )
+    .unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// A trace's `topology` column: on a cluster of two racks, a two-node gang that only prefers
+/// one rack starts at once across both (and `ferry sim` counts it split), while the same gang
+/// required to stay in one waits for a rack to free (none split, a later end); a gang no rack
+/// can ever hold is refused before anything runs, naming the job and the rack's size.
+#[test]
+fn a_trace_can_require_one_rack_and_split_gangs_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = two_racks(dir.path());
+    let cluster = cluster.as_str();
+    let trace = |topology: &str| racked_trace(dir.path(), 100, "topology", topology);
     let ferry = |topology: &str| -> Value {
         let out = sim_ok(&[
             "--trace",
@@ -758,26 +768,9 @@ fn a_trace_can_require_one_rack_and_split_gangs_are_counted() {
 #[test]
 fn a_split_slowdown_makes_ferry_wait_for_one_rack_when_that_costs_less() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = dir.path().join("racks.yaml");
-    std::fs::write(
-        &cluster,
-        "nodes:\n\
-         - {name: n0, gpus: 8, flavor: gpu, rack: r0}\n\
-         - {name: n1, gpus: 8, flavor: gpu, rack: r0}\n\
-         - {name: n2, gpus: 8, flavor: gpu, rack: r1}\n\
-         - {name: n3, gpus: 8, flavor: gpu, rack: r1}\n",
-    )
-    .unwrap();
-    // At 150 one node is free in each rack; rack r1 frees at 500 (c ends).
-    let trace = dir.path().join("t.csv");
-    std::fs::write(
-        &trace,
-        "job_id,submit_s,duration_s,gpus,nodes,team,status\n\
-         a,0,100,8,1,t,COMPLETED\nb,0,1000,8,1,t,COMPLETED\n\
-         c,0,500,8,1,t,COMPLETED\ngang,150,1000,16,2,t,COMPLETED\n",
-    )
-    .unwrap();
-    let (trace, cluster) = (trace.to_str().unwrap(), cluster.to_str().unwrap());
+    let cluster = two_racks(dir.path());
+    let trace = racked_trace(dir.path(), 1000, "topology", "");
+    let (trace, cluster) = (trace.as_str(), cluster.as_str());
     let out = sim_ok(&[
         "--trace",
         trace,
@@ -822,19 +815,7 @@ fn a_split_slowdown_makes_ferry_wait_for_one_rack_when_that_costs_less() {
     );
     // A job's own figure in the trace's `split_slowdown_pct` column: the gang runs 100% slower
     // split whatever the run's figure, and Ferry, told it as a spec would, waits the same way.
-    let own = |value: &str| {
-        let path = std::path::Path::new(trace).with_file_name(format!("own{value}.csv"));
-        std::fs::write(
-            &path,
-            format!(
-                "job_id,submit_s,duration_s,gpus,nodes,team,status,split_slowdown_pct\n\
-                 a,0,100,8,1,t,COMPLETED,\nb,0,1000,8,1,t,COMPLETED,\n\
-                 c,0,500,8,1,t,COMPLETED,\ngang,150,1000,16,2,t,COMPLETED,{value}\n"
-            ),
-        )
-        .unwrap();
-        path.to_str().unwrap().to_owned()
-    };
+    let own = |value: &str| racked_trace(dir.path(), 1000, "split_slowdown_pct", value);
     let out = sim_ok(&["--trace", &own("100"), "--cluster", cluster, "-o", "json"]);
     let own_reports: Vec<Value> = serde_json::from_str(&out).unwrap();
     let jct = |name: &str| {
