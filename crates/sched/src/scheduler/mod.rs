@@ -68,7 +68,7 @@ struct Job {
     /// else `Options::split_slowdown_pct`).
     split_pct: u32,
     /// Waits for one rack, though it does not require one: split across racks it would run
-    /// longer, which costs more than the wait (`Options::split_slowdown_pct`).
+    /// longer (`split_pct`), which costs more than the wait.
     waits_for_rack: bool,
     /// Runs split across racks: its expected duration is stretched by this percentage.
     stretch_pct: u32,

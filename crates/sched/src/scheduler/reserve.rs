@@ -82,10 +82,11 @@ impl Scheduler {
         let fs = self.free_for_holder(f);
         let (nodes, shadow) = match within {
             Some(level) => self.reserve_within(f, level, fs, pods, g, now),
-            None => {
+            None if self.rack_sensitive(j, f) => {
                 let anywhere = self.reserve_anywhere(f, fs.clone(), pods, g, now);
-                self.reserve_rack_if_sooner(j, f, fs, anywhere, now)
+                self.reserve_rack_if_it_pays(j, f, fs, anywhere, now)
             }
+            None => self.reserve_anywhere(f, fs, pods, g, now),
         };
         for &n in &nodes {
             self.pools[f].index_remove(n);

@@ -1,7 +1,6 @@
 //! A gang split across racks runs longer (`Workload::split_slowdown_pct`, else
-//! `Options::split_slowdown_pct`): whether a gang
-//! that only prefers one rack starts split now or waits for one rack, and how much later a
-//! split gang is expected to end.
+//! `Options::split_slowdown_pct`): whether a gang that only prefers one rack starts split now
+//! or waits for one rack, and how much later a split gang is expected to end.
 
 use super::{Job, Scheduler};
 use crate::config::Time;
@@ -10,10 +9,10 @@ use crate::config::Time;
 const RACK: usize = 1;
 
 impl Scheduler {
-    /// Whether `j`'s run time in flavor `f` depends on staying in one rack: the slowdown is
-    /// set, `j` is a gang that does not require a rack and whose run time is known, and one
+    /// Whether `j`'s run time in flavor `f` depends on staying in one rack: its slowdown is
+    /// set, it is a gang that does not require a rack and whose run time is known, and one
     /// rack of the flavor could hold it.
-    fn rack_sensitive(&self, j: u32, f: usize) -> bool {
+    pub(super) fn rack_sensitive(&self, j: u32, f: usize) -> bool {
         let job = self.jobs[j as usize].as_ref().expect("job exists");
         let pool = &self.pools[f];
         job.split_pct > 0
@@ -64,7 +63,7 @@ impl Scheduler {
     /// A reservation for rack-sensitive `j` in flavor `f`: `anywhere` (nodes, start), unless
     /// its nodes span racks and waiting for the first rack to hold the gang (by `fs`, free GPUs
     /// now) pays (`rack_pays`); then that rack's, and `j` waits for one rack.
-    pub(super) fn reserve_rack_if_sooner(
+    pub(super) fn reserve_rack_if_it_pays(
         &mut self,
         j: u32,
         f: usize,
