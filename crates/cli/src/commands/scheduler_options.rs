@@ -39,12 +39,23 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<ferry_sched::Options> {
         }
         options.insert(key.clone(), value.clone());
     }
-    serde_json::from_value(Value::Object(options)).with_context(|| {
-        format!(
-            "options file {}: a switch has a value of the wrong type (see docs/scheduler.md)",
-            path.display()
-        )
-    })
+    let options: ferry_sched::Options = serde_json::from_value(Value::Object(options))
+        .with_context(|| {
+            format!(
+                "options file {}: a switch has a value of the wrong type (see docs/scheduler.md)",
+                path.display()
+            )
+        })?;
+    let max = ferry_sched::MAX_SPLIT_SLOWDOWN_PCT;
+    if options.split_slowdown_pct > max {
+        anyhow::bail!(
+            "options file {}: splitSlowdownPct {} is more than {max}; fix: give how much longer \
+             (percent) a gang runs split across racks, 0 to {max}",
+            path.display(),
+            options.split_slowdown_pct
+        );
+    }
+    Ok(options)
 }
 
 /// A control plane's switches: the defaults without a file, else the file's (`read`), logged

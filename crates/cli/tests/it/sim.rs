@@ -807,6 +807,14 @@ fn a_split_slowdown_makes_ferry_wait_for_one_rack_when_that_costs_less() {
         text.contains("a gang split across racks although one rack could hold it runs 100% longer"),
         "{text}"
     );
+    let too_slow = dir.path().join("too-slow.yaml");
+    std::fs::write(&too_slow, "splitSlowdownPct: 2000\n").unwrap();
+    let out = sim(&["--trace", trace, "--options", too_slow.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("splitSlowdownPct 2000 is more than 1000"),
+        "{err}"
+    );
     let out = sim(&["--trace", trace, "--gpus", "32", "--split-slowdown", "10"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
