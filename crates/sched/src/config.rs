@@ -279,7 +279,7 @@ pub enum Topology {
 
 impl Topology {
     /// The placement index's level for it (narrowest first).
-    pub(crate) fn level(self) -> usize {
+    pub(crate) const fn level(self) -> usize {
         match self {
             Topology::NvlinkDomain => 0,
             Topology::Rack => 1,

@@ -3,10 +3,10 @@
 //! or waits for one rack, and how much later a split gang is expected to end.
 
 use super::{Job, Scheduler};
-use crate::config::Time;
+use crate::config::{Time, Topology};
 
 /// The placement index's level of racks.
-const RACK: usize = 1;
+const RACK: usize = Topology::Rack.level();
 
 impl Scheduler {
     /// Whether `j`'s run time in flavor `f` depends on staying in one rack: its slowdown is
@@ -26,11 +26,13 @@ impl Scheduler {
     /// The stretch (percent) of `j`'s run on `nodes` of flavor `f`: the slowdown when it is
     /// rack-sensitive and the nodes span racks, else 0.
     pub(super) fn split_stretch(&self, j: u32, f: usize, nodes: impl Iterator<Item = u32>) -> u32 {
-        if self.rack_sensitive(j, f) && self.pools[f].spans(RACK, nodes) {
-            self.jobs[j as usize]
-                .as_ref()
-                .expect("job exists")
-                .split_pct
+        let pct = self.jobs[j as usize]
+            .as_ref()
+            .expect("job exists")
+            .split_pct;
+        // The span (one pass over the pods) before the rest (one over the flavor's nodes).
+        if pct > 0 && self.pools[f].spans(RACK, nodes) && self.rack_sensitive(j, f) {
+            pct
         } else {
             0
         }
