@@ -6,8 +6,7 @@ use std::collections::BinaryHeap;
 use std::ops::Bound;
 
 use super::preempt::Attempt;
-use super::split::stretched;
-use super::{Fit, Job, PKey, Reservation, Scheduler, St};
+use super::{Fit, Job, PKey, Reservation, Scheduler, St, stretched};
 use crate::config::{Decision, Time};
 
 impl Scheduler {

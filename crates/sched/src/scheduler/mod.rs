@@ -22,6 +22,7 @@ use crate::pool::{Pool, bits};
 
 pub(crate) use forecast::CYCLES_PER_INSTANT;
 pub use forecast::{FORECAST_CYCLES, Forecast, ForecastStart};
+pub(crate) use split::{stretched, unstretched};
 pub use waiting::{Forecasted, InLine, WaitCause, Waiting};
 
 type PKey = (Reverse<i32>, Time, u64, u32);

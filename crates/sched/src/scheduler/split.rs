@@ -117,12 +117,18 @@ impl Job {
 
     /// Ends a stretched run: what remains of its expected duration is at the unsplit pace.
     pub(super) fn unstretch(&mut self) {
-        let pct = u64::from(std::mem::take(&mut self.stretch_pct));
-        self.expected = self.expected.map(|e| (e * 100 / (100 + pct)).max(1));
+        let pct = std::mem::take(&mut self.stretch_pct);
+        self.expected = self.expected.map(|e| unstretched(e, pct).max(1));
     }
 }
 
-/// `d` seconds stretched by `pct` percent.
-pub(super) fn stretched(d: u64, pct: u32) -> u64 {
+/// `d` seconds stretched by `pct` percent (rounded up): a split run's wall-clock time.
+pub(crate) fn stretched(d: u64, pct: u32) -> u64 {
     (d * (100 + u64::from(pct))).div_ceil(100)
+}
+
+/// The unsplit pace's seconds in `d` seconds of a run stretched by `pct` percent (rounded
+/// down): the work a split run did.
+pub(crate) fn unstretched(d: u64, pct: u32) -> u64 {
+    d * 100 / (100 + u64::from(pct))
 }

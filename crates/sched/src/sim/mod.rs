@@ -33,7 +33,7 @@ use crate::config::{
     Cluster, Decision, FlavorQuota, Multifactor, Options, QueueSpec, StopPolicy, Time, Workload,
 };
 use crate::error::Result;
-use crate::scheduler::{CYCLES_PER_INSTANT, FORECAST_CYCLES, Scheduler};
+use crate::scheduler::{CYCLES_PER_INSTANT, FORECAST_CYCLES, Scheduler, stretched, unstretched};
 use placement::GangLayouts;
 use pods::PodLayer;
 use trace::trace_err;
@@ -389,18 +389,18 @@ struct SimJob {
     /// Told to stop (SIGTERM) and not yet gone: no longer running for the scheduler.
     signalled: bool,
     /// How much longer (percent) its current run takes for being split across racks.
-    slow_pct: u64,
+    slow_pct: u32,
 }
 
 impl SimJob {
     /// Wall-clock seconds its remaining work takes at its current run's pace.
     fn wall(&self) -> u64 {
-        (self.remaining * (100 + self.slow_pct)).div_ceil(100)
+        stretched(self.remaining, self.slow_pct)
     }
 
     /// Work (at the unsplit pace) done in `elapsed` wall-clock seconds of its current run.
     fn work_in(&self, elapsed: u64) -> u64 {
-        elapsed * 100 / (100 + self.slow_pct)
+        unstretched(elapsed, self.slow_pct)
     }
 }
 
@@ -1041,11 +1041,9 @@ pub fn simulate_probing(
                         j.first_start.get_or_insert(now);
                         j.epoch += 1;
                         j.slow_pct = if split {
-                            u64::from(
-                                trace[i]
-                                    .split_slowdown_pct
-                                    .unwrap_or(knowledge.split_slowdown_pct),
-                            )
+                            trace[i]
+                                .split_slowdown_pct
+                                .unwrap_or(knowledge.split_slowdown_pct)
                         } else {
                             0
                         };
