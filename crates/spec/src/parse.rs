@@ -150,25 +150,28 @@ impl Resource {
 /// Parses every document in `text` (YAML with `---` separators, a JSON object, or a
 /// JSON list of objects). `source_name` labels errors (usually the file name).
 pub fn parse_documents(text: &str, source_name: &str) -> Result<Vec<Resource>, SpecError> {
+    let yaml = || {
+        serde_saphyr::from_multiple::<Value>(text).map_err(|e| SpecError::Syntax {
+            source_name: source_name.to_owned(),
+            format: "YAML",
+            message: e.to_string().lines().next().unwrap_or_default().to_owned(),
+        })
+    };
     let trimmed = text.trim_start();
     let docs: Vec<Value> = if trimmed.starts_with('{') || trimmed.starts_with('[') {
         match serde_json::from_str::<Value>(text) {
             Ok(Value::Array(items)) => items,
             Ok(v) => vec![v],
-            Err(e) => {
-                return Err(SpecError::Syntax {
-                    source_name: source_name.to_owned(),
-                    format: "JSON",
-                    message: e.to_string(),
-                });
-            }
+            // YAML's flow style (`{kind: Queue, ...}`) starts the same way; text that is
+            // neither gets the JSON parser's message, as it was most likely meant as JSON.
+            Err(e) => yaml().map_err(|_| SpecError::Syntax {
+                source_name: source_name.to_owned(),
+                format: "JSON",
+                message: e.to_string(),
+            })?,
         }
     } else {
-        serde_saphyr::from_multiple::<Value>(text).map_err(|e| SpecError::Syntax {
-            source_name: source_name.to_owned(),
-            format: "YAML",
-            message: e.to_string().lines().next().unwrap_or_default().to_owned(),
-        })?
+        yaml()?
     };
     let docs: Vec<Value> = docs.into_iter().filter(|d| !d.is_null()).collect();
     if docs.is_empty() {
@@ -258,20 +261,22 @@ pub fn parse_value(mut doc: Value, source_name: &str) -> Result<Resource, SpecEr
         ),
         None => problems.push("apiVersion", format!("is required; use {API_VERSION}")),
     }
-    let schema_problems = schema::check(kind, &doc);
-    let only_unknown_fields = schema_problems
-        .iter()
-        .all(|p| p.message.starts_with("unknown field"));
-    problems.0.extend(schema_problems);
+    let checked = schema::check(kind, &doc);
+    let only_unknown_fields = checked.problems.len() == checked.unknown.len();
+    // The checks above said what `apiVersion` must be; the schema's "is required" would say
+    // it again.
+    let said: Vec<String> = problems.0.iter().map(|p| p.path.clone()).collect();
+    problems.0.extend(
+        checked
+            .problems
+            .into_iter()
+            .filter(|p| !said.contains(&p.path)),
+    );
 
     // Unknown fields do not stop the typed checks: drop them and validate the rest so
     // the user sees every problem in one go.
     if only_unknown_fields {
-        let pruned = if problems.0.is_empty() {
-            doc
-        } else {
-            prune_unknown(doc, &problems.0)
-        };
+        let pruned = prune_unknown(doc, &checked.unknown);
         match typed(kind, pruned) {
             Ok(resource) => {
                 match &resource {
@@ -309,40 +314,21 @@ fn typed(kind: ResourceKind, doc: Value) -> Result<Resource, FieldError> {
     })
 }
 
-fn prune_unknown(mut doc: Value, problems: &[FieldError]) -> Value {
-    for p in problems {
-        let mut segments = split_dotted(&p.path);
-        let Some(last) = segments.pop() else { continue };
-        let parent: String = segments
+/// `doc` without the unknown fields at `places` (each its parents' keys, then its own).
+fn prune_unknown(mut doc: Value, places: &[Vec<String>]) -> Value {
+    for place in places {
+        let Some((last, parents)) = place.split_last() else {
+            continue;
+        };
+        let parent: String = parents
             .iter()
             .map(|s| format!("/{}", s.replace('~', "~0").replace('/', "~1")))
             .collect();
         if let Some(Value::Object(m)) = doc.pointer_mut(&parent) {
-            m.remove(&last);
+            m.shift_remove(last);
         }
     }
     doc
-}
-
-/// Inverse of [`schema::dotted`]: `spec.quotas[0].nominal` → segments.
-fn split_dotted(path: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for part in path.split('.') {
-        let mut rest = part;
-        if let Some(idx) = rest.find('[') {
-            if idx > 0 {
-                out.push(rest[..idx].to_owned());
-            }
-            rest = &rest[idx..];
-            while let Some(end) = rest.find(']') {
-                out.push(rest[1..end].to_owned());
-                rest = &rest[end + 1..];
-            }
-        } else if !rest.is_empty() {
-            out.push(rest.to_owned());
-        }
-    }
-    out
 }
 
 #[cfg(test)]

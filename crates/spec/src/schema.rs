@@ -90,20 +90,34 @@ fn compiled(kind: ResourceKind) -> &'static Compiled {
     })
 }
 
+/// What a document's schema check found.
+#[derive(Debug, Default)]
+pub(crate) struct Checked {
+    /// Every violation, in document order.
+    pub problems: Vec<FieldError>,
+    /// Where each unknown field is (its parent's keys, then its own), so it can be pruned
+    /// before the typed checks whatever characters its name has.
+    pub unknown: Vec<Vec<String>>,
+}
+
 /// Checks `doc` against `kind`'s schema; every violation becomes a [`FieldError`].
-pub(crate) fn check(kind: ResourceKind, doc: &Value) -> Vec<FieldError> {
+pub(crate) fn check(kind: ResourceKind, doc: &Value) -> Checked {
     let c = compiled(kind);
-    let mut out = Vec::new();
+    let mut checked = Checked::default();
+    let out = &mut checked.problems;
     for err in c.validator.iter_errors(doc) {
         let pointer = err.instance_path().to_string();
         let segments = pointer_segments(&pointer);
-        let path = dotted(&segments);
+        let path = dotted(doc, &segments);
         let instance = err.instance();
         match err.kind() {
             jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } => {
                 let known = known_fields(&c.schema, &segments);
                 for field in unexpected {
                     let at = join(&path, field);
+                    let mut place = segments.clone();
+                    place.push(field.clone());
+                    checked.unknown.push(place);
                     let hint = match closest(field, known.iter().map(String::as_str)) {
                         Some(best) => format!("unknown field; did you mean `{best}`?"),
                         None if known.is_empty() => "unknown field; remove it".to_owned(),
@@ -159,7 +173,7 @@ pub(crate) fn check(kind: ResourceKind, doc: &Value) -> Vec<FieldError> {
             _ => out.push(FieldError::new(path, err.to_string())),
         }
     }
-    out
+    checked
 }
 
 fn pointer_segments(pointer: &str) -> Vec<String> {
@@ -170,27 +184,38 @@ fn pointer_segments(pointer: &str) -> Vec<String> {
         .collect()
 }
 
-/// `["spec", "quotas", "0", "nominal"]` → `spec.quotas[0].nominal`.
-pub(crate) fn dotted(segments: &[String]) -> String {
+/// The path of the node at `segments` in `doc` as users write it: `spec.quotas[0].nominal`
+/// (list elements by index); a key that is not a plain name is quoted, as label keys are,
+/// `metadata.labels["ferry.dev/team"]`, so a key with dots or brackets in it cannot be read as
+/// several fields.
+pub(crate) fn dotted(doc: &Value, segments: &[String]) -> String {
     let mut out = String::new();
+    let mut node = Some(doc);
     for seg in segments {
-        if !seg.is_empty() && seg.chars().all(|c| c.is_ascii_digit()) {
-            out.push_str(&format!("[{seg}]"));
-        } else {
-            if !out.is_empty() {
-                out.push('.');
+        node = match node {
+            Some(Value::Array(items)) => {
+                out.push_str(&format!("[{seg}]"));
+                seg.parse::<usize>().ok().and_then(|i| items.get(i))
             }
-            out.push_str(seg);
-        }
+            other => {
+                out = join(&out, seg);
+                other.and_then(|v| v.get(seg))
+            }
+        };
     }
     out
 }
 
+/// `path` and then the key `field` (quoted unless it is a plain name).
 fn join(path: &str, field: &str) -> String {
-    if path.is_empty() {
-        field.to_owned()
-    } else {
-        format!("{path}.{field}")
+    let plain = field.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && field
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    match (path.is_empty(), plain) {
+        (true, true) => field.to_owned(),
+        (false, true) => format!("{path}.{field}"),
+        (_, false) => format!("{path}[{field:?}]"),
     }
 }
 
@@ -429,7 +454,17 @@ mod tests {
 
     #[test]
     fn dotted_paths_index_lists() {
-        let segs: Vec<String> = ["spec", "quotas", "0", "nominal"].map(String::from).into();
-        assert_eq!(dotted(&segs), "spec.quotas[0].nominal");
+        let doc = serde_json::json!({"spec": {"quotas": [{"nominal": 1}], "7": {"a.b": 1}}});
+        let segs = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            dotted(&doc, &segs(&["spec", "quotas", "0", "nominal"])),
+            "spec.quotas[0].nominal"
+        );
+        // A key of digits is a key, not an index; a key with a dot is one field.
+        assert_eq!(
+            dotted(&doc, &segs(&["spec", "7", "a.b"])),
+            r#"spec["7"]["a.b"]"#
+        );
+        assert_eq!(join("", ".apiVersion"), r#"[".apiVersion"]"#);
     }
 }

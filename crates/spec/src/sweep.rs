@@ -237,7 +237,7 @@ impl Sweep {
         for key in spec.template.metadata.labels.keys() {
             if key == SWEEP_LABEL || key == SWEEP_INDEX_LABEL {
                 p.push(
-                    format!("spec.template.metadata.labels.{key}"),
+                    format!("spec.template.metadata.labels[{key:?}]"),
                     "is set by the sweep on each of its jobs; remove it",
                 );
             }

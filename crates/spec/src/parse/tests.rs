@@ -51,6 +51,20 @@ fn several_documents_parse_in_order() {
     assert_eq!(docs[1].kind(), ResourceKind::Queue);
 }
 
+/// A document in YAML's flow style starts with `{` as JSON does, and is read as YAML; broken
+/// JSON still gets the JSON parser's message.
+#[test]
+fn flow_style_yaml_is_yaml_and_broken_json_is_json() {
+    let flow = "{apiVersion: ferry.dev/v1alpha1, kind: Queue, metadata: {name: nlp}}";
+    let docs = parse_documents(flow, "queue.yaml").unwrap();
+    assert_eq!(docs[0].metadata().name, "nlp");
+    let err = parse_documents(r#"{"kind": "Queue", "metadata": "#, "queue.json").unwrap_err();
+    assert!(
+        err.to_string().starts_with("queue.json: not valid JSON"),
+        "{err}"
+    );
+}
+
 #[test]
 fn malformed_yaml_is_a_syntax_error_with_a_location() {
     let err = parse_documents("kind: TrainJob\nspec: [unclosed\n", "bad.yaml").unwrap_err();
@@ -249,11 +263,19 @@ fn empty_input_says_so() {
     assert!(p[0].contains("no resource found"), "{p:?}");
 }
 
+/// An unknown field whose name has dots is one field: named quoted, and dropped alone before
+/// the typed checks (read as a path, `spec.resources` would have dropped the job's resources).
 #[test]
-fn split_dotted_inverts_dotted() {
-    let segs = split_dotted("spec.quotas[0].nominal");
-    assert_eq!(segs, ["spec", "quotas", "0", "nominal"]);
-    assert_eq!(crate::schema::dotted(&segs), "spec.quotas[0].nominal");
+fn an_unknown_field_with_dots_is_one_field() {
+    let text = format!("spec.resources: {{gpus: 1}}\n{HELLO}");
+    assert_eq!(
+        problems(&text),
+        [r#"["spec.resources"]: unknown field; did you mean `spec`?"#]
+    );
+    // Without the checks above, `apiVersion` would be reported missing twice.
+    let p = problems(&HELLO.replace("apiVersion: ferry.dev/v1alpha1\n", ""));
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(p[0].starts_with("apiVersion: is required; use"), "{p:?}");
 }
 
 /// `spec.stopPolicy` takes Kueue's values; another is refused, naming the field and the

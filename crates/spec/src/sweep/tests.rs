@@ -309,7 +309,7 @@ fn the_sweep_keeps_its_labels_and_suspend_to_itself() {
     assert_eq!(
         p,
         [
-            "spec.template.metadata.labels.ferry.dev/sweep: is set by the sweep on each of its jobs; remove it"
+            "spec.template.metadata.labels[\"ferry.dev/sweep\"]: is set by the sweep on each of its jobs; remove it"
         ]
     );
     let p = problems(&LR_SWEEP.replace("method: [lora, full]", "suspend: [true, false]"));
