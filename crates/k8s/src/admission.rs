@@ -182,6 +182,9 @@ struct State {
     /// the spec's time limits (`State::note_limits`: the limits of a live job may be edited),
     /// and all a rebuild needs to register it again (`SchedAdmission::rebuild`).
     workloads: BTreeMap<String, Workload>,
+    /// Each launcher job's expected run time by its plan (`train::planned_run_s`), with the
+    /// object's uid and generation it was planned at: planned once, not at every reconcile.
+    planned: BTreeMap<String, (String, Option<u64>)>,
     /// Counts the changes to the scheduler's state (`State::changed`): a forecast made at
     /// another generation may be out of date.
     generation: u64,
@@ -430,6 +433,7 @@ impl SchedAdmission {
                 sched,
                 entries: BTreeMap::new(),
                 workloads: BTreeMap::new(),
+                planned: BTreeMap::new(),
                 generation: 0,
                 forecast: None,
                 replayed: 0,
@@ -602,6 +606,24 @@ impl SchedAdmission {
         self
     }
 
+    /// Twice the planner's prediction for a launcher job (`train::planned_run_s`), kept per
+    /// object version; planned outside the lock.
+    fn planned_run_s(&self, job: &TrainJobResource, id: &str) -> Option<u64> {
+        let stamp = format!(
+            "{}/{}",
+            job.metadata.uid.as_deref().unwrap_or_default(),
+            job.metadata.generation.unwrap_or_default()
+        );
+        if let Some((at, p)) = self.lock().planned.get(id)
+            && *at == stamp
+        {
+            return *p;
+        }
+        let p = crate::train::planned_run_s(&job.to_spec());
+        self.lock().planned.insert(id.to_owned(), (stamp, p));
+        p
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding the lock leaves consistent-enough state: keep going.
         self.state
@@ -697,7 +719,12 @@ impl Admission for SchedAdmission {
         if job.spec.resources.total_gpus() == 0 {
             return Admit::Run(Vec::new());
         }
-        let w = workload(job);
+        let mut w = workload(job);
+        let planned = self.planned_run_s(job, &w.id);
+        w.expected_duration_s = match (w.expected_duration_s, planned) {
+            (Some(limit), Some(p)) => Some(limit.min(p)),
+            (limit, p) => limit.or(p),
+        };
         let (id, expected) = (w.id.clone(), w.expected_duration_s);
         let mut st = self.lock();
         if st.entries.contains_key(&id) {
@@ -782,6 +809,7 @@ impl Admission for SchedAdmission {
         let id = job_id(job);
         let mut st = self.lock();
         st.workloads.remove(&id);
+        st.planned.remove(&id);
         if st.entries.remove(&id).is_none() {
             return;
         }

@@ -107,6 +107,19 @@ pub fn plan_request(job: &TrainJob) -> Result<PlanRequest> {
     ferry_plan::request_for_job(job, shape, &model_id).map_err(plan_err)
 }
 
+/// How long a launcher job is expected to run by its plan (`ferry_plan::expected_run_s`), for
+/// the scheduler's reservations and backfill before its pace is measured; `None` for a user's
+/// command and a job the planner cannot plan (its launch says why).
+pub fn planned_run_s(job: &TrainJob) -> Option<u64> {
+    let spec = &job.spec;
+    if matches!(spec.engine, EngineKind::Builtin | EngineKind::Command) || !spec.command.is_empty()
+    {
+        return None;
+    }
+    let report = ferry_plan::plan(&plan_request(job).ok()?).ok()?;
+    ferry_plan::expected_run_s(job, &report)
+}
+
 /// The launch of every rank: the planner's command wrapped in a shell prelude that resumes
 /// from the newest checkpoint in the job's checkpoint directory when one exists.
 pub fn launch(job: &TrainJob) -> Result<Launch> {

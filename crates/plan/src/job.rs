@@ -9,6 +9,7 @@ use crate::error::{PlanError, Result};
 use crate::gpu::GpuKind;
 use crate::model::ModelShape;
 use crate::request::{Engine, Layout, Method, Parallelism, PlanRequest, Recompute};
+use crate::search::PlanReport;
 
 /// GPU assumed when `spec.resources.gpu` is omitted.
 pub const DEFAULT_GPU: &str = "H100-80GB";
@@ -22,6 +23,19 @@ fn invalid(field: &str, reason: String) -> PlanError {
         field: field.into(),
         reason,
     }
+}
+
+/// How long `job`, planned as `report`, is expected to run, for a scheduler's reservations and
+/// backfill before its pace is measured: twice the predicted time (the planner's step times are
+/// kept within 2x of measured ones) for `spec.train.steps` steps, else for the data the plan
+/// knows of; `None` when neither is known.
+pub fn expected_run_s(job: &TrainJob, report: &PlanReport) -> Option<u64> {
+    let t = &report.chosen.throughput;
+    let seconds = match job.spec.train.steps.filter(|s| *s > 0) {
+        Some(steps) => t.step_s * steps as f64,
+        None => t.total_hours? * 3600.0,
+    };
+    (seconds.is_finite() && seconds > 0.0).then(|| (2.0 * seconds).ceil() as u64)
 }
 
 /// The planner's request for `job`, whose model has `shape` and is called `model_name`.

@@ -24,7 +24,7 @@ pub mod throughput;
 pub use catalog::shape_of;
 pub use error::{PlanError, Result};
 pub use gpu::{GpuKind, GpuSpec};
-pub use job::request_for_job;
+pub use job::{expected_run_s, request_for_job};
 pub use launch::{JobLaunch, JobPaths, job_launch, launcher_for, render_options};
 pub use memory::{
     MemoryBreakdown, Phase, Recipe, SavedTensor, ServeMemory, TrainSetup, saved_tensors,

@@ -1185,6 +1185,40 @@ fn every_queued_job_is_told_when_it_starts_in_turn() {
     );
 }
 
+/// A launcher job of a model the planner knows, given in steps and without a time limit, is
+/// expected to run twice its plan's prediction (as on the local runtime): the gang behind it is
+/// told its start from that before any pace is measured. A shorter time limit wins; a user's
+/// command has no plan, so nothing is known of its end.
+#[test]
+fn a_planned_job_is_expected_to_run_twice_its_prediction() {
+    let planned_ahead = |edit: &dyn Fn(&mut TrainJobResource)| {
+        let (admission, _rx) = admission();
+        let mut running = sized("running", 8, "2026-01-01T00:00:00Z");
+        running.spec.train.steps = Some(200);
+        edit(&mut running);
+        assert!(matches!(
+            admission.decide(&running, &Gang::Absent),
+            Admit::Run(_)
+        ));
+        let gang = sized("gang", 8, "2026-01-01T00:00:01Z");
+        assert!(matches!(
+            admission.decide(&gang, &Gang::Absent),
+            Admit::Wait(_)
+        ));
+        let planned = ferry_k8s::train::planned_run_s(&running.to_spec());
+        (admission.expected_start(&gang), planned)
+    };
+    let (start, planned) = planned_ahead(&|_| {});
+    let planned = planned.expect("Qwen2.5-7B LoRA on 8 H100s plans");
+    // 200 steps of 32 sequences of 2,048 tokens: minutes, not seconds or days.
+    assert!((60..6 * 3600).contains(&planned), "{planned} s");
+    assert_eq!(start, Some(1_000 + planned));
+    let (start, _) = planned_ahead(&|j| j.spec.max_runtime_seconds = Some(planned / 2));
+    assert_eq!(start, Some(1_000 + planned / 2));
+    let (start, planned) = planned_ahead(&|j| j.spec.command = vec!["./train.sh".into()]);
+    assert_eq!((start, planned), (None, None));
+}
+
 /// Runs a whole-node job with a 1,000 s limit at the clock's time, then decides whole-node
 /// jobs `(name, created second, limit)` behind it: they wait.
 fn limited(admission: &SchedAdmission, behind: &[(&str, u32, u64)]) -> Vec<TrainJobResource> {

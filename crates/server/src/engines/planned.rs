@@ -92,16 +92,10 @@ impl EngineAdapter for PlannedEngine {
         Ok(req)
     }
 
-    /// Twice the planner's prediction (its step times are kept within 2x of measured ones),
-    /// for `spec.train.steps` steps, else for the data the plan knows of.
+    /// The planner's expected run time (`ferry_plan::expected_run_s`).
     fn estimated_duration_s(&self, job: &TrainJob) -> Option<u64> {
         let report = plan(job, model_dir_at_apply(job)?.as_deref()).ok()?;
-        let t = &report.chosen.throughput;
-        let seconds = match job.spec.train.steps.filter(|s| *s > 0) {
-            Some(steps) => t.step_s * steps as f64,
-            None => t.total_hours? * 3600.0,
-        };
-        (seconds.is_finite() && seconds > 0.0).then(|| (2.0 * seconds).ceil() as u64)
+        ferry_plan::expected_run_s(job, &report)
     }
 }
 
