@@ -30,6 +30,7 @@ use serde_json::Value;
 use crate::cluster::SchedulerInputs;
 use crate::crd::TrainJobResource;
 use crate::error::{K8sError, Result};
+use crate::train::Planned;
 
 /// Annotation on a gang object: the scheduler's placement (JSON list of `{node, gpus}`).
 pub const ANNOTATION_PLACEMENT: &str = "ferry.dev/placement";
@@ -182,9 +183,9 @@ struct State {
     /// the spec's time limits (`State::note_limits`: the limits of a live job may be edited),
     /// and all a rebuild needs to register it again (`SchedAdmission::rebuild`).
     workloads: BTreeMap<String, Workload>,
-    /// Each launcher job's expected run time by its plan (`train::planned_run_s`), with the
-    /// object's uid and generation it was planned at: planned once, not at every reconcile.
-    planned: BTreeMap<String, (String, Option<u64>)>,
+    /// What each launcher job's plan says of its run (`train::planned`), with the object's uid
+    /// and generation it was planned at: planned once, not at every reconcile.
+    planned: BTreeMap<String, (String, Planned)>,
     /// Counts the changes to the scheduler's state (`State::changed`): a forecast made at
     /// another generation may be out of date.
     generation: u64,
@@ -272,6 +273,9 @@ pub struct SchedAdmission {
     state: Mutex<State>,
     clock: Box<dyn Fn() -> Time + Send + Sync>,
     wake: Option<UnboundedSender<()>>,
+    /// The links between racks as a percentage of those within one
+    /// (`with_inter_rack_bandwidth_pct`); `None`: not known, plans give no split slowdown.
+    inter_rack_pct: Option<u32>,
     /// Called while a forecast replays with the lock released (`during_replay`; tests).
     during_replay: Option<ReplayHook>,
 }
@@ -441,6 +445,7 @@ impl SchedAdmission {
             }),
             clock: Box::new(wall_clock),
             wake,
+            inter_rack_pct: None,
             during_replay: None,
         })
     }
@@ -606,9 +611,19 @@ impl SchedAdmission {
         self
     }
 
-    /// Twice the planner's prediction for a launcher job (`train::planned_run_s`), kept per
-    /// object version; planned outside the lock.
-    fn planned_run_s(&self, job: &TrainJobResource, id: &str) -> Option<u64> {
+    /// Sets how fast the cluster's links between racks are: the percentage of the bandwidth
+    /// between nodes within a rack (`ferry operator --inter-rack-bandwidth-pct`). A launcher
+    /// job's plan then says how much longer it runs split across racks, which the scheduler
+    /// weighs against the wait for one rack, unless the job gives its own
+    /// `spec.resources.splitSlowdownPct`.
+    pub fn with_inter_rack_bandwidth_pct(mut self, pct: Option<u32>) -> Self {
+        self.inter_rack_pct = pct;
+        self
+    }
+
+    /// What a launcher job's plan says of its run (`train::planned`), kept per object version;
+    /// planned outside the lock.
+    fn planned(&self, job: &TrainJobResource, id: &str) -> Planned {
         let stamp = format!(
             "{}/{}",
             job.metadata.uid.as_deref().unwrap_or_default(),
@@ -619,7 +634,7 @@ impl SchedAdmission {
         {
             return *p;
         }
-        let p = crate::train::planned_run_s(&job.to_spec());
+        let p = crate::train::planned(&job.to_spec(), self.inter_rack_pct);
         self.lock().planned.insert(id.to_owned(), (stamp, p));
         p
     }
@@ -720,11 +735,15 @@ impl Admission for SchedAdmission {
             return Admit::Run(Vec::new());
         }
         let mut w = workload(job);
-        let planned = self.planned_run_s(job, &w.id);
-        w.expected_duration_s = match (w.expected_duration_s, planned) {
+        let planned = self.planned(job, &w.id);
+        w.expected_duration_s = match (w.expected_duration_s, planned.run_s) {
             (Some(limit), Some(p)) => Some(limit.min(p)),
             (limit, p) => limit.or(p),
         };
+        // A job's own figure stands; one that must stay in a rack is never split.
+        if w.topology.is_none() {
+            w.split_slowdown_pct = w.split_slowdown_pct.or(planned.split_slowdown_pct);
+        }
         let (id, expected) = (w.id.clone(), w.expected_duration_s);
         let mut st = self.lock();
         if st.entries.contains_key(&id) {

@@ -1173,11 +1173,10 @@ pub async fn run(
                 priorities = found.priorities.len(),
                 "admission through Ferry's scheduler"
             );
-            let admission = Arc::new(crate::admission::SchedAdmission::new(
-                found,
-                policy,
-                Some(wake),
-            )?);
+            let admission = Arc::new(
+                crate::admission::SchedAdmission::new(found, policy, Some(wake))?
+                    .with_inter_rack_bandwidth_pct(opts.cluster.inter_rack_bandwidth_pct),
+            );
             restore_running(&client, jobset, admission.as_ref()).await?;
             scheduler = Some(admission.clone());
             admission

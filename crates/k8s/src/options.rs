@@ -32,6 +32,10 @@ pub struct Cluster {
     pub keda: bool,
     /// Node label holding the rack (e.g. `topology.kubernetes.io/rack`); gangs stay in one rack.
     pub rack_label: Option<String>,
+    /// Bandwidth of the links between racks, as a percentage of that between nodes within one
+    /// (an oversubscribed spine: 25 for 4:1). With it, a launcher job's plan says how much
+    /// longer it runs split across racks (`SchedAdmission::with_inter_rack_bandwidth_pct`).
+    pub inter_rack_bandwidth_pct: Option<u32>,
     /// Node label holding the GPU flavor (`H100-80GB`, …); used for node affinity.
     pub flavor_label: String,
     /// GPUs per node: multi-node jobs must use whole nodes.
@@ -47,6 +51,7 @@ impl Default for Cluster {
             kueue: false,
             keda: false,
             rack_label: None,
+            inter_rack_bandwidth_pct: None,
             flavor_label: "ferry.dev/gpu-flavor".into(),
             gpus_per_node: 8,
             prometheus_url: "http://prometheus-operated.monitoring.svc:9090".into(),

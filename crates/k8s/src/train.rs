@@ -107,17 +107,36 @@ pub fn plan_request(job: &TrainJob) -> Result<PlanRequest> {
     ferry_plan::request_for_job(job, shape, &model_id).map_err(plan_err)
 }
 
-/// How long a launcher job is expected to run by its plan (`ferry_plan::expected_run_s`), for
-/// the scheduler's reservations and backfill before its pace is measured; `None` for a user's
-/// command and a job the planner cannot plan (its launch says why).
-pub fn planned_run_s(job: &TrainJob) -> Option<u64> {
+/// What a launcher job's plan tells the scheduler before the job runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Planned {
+    /// How long it is expected to run (`ferry_plan::expected_run_s`).
+    pub run_s: Option<u64>,
+    /// How much longer (percent) it runs split across racks, when the cluster says how fast its
+    /// links between racks are (`ferry_plan::split_slowdown_pct`).
+    pub split_slowdown_pct: Option<u32>,
+}
+
+/// What `job`'s plan says of its run, for a cluster whose links between racks carry
+/// `inter_rack_pct`% of the bandwidth between nodes within a rack (`None`: not known); nothing
+/// for a user's command or a job the planner cannot plan (its launch says why).
+pub fn planned(job: &TrainJob, inter_rack_pct: Option<u32>) -> Planned {
     let spec = &job.spec;
     if matches!(spec.engine, EngineKind::Builtin | EngineKind::Command) || !spec.command.is_empty()
     {
-        return None;
+        return Planned::default();
     }
-    let report = ferry_plan::plan(&plan_request(job).ok()?).ok()?;
-    ferry_plan::expected_run_s(job, &report)
+    let Ok(request) = plan_request(job) else {
+        return Planned::default();
+    };
+    let Ok(report) = ferry_plan::plan(&request) else {
+        return Planned::default();
+    };
+    Planned {
+        run_s: ferry_plan::expected_run_s(job, &report),
+        split_slowdown_pct: inter_rack_pct
+            .map(|pct| ferry_plan::split_slowdown_pct(&request, &report.chosen, pct)),
+    }
 }
 
 /// The launch of every rank: the planner's command wrapped in a shell prelude that resumes

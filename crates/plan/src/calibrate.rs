@@ -266,6 +266,7 @@ pub fn check_rows(
                 global_batch: row.micro_batch,
                 gpu,
                 gpus_per_node: 1,
+                inter_node_share: 1.0,
                 train_sequences: 0,
             });
             Ok(RowCheck {

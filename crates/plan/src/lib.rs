@@ -38,6 +38,6 @@ pub use request::{
     Engine, FullPrecision, Layout, Method, MethodKind, Parallelism, Pinned, PlanFlags, PlanRequest,
     Recompute, ServeRequest, Task, parse_bytes,
 };
-pub use search::{Candidate, PlanReport, Rejection, plan};
+pub use search::{Candidate, PlanReport, Rejection, plan, split_slowdown_pct};
 pub use serve::{ServePlan, plan_serving};
 pub use throughput::{Throughput, estimate};

@@ -387,6 +387,61 @@ struct Choice {
     global_batch: u64,
 }
 
+/// The throughput model's input for `req` run as `choice` says, its traffic between nodes at
+/// `inter_node_share` of the GPU's network bandwidth.
+fn step_shape<'a>(req: &'a PlanRequest, choice: &Choice, inter_node_share: f64) -> StepShape<'a> {
+    let seq_len = if req.task == crate::request::Task::Dpo {
+        2 * req.seq_len
+    } else {
+        req.seq_len
+    };
+    StepShape {
+        model: &req.model,
+        recipe: choice.recipe,
+        engine: choice.engine,
+        layout: choice.layout,
+        dp: choice.dp,
+        micro_batches: choice.global_batch / (choice.layout.micro_batch * choice.dp),
+        seq_len,
+        global_batch: choice.global_batch,
+        gpu: req.gpu,
+        gpus_per_node: req.gpus_per_node,
+        inter_node_share,
+        train_sequences: req.train_sequences,
+    }
+}
+
+/// How much longer (percent) `chosen`, planned for `req`, runs when its nodes are split across
+/// racks whose links carry `inter_rack_pct`% of the bandwidth between nodes within one rack
+/// (an oversubscribed spine): its data- and expert-parallel traffic between nodes slows, what
+/// stays within a node does not. 0 for a job on one node; at most the most a job may give
+/// (`ferry_spec::MAX_SPLIT_SLOWDOWN_PCT`).
+/// The scheduler weighs it against the wait for one rack (`splitSlowdownPct`).
+pub fn split_slowdown_pct(req: &PlanRequest, chosen: &Candidate, inter_rack_pct: u32) -> u32 {
+    if req.nodes <= 1 || inter_rack_pct >= 100 {
+        return 0;
+    }
+    let choice = Choice {
+        method: chosen.method,
+        rank: chosen.lora_rank,
+        engine: chosen.engine,
+        recipe: chosen.recipe,
+        layout: chosen.layout,
+        dp: chosen.dp,
+        global_batch: chosen.global_batch,
+    };
+    let share = f64::from(inter_rack_pct.max(1)) / 100.0;
+    let split = estimate(&step_shape(req, &choice, share)).step_s;
+    let within = chosen.throughput.step_s;
+    let most = ferry_spec::MAX_SPLIT_SLOWDOWN_PCT.unsigned_abs();
+    let pct = ((split / within - 1.0) * 100.0).round();
+    if pct.is_finite() {
+        (pct.max(0.0) as u32).min(most)
+    } else {
+        most
+    }
+}
+
 fn evaluate(req: &PlanRequest, choice: Choice) -> Candidate {
     let Choice {
         method,
@@ -416,24 +471,7 @@ fn evaluate(req: &PlanRequest, choice: Choice) -> Candidate {
         req.gpus(),
         req.safety_margin,
     );
-    let seq = if req.task == crate::request::Task::Dpo {
-        2 * req.seq_len
-    } else {
-        req.seq_len
-    };
-    let throughput = estimate(&StepShape {
-        model: &req.model,
-        recipe,
-        engine,
-        layout,
-        dp,
-        micro_batches: grad_accum,
-        seq_len: seq,
-        global_batch,
-        gpu: req.gpu,
-        gpus_per_node: req.gpus_per_node,
-        train_sequences: req.train_sequences,
-    });
+    let throughput = estimate(&step_shape(req, &choice, 1.0));
     Candidate {
         method,
         engine,

@@ -68,6 +68,9 @@ pub struct StepShape<'a> {
     pub gpu: GpuKind,
     /// GPUs per node (decides NVLink vs network for DP).
     pub gpus_per_node: u64,
+    /// Share of the GPU's inter-node bandwidth its traffic between nodes gets: 1 within one
+    /// rack; less when the gang is split across racks whose uplinks are oversubscribed.
+    pub inter_node_share: f64,
     /// Sequences to train on (0 = unknown).
     pub train_sequences: u64,
 }
@@ -127,7 +130,7 @@ pub fn estimate(s: &StepShape<'_>) -> Throughput {
             let bw = if within_node {
                 spec.intra_node_bw
             } else {
-                spec.inter_node_bw
+                spec.inter_node_bw * s.inter_node_share
             };
             per_layer * (moe.moe_layers as f64 / l.pp as f64) * m / bw
         }
@@ -153,7 +156,7 @@ pub fn estimate(s: &StepShape<'_>) -> Throughput {
     let bw = if within_node {
         spec.intra_node_bw
     } else {
-        spec.inter_node_bw
+        spec.inter_node_bw * s.inter_node_share
     };
     let dp_raw = bytes / bw;
     // Bucketed reduction overlaps with the backward pass (≈ 2/3 of compute).
@@ -204,6 +207,7 @@ mod tests {
             global_batch: m * 8 / (2 * pp),
             gpu: GpuKind::H100,
             gpus_per_node: 8,
+            inter_node_share: 1.0,
             train_sequences: 0,
         })
     }

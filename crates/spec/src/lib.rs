@@ -40,6 +40,6 @@ pub use sweep::{
 };
 pub use train_job::{
     BUDGET_NO_RESTART, CheckpointSpec, DataFormat, DataSpec, EngineKind, ExportSpec, FailurePolicy,
-    LoraSpec, Method, ModelRef, ModelSource, Parallelism, Resources, ResumePolicy, Task, Topology,
-    TrainJob, TrainJobSpec, TrainJobStatus, TrainParams,
+    LoraSpec, MAX_SPLIT_SLOWDOWN_PCT, Method, ModelRef, ModelSource, Parallelism, Resources,
+    ResumePolicy, Task, Topology, TrainJob, TrainJobSpec, TrainJobStatus, TrainParams,
 };

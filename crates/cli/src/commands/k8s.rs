@@ -23,6 +23,12 @@ pub struct ClusterFlags {
     /// Node label holding the rack; multi-node gangs stay within one rack.
     #[arg(long)]
     pub rack_label: Option<String>,
+    /// Bandwidth of the links between racks, as a percent of that between nodes within one
+    /// (25 for a 4:1 oversubscribed spine): the operator then plans how much longer each
+    /// launcher job runs split across racks, and its scheduler weighs that against waiting
+    /// for one rack (a job's own `spec.resources.splitSlowdownPct` stands).
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub inter_rack_bandwidth_pct: Option<u32>,
     /// GPUs per node: multi-node jobs must use whole nodes.
     #[arg(long, default_value_t = 8)]
     pub gpus_per_node: u32,
@@ -43,6 +49,7 @@ impl ClusterFlags {
             cluster: Cluster {
                 flavor_label: self.flavor_label.clone(),
                 rack_label: self.rack_label.clone(),
+                inter_rack_bandwidth_pct: self.inter_rack_bandwidth_pct,
                 gpus_per_node: self.gpus_per_node,
                 ..Cluster::default()
             },

@@ -82,14 +82,25 @@ fn admission_in(
     classes: &[k8s_openapi::api::scheduling::v1::PriorityClass],
 ) -> (SchedAdmission, UnboundedReceiver<()>) {
     let nodes = [
-        node(
-            NODE,
-            "8",
-            json!({"nvidia.com/gpu.product": "H100-80GB", "topology.kubernetes.io/rack": "r1"}),
-        ),
+        node(NODE, "8", h100_in("r1")),
         node("cpu-node", "0", json!({})),
     ];
-    let cluster = cluster_from_nodes(&nodes, None);
+    admission_on(&nodes, 8, options, classes)
+}
+
+/// The labels of an H100 node in `rack`.
+fn h100_in(rack: &str) -> Value {
+    json!({"nvidia.com/gpu.product": "H100-80GB", "topology.kubernetes.io/rack": rack})
+}
+
+/// `admission_in` on `nodes`, the queue's nominal quota `nominal` GPUs.
+fn admission_on(
+    nodes: &[Node],
+    nominal: i32,
+    options: Options,
+    classes: &[k8s_openapi::api::scheduling::v1::PriorityClass],
+) -> (SchedAdmission, UnboundedReceiver<()>) {
+    let cluster = cluster_from_nodes(nodes, None);
     let queues = parse(QUEUES)
         .into_iter()
         .filter_map(|r| match r {
@@ -98,7 +109,7 @@ fn admission_in(
         })
         .map(|mut q| {
             q.spec.cohort = None;
-            q.spec.quotas[0].nominal = 8;
+            q.spec.quotas[0].nominal = nominal;
             q.spec.quotas[0].borrowing_limit = None;
             queue_spec(&q.metadata.namespace, &q.metadata.name, &q.spec)
         })
@@ -1205,7 +1216,7 @@ fn a_planned_job_is_expected_to_run_twice_its_prediction() {
             admission.decide(&gang, &Gang::Absent),
             Admit::Wait(_)
         ));
-        let planned = ferry_k8s::train::planned_run_s(&running.to_spec());
+        let planned = ferry_k8s::train::planned(&running.to_spec(), None).run_s;
         (admission.expected_start(&gang), planned)
     };
     let (start, planned) = planned_ahead(&|_| {});
@@ -1217,6 +1228,67 @@ fn a_planned_job_is_expected_to_run_twice_its_prediction() {
     assert_eq!(start, Some(1_000 + planned / 2));
     let (start, planned) = planned_ahead(&|j| j.spec.command = vec!["./train.sh".into()]);
     assert_eq!((start, planned), (None, None));
+}
+
+/// Two racks of two 8-GPU nodes, one node of each busy for 600 s: a two-node full fine-tune
+/// could start now only across the racks. Told how slow the links between racks are, the
+/// operator plans how much longer it would run split (its data-parallel gradients cross them),
+/// and the scheduler has it wait the 600 s for one rack; not told, it starts split at once. A
+/// LoRA job's adapters cross the links in no time, so it starts split even when told; so does a
+/// job that gives its own figure.
+#[test]
+fn a_plans_split_slowdown_makes_a_gang_wait_for_one_rack_when_that_pays() {
+    let decide = |inter_rack: Option<u32>, edit: &dyn Fn(&mut TrainJobResource)| {
+        let nodes = ["a1", "a2", "b1", "b2"].map(|n| node(n, "8", h100_in(&n[..1])));
+        let (admission, _rx) = admission_on(&nodes, 32, Options::default(), &[]);
+        let admission = admission.with_inter_rack_bandwidth_pct(inter_rack);
+        // Running where an earlier operator placed them (a new job would go to the fuller
+        // rack): one node of each rack.
+        for (name, on) in [("busy-a", "a1"), ("busy-b", "b1")] {
+            let mut busy = sized(name, 8, "2026-01-01T00:00:00Z");
+            busy.spec.max_runtime_seconds = Some(600);
+            let placement = vec![PodPlacement {
+                node: on.into(),
+                gpus: (0..8).collect(),
+            }];
+            let running = Gang::Running {
+                placement: Some(placement.clone()),
+                admitted_at: Some(1_000),
+            };
+            let decided = admission.decide(&busy, &running);
+            assert!(matches!(decided, Admit::Run(p) if p == placement), "{name}");
+        }
+        let mut gang = sized("gang", 8, "2026-01-01T00:00:02Z");
+        gang.spec.resources.nodes = 2;
+        gang.spec.method = ferry_spec::Method::Full;
+        gang.spec.lora = None;
+        gang.spec.train.steps = Some(2_000);
+        edit(&mut gang);
+        let split = ferry_k8s::train::planned(&gang.to_spec(), inter_rack).split_slowdown_pct;
+        (admission.decide(&gang, &Gang::Absent), split)
+    };
+    let (told, split) = decide(Some(10), &|_| {});
+    let pct = split.expect("a figure when the links are known");
+    assert!(pct >= 100, "full fine-tuning over 10% links: {pct}%");
+    match told {
+        Admit::Wait(why) => assert!(why.contains("only across racks"), "{why}"),
+        other => panic!("started split at {pct}%: {other:?}"),
+    }
+    let (untold, split) = decide(None, &|_| {});
+    assert_eq!(split, None);
+    assert!(
+        matches!(untold, Admit::Run(p) if p.len() == 2),
+        "untold waits"
+    );
+    let lora = |j: &mut TrainJobResource| {
+        j.spec.method = ferry_spec::Method::Lora;
+        j.spec.lora = resource("x", "low", None).spec.lora;
+    };
+    let (adapters, split) = decide(Some(10), &lora);
+    assert!(split.is_some_and(|p| p < 10), "{split:?}");
+    assert!(matches!(adapters, Admit::Run(p) if p.len() == 2));
+    let (own, _) = decide(Some(10), &|j| j.spec.resources.split_slowdown_pct = Some(0));
+    assert!(matches!(own, Admit::Run(p) if p.len() == 2));
 }
 
 /// Runs a whole-node job with a 1,000 s limit at the clock's time, then decides whole-node

@@ -371,3 +371,28 @@ fn mixture_of_experts_plans_split_experts() {
             .contains("parallelism.ep")
     );
 }
+
+/// A gang split across racks runs slower by what its traffic between nodes loses to the slower
+/// links: full fine-tuning (every weight's gradient crosses the network) more than LoRA (only
+/// the adapters'), more as the links get slower, not at all on one node or at full bandwidth.
+#[test]
+fn a_split_costs_what_the_traffic_between_nodes_loses() {
+    let slowdown = |method: Method, nodes: u64, inter_rack_pct: u32| {
+        let mut req = request("meta-llama/Meta-Llama-3-8B", nodes, 8, 4096, 64);
+        req.method = method;
+        let report = plan(&req).unwrap();
+        ferry_plan::split_slowdown_pct(&req, &report.chosen, inter_rack_pct)
+    };
+    let full = Method::from_mode("full", 0).unwrap();
+    let lora = Method::from_mode("lora", 16).unwrap();
+    let by_links: Vec<u32> = [100, 50, 25, 10, 1]
+        .map(|pct| slowdown(full, 4, pct))
+        .into();
+    assert_eq!(by_links[0], 0, "{by_links:?}");
+    assert!(by_links.windows(2).all(|w| w[0] <= w[1]), "{by_links:?}");
+    assert!(by_links[3] > 0, "{by_links:?}");
+    // Llama-3-8B, full, 32 H100s: 0, 3, 48, 217 and 1000 (the cap) percent.
+    assert_eq!(by_links[4], 1000, "{by_links:?}");
+    assert!(slowdown(lora, 4, 10) < by_links[3], "{by_links:?}");
+    assert_eq!(slowdown(full, 1, 10), 0, "one node is never split");
+}
