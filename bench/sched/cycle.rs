@@ -65,6 +65,7 @@ fn queues() -> Vec<QueueSpec> {
             }],
             fair_share_weight: 1.0 + (i % 3) as f64,
             stop_policy: StopPolicy::None,
+            preemption: Default::default(),
         })
         .collect()
 }

@@ -20,7 +20,8 @@ use std::sync::Mutex;
 
 use ferry_sched::{
     ANY_FLAVOR, Decision, FORECAST_CYCLES, FlavorQuota, Forecast, PodPlacement, PreemptReason,
-    QueueSpec, Scheduler, StopPolicy, Time, Waiting, Workload,
+    PreemptionPolicy, QueueSpec, ReclaimWithinCohort, Scheduler, StopPolicy, Time, Waiting,
+    WithinQueue, Workload,
 };
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::Node;
@@ -399,6 +400,22 @@ pub fn queue_spec(ns: &str, name: &str, spec: &ferry_spec::QueueSpec) -> QueueSp
             ferry_spec::StopPolicy::None => StopPolicy::None,
             ferry_spec::StopPolicy::Hold => StopPolicy::Hold,
             ferry_spec::StopPolicy::HoldAndDrain => StopPolicy::HoldAndDrain,
+        },
+        preemption: PreemptionPolicy {
+            within_queue: match spec.preemption.within_queue {
+                ferry_spec::WithinQueue::LowerPriority => WithinQueue::LowerPriority,
+                ferry_spec::WithinQueue::LowerOrNewerEqualPriority => {
+                    WithinQueue::LowerOrNewerEqualPriority
+                }
+                ferry_spec::WithinQueue::Never => WithinQueue::Never,
+            },
+            reclaim_within_cohort: match spec.preemption.reclaim_within_cohort {
+                ferry_spec::ReclaimWithinCohort::Any => ReclaimWithinCohort::Any,
+                ferry_spec::ReclaimWithinCohort::LowerPriority => {
+                    ReclaimWithinCohort::LowerPriority
+                }
+                ferry_spec::ReclaimWithinCohort::Never => ReclaimWithinCohort::Never,
+            },
         },
     }
 }

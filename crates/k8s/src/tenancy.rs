@@ -204,7 +204,11 @@ pub fn render(queues: &[&Queue], opts: &RenderOptions) -> Vec<Value> {
         let mut spec = json!({
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": q.metadata.namespace}},
             "resourceGroups": [{"coveredResources": [GPU_RESOURCE], "flavors": flavors}],
-            "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
+            // Kueue's own values, under its name for the queue's field.
+            "preemption": {
+                "withinClusterQueue": q.spec.preemption.within_queue,
+                "reclaimWithinCohort": q.spec.preemption.reclaim_within_cohort,
+            },
             "fairSharing": {"weight": format!("{}", q.spec.weight)},
         });
         if let Some(c) = &q.spec.cohort {

@@ -118,6 +118,57 @@ pub struct QueueSpec {
     /// Whether the queue admits work (Kueue's ClusterQueue `spec.stopPolicy`).
     #[serde(default, skip_serializing_if = "StopPolicy::is_none")]
     pub stop_policy: StopPolicy,
+    /// What its waiting work may preempt (Kueue's ClusterQueue `spec.preemption`).
+    #[serde(default, skip_serializing_if = "PreemptionPolicy::is_default")]
+    pub preemption: PreemptionPolicy,
+}
+
+/// What a queue's waiting work may preempt to start: Kueue's ClusterQueue `spec.preemption`,
+/// with its values. Loans (work started on a reservation's idle GPUs on the promise of giving
+/// them back) are taken back whatever it says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreemptionPolicy {
+    /// Which of the queue's own running work a waiting job may preempt.
+    #[serde(default)]
+    pub within_queue: WithinQueue,
+    /// Which work of other cohort members that borrow a waiting job may preempt to get back
+    /// its queue's nominal quota (reclaims, and fair-sharing preemption).
+    #[serde(default)]
+    pub reclaim_within_cohort: ReclaimWithinCohort,
+}
+
+impl PreemptionPolicy {
+    /// Kueue's behaviour Ferry keeps by default: lower priorities within the queue, anything
+    /// borrowed within the cohort.
+    pub fn is_default(&self) -> bool {
+        *self == PreemptionPolicy::default()
+    }
+}
+
+/// Kueue's `withinClusterQueue`: which of its queue's running work a job may preempt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum WithinQueue {
+    /// Work of a lower priority (its class must preempt, `PriorityClass::preempting`).
+    #[default]
+    LowerPriority,
+    /// Work of a lower priority, or of its own priority submitted after it.
+    LowerOrNewerEqualPriority,
+    /// Nothing: the queue's work waits its turn.
+    Never,
+}
+
+/// Kueue's `reclaimWithinCohort`: which borrowed work of other cohort members a job may
+/// preempt to take back its queue's nominal quota.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReclaimWithinCohort {
+    /// Borrowed work of any priority.
+    #[default]
+    Any,
+    /// Borrowed work of a lower priority only.
+    LowerPriority,
+    /// Nothing: what the queue lent comes back as the borrowers finish.
+    Never,
 }
 
 /// Whether a queue admits work: Kueue's ClusterQueue `spec.stopPolicy`, with its values.
@@ -163,6 +214,7 @@ impl QueueSpec {
             quotas: vec![FlavorQuota::unlimited(ANY_FLAVOR, nominal)],
             fair_share_weight: 1.0,
             stop_policy: StopPolicy::None,
+            preemption: PreemptionPolicy::default(),
         }
     }
 }

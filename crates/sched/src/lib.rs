@@ -44,8 +44,8 @@ pub mod sim;
 
 pub use config::{
     ANY_FLAVOR, Cluster, DEFAULT_PRIORITY, Decision, FlavorQuota, MAX_SPLIT_SLOWDOWN_PCT,
-    Multifactor, Node, Options, PodPlacement, PreemptReason, PriorityClass, QueueSpec, StopPolicy,
-    Time, Topology, Workload,
+    Multifactor, Node, Options, PodPlacement, PreemptReason, PreemptionPolicy, PriorityClass,
+    QueueSpec, ReclaimWithinCohort, StopPolicy, Time, Topology, WithinQueue, Workload,
 };
 pub use error::{Result, SchedError};
 pub use scheduler::{

@@ -4,7 +4,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ferry_sched::{
     Cluster, Decision, FlavorQuota, Multifactor, Node, Options, PodPlacement, PreemptReason,
-    PriorityClass, QueueSpec, SchedError, Scheduler, StopPolicy, Topology, Workload,
+    PreemptionPolicy, PriorityClass, QueueSpec, ReclaimWithinCohort, SchedError, Scheduler,
+    StopPolicy, Topology, WithinQueue, Workload,
 };
 use proptest::prelude::*;
 
@@ -69,6 +70,9 @@ fn case() -> impl Strategy<Value = Case> {
                 2,
             ),
             1u8..4,
+            // What its jobs may preempt (`QueueSpec::preemption`): the default in half the
+            // queues, any of the nine in the rest.
+            prop_oneof![Just(None), (0u8..9).prop_map(Some)],
         ),
         1..4,
     );
@@ -144,7 +148,7 @@ fn case() -> impl Strategy<Value = Case> {
             let mut specs: Vec<QueueSpec> = queues
                 .iter()
                 .enumerate()
-                .map(|(i, (cohort, quotas, w))| QueueSpec {
+                .map(|(i, (cohort, quotas, w, policy))| QueueSpec {
                     name: format!("q{i}"),
                     cohort: cohort.map(|c| format!("c{c}")),
                     quotas: present
@@ -159,6 +163,7 @@ fn case() -> impl Strategy<Value = Case> {
                         .collect(),
                     fair_share_weight: f64::from(*w),
                     stop_policy: StopPolicy::None,
+                    preemption: policy.map(preemption_policy).unwrap_or_default(),
                 })
                 .collect();
             // A cohort needs two members (one alone is refused as unknown).
@@ -310,6 +315,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
                         }],
                         fair_share_weight: f64::from(*w),
                         stop_policy: StopPolicy::None,
+                        preemption: Default::default(),
                     }
                 })
                 .collect();
@@ -360,6 +366,22 @@ fn fair_case() -> impl Strategy<Value = Case> {
 }
 
 /// Three classes; `mid` goes before `low` but never preempts it (`preemptionPolicy: Never`).
+/// The `i`-th (of nine) combination of what a queue's jobs may preempt.
+fn preemption_policy(i: u8) -> PreemptionPolicy {
+    PreemptionPolicy {
+        within_queue: [
+            WithinQueue::LowerPriority,
+            WithinQueue::LowerOrNewerEqualPriority,
+            WithinQueue::Never,
+        ][usize::from(i % 3)],
+        reclaim_within_cohort: [
+            ReclaimWithinCohort::Any,
+            ReclaimWithinCohort::LowerPriority,
+            ReclaimWithinCohort::Never,
+        ][usize::from(i / 3 % 3)],
+    }
+}
+
 fn priorities() -> Vec<PriorityClass> {
     let mut classes = PriorityClass::named(&[("low", 0), ("mid", 5), ("high", 10)]);
     classes[1].preempting = false;
@@ -624,8 +646,11 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
                     evicting.push(id.clone());
                     let by = match reason {
                         PreemptReason::Priority { preemptor }
-                        | PreemptReason::Reclaim { preemptor }
-                        | PreemptReason::LoanEnded { preemptor } => preemptor.clone(),
+                        | PreemptReason::Reclaim { preemptor } => {
+                            check_policy_allows(&queues, &accepted, preemptor, id, reason)?;
+                            preemptor.clone()
+                        }
+                        PreemptReason::LoanEnded { preemptor } => preemptor.clone(),
                         PreemptReason::QueueStopped { queue } => {
                             let (w, _) = accepted.iter().find(|(w, _)| &w.id == id).expect("known");
                             prop_assert_eq!(&w.queue, queue);
@@ -724,6 +749,66 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
 
 /// Never ping-pong: no two jobs preempt each other, whatever happened in between, within one
 /// scheduler's life (a rebuild forgets who preempted whom, as it does on a control plane).
+/// A preemption by priority or a reclaim is one the preemptor's queue allows
+/// (`QueueSpec::preemption`): within the queue, a lower priority or (when it says so) its own
+/// priority created after it; from the cohort, anything borrowed, or only a lower priority, or
+/// nothing.
+fn check_policy_allows(
+    queues: &[QueueSpec],
+    accepted: &[(Workload, u64)],
+    preemptor: &str,
+    victim: &str,
+    reason: &PreemptReason,
+) -> Result<(), TestCaseError> {
+    let find = |id: &str| {
+        accepted
+            .iter()
+            .map(|(w, _)| w)
+            .find(|w| w.id == id)
+            .expect("a known job")
+    };
+    let (p, v) = (find(preemptor), find(victim));
+    let rank = |w: &Workload| match w.priority.as_deref() {
+        Some("low") => 0,
+        Some("high") => 2,
+        _ => 1,
+    };
+    let policy = queues
+        .iter()
+        .find(|q| q.name == p.queue)
+        .expect("its queue")
+        .preemption;
+    let allowed = match reason {
+        PreemptReason::Priority { .. } => {
+            p.queue == v.queue
+                && match policy.within_queue {
+                    WithinQueue::LowerPriority => rank(v) < rank(p),
+                    WithinQueue::LowerOrNewerEqualPriority => {
+                        rank(v) < rank(p) || (rank(v) == rank(p) && v.created_at > p.created_at)
+                    }
+                    WithinQueue::Never => false,
+                }
+        }
+        _ => {
+            p.queue != v.queue
+                && match policy.reclaim_within_cohort {
+                    ReclaimWithinCohort::Any => true,
+                    ReclaimWithinCohort::LowerPriority => rank(v) < rank(p),
+                    ReclaimWithinCohort::Never => false,
+                }
+        }
+    };
+    prop_assert!(
+        allowed,
+        "{preemptor} ({} {:?}) took {victim} ({} {:?}) as {reason:?} against {policy:?}",
+        p.queue,
+        p.priority,
+        v.queue,
+        v.priority
+    );
+    Ok(())
+}
+
 fn check_no_ping_pong(edges: &[(String, String)]) -> Result<(), TestCaseError> {
     for (a, b) in edges {
         prop_assert!(

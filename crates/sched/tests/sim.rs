@@ -22,6 +22,7 @@ fn cohort_queue(name: &str, nominal: u32) -> QueueSpec {
         }],
         fair_share_weight: 1.0,
         stop_policy: StopPolicy::None,
+        preemption: Default::default(),
     }
 }
 

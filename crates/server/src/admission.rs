@@ -16,7 +16,8 @@ use std::path::Path;
 use ferry_runtime::Inventory;
 use ferry_sched::{
     ANY_FLAVOR, Cluster, Decision, FORECAST_CYCLES, FlavorQuota, PodPlacement, PreemptReason,
-    QueueSpec, SchedError, Scheduler, StopPolicy, Time, Workload,
+    PreemptionPolicy, QueueSpec, ReclaimWithinCohort, SchedError, Scheduler, StopPolicy, Time,
+    WithinQueue, Workload,
 };
 use ferry_spec::{FieldError, JobPhase, PriorityClass, Queue, Resource, ResourceKind, TrainJob};
 use ferry_store::{JobRecord, StatusPatch, StoreError};
@@ -142,6 +143,7 @@ fn queue_specs(queues: &[Queue], inventory: &Inventory) -> (Vec<QueueSpec>, Vec<
             fair_share_weight: q.spec.weight,
             // A change of it is a change of the queue set: the scheduler is rebuilt.
             stop_policy: stop_policy(q.spec.stop_policy),
+            preemption: preemption(q.spec.preemption),
         });
         origins.push(origin);
     }
@@ -158,6 +160,24 @@ pub(crate) fn stop_policy(policy: ferry_spec::StopPolicy) -> StopPolicy {
         ferry_spec::StopPolicy::None => StopPolicy::None,
         ferry_spec::StopPolicy::Hold => StopPolicy::Hold,
         ferry_spec::StopPolicy::HoldAndDrain => StopPolicy::HoldAndDrain,
+    }
+}
+
+/// The scheduler's view of a Queue's `spec.preemption` (the same values).
+fn preemption(p: ferry_spec::Preemption) -> PreemptionPolicy {
+    PreemptionPolicy {
+        within_queue: match p.within_queue {
+            ferry_spec::WithinQueue::LowerPriority => WithinQueue::LowerPriority,
+            ferry_spec::WithinQueue::LowerOrNewerEqualPriority => {
+                WithinQueue::LowerOrNewerEqualPriority
+            }
+            ferry_spec::WithinQueue::Never => WithinQueue::Never,
+        },
+        reclaim_within_cohort: match p.reclaim_within_cohort {
+            ferry_spec::ReclaimWithinCohort::Any => ReclaimWithinCohort::Any,
+            ferry_spec::ReclaimWithinCohort::LowerPriority => ReclaimWithinCohort::LowerPriority,
+            ferry_spec::ReclaimWithinCohort::Never => ReclaimWithinCohort::Never,
+        },
     }
 }
 
@@ -1105,6 +1125,44 @@ mod tests {
             (StopPolicy::None, StopPolicy::HoldAndDrain)
         );
         assert_ne!(none, held);
+    }
+
+    /// So does its `spec.preemption`, value for value.
+    #[test]
+    fn a_changed_preemption_policy_changes_the_queue_set() {
+        let q = |policy: &str| {
+            queue(&format!(
+                "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: a}}\nspec: {{quotas: [{{flavor: any, nominal: 2}}], preemption: {policy}}}\n"
+            ))
+        };
+        let inv = Inventory::virtual_slots(4);
+        let (default, _) = queue_specs(&[q("{}")], &inv);
+        let (strict, _) = queue_specs(
+            &[q(
+                "{withinQueue: LowerOrNewerEqualPriority, reclaimWithinCohort: LowerPriority}",
+            )],
+            &inv,
+        );
+        let (never, _) = queue_specs(
+            &[q("{withinQueue: Never, reclaimWithinCohort: Never}")],
+            &inv,
+        );
+        assert_eq!(default[0].preemption, PreemptionPolicy::default());
+        assert_eq!(
+            strict[0].preemption,
+            PreemptionPolicy {
+                within_queue: WithinQueue::LowerOrNewerEqualPriority,
+                reclaim_within_cohort: ReclaimWithinCohort::LowerPriority,
+            }
+        );
+        assert_eq!(
+            never[0].preemption,
+            PreemptionPolicy {
+                within_queue: WithinQueue::Never,
+                reclaim_within_cohort: ReclaimWithinCohort::Never,
+            }
+        );
+        assert_ne!(default, strict);
     }
 
     #[test]

@@ -316,6 +316,7 @@ mod tests {
                 Cluster::local(4, "virtual"),
                 vec![QueueSpec {
                     stop_policy: policy,
+                    preemption: Default::default(),
                     ..QueueSpec::any_flavor("a", None, 4)
                 }],
                 PriorityClass::standard(),

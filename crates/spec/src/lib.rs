@@ -30,7 +30,9 @@ pub use meta::{API_VERSION, ObjectMeta, validate_name};
 pub use metrics_line::{MAX_METRICS_LINE, parse_metrics_line};
 pub use parse::{Resource, ResourceKind, parse_documents, parse_value};
 pub use priority_class::{MAX_PRIORITY_VALUE, PreemptionPolicy, PriorityClass, PriorityClassSpec};
-pub use queue::{FlavorQuota, Queue, QueueSpec, StopPolicy};
+pub use queue::{
+    FlavorQuota, Preemption, Queue, QueueSpec, ReclaimWithinCohort, StopPolicy, WithinQueue,
+};
 pub use schema::{json_schema, json_schema_all};
 pub use selector::LabelSelector;
 pub use sweep::{

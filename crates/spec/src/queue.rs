@@ -39,6 +39,56 @@ pub struct QueueSpec {
     /// are also preempted, and resume from their checkpoint once the queue is released).
     #[serde(default, skip_serializing_if = "StopPolicy::is_none")]
     pub stop_policy: StopPolicy,
+    /// What the queue's waiting jobs may preempt to start (Kueue's ClusterQueue `preemption`):
+    /// by default lower priorities within the queue and any work that borrows its lent quota.
+    #[serde(default, skip_serializing_if = "Preemption::is_default")]
+    pub preemption: Preemption,
+}
+
+/// What a queue's waiting jobs may preempt (Kueue's ClusterQueue `preemption`, its values).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Preemption {
+    /// Which of the queue's own running jobs: `LowerPriority` (default; the job's priority
+    /// class must preempt), `LowerOrNewerEqualPriority` (also its own priority's jobs created
+    /// after it) or `Never`. Kueue calls it `withinClusterQueue`.
+    #[serde(default)]
+    pub within_queue: WithinQueue,
+    /// Which jobs of other queues in its cohort that borrow its lent quota: `Any` (default; of
+    /// any priority), `LowerPriority` or `Never` (what it lent comes back as they finish).
+    #[serde(default)]
+    pub reclaim_within_cohort: ReclaimWithinCohort,
+}
+
+impl Preemption {
+    /// Whether every field has its default (left out when printed).
+    pub fn is_default(&self) -> bool {
+        *self == Preemption::default()
+    }
+}
+
+/// Kueue's `withinClusterQueue` values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum WithinQueue {
+    /// Lower-priority jobs of the queue.
+    #[default]
+    LowerPriority,
+    /// Lower-priority jobs, and jobs of its own priority created after it.
+    LowerOrNewerEqualPriority,
+    /// None: the queue's jobs wait their turn.
+    Never,
+}
+
+/// Kueue's `reclaimWithinCohort` values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ReclaimWithinCohort {
+    /// Borrowing jobs of any priority.
+    #[default]
+    Any,
+    /// Borrowing jobs of a lower priority.
+    LowerPriority,
+    /// None: lent quota comes back as the borrowers finish.
+    Never,
 }
 
 /// Kueue's ClusterQueue `stopPolicy` values: whether a queue admits work.
@@ -73,6 +123,7 @@ impl Default for QueueSpec {
             quotas: Vec::new(),
             weight: one(),
             stop_policy: StopPolicy::None,
+            preemption: Preemption::default(),
         }
     }
 }

@@ -172,6 +172,52 @@ fn a_stopped_queue_is_a_stopped_cluster_queue() {
     assert!(crate::schema::validate(b).is_err());
 }
 
+/// A Queue's `preemption` is the ClusterQueue's, under Kueue's names (`withinQueue` is its
+/// `withinClusterQueue`), valid against Kueue's schema.
+#[test]
+fn a_queues_preemption_policy_is_the_cluster_queues() {
+    let cluster = Cluster {
+        kueue: true,
+        ..Cluster::default()
+    };
+    let strict = QUEUES.replace(
+        "  weight: 2\n",
+        "  weight: 2\n  preemption: {withinQueue: Never, reclaimWithinCohort: LowerPriority}\n",
+    );
+    assert_ne!(strict, QUEUES);
+    let objs = rendered(&[&strict], cluster);
+    assert_valid(&objs);
+    let preemption = |name: &str| {
+        objs.iter()
+            .find(|o| o["kind"] == "ClusterQueue" && o["metadata"]["name"] == name)
+            .unwrap()["spec"]["preemption"]
+            .clone()
+    };
+    assert_eq!(
+        preemption("team-b"),
+        json!({"withinClusterQueue": "Never", "reclaimWithinCohort": "LowerPriority"})
+    );
+    assert_eq!(
+        preemption("team-a"),
+        json!({"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"})
+    ); // Ferry's own scheduler (no Kueue) is given the same policy.
+    let team_b = crate::specs::parse(&strict)
+        .into_iter()
+        .find_map(|r| match r {
+            ferry_spec::Resource::Queue(q) if q.metadata.name == "team-b" => Some(q),
+            _ => None,
+        })
+        .unwrap();
+    let spec = ferry_k8s::admission::queue_spec("team-b", "team-b", &team_b.spec);
+    assert_eq!(
+        spec.preemption,
+        ferry_sched::PreemptionPolicy {
+            within_queue: ferry_sched::WithinQueue::Never,
+            reclaim_within_cohort: ferry_sched::ReclaimWithinCohort::LowerPriority,
+        }
+    );
+}
+
 #[test]
 fn deployments_with_and_without_autoscaling() {
     let objs = rendered(

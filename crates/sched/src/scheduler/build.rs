@@ -213,6 +213,7 @@ impl Scheduler {
                 cohort,
                 weight: q.fair_share_weight,
                 stop: q.stop_policy,
+                preemption: q.preemption,
                 quota,
                 usage: vec![0; nf],
                 pending: BTreeSet::new(),

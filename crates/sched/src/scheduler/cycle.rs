@@ -7,7 +7,7 @@ use std::ops::Bound;
 
 use super::preempt::Attempt;
 use super::{Fit, Job, PKey, Reservation, Scheduler, St, stretched};
-use crate::config::{Decision, Time};
+use crate::config::{Decision, Time, WithinQueue};
 
 impl Scheduler {
     /// Runs one scheduling pass at time `now` and returns what to start and what to stop.
@@ -416,7 +416,12 @@ impl Scheduler {
             return Some(Outcome::Preempting);
         }
         let min_running = self.queues[q as usize].running.first().map(|x| x.0);
-        let by_priority = min_running.is_some_and(|m| m < prio);
+        let by_priority =
+            min_running.is_some_and(|m| match self.queues[q as usize].preemption.within_queue {
+                WithinQueue::LowerPriority => m < prio,
+                WithinQueue::LowerOrNewerEqualPriority => m <= prio,
+                WithinQueue::Never => false,
+            });
         // Reclaiming costs the victims their grace period and a restart: not worth it when the
         // quota comes back by itself soon.
         let patient = !by_priority

@@ -17,7 +17,9 @@ mod waiting;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::config::{Decision, Options, PodPlacement, StopPolicy, Time, Topology};
+use crate::config::{
+    Decision, Options, PodPlacement, PreemptionPolicy, StopPolicy, Time, Topology,
+};
 use crate::pool::{Pool, bits};
 
 pub(crate) use forecast::CYCLES_PER_INSTANT;
@@ -119,6 +121,8 @@ struct QueueState {
     /// the indexes of pending work (`pend_add`), so it asks nothing of anyone. Fixed for the
     /// scheduler's life (a change rebuilds it).
     stop: StopPolicy,
+    /// What its waiting work may preempt (`QueueSpec::preemption`).
+    preemption: PreemptionPolicy,
     quota: Vec<Option<Quota>>,
     usage: Vec<u64>,
     pending: BTreeSet<PKey>,

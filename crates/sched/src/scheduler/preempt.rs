@@ -15,7 +15,7 @@ struct Pick {
     /// On nodes reserved for another gang: the only GPUs the placement may use there.
     late: Vec<(u32, u64)>,
 }
-use crate::config::{Decision, PreemptReason, Time};
+use crate::config::{Decision, PreemptReason, ReclaimWithinCohort, Time, WithinQueue};
 
 /// What one preemption attempt may take, and how its preemptor runs once started.
 #[derive(Clone, Copy, Default)]
@@ -118,7 +118,14 @@ impl Scheduler {
             cands.extend(self.loans[f].iter().map(|&v| (v, Kind::Loan)));
         } else {
             if job.preempts {
-                for &(_, v) in qs.running.range(..(prio, 0)) {
+                // Lower priorities, and with `LowerOrNewerEqualPriority` its own priority's
+                // work created after it (`within_queue_victims` checks the age).
+                let upto = match qs.preemption.within_queue {
+                    WithinQueue::Never => (i32::MIN, 0),
+                    WithinQueue::LowerPriority => (prio, 0),
+                    WithinQueue::LowerOrNewerEqualPriority => (prio, u32::MAX),
+                };
+                for &(_, v) in qs.running.range(..upto) {
                     cands.push((v, Kind::Priority));
                 }
             }
@@ -171,16 +178,25 @@ impl Scheduler {
                 && !guard.contains(&v)
                 && !vj.preempted_by.contains(&j)
                 && match kind {
-                    Kind::Priority => true,
-                    // Reclaiming never takes from more urgent work: with priority preemption
-                    // only going strictly down, preemptions cannot chase each other in a circle.
-                    // With deficits, nominal quota is a time-averaged guarantee: a queue does not
-                    // reclaim from one owed more GPU-time than itself.
+                    // Its own priority's work only when created after it (an order no two jobs
+                    // can both be ahead in, so no circle).
+                    Kind::Priority => vj.prio < prio || vj.created > job.created,
+                    // Lent quota is the owner's whatever the borrower's priority (Kueue's `Any`)
+                    // unless the owner's queue says `LowerPriority`. Preemptions still cannot
+                    // chase each other in a circle: the borrower cannot take it back (it would
+                    // have to borrow again, and no one lends what its owner reclaims), and no
+                    // one preempts its own preemptors (`preemption_ancestors`). With deficits,
+                    // nominal quota is a time-averaged guarantee: a queue does not reclaim from
+                    // one owed more GPU-time than itself.
                     Kind::Reclaim => {
                         vj.borrowed
                             && !vj.protected
                             && self.mostly_borrowed(vj.queue, f, vj.gpus())
-                            && vj.prio <= prio
+                            && match qs.preemption.reclaim_within_cohort {
+                                ReclaimWithinCohort::Any => true,
+                                ReclaimWithinCohort::LowerPriority => vj.prio < prio,
+                                ReclaimWithinCohort::Never => false,
+                            }
                             && (critical || !self.deficit_ahead(vj.queue, q, vj.gpus()))
                     }
                     Kind::Loan => vj.on_loan && vj.prio <= prio,
@@ -537,7 +553,8 @@ impl Scheduler {
     }
 
     /// Whether another cohort member below its nominal quota has a waiting head that fits in it
-    /// (and so would reclaim anything lent now), or, with `hold_for_owed`, a single-pod head.
+    /// (and so would reclaim anything lent now, or, if its queue never reclaims, would wait for
+    /// it: the owner's work goes first either way), or, with `hold_for_owed`, a single-pod head.
     pub(super) fn reclaim_pending(&self, q: u32, f: usize) -> bool {
         let Some(c) = self.queues[q as usize].cohort else {
             return false;
@@ -593,6 +610,9 @@ impl Scheduler {
         let (Some(c), Some(qq)) = (qs.cohort, qs.quota[f]) else {
             return false;
         };
+        if qs.preemption.reclaim_within_cohort == ReclaimWithinCohort::Never {
+            return false;
+        }
         let loans = if self.holder[f] == Some(j) {
             self.own_loans(q, f)
         } else {

@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::config::{
-    ANY_FLAVOR, Cluster, FlavorQuota, Options, PreemptReason, PriorityClass, QueueSpec, StopPolicy,
-    Topology, Workload,
+    ANY_FLAVOR, Cluster, FlavorQuota, Options, PreemptReason, PriorityClass, QueueSpec,
+    ReclaimWithinCohort, StopPolicy, Topology, WithinQueue, Workload,
 };
 use crate::error::SchedError;
 
@@ -537,6 +537,101 @@ fn two_teams(nodes: usize, per_node: u32, a_b: (u32, u32), opts: Options) -> Sch
         opts,
     )
     .unwrap()
+}
+
+/// Queues `a` and `b` of 4 GPUs each in one cohort (two 4-GPU nodes), `a`'s waiting jobs
+/// allowed to preempt as `a_policy` says.
+fn two_teams_with(a_policy: PreemptionPolicy) -> Scheduler {
+    Scheduler::new(
+        Cluster::uniform(2, 4, "gpu"),
+        vec![
+            QueueSpec {
+                preemption: a_policy,
+                ..queue("a", Some("c"), 4)
+            },
+            queue("b", Some("c"), 4),
+        ],
+        prios(),
+    )
+    .unwrap()
+}
+
+/// A queue's `preemption` (Kueue's ClusterQueue field) decides what its waiting jobs may take.
+/// Within the queue: by default a higher priority preempts a lower one and not its own;
+/// `LowerOrNewerEqualPriority` also takes work of its own priority created after it; `Never`
+/// takes nothing. From the cohort: lent quota comes back from a borrower of any priority
+/// (`Any`, the default), only of a lower one (`LowerPriority`), or as it finishes (`Never`).
+#[test]
+fn a_queues_preemption_policy_decides_what_its_jobs_may_take() {
+    // How many of a's two running low-priority jobs (created at 11 and 12; the second borrows
+    // b's idle quota) a job of `prio` created at `created` preempts.
+    let within = |within_queue, prio: &str, created: Time| {
+        let mut s = two_teams_with(PreemptionPolicy {
+            within_queue,
+            ..PreemptionPolicy::default()
+        });
+        for (id, t) in [("first", 11), ("second", 12)] {
+            s.submit(with_prio(wl(id, "a", 1, 4, t, None), "low"))
+                .unwrap();
+        }
+        assert_eq!(admitted(&s.cycle(20)).len(), 2);
+        s.submit(with_prio(wl("waiting", "a", 1, 4, created, None), prio))
+            .unwrap();
+        preempted(&s.cycle(30)).len()
+    };
+    assert_eq!(within(WithinQueue::LowerPriority, "high", 30), 1);
+    assert_eq!(within(WithinQueue::Never, "high", 30), 0);
+    // Same priority, created before both (a job back in its queue keeps its age).
+    assert_eq!(within(WithinQueue::LowerPriority, "low", 5), 0);
+    assert_eq!(within(WithinQueue::LowerOrNewerEqualPriority, "low", 5), 1);
+    // Created after both: neither is newer.
+    assert_eq!(within(WithinQueue::LowerOrNewerEqualPriority, "low", 25), 0);
+
+    // b's urgent work runs on its own quota and on a's idle one; then a's low-priority job and
+    // b's next one wait. Returns what a's job preempts, and what starts once it was evicted (or,
+    // with nothing preempted, once b's own job ends).
+    let reclaim = |reclaim_within_cohort| {
+        let mut s = two_teams_with(PreemptionPolicy {
+            reclaim_within_cohort,
+            ..PreemptionPolicy::default()
+        });
+        s.submit(with_prio(wl("b-own", "b", 1, 4, 0, None), "high"))
+            .unwrap();
+        s.submit(with_prio(wl("b-lent", "b", 1, 4, 1, None), "high"))
+            .unwrap();
+        assert_eq!(admitted(&s.cycle(10)).len(), 2);
+        s.submit(with_prio(wl("a-low", "a", 1, 4, 20, None), "low"))
+            .unwrap();
+        s.submit(with_prio(wl("b-next", "b", 1, 4, 21, None), "high"))
+            .unwrap();
+        let taken = preempted(&s.cycle(30));
+        match taken.first() {
+            Some((victim, _)) => s.evicted(victim).unwrap(),
+            None => s.finished("b-own").unwrap(),
+        }
+        (taken, admitted(&s.cycle(40)))
+    };
+    let (taken, after) = reclaim(ReclaimWithinCohort::Any);
+    assert_eq!(
+        taken,
+        [(
+            "b-lent".to_string(),
+            PreemptReason::Reclaim {
+                preemptor: "a-low".into()
+            }
+        )]
+    );
+    assert_eq!(after, ["a-low"]);
+    // Not lower: a's job waits for b's work to end, then its quota is its own again (b's next
+    // job may not borrow it while a's waits).
+    for policy in [
+        ReclaimWithinCohort::LowerPriority,
+        ReclaimWithinCohort::Never,
+    ] {
+        let (taken, after) = reclaim(policy);
+        assert!(taken.is_empty(), "{policy:?}: {taken:?}");
+        assert_eq!(after, ["a-low"], "{policy:?}");
+    }
 }
 
 /// Two 8-GPU gangs that must borrow, on an 8-GPU cohort both teams fill to their quotas: an
@@ -1537,6 +1632,7 @@ fn config_types_use_camel_case_json() {
         }],
         fair_share_weight: 2.0,
         stop_policy: StopPolicy::None,
+        preemption: Default::default(),
     };
     let json = serde_json::to_string(&q).unwrap();
     assert!(

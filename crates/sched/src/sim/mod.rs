@@ -459,6 +459,7 @@ fn whole_cluster_queue(cluster: &Cluster) -> QueueSpec {
             .collect(),
         fair_share_weight: 1.0,
         stop_policy: StopPolicy::None,
+        preemption: Default::default(),
     }
 }
 

@@ -139,6 +139,7 @@ pub fn default_queues(trace: &[TraceJob], cluster: &Cluster) -> Vec<QueueSpec> {
             quotas: q,
             fair_share_weight: 1.0,
             stop_policy: StopPolicy::None,
+            preemption: Default::default(),
         })
         .collect()
 }

@@ -302,6 +302,52 @@ fn a_queue_stop_policy_takes_kueues_values() {
     assert!(p[0].ends_with("did you mean `Hold`?"), "{p:?}");
 }
 
+/// `spec.preemption` takes Kueue's values; a wrong one names the field and the values, and an
+/// unknown key suggests the right one.
+#[test]
+fn a_queue_preemption_policy_takes_kueues_values() {
+    let queue = |preemption: &str| {
+        format!(
+            "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: team-a}}\nspec: {{preemption: {preemption}}}\n"
+        )
+    };
+    let docs = parse_documents(
+        &queue("{withinQueue: LowerOrNewerEqualPriority, reclaimWithinCohort: Never}"),
+        "queue.yaml",
+    )
+    .unwrap();
+    let Resource::Queue(q) = &docs[0] else {
+        panic!("not a Queue")
+    };
+    assert_eq!(
+        q.spec.preemption,
+        crate::Preemption {
+            within_queue: crate::WithinQueue::LowerOrNewerEqualPriority,
+            reclaim_within_cohort: crate::ReclaimWithinCohort::Never,
+        }
+    );
+    // Left out, each keeps Ferry's default, and a default policy is not printed back.
+    let docs = parse_documents(&queue("{withinQueue: Never}"), "queue.yaml").unwrap();
+    let Resource::Queue(q) = &docs[0] else {
+        panic!("not a Queue")
+    };
+    assert_eq!(
+        q.spec.preemption.reclaim_within_cohort,
+        crate::ReclaimWithinCohort::Any
+    );
+    let docs = parse_documents(&queue("{}"), "queue.yaml").unwrap();
+    assert!(docs[0].to_value()["spec"].get("preemption").is_none());
+    assert_eq!(
+        problems(&queue("{reclaimWithinCohort: Lower}")),
+        [
+            "spec.preemption.reclaimWithinCohort: must be one of Any, LowerPriority, Never (got \"Lower\"); did you mean `LowerPriority`?"
+        ],
+    );
+    let p = problems(&queue("{withinClusterQueue: Never}"));
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(p[0].ends_with("did you mean `withinQueue`?"), "{p:?}");
+}
+
 #[test]
 fn a_queue_without_spec_gets_weight_one_and_passes() {
     let docs = parse_documents(
