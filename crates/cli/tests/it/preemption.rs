@@ -249,6 +249,39 @@ fn a_team_takes_back_the_quota_it_lent() {
     plane.ok(&["cancel", "job", "research-long"]);
 }
 
+/// A queue that never reclaims (`spec.preemption.reclaimWithinCohort: Never`, Kueue's default)
+/// gets what it lent back as the borrower finishes: product's job waits while research's run
+/// holds product's two GPUs, and starts when that run ends (by default it is taken back at
+/// once: `a_team_takes_back_the_quota_it_lent`).
+#[test]
+fn a_queue_that_never_reclaims_waits_for_what_it_lent() {
+    let plane = Plane::start(Some(4));
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let queues = std::fs::read_to_string(examples.join("team-queues.yaml")).unwrap();
+    let product = "metadata: {name: product}\nspec:\n";
+    assert!(queues.contains(product));
+    let never = queues.replace(
+        product,
+        &format!("{product}  preemption: {{reclaimWithinCohort: Never}}\n"),
+    );
+    let path = plane.write("never-reclaims.yaml", &never);
+    plane.ok(&["apply", "-f", &path]);
+    plane.wait_phase("research-long", "Running", LIMIT);
+    wait_for_step(&plane, "research-long", 1);
+    plane.ok(&["apply", "-f", "examples/product-urgent.yaml"]);
+    // Several reconcile passes (one every 500 ms, and at once after an apply).
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(plane.job("product-urgent")["status"]["phase"], "Queued");
+    let events = plane.events("research-long");
+    assert!(
+        !events.iter().any(|e| e["to"] == "Preempted"),
+        "{events:#?}"
+    );
+    plane.ok(&["cancel", "job", "research-long"]);
+    plane.wait_phase("product-urgent", "Running", LIMIT);
+    plane.ok(&["cancel", "job", "product-urgent"]);
+}
+
 /// The policy a platform team simulated (`ferry sim --options`) is the one `ferry up` runs:
 /// with `reclaimMinBorrowedPct: 75` (take back only jobs mostly made of borrowed GPUs),
 /// research's 4-GPU run, half of it borrowed, is not preempted for product's 2-GPU job, which
