@@ -316,7 +316,6 @@ mod tests {
                 Cluster::local(4, "virtual"),
                 vec![QueueSpec {
                     stop_policy: policy,
-                    preemption: Default::default(),
                     ..QueueSpec::any_flavor("a", None, 4)
                 }],
                 PriorityClass::standard(),

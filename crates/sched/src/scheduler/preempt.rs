@@ -119,7 +119,7 @@ impl Scheduler {
         } else {
             if job.preempts {
                 // Lower priorities, and with `LowerOrNewerEqualPriority` its own priority's
-                // work created after it (`within_queue_victims` checks the age).
+                // work (the filter below keeps only what was created after it).
                 let upto = match qs.preemption.within_queue {
                     WithinQueue::Never => (i32::MIN, 0),
                     WithinQueue::LowerPriority => (prio, 0),

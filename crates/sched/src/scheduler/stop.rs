@@ -58,7 +58,6 @@ mod tests {
             vec![
                 QueueSpec {
                     stop_policy: policy,
-                    preemption: Default::default(),
                     ..QueueSpec::any_flavor("a", Some("c"), 2)
                 },
                 QueueSpec::any_flavor("b", Some("c"), 2),
@@ -141,7 +140,6 @@ mod tests {
             vec![
                 QueueSpec {
                     stop_policy: StopPolicy::Hold,
-                    preemption: Default::default(),
                     ..QueueSpec::any_flavor("a", None, 4)
                 },
                 QueueSpec::any_flavor("b", None, 4),
@@ -163,7 +161,6 @@ mod tests {
             vec![
                 QueueSpec {
                     stop_policy: a,
-                    preemption: Default::default(),
                     ..QueueSpec::any_flavor("a", None, 4)
                 },
                 QueueSpec::any_flavor("b", None, 4),

@@ -1710,13 +1710,6 @@ fn forecast_at(s: &Scheduler, now: Time) -> Vec<(String, Option<Time>)> {
     f.starts.into_iter().map(|x| (x.id, x.at)).collect()
 }
 
-fn with_priority(w: Workload, priority: &str) -> Workload {
-    Workload {
-        priority: Some(priority.into()),
-        ..w
-    }
-}
-
 #[test]
 fn every_waiting_job_is_told_when_it_starts_in_turn() {
     let mut s = local(4);
@@ -1784,11 +1777,8 @@ fn the_forecast_follows_priorities_and_backfill() {
     s.submit(wl("run1", "default", 1, 1, 0, Some(20))).unwrap();
     assert_eq!(admitted(&s.cycle(0)), ["run1", "run3"]);
     // Oldest and shortest, but of low priority: it goes last.
-    s.submit(with_priority(
-        wl("low", "default", 1, 4, 1, Some(10)),
-        "low",
-    ))
-    .unwrap();
+    s.submit(with_prio(wl("low", "default", 1, 4, 1, Some(10)), "low"))
+        .unwrap();
     s.submit(wl("gang", "default", 1, 4, 2, Some(10))).unwrap();
     // Behind the gang, but it ends (20 + 50) before the gang can start (100): it backfills
     // as soon as `run1` ends.
@@ -1811,17 +1801,11 @@ fn the_forecast_follows_priorities_and_backfill() {
 #[test]
 fn a_preemption_under_way_plays_out_in_the_forecast() {
     let mut s = local(4);
-    s.submit(with_priority(
-        wl("low", "default", 1, 4, 0, Some(100)),
-        "low",
-    ))
-    .unwrap();
+    s.submit(with_prio(wl("low", "default", 1, 4, 0, Some(100)), "low"))
+        .unwrap();
     assert_eq!(admitted(&s.cycle(0)), ["low"]);
-    s.submit(with_priority(
-        wl("high", "default", 1, 2, 10, Some(30)),
-        "high",
-    ))
-    .unwrap();
+    s.submit(with_prio(wl("high", "default", 1, 2, 10, Some(30)), "high"))
+        .unwrap();
     s.submit(wl("next", "default", 1, 4, 11, Some(10))).unwrap();
     let d = s.cycle(11);
     assert!(
