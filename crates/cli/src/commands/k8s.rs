@@ -23,12 +23,6 @@ pub struct ClusterFlags {
     /// Node label holding the rack; multi-node gangs stay within one rack.
     #[arg(long)]
     pub rack_label: Option<String>,
-    /// Bandwidth of the links between racks, as a percent of that between nodes within one
-    /// (25 for a 4:1 oversubscribed spine): the operator then plans how much longer each
-    /// launcher job runs split across racks, and its scheduler weighs that against waiting
-    /// for one rack (a job's own `spec.resources.splitSlowdownPct` stands).
-    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub inter_rack_bandwidth_pct: Option<u32>,
     /// GPUs per node: multi-node jobs must use whole nodes.
     #[arg(long, default_value_t = 8)]
     pub gpus_per_node: u32,
@@ -49,7 +43,6 @@ impl ClusterFlags {
             cluster: Cluster {
                 flavor_label: self.flavor_label.clone(),
                 rack_label: self.rack_label.clone(),
-                inter_rack_bandwidth_pct: self.inter_rack_bandwidth_pct,
                 gpus_per_node: self.gpus_per_node,
                 ..Cluster::default()
             },
@@ -105,6 +98,12 @@ pub struct OperatorArgs {
     /// docs/scheduler.md); the defaults when omitted. Unused when Kueue admits.
     #[arg(long, env = "FERRY_SCHEDULER_OPTIONS", value_name = "FILE")]
     pub scheduler_options: Option<PathBuf>,
+    /// Bandwidth of the links between racks, as a percent of that between nodes within one
+    /// (25 for a 4:1 oversubscribed spine): the operator then plans how much longer each
+    /// launcher job runs split across racks, and its scheduler weighs that against waiting
+    /// for one rack (a job's own `spec.resources.splitSlowdownPct` stands).
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub inter_rack_bandwidth_pct: Option<u32>,
     #[command(flatten)]
     pub cluster: ClusterFlags,
 }
@@ -169,14 +168,9 @@ pub async fn operator(args: OperatorArgs) -> anyhow::Result<()> {
         .context("the operator needs a cluster: run it in a pod or set KUBECONFIG")?;
     let identity = std::env::var("POD_NAME")
         .unwrap_or_else(|_| format!("ferry-operator-{}", std::process::id()));
-    ferry_k8s::operator::run(
-        client,
-        args.cluster.options(),
-        policy,
-        &args.lease_namespace,
-        identity,
-    )
-    .await?;
+    let mut opts = args.cluster.options();
+    opts.cluster.inter_rack_bandwidth_pct = args.inter_rack_bandwidth_pct;
+    ferry_k8s::operator::run(client, opts, policy, &args.lease_namespace, identity).await?;
     Ok(())
 }
 
