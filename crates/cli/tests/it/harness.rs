@@ -194,13 +194,16 @@ impl Plane {
     pub fn wait_log(&self, name: &str, needle: &str, timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;
         loop {
-            let log = self.ok(&["logs", name]);
+            // A job just marked Running may have no rank log yet: `ferry logs` says so and fails.
+            let out = self.ferry(&["logs", name]);
+            let log = out.stdout_text();
             if log.contains(needle) {
                 return log;
             }
             assert!(
                 Instant::now() < deadline,
-                "no {needle:?} in the log of {name}: {log}"
+                "no {needle:?} in the log of {name}: {log}{}",
+                out.stderr_text()
             );
             std::thread::sleep(Duration::from_millis(200));
         }

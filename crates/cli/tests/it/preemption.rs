@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{OutputText, Plane};
+use crate::harness::Plane;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -58,21 +58,7 @@ fn message(e: &Value) -> &str {
 
 /// Waits until rank 0 of `name` has printed `step` metrics lines.
 fn wait_for_step(plane: &Plane, name: &str, step: u32) {
-    let deadline = Instant::now() + LIMIT;
-    let needle = format!("\"step\": {step},");
-    loop {
-        // A job just marked Running may have no rank log yet: `ferry logs` says so and fails.
-        let out = plane.ferry(&["logs", name]);
-        if out.stdout_text().contains(&needle) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name} never reached step {step}: {}",
-            out.stderr_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    plane.wait_log(name, &format!("\"step\": {step},"), LIMIT);
 }
 
 #[test]
