@@ -20,8 +20,7 @@ use std::sync::Mutex;
 
 use ferry_sched::{
     ANY_FLAVOR, Decision, FORECAST_CYCLES, FlavorQuota, Forecast, PodPlacement, PreemptReason,
-    PreemptionPolicy, QueueSpec, ReclaimWithinCohort, Scheduler, StopPolicy, Time, Waiting,
-    WithinQueue, Workload,
+    QueueSpec, Scheduler, Time, Waiting, Workload,
 };
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::Node;
@@ -396,27 +395,8 @@ pub fn queue_spec(ns: &str, name: &str, spec: &ferry_spec::QueueSpec) -> QueueSp
             })
             .collect(),
         fair_share_weight: spec.weight,
-        stop_policy: match spec.stop_policy {
-            ferry_spec::StopPolicy::None => StopPolicy::None,
-            ferry_spec::StopPolicy::Hold => StopPolicy::Hold,
-            ferry_spec::StopPolicy::HoldAndDrain => StopPolicy::HoldAndDrain,
-        },
-        preemption: PreemptionPolicy {
-            within_queue: match spec.preemption.within_queue {
-                ferry_spec::WithinQueue::LowerPriority => WithinQueue::LowerPriority,
-                ferry_spec::WithinQueue::LowerOrNewerEqualPriority => {
-                    WithinQueue::LowerOrNewerEqualPriority
-                }
-                ferry_spec::WithinQueue::Never => WithinQueue::Never,
-            },
-            reclaim_within_cohort: match spec.preemption.reclaim_within_cohort {
-                ferry_spec::ReclaimWithinCohort::Any => ReclaimWithinCohort::Any,
-                ferry_spec::ReclaimWithinCohort::LowerPriority => {
-                    ReclaimWithinCohort::LowerPriority
-                }
-                ferry_spec::ReclaimWithinCohort::Never => ReclaimWithinCohort::Never,
-            },
-        },
+        stop_policy: spec.stop_policy.into(),
+        preemption: spec.preemption.into(),
     }
 }
 

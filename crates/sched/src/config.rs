@@ -14,7 +14,7 @@ pub type Time = u64;
 pub struct Node {
     /// Unique node name (what placements refer to).
     pub name: String,
-    /// Number of GPUs on the node (1..=64).
+    /// Number of GPUs on the node (1..=[`MAX_NODE_GPUS`]).
     pub gpus: u32,
     /// GPU flavor, e.g. `H100-80GB`; quotas are per flavor.
     pub flavor: String,
@@ -314,13 +314,20 @@ pub struct Workload {
     pub split_slowdown_pct: Option<u32>,
 }
 
+/// The most GPUs one node may have: a node's free GPUs are one 64-bit mask.
+pub const MAX_NODE_GPUS: u32 = 64;
+
+/// The most nodes a simulated cluster may have (`ferry sim`): 131,072 nodes of 8 GPUs are a
+/// million GPUs, several times the largest clusters built, and a replay stays in memory.
+pub const MAX_CLUSTER_NODES: usize = 131_072;
+
 /// The largest split slowdown a workload may give (`Workload::split_slowdown_pct`): a split
 /// run eleven times as long.
 pub const MAX_SPLIT_SLOWDOWN_PCT: u32 = 1000;
 
 /// A topology level all of a gang's pods can be required to share: collectives within one
 /// domain run at its link speed, not the slower links between domains.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Topology {
     /// One NVLink domain (`Node::nvlink_domain`).

@@ -287,26 +287,26 @@ impl Pool {
             .min()
     }
 
+    /// Nodes of one domain for `pods` pods of `g` GPUs: the nodes hosting the most pods first,
+    /// until the rest fits on one node, which is then the tightest that holds it. Each bucket is
+    /// walked once in order, so the nodes taken are a prefix of each bucket's walk and a gang of
+    /// thousands of nodes costs time linear in them.
     fn greedy(&self, level: usize, dom: usize, pods: u32, g: u32) -> Option<Vec<(u32, u32)>> {
         let b = &self.levels[level].domains[dom].buckets;
+        let mut untaken: Vec<_> = b.iter().map(|nodes| nodes.iter().peekable()).collect();
         let mut chosen: Vec<(u32, u32)> = Vec::new();
         let mut remaining = pods;
-        let taken = |chosen: &Vec<(u32, u32)>, n: &u32| chosen.iter().any(|(c, _)| c == n);
         while remaining > 0 {
             let need = remaining as usize * g as usize;
             // The rest fits on one node: take the tightest such node.
-            let last = (need.min(b.len())..b.len())
-                .filter(|_| need < b.len())
-                .find_map(|k| b[k].iter().find(|n| !taken(&chosen, n)));
-            if let Some(n) = last {
-                chosen.push((*n, remaining));
+            if let Some(n) = (need..b.len()).find_map(|k| untaken[k].peek().map(|&&n| n)) {
+                chosen.push((n, remaining));
                 return Some(chosen);
             }
             // Otherwise take the node hosting the most pods.
-            let big = (g as usize..b.len())
+            let (n, k) = (g as usize..b.len())
                 .rev()
-                .find_map(|k| b[k].iter().find(|n| !taken(&chosen, n)).map(|n| (*n, k)));
-            let (n, k) = big?;
+                .find_map(|k| untaken[k].next().map(|&n| (n, k)))?;
             let here = (k as u32 / g).min(remaining);
             chosen.push((n, here));
             remaining -= here;

@@ -16,8 +16,7 @@ use std::path::Path;
 use ferry_runtime::Inventory;
 use ferry_sched::{
     ANY_FLAVOR, Cluster, Decision, FORECAST_CYCLES, FlavorQuota, PodPlacement, PreemptReason,
-    PreemptionPolicy, QueueSpec, ReclaimWithinCohort, SchedError, Scheduler, StopPolicy, Time,
-    WithinQueue, Workload,
+    QueueSpec, SchedError, Scheduler, Time, Workload,
 };
 use ferry_spec::{FieldError, JobPhase, PriorityClass, Queue, Resource, ResourceKind, TrainJob};
 use ferry_store::{JobRecord, StatusPatch, StoreError};
@@ -142,8 +141,8 @@ fn queue_specs(queues: &[Queue], inventory: &Inventory) -> (Vec<QueueSpec>, Vec<
             quotas,
             fair_share_weight: q.spec.weight,
             // A change of it is a change of the queue set: the scheduler is rebuilt.
-            stop_policy: stop_policy(q.spec.stop_policy),
-            preemption: preemption(q.spec.preemption),
+            stop_policy: q.spec.stop_policy.into(),
+            preemption: q.spec.preemption.into(),
         });
         origins.push(origin);
     }
@@ -152,33 +151,6 @@ fn queue_specs(queues: &[Queue], inventory: &Inventory) -> (Vec<QueueSpec>, Vec<
         origins.push(vec![0]);
     }
     (specs, origins)
-}
-
-/// The scheduler's stop policy of a stored queue's `spec.stopPolicy`.
-pub(crate) fn stop_policy(policy: ferry_spec::StopPolicy) -> StopPolicy {
-    match policy {
-        ferry_spec::StopPolicy::None => StopPolicy::None,
-        ferry_spec::StopPolicy::Hold => StopPolicy::Hold,
-        ferry_spec::StopPolicy::HoldAndDrain => StopPolicy::HoldAndDrain,
-    }
-}
-
-/// The scheduler's view of a Queue's `spec.preemption` (the same values).
-fn preemption(p: ferry_spec::Preemption) -> PreemptionPolicy {
-    PreemptionPolicy {
-        within_queue: match p.within_queue {
-            ferry_spec::WithinQueue::LowerPriority => WithinQueue::LowerPriority,
-            ferry_spec::WithinQueue::LowerOrNewerEqualPriority => {
-                WithinQueue::LowerOrNewerEqualPriority
-            }
-            ferry_spec::WithinQueue::Never => WithinQueue::Never,
-        },
-        reclaim_within_cohort: match p.reclaim_within_cohort {
-            ferry_spec::ReclaimWithinCohort::Any => ReclaimWithinCohort::Any,
-            ferry_spec::ReclaimWithinCohort::LowerPriority => ReclaimWithinCohort::LowerPriority,
-            ferry_spec::ReclaimWithinCohort::Never => ReclaimWithinCohort::Never,
-        },
-    }
 }
 
 /// Turns a scheduler config error (`queues[i].quotas[j].x`) into one naming the Queue
@@ -1088,7 +1060,9 @@ fn ignore_conflict<T>(res: Result<T, StoreError>) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_sched::PriorityClass;
+    use ferry_sched::{
+        PreemptionPolicy, PriorityClass, ReclaimWithinCohort, StopPolicy, WithinQueue,
+    };
 
     fn queue(yaml: &str) -> Queue {
         match ferry_spec::parse_documents(yaml, "q.yaml")

@@ -11,7 +11,7 @@ use ferry_spec::{JobPhase, ResourceKind};
 use ferry_store::{JobRecord, ObjectRecord};
 use serde_json::{Value, json};
 
-use crate::admission::{DEFAULT_QUEUE, queue_of, stop_policy};
+use crate::admission::{DEFAULT_QUEUE, queue_of};
 use crate::state::{ControlPlane, Waiting};
 
 /// At most this many of a queue's waiting jobs are listed in its status (the count is always
@@ -97,9 +97,10 @@ pub(crate) fn with_status(plane: &ControlPlane, mut record: ObjectRecord) -> Obj
         Some(view) => status(view, |uid| plane.waiting(uid)),
         None => {
             // Not scheduled here (no GPUs): what it was applied with.
-            let applied = serde_json::from_value(record.doc["spec"]["stopPolicy"].clone())
-                .unwrap_or_default();
-            let policy = stop_policy(applied);
+            let applied: ferry_spec::StopPolicy =
+                serde_json::from_value(record.doc["spec"]["stopPolicy"].clone())
+                    .unwrap_or_default();
+            let policy = StopPolicy::from(applied);
             json!({"state": state(policy, false), "usedGpus": 0, "borrowedGpus": 0, "running": 0,
                 "pending": 0})
         }

@@ -17,6 +17,8 @@ mod queue;
 mod schema;
 mod selector;
 mod sweep;
+#[cfg(feature = "sched")]
+mod to_sched;
 mod train_job;
 mod validate;
 

@@ -22,8 +22,9 @@ pub struct SimArgs {
     /// Cluster YAML: `nodes: [{name, gpus, flavor, rack?, nvlinkDomain?}]`.
     #[arg(long, conflicts_with = "gpus")]
     pub cluster: Option<PathBuf>,
-    /// Cluster size in GPUs (8-GPU nodes); sized from the trace when neither this nor --cluster.
-    #[arg(long)]
+    /// Cluster size in GPUs (8-GPU nodes, at most 1048576 GPUs); sized from the trace when
+    /// neither this nor --cluster.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_GPUS))]
     pub gpus: Option<u32>,
     /// Queues YAML, one per trace team: Ferry `Queue` documents (as `ferry apply` takes them,
     /// named after the team, in lowercase), or a list of `{name, cohort?, quotas: [{flavor, nominal,
@@ -132,6 +133,9 @@ fn quota_queues(
         .map(|(team, gpus)| ferry_sched::QueueSpec::any_flavor(team, cohort, *gpus))
         .collect())
 }
+
+/// Largest `--gpus`: the scheduler's most nodes, of 8 GPUs.
+const MAX_GPUS: i64 = ferry_sched::MAX_CLUSTER_NODES as i64 * 8;
 
 /// Largest `--load`: beyond it the whole trace arrives within seconds anyway.
 const MAX_LOAD: f64 = 1000.0;

@@ -534,6 +534,33 @@ fn jobs_no_policy_could_start_are_named_with_the_fix() {
     );
     let text = sim_ok(&["--trace", wide]);
     assert!(text.contains("nodes of 16 GPUs"), "{text}");
+
+    // A sweep submitted at once: the default cluster is what it uses at once (before, its
+    // offered load over a one-second span asked for millions of GPUs and the replay ran out
+    // of memory), and a cluster past the simulator's size is refused by its flag.
+    let sweep = dir.path().join("sweep.csv");
+    let rows: String = (0..12)
+        .map(|i| {
+            format!(
+                "s{i},0,{},8,1,team-{},COMPLETED\n",
+                3600 * (1 + i % 3),
+                i % 2
+            )
+        })
+        .collect();
+    std::fs::write(
+        &sweep,
+        format!("job_id,submit_s,duration_s,gpus,nodes,team,status\n{rows}"),
+    )
+    .unwrap();
+    let text = sim_ok(&["--trace", sweep.to_str().unwrap()]);
+    assert!(text.contains("cluster: 96 GPUs on 12 nodes"), "{text}");
+    let out = sim(&["--trace", sweep.to_str().unwrap(), "--gpus", "2000000"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--gpus") && err.contains("1..=1048576"),
+        "{err}"
+    );
 }
 
 /// `--estimates` and `--pace-after` change what every policy is told about run times, not how

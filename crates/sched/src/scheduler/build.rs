@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{Cohort, QueueState, Quota, Scheduler};
-use crate::config::{ANY_FLAVOR, Cluster, Options, PriorityClass, QueueSpec};
+use crate::config::{ANY_FLAVOR, Cluster, MAX_NODE_GPUS, Options, PriorityClass, QueueSpec};
 use crate::error::{Result, SchedError};
 use crate::pool::{NodeDesc, Pool};
 
@@ -60,11 +60,11 @@ impl Scheduler {
         let mut by_flavor: Vec<(String, Vec<NodeDesc>)> = Vec::new();
         let mut names = std::collections::HashSet::new();
         for (i, n) in cluster.nodes.iter().enumerate() {
-            if n.gpus == 0 || n.gpus > 64 {
+            if n.gpus == 0 || n.gpus > MAX_NODE_GPUS {
                 return Err(cfg_err(
                     format!("cluster.nodes[{i}].gpus"),
                     format!("node `{}` has {} GPUs", n.name, n.gpus),
-                    "give every node between 1 and 64 GPUs",
+                    format!("give every node between 1 and {MAX_NODE_GPUS} GPUs"),
                 ));
             }
             if !names.insert(n.name.clone()) {

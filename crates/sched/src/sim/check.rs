@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::{TraceJob, trace_err, whole_cluster_queue};
-use crate::config::{Cluster, Options, QueueSpec, Workload};
+use crate::config::{Cluster, MAX_CLUSTER_NODES, Options, QueueSpec, Topology, Workload};
 use crate::error::{Result, SchedError};
 use crate::scheduler::Scheduler;
 
@@ -20,6 +20,16 @@ pub fn check_replayable(
     queues: &[QueueSpec],
     file: &str,
 ) -> Result<()> {
+    if cluster.nodes.len() > MAX_CLUSTER_NODES {
+        return Err(SchedError::InvalidConfig {
+            field: "cluster.nodes".into(),
+            problem: format!(
+                "the cluster has {} nodes, more than the {MAX_CLUSTER_NODES} the simulator takes",
+                cluster.nodes.len()
+            ),
+            fix: format!("describe at most {MAX_CLUSTER_NODES} nodes"),
+        });
+    }
     let teams: BTreeMap<&str, ()> = queues.iter().map(|q| (q.name.as_str(), ())).collect();
     if let Some(t) = trace.iter().find(|t| !teams.contains_key(t.team.as_str())) {
         return Err(trace_err(
@@ -46,13 +56,17 @@ pub fn check_replayable(
     let all = whole.name.clone();
     let mut alone =
         Scheduler::with_options(cluster.clone(), vec![whole], Vec::new(), Options::default())?;
-    // One probe per distinct shape and team; the probes only ever wait.
-    let mut verdicts: BTreeMap<(&str, u32, u32), Option<String>> = BTreeMap::new();
+    // One probe per distinct shape, team and topology; the probes only ever wait.
+    let mut verdicts: BTreeMap<(&str, u32, u32, Option<Topology>), Option<String>> =
+        BTreeMap::new();
     let mut refused: Vec<(&TraceJob, String)> = Vec::new();
     for t in trace {
         let (pods, per) = t.shape();
-        let key = (t.team.as_str(), pods, per);
-        if !verdicts.contains_key(&key) {
+        for topology in [None, t.topology] {
+            let key = (t.team.as_str(), pods, per, topology);
+            if verdicts.contains_key(&key) {
+                continue;
+            }
             let n = verdicts.len();
             let probe = |id: String, queue: &str| Workload {
                 id,
@@ -63,7 +77,7 @@ pub fn check_replayable(
                 flavor: None,
                 expected_duration_s: None,
                 created_at: 0,
-                topology: t.topology,
+                topology,
                 split_slowdown_pct: None,
             };
             let why = by_team
@@ -76,7 +90,7 @@ pub fn check_replayable(
                 });
             verdicts.insert(key, why);
         }
-        if let Some(why) = &verdicts[&key] {
+        if let Some(why) = &verdicts[&(t.team.as_str(), pods, per, t.topology)] {
             refused.push((t, why.clone()));
         }
     }
@@ -86,7 +100,17 @@ pub fn check_replayable(
     let largest_pod = refused.iter().map(|(t, _)| t.shape().1).max().unwrap_or(0);
     let largest = refused.iter().map(|(t, _)| t.gpus).max().unwrap_or(0);
     let node_max = cluster.nodes.iter().map(|n| n.gpus).max().unwrap_or(0);
-    let fix = if largest_pod > node_max {
+    // The job would start without its topology requirement: the domains are too small.
+    let (pods, per) = first.shape();
+    let untied = verdicts[&(first.team.as_str(), pods, per, None)].is_none();
+    let fix = if let Some(level) = first.topology.filter(|_| untied) {
+        format!(
+            "label the nodes so that one {} holds the job (`{}` on the nodes of --cluster), or \
+             clear the job's `topology` column",
+            level.noun(),
+            level.name()
+        )
+    } else if largest_pod > node_max {
         format!(
             "simulate nodes of at least {largest_pod} GPUs (--cluster with `gpus: \
              {largest_pod}` nodes), or leave those jobs out of the trace"
@@ -184,5 +208,64 @@ mod tests {
             "{msg}"
         );
         assert!(msg.contains("queue `b` can use at most 4"), "{msg}");
+    }
+
+    #[test]
+    fn a_gang_no_domain_holds_is_named_even_after_the_same_shape_without_topology() {
+        // Two 2-node gangs of one team: the first may span racks, the second must stay in
+        // one, and no node of the cluster carries a rack label.
+        let text = "job_id,submit_s,duration_s,gpus,nodes,team,status,topology\n\
+                    free,0,60,16,2,a,,\ntied,5,60,16,2,a,,rack\n";
+        let t = parse_trace(text, "t.csv").unwrap();
+        let msg = refusal_on(&t, 32);
+        assert!(
+            msg.contains("1 of its 2 jobs") && msg.contains("job `tied`"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("label the nodes so that one rack holds the job")
+                && msg.contains("clear the job's `topology` column"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_cluster_past_the_simulators_size_is_refused_before_it_is_indexed() {
+        let t = trace("a1,0,60,8,1,a,\n");
+        let cluster = Cluster::uniform(MAX_CLUSTER_NODES + 1, 8, "gpu");
+        let msg = refusal(&t, &cluster, &default_queues(&t, &cluster));
+        assert!(
+            msg.contains("`cluster.nodes`") && msg.contains("more than the 131072"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn the_default_cluster_of_a_burst_is_what_the_burst_uses_at_once() {
+        // Ten 8-GPU jobs of an hour, submitted together: an offered load of 288,000 GPUs over
+        // the one-second span, but never more than 80 GPUs in use.
+        let rows: String = (0..10).map(|i| format!("j{i},0,3600,8,1,a,\n")).collect();
+        let t = trace(&rows);
+        assert_eq!(default_cluster(&t).total_gpus(), 80);
+        // Two waves an hour apart: the peak is one wave, and the load (160 GPU-hours over an
+        // hour) asks for more, so the peak decides.
+        let rows: String = (0..20)
+            .map(|i| format!("j{i},{},3600,8,1,a,\n", (i / 10) * 3600))
+            .collect();
+        assert_eq!(default_cluster(&trace(&rows)).total_gpus(), 80);
+        // A pod larger than any node may hold is left to `check_replayable` to name.
+        let t = trace("big,0,60,80,1,a,\n");
+        assert_eq!(
+            default_cluster(&t).nodes[0].gpus,
+            crate::config::MAX_NODE_GPUS
+        );
+        assert!(
+            refusal(
+                &t,
+                &default_cluster(&t),
+                &default_queues(&t, &default_cluster(&t))
+            )
+            .contains("nodes of at least 80 GPUs")
+        );
     }
 }

@@ -22,7 +22,9 @@ pub use setup::{
     DEFAULT_FLAVOR, DEFAULT_GPUS_PER_NODE, cluster_with_gpus, default_cluster, default_queues,
     describe_setup, entitlements, offered_load, requiring_one_rack, with_load, with_racks,
 };
-pub use trace::{MAX_SECONDS, MAX_TRACE_ROWS, TRACE_COLUMNS, TraceJob, parse_trace, read_trace};
+pub use trace::{
+    MAX_DURATION_S, MAX_SECONDS, MAX_TRACE_ROWS, TRACE_COLUMNS, TraceJob, parse_trace, read_trace,
+};
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
@@ -931,10 +933,14 @@ pub fn simulate_probing(
             };
             // Admitted by quota alone, a gang's topology is the pod layer's to keep (a
             // required pod affinity), not admission's.
-            let (pods, per, topology) = if quota_only {
-                (pods * per, 1, None)
-            } else {
-                (pods, per, t.topology)
+            let (pods, per, topology, flavor) = match &pod_layer {
+                Some(l) => (
+                    pods * per,
+                    1,
+                    None,
+                    l.flavor_for(pods, per, t.topology).map(str::to_string),
+                ),
+                None => (pods, per, t.topology, None),
             };
             Workload {
                 id: format!("{i}"),
@@ -942,7 +948,7 @@ pub fn simulate_probing(
                 priority: None,
                 pods,
                 gpus_per_pod: per,
-                flavor: None,
+                flavor,
                 expected_duration_s: knowledge.estimates.for_job(t),
                 created_at,
                 topology,

@@ -95,6 +95,46 @@ impl PodLayer {
         }
     }
 
+    /// The flavor a gang of `pods` pods of `per` GPUs must be pinned to (as a node selector
+    /// would), when some flavor's nodes could never hold it even idle: Kueue admitting by
+    /// quota alone would put it on the first flavor with quota, evict it there when its pods
+    /// time out, and admit it there again, for ever. `None` when every flavor could.
+    pub(super) fn flavor_for(
+        &self,
+        pods: u32,
+        per: u32,
+        topology: Option<Topology>,
+    ) -> Option<&str> {
+        // What each domain (every node its own where it has no label) could host, by flavor.
+        let mut room: BTreeMap<(&str, Option<&str>, usize), u64> = BTreeMap::new();
+        for (n, flavor) in self.flavors.iter().enumerate() {
+            let domain = topology.and_then(|t| self.labels[n][t.level()].as_deref());
+            let alone = if topology.is_some() && domain.is_none() {
+                n
+            } else {
+                usize::MAX
+            };
+            *room.entry((flavor, domain, alone)).or_default() +=
+                u64::from(self.caps[n] / per.max(1));
+        }
+        let mut best: Vec<(&str, u64)> = Vec::new();
+        for ((flavor, _, _), r) in room {
+            match best.iter_mut().find(|(f, _)| *f == flavor) {
+                Some((_, most)) => *most = (*most).max(r),
+                None => best.push((flavor, r)),
+            }
+        }
+        let holds = |r: u64| r >= u64::from(pods);
+        if best.iter().all(|&(_, r)| holds(r)) {
+            return None;
+        }
+        // Cluster order of flavors: the first node of each.
+        self.flavors
+            .iter()
+            .map(String::as_str)
+            .find(|f| best.iter().any(|&(g, r)| g == *f && holds(r)))
+    }
+
     /// Job `i`'s quota was reserved at `now`: its `pods` pods of `per` GPUs wait for nodes.
     pub(super) fn admit(
         &mut self,
@@ -234,6 +274,40 @@ impl PodLayer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gang_is_pinned_only_to_a_flavor_that_could_ever_hold_it() {
+        use crate::config::Node;
+        let node = |name: &str, gpus: u32, flavor: &str, rack: Option<&str>| Node {
+            name: name.into(),
+            gpus,
+            flavor: flavor.into(),
+            rack: rack.map(Into::into),
+            nvlink_domain: None,
+        };
+        // Flavor `a`: two 8-GPU nodes in two racks; flavor `b`: two 8-GPU nodes in one rack.
+        let cluster = Cluster {
+            nodes: vec![
+                node("a0", 8, "a", Some("r0")),
+                node("a1", 8, "a", Some("r1")),
+                node("b0", 8, "b", Some("r2")),
+                node("b1", 8, "b", Some("r2")),
+            ],
+        };
+        let layer = PodLayer::new(&cluster);
+        // Any flavor holds a 16-GPU gang that may span racks: admission chooses.
+        assert_eq!(layer.flavor_for(2, 8, None), None);
+        // Required in one rack, only `b` ever holds it: Kueue admitting it on `a` would evict
+        // and readmit it there for ever.
+        assert_eq!(layer.flavor_for(2, 8, Some(Topology::Rack)), Some("b"));
+        // An unlabelled node is a rack of its own.
+        let cluster = Cluster {
+            nodes: vec![node("a0", 4, "a", None), node("b0", 8, "b", None)],
+        };
+        let layer = PodLayer::new(&cluster);
+        assert_eq!(layer.flavor_for(2, 4, Some(Topology::Rack)), Some("b"));
+        assert_eq!(layer.flavor_for(1, 4, Some(Topology::Rack)), None);
+    }
 
     #[test]
     fn pods_spread_and_a_gang_waits_on_the_gpus_it_placed() {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::pods::PODS_READY_TIMEOUT_S;
 use super::{GRACE_S, Knowledge, MIN_SATURATED_S, RESUME_OVERHEAD_S, TraceJob};
-use crate::config::{Cluster, FlavorQuota, QueueSpec, StopPolicy, Topology};
+use crate::config::{Cluster, FlavorQuota, MAX_NODE_GPUS, QueueSpec, StopPolicy, Topology};
 
 /// GPUs per node assumed for the default contended cluster.
 pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
@@ -38,24 +38,57 @@ pub fn with_load(trace: &[TraceJob], factor: f64) -> Vec<TraceJob> {
         .collect()
 }
 
+/// The most GPUs the trace's jobs would hold at once if each started when submitted: a
+/// cluster this large never makes a job wait.
+fn peak_demand(trace: &[TraceJob]) -> u64 {
+    // Ends sort before starts at the same instant: a job ending as another arrives frees its GPUs.
+    let mut edges: Vec<(u64, bool, u64)> = Vec::with_capacity(2 * trace.len());
+    // A job of no duration holds nothing (and its end would sort before its start).
+    for j in trace.iter().filter(|j| j.duration_s > 0) {
+        edges.push((j.submit_s, true, u64::from(j.gpus)));
+        edges.push((
+            j.submit_s.saturating_add(j.duration_s),
+            false,
+            u64::from(j.gpus),
+        ));
+    }
+    edges.sort_unstable();
+    let (mut now, mut peak) = (0u64, 0u64);
+    for (_, start, gpus) in edges {
+        if start {
+            now += gpus;
+            peak = peak.max(now);
+        } else {
+            now -= gpus;
+        }
+    }
+    peak
+}
+
 /// A contended cluster for a trace: its mean offered load rounded up to whole nodes, and at
 /// least its largest job. Nodes have 8 GPUs, or as many as the trace's largest job puts on
-/// one node when that is more.
+/// one node when that is more (up to [`MAX_NODE_GPUS`]: a job asking more on one node is
+/// refused by `check_replayable`, naming it). It is never larger than the trace's peak demand (its jobs each started on arrival): a trace
+/// whose jobs arrive together (a sweep, a burst) has a tiny submit span and an offered load
+/// far above what it could use, and a cluster that size would contend for nothing (and, at
+/// millions of nodes, not fit in memory).
 pub fn default_cluster(trace: &[TraceJob]) -> Cluster {
     let per_node = trace
         .iter()
         .map(|j| j.shape().1)
         .max()
         .unwrap_or(0)
-        .max(DEFAULT_GPUS_PER_NODE);
+        .clamp(DEFAULT_GPUS_PER_NODE, MAX_NODE_GPUS);
     let g = f64::from(per_node);
-    let by_load = (offered_load(trace) / g).ceil() as usize;
+    let by_peak = peak_demand(trace).div_ceil(u64::from(per_node));
+    let by_load = ((offered_load(trace) / g).ceil() as u64).min(by_peak) as usize;
     let largest = trace
         .iter()
         .map(|j| {
             let (pods, per) = j.shape();
-            // Pods that share a node: as many as fit, the rest on further nodes.
-            pods.div_ceil(per_node / per.max(1))
+            // Pods that share a node: as many as fit, the rest on further nodes (a pod larger
+            // than a node gets one, and `check_replayable` names it).
+            pods.div_ceil((per_node / per.max(1)).max(1))
         })
         .max()
         .unwrap_or(1) as usize;

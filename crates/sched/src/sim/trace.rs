@@ -11,6 +11,11 @@ use crate::error::{Result, SchedError};
 /// Largest time value accepted in a trace (about 31,700 years), so sums cannot overflow.
 pub const MAX_SECONDS: u64 = 1_000_000_000_000;
 
+/// Longest run a trace row may give (366 days): the longest jobs in public GPU traces run for
+/// weeks, and a replay's cost grows with how long a blocked gang is retried (`kueue-pods`
+/// requeues one every hour at most while it waits).
+pub const MAX_DURATION_S: u64 = 366 * 86_400;
+
 /// Largest trace the simulator accepts (rows), so an absurd file cannot exhaust memory.
 pub const MAX_TRACE_ROWS: usize = 2_000_000;
 
@@ -206,25 +211,28 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
                 )),
             }
         };
-        let seconds =
-            |k: usize| -> Result<u64> {
-                let v = field(k)?.unwrap_or_default();
-                v.parse::<f64>()
+        let seconds = |k: usize, max: u64| -> Result<u64> {
+            let v = field(k)?.unwrap_or_default();
+            v.parse::<f64>()
                 .ok()
-                .filter(|x| x.is_finite() && *x >= 0.0 && x.round() <= MAX_SECONDS as f64)
+                .filter(|x| x.is_finite() && *x >= 0.0 && x.round() <= max as f64)
                 .map(|x| x.round() as u64)
                 .ok_or_else(|| {
                     trace_err(
                         file,
                         ln,
                         format!(
-                            "column `{}` is `{v}`, not a number of seconds from 0 to {MAX_SECONDS}",
+                            "column `{}` is `{v}`, not a number of seconds from 0 to {max}",
                             TRACE_COLUMNS[k]
                         ),
-                        format!("write `{}` as non-negative seconds, e.g. 3600", TRACE_COLUMNS[k]),
+                        format!(
+                            "write `{}` as non-negative seconds, e.g. 3600 (a run longer than a \
+                             year is most likely a logging error: leave the row out)",
+                            TRACE_COLUMNS[k]
+                        ),
                     )
                 })
-            };
+        };
         let count = |k: usize, v: &str| -> Result<u32> {
             v.parse::<u32>()
                 .ok()
@@ -249,7 +257,7 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
         // Slurm writes `UNLIMITED` for a job without a limit; an empty cell is the same.
         let time_limit_s = match field(7)? {
             Some(v) if !v.is_empty() && !v.eq_ignore_ascii_case("unlimited") => {
-                Some(seconds(7)?.max(1))
+                Some(seconds(7, MAX_SECONDS)?.max(1))
             }
             _ => None,
         };
@@ -298,8 +306,8 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
                 Some(id) => id.to_string(),
                 None => format!("line-{ln}"),
             },
-            submit_s: seconds(1)?,
-            duration_s: seconds(2)?,
+            submit_s: seconds(1, MAX_SECONDS)?,
+            duration_s: seconds(2, MAX_DURATION_S)?,
             gpus,
             nodes,
             team: team.to_string(),
