@@ -11,7 +11,8 @@
 //! Ferry's scheduler places a gang whole at admission, so under it none of this can happen;
 //! this module exists to measure what that is worth on a trace.
 
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::config::{Cluster, Time, Topology};
 
@@ -56,6 +57,9 @@ pub(super) struct PodLayer {
     /// Each node's GPUs.
     caps: Vec<u32>,
     free: Vec<u32>,
+    /// Each flavor's nodes by free GPUs, fewest first, ties with the higher index first: the
+    /// last is the node the kube-scheduler's spreading picks for a pod free to go anywhere.
+    by_free: HashMap<String, BTreeSet<(u32, Reverse<usize>)>>,
     /// Admitted and not yet running, in admission order (admission time, job).
     waiting: BTreeMap<(Time, usize), Admitted>,
     /// Job → admission key in `waiting`.
@@ -85,6 +89,16 @@ impl PodLayer {
                 .collect(),
             free: cluster.nodes.iter().map(|n| n.gpus).collect(),
             caps: cluster.nodes.iter().map(|n| n.gpus).collect(),
+            by_free: cluster
+                .nodes
+                .iter()
+                .enumerate()
+                .fold(HashMap::new(), |mut m, (i, n)| {
+                    m.entry(n.flavor.clone())
+                        .or_insert_with(BTreeSet::new)
+                        .insert((n.gpus, Reverse(i)));
+                    m
+                }),
             waiting: BTreeMap::new(),
             key: HashMap::new(),
             placed: HashMap::new(),
@@ -196,13 +210,23 @@ impl PodLayer {
                         room >= a.pods
                     }
                 };
-                let best = (0..self.free.len())
-                    .filter(|&n| {
-                        self.flavors[n] == a.flavor && self.free[n] >= a.per && with_first(n)
-                    })
-                    .max_by_key(|&n| (self.free[n], std::cmp::Reverse(n)));
+                let best = match a.topology {
+                    // Anywhere: the most free node of the flavor, at once.
+                    None => self.by_free[&a.flavor]
+                        .last()
+                        .filter(|&&(free, _)| free >= a.per)
+                        .map(|&(_, Reverse(n))| n),
+                    Some(_) => (0..self.free.len())
+                        .filter(|&n| {
+                            self.flavors[n] == a.flavor && self.free[n] >= a.per && with_first(n)
+                        })
+                        .max_by_key(|&n| (self.free[n], Reverse(n))),
+                };
                 let Some(n) = best else { break };
+                let index = self.by_free.get_mut(&a.flavor).expect("flavor indexed");
+                index.remove(&(self.free[n], Reverse(n)));
                 self.free[n] -= a.per;
+                index.insert((self.free[n], Reverse(n)));
                 placed.push(n);
             }
             if placed.len() as u32 == a.pods {
@@ -233,7 +257,13 @@ impl PodLayer {
             self.held -= u64::from(a.pods) * u64::from(a.per);
         }
         for n in nodes {
+            let index = self
+                .by_free
+                .get_mut(&self.flavors[n])
+                .expect("flavor indexed");
+            index.remove(&(self.free[n], Reverse(n)));
             self.free[n] += per;
+            index.insert((self.free[n], Reverse(n)));
         }
         self.changed = true;
     }
