@@ -68,10 +68,10 @@ fn peak_demand(trace: &[TraceJob]) -> u64 {
 /// A contended cluster for a trace: its mean offered load rounded up to whole nodes, and at
 /// least its largest job. Nodes have 8 GPUs, or as many as the trace's largest job puts on
 /// one node when that is more (up to [`MAX_NODE_GPUS`]: a job asking more on one node is
-/// refused by `check_replayable`, naming it). It is never larger than the trace's peak demand (its jobs each started on arrival): a trace
-/// whose jobs arrive together (a sweep, a burst) has a tiny submit span and an offered load
-/// far above what it could use, and a cluster that size would contend for nothing (and, at
-/// millions of nodes, not fit in memory).
+/// refused by `check_replayable`, naming it). It is never larger than the trace's peak demand
+/// (its jobs each started on arrival): a trace whose jobs arrive together (a sweep, a burst)
+/// has a tiny submit span and an offered load far above what it could use, and a cluster that
+/// size would contend for nothing (and, at millions of nodes, not fit in memory).
 pub fn default_cluster(trace: &[TraceJob]) -> Cluster {
     let per_node = trace
         .iter()

@@ -226,9 +226,14 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
                             TRACE_COLUMNS[k]
                         ),
                         format!(
-                            "write `{}` as non-negative seconds, e.g. 3600 (a run longer than a \
-                             year is most likely a logging error: leave the row out)",
-                            TRACE_COLUMNS[k]
+                            "write `{}` as non-negative seconds, e.g. 3600{}",
+                            TRACE_COLUMNS[k],
+                            if max == MAX_DURATION_S {
+                                " (a run longer than a year is most likely a logging error: \
+                                 leave the row out)"
+                            } else {
+                                ""
+                            }
                         ),
                     )
                 })
