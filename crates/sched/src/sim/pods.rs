@@ -34,6 +34,21 @@ pub fn requeue_backoff_s(n: u32) -> u64 {
         .min(REQUEUE_BACKOFF_MAX_S)
 }
 
+/// Node `n` (of `flavor`) now has `gpus` free: `free` and the flavor's index by free GPUs
+/// change together.
+fn set_free(
+    free: &mut [u32],
+    by_free: &mut HashMap<String, BTreeSet<(u32, Reverse<usize>)>>,
+    flavor: &str,
+    n: usize,
+    gpus: u32,
+) {
+    let index = by_free.get_mut(flavor).expect("every flavor is indexed");
+    index.remove(&(free[n], Reverse(n)));
+    free[n] = gpus;
+    index.insert((gpus, Reverse(n)));
+}
+
 /// A gang admitted by quota and not yet running.
 #[derive(Debug)]
 struct Admitted {
@@ -131,22 +146,18 @@ impl PodLayer {
             *room.entry((flavor, domain, alone)).or_default() +=
                 u64::from(self.caps[n] / per.max(1));
         }
-        let mut best: Vec<(&str, u64)> = Vec::new();
+        // The largest domain of each flavor.
+        let mut best: BTreeMap<&str, u64> = BTreeMap::new();
         for ((flavor, _, _), r) in room {
-            match best.iter_mut().find(|(f, _)| *f == flavor) {
-                Some((_, most)) => *most = (*most).max(r),
-                None => best.push((flavor, r)),
-            }
+            let most = best.entry(flavor).or_default();
+            *most = (*most).max(r);
         }
-        let holds = |r: u64| r >= u64::from(pods);
-        if best.iter().all(|&(_, r)| holds(r)) {
+        let holds = |f: &str| best[f] >= u64::from(pods);
+        if best.keys().all(|f| holds(f)) {
             return None;
         }
         // Cluster order of flavors: the first node of each.
-        self.flavors
-            .iter()
-            .map(String::as_str)
-            .find(|f| best.iter().any(|&(g, r)| g == *f && holds(r)))
+        self.flavors.iter().map(String::as_str).find(|f| holds(f))
     }
 
     /// Job `i`'s quota was reserved at `now`: its `pods` pods of `per` GPUs wait for nodes.
@@ -223,10 +234,8 @@ impl PodLayer {
                         .max_by_key(|&n| (self.free[n], Reverse(n))),
                 };
                 let Some(n) = best else { break };
-                let index = self.by_free.get_mut(&a.flavor).expect("flavor indexed");
-                index.remove(&(self.free[n], Reverse(n)));
-                self.free[n] -= a.per;
-                index.insert((self.free[n], Reverse(n)));
+                let left = self.free[n] - a.per;
+                set_free(&mut self.free, &mut self.by_free, &a.flavor, n, left);
                 placed.push(n);
             }
             if placed.len() as u32 == a.pods {
@@ -257,13 +266,8 @@ impl PodLayer {
             self.held -= u64::from(a.pods) * u64::from(a.per);
         }
         for n in nodes {
-            let index = self
-                .by_free
-                .get_mut(&self.flavors[n])
-                .expect("flavor indexed");
-            index.remove(&(self.free[n], Reverse(n)));
-            self.free[n] += per;
-            index.insert((self.free[n], Reverse(n)));
+            let back = self.free[n] + per;
+            set_free(&mut self.free, &mut self.by_free, &self.flavors[n], n, back);
         }
         self.changed = true;
     }
