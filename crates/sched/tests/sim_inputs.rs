@@ -230,3 +230,68 @@ proptest! {
         }
     }
 }
+
+/// The seeds of the fuzz target `sim_inputs` (`crates/sched/fuzz/corpus/sim_inputs`: a byte of
+/// switches, then trace, cluster and queues files split by NUL bytes) replay under the policy
+/// their first byte picks, or are refused naming a fix, as their names say.
+#[test]
+fn the_fuzz_seeds_replay_or_refuse_as_named() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/sim_inputs");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&root).expect("the seed corpus") {
+        let path = entry.expect("a seed").path();
+        let name = path
+            .file_name()
+            .expect("a name")
+            .to_string_lossy()
+            .into_owned();
+        let data = std::fs::read(&path).expect("a seed");
+        let (&switches, files) = data.split_first().expect("a switches byte");
+        let text = String::from_utf8(files.to_vec()).expect("text");
+        let mut parts = text.split('\0');
+        let trace = ferry_sched::parse_trace(parts.next().unwrap_or_default(), &name)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let cluster: Cluster = match parts.next().filter(|t| !t.trim().is_empty()) {
+            Some(yaml) => serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("{name}: {e}")),
+            None => default_cluster(&trace),
+        };
+        let queues: Vec<QueueSpec> = match parts.next().filter(|t| !t.trim().is_empty()) {
+            Some(yaml) => serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("{name}: {e}")),
+            None => default_queues(&trace, &cluster),
+        };
+        let policy = Policy::ALL[usize::from(switches) % Policy::ALL.len()];
+        let knowledge = Knowledge {
+            estimates: match (switches >> 3) % 4 {
+                0 => Estimates::Exact,
+                1 => Estimates::None,
+                2 => Estimates::Trace,
+                _ => Estimates::Limits { padding: 1.5 },
+            },
+            pace_after_s: (switches & 0x20 != 0).then_some(600),
+            split_slowdown_pct: if switches & 0x40 != 0 { 20 } else { 0 },
+            per_job_slowdown_untold: false,
+        };
+        let probes = Probes {
+            forecast: switches & 0x80 != 0,
+        };
+        match simulate_probing(
+            &trace,
+            &cluster,
+            &queues,
+            policy,
+            policy.options(),
+            knowledge,
+            probes,
+        ) {
+            Ok(report) if name.starts_with("ok_") => {
+                check_report(&trace, &report).unwrap_or_else(|e| panic!("{name}: {e}"))
+            }
+            Err(e) if name.starts_with("err_") => {
+                assert!(e.to_string().contains("fix"), "{name}: {e}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        n += 1;
+    }
+    assert!(n >= 6, "seeds under {}", root.display());
+}

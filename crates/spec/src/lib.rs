@@ -8,6 +8,7 @@
 
 mod deployment;
 mod error;
+mod kueue;
 mod lifecycle;
 mod meta;
 mod metrics_line;
@@ -27,6 +28,10 @@ pub use deployment::{
     ScaleProvider, ServeEngine,
 };
 pub use error::{FieldError, SelectorError, SpecError};
+pub use kueue::{
+    CLUSTER_QUEUE_FIELDS, KUEUE_GROUP, KueueQueues, LocalQueue, mentions_kueue, quantity,
+    read_kueue_queues,
+};
 pub use lifecycle::{JobPhase, TransitionError};
 pub use meta::{API_VERSION, ObjectMeta, validate_name};
 pub use metrics_line::{MAX_METRICS_LINE, parse_metrics_line};

@@ -150,30 +150,10 @@ impl Resource {
 /// Parses every document in `text` (YAML with `---` separators, a JSON object, or a
 /// JSON list of objects). `source_name` labels errors (usually the file name).
 pub fn parse_documents(text: &str, source_name: &str) -> Result<Vec<Resource>, SpecError> {
-    let yaml = || {
-        serde_saphyr::from_multiple::<Value>(text).map_err(|e| SpecError::Syntax {
-            source_name: source_name.to_owned(),
-            format: "YAML",
-            message: e.to_string().lines().next().unwrap_or_default().to_owned(),
-        })
-    };
-    let trimmed = text.trim_start();
-    let docs: Vec<Value> = if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        match serde_json::from_str::<Value>(text) {
-            Ok(Value::Array(items)) => items,
-            Ok(v) => vec![v],
-            // YAML's flow style (`{kind: Queue, ...}`) starts the same way; text that is
-            // neither gets the JSON parser's message, as it was most likely meant as JSON.
-            Err(e) => yaml().map_err(|_| SpecError::Syntax {
-                source_name: source_name.to_owned(),
-                format: "JSON",
-                message: e.to_string(),
-            })?,
-        }
-    } else {
-        yaml()?
-    };
-    let docs: Vec<Value> = docs.into_iter().filter(|d| !d.is_null()).collect();
+    let docs: Vec<Value> = documents(text, source_name)?
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect();
     if docs.is_empty() {
         return Err(SpecError::Invalid {
             source_name: source_name.to_owned(),
@@ -195,6 +175,33 @@ pub fn parse_documents(text: &str, source_name: &str) -> Result<Vec<Resource>, S
             parse_value(doc, &label)
         })
         .collect()
+}
+
+/// The documents of `text` as JSON values: YAML with `---` separators, a JSON object, or a
+/// JSON list of objects (each item one document).
+pub(crate) fn documents(text: &str, source_name: &str) -> Result<Vec<Value>, SpecError> {
+    let yaml = || {
+        serde_saphyr::from_multiple::<Value>(text).map_err(|e| SpecError::Syntax {
+            source_name: source_name.to_owned(),
+            format: "YAML",
+            message: e.to_string().lines().next().unwrap_or_default().to_owned(),
+        })
+    };
+    let trimmed = text.trim_start();
+    if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
+        return yaml();
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Array(items)) => Ok(items),
+        Ok(v) => Ok(vec![v]),
+        // YAML's flow style (`{kind: Queue, ...}`) starts the same way; text that is
+        // neither gets the JSON parser's message, as it was most likely meant as JSON.
+        Err(e) => yaml().map_err(|_| SpecError::Syntax {
+            source_name: source_name.to_owned(),
+            format: "JSON",
+            message: e.to_string(),
+        }),
+    }
 }
 
 /// Turns one JSON value into a validated resource, reporting every problem found.

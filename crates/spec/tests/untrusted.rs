@@ -6,7 +6,10 @@
 
 use std::path::Path;
 
-use ferry_spec::{Resource, SpecError, parse_documents, parse_metrics_line, parse_value};
+use ferry_spec::{
+    KueueQueues, Resource, SpecError, parse_documents, parse_metrics_line, parse_value,
+    read_kueue_queues,
+};
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 
@@ -355,6 +358,69 @@ fn apply(doc: &mut Value, index: usize, m: &Mutation) {
     walk(doc, &mut target, m);
 }
 
+/// The Kueue seeds of the fuzz target `kueue` (`crates/spec/fuzz/corpus/kueue`), by name.
+fn kueue_seeds() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/kueue");
+    let mut seeds: Vec<(String, String)> = std::fs::read_dir(&root)
+        .expect("the kueue seed corpus")
+        .map(|e| {
+            let path = e.expect("a seed").path();
+            let name = path
+                .file_name()
+                .expect("a name")
+                .to_string_lossy()
+                .into_owned();
+            (name, std::fs::read_to_string(&path).expect("a text seed"))
+        })
+        .collect();
+    seeds.sort();
+    seeds
+}
+
+/// What the Kueue reader hands the scheduler holds Kueue's and the scheduler's rules: whole
+/// GPU quotas, lending within nominal, a positive weight, LocalQueues that lead somewhere.
+fn kueue_sound(read: &KueueQueues) -> Result<(), TestCaseError> {
+    prop_assert!(!read.cluster_queues.is_empty());
+    for (name, spec) in &read.cluster_queues {
+        prop_assert!(
+            spec.weight > 0.0 && spec.weight.is_finite(),
+            "{name}: {}",
+            spec.weight
+        );
+        for q in &spec.quotas {
+            prop_assert!(
+                q.nominal >= 0 && q.borrowing_limit.is_none_or(|b| b >= 0),
+                "{name}: {q:?}"
+            );
+            prop_assert!(
+                q.lending_limit.is_none_or(|l| (0..=q.nominal).contains(&l)),
+                "{name}: {q:?}"
+            );
+        }
+    }
+    for l in &read.local_queues {
+        prop_assert!(
+            read.cluster_queues
+                .iter()
+                .any(|(n, _)| *n == l.cluster_queue),
+            "{l:?}"
+        );
+    }
+    Ok(())
+}
+
+/// A refused Kueue file is named, and every problem says something.
+fn kueue_refusal(error: &SpecError, source: &str) -> Result<(), TestCaseError> {
+    prop_assert!(error.to_string().starts_with(source), "{error}");
+    if let SpecError::Invalid { problems, .. } = error {
+        prop_assert!(
+            !problems.is_empty() && problems.iter().all(|p| !p.message.is_empty()),
+            "{error}"
+        );
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
@@ -507,5 +573,47 @@ fn field_paths_are_told_apart() {
         "a b",
     ] {
         assert!(!is_field_path(bad), "{bad}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// A Kueue seed changed in one to four places is read into sound queues or refused with
+    /// its problems listed, never a panic (`ferry sim --queues` reads clusters' exports).
+    #[test]
+    fn changed_kueue_objects_are_read_or_refused(
+        pick in any::<prop::sample::Index>(),
+        changes in proptest::collection::vec(mutation(), 1..5),
+    ) {
+        let seeds = kueue_seeds();
+        let (_, text) = &seeds[pick.index(seeds.len())];
+        let docs: Vec<Value> = serde_saphyr::from_multiple(text).expect("a seed is YAML or JSON");
+        let mut doc = Value::Array(docs);
+        for (index, m) in &changes {
+            apply(&mut doc, *index, m);
+        }
+        match read_kueue_queues(&doc.to_string(), "changed.json") {
+            Ok(read) => kueue_sound(&read)?,
+            Err(e) => kueue_refusal(&e, "changed.json")?,
+        }
+    }
+}
+
+/// The Kueue seeds are read or refused as their names say.
+#[test]
+fn the_kueue_seed_corpus_reads_as_named() {
+    let seeds = kueue_seeds();
+    assert!(seeds.len() >= 4, "{} kueue seeds", seeds.len());
+    for (name, text) in seeds {
+        match read_kueue_queues(&text, &name) {
+            Ok(read) if name.starts_with("ok_") => {
+                kueue_sound(&read).unwrap_or_else(|e| panic!("{name}: {e}"))
+            }
+            Err(e) if name.starts_with("err_") => {
+                kueue_refusal(&e, &name).unwrap_or_else(|f| panic!("{name}: {f}"))
+            }
+            other => panic!("{name}: {other:?}"),
+        }
     }
 }

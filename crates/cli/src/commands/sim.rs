@@ -27,8 +27,11 @@ pub struct SimArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_GPUS))]
     pub gpus: Option<u32>,
     /// Queues YAML, one per trace team: Ferry `Queue` documents (as `ferry apply` takes them,
-    /// named after the team, in lowercase), or a list of `{name, cohort?, quotas: [{flavor, nominal,
-    /// borrowingLimit?, lendingLimit?}], fairShareWeight?}`; quotas from GPU-hours when omitted.
+    /// named after the team, in lowercase), Kueue's ClusterQueues and LocalQueues (a team's
+    /// work goes to the ClusterQueue of its name, or behind a LocalQueue of its name or in its
+    /// namespace; `kubectl get clusterqueues,localqueues -A -o yaml` as is), or a list of
+    /// `{name, cohort?, quotas: [{flavor, nominal, borrowingLimit?, lendingLimit?}],
+    /// fairShareWeight?}`; quotas from GPU-hours when omitted.
     #[arg(long)]
     pub queues: Option<PathBuf>,
     /// A team's nominal quota in GPUs, `TEAM=GPUS`, once per trace team (all in one cohort,
@@ -178,35 +181,130 @@ fn in_file(e: ferry_sched::SchedError, path: &Path) -> ferry_sched::SchedError {
     }
 }
 
+/// What `--queues FILE` gives: the scheduler's queues, and for Kueue objects the trace teams'
+/// ClusterQueues and what Kueue does that is not replayed.
+struct QueuesFile {
+    queues: Vec<ferry_sched::QueueSpec>,
+    /// Trace team → the ClusterQueue its work goes to (Kueue objects only).
+    teams: std::collections::BTreeMap<String, String>,
+    /// One line each for the user, printed with the setup.
+    notes: Vec<String>,
+}
+
 /// Queues from `--queues FILE`: Ferry `Queue` documents (what `ferry apply` takes; a queue
 /// serves the trace team of its name, compared ignoring case since Ferry names are lowercase),
-/// or a plain list of scheduler queues.
-fn queues_file(
-    path: &Path,
-    trace: &[ferry_sched::TraceJob],
-) -> anyhow::Result<Vec<ferry_sched::QueueSpec>> {
+/// Kueue's own ClusterQueues and LocalQueues, or a plain list of scheduler queues.
+fn queues_file(path: &Path, trace: &[ferry_sched::TraceJob]) -> anyhow::Result<QueuesFile> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read queues file {}", path.display()))?;
-    if !text.contains("kind:") {
-        return parse_yaml(&text, path, "queues");
-    }
     let file = path.display().to_string();
-    let mut queues = Vec::new();
-    for doc in ferry_spec::parse_documents(&text, &file)? {
-        let ferry_spec::Resource::Queue(q) = doc else {
-            anyhow::bail!(
-                "queues file {file}: a {} document; fix: keep only `kind: Queue` documents there",
-                doc.kind().as_str()
-            );
-        };
-        let mut spec = ferry_k8s::admission::queue_spec("", &q.metadata.name, &q.spec);
-        spec.name = trace
-            .iter()
-            .find(|j| j.team.eq_ignore_ascii_case(&q.metadata.name))
-            .map_or(q.metadata.name, |j| j.team.clone());
-        queues.push(spec);
+    if ferry_spec::mentions_kueue(&text) {
+        return kueue_queues(&text, &file, trace);
     }
-    Ok(queues)
+    let mut queues = Vec::new();
+    if !text.contains("kind:") {
+        queues = parse_yaml(&text, path, "queues")?;
+    } else {
+        for doc in ferry_spec::parse_documents(&text, &file)? {
+            let ferry_spec::Resource::Queue(q) = doc else {
+                anyhow::bail!(
+                    "queues file {file}: a {} document; fix: keep only `kind: Queue` documents \
+                     there (or Kueue's ClusterQueues and LocalQueues)",
+                    doc.kind().as_str()
+                );
+            };
+            let mut spec = ferry_k8s::admission::queue_spec("", &q.metadata.name, &q.spec);
+            spec.name = trace
+                .iter()
+                .find(|j| j.team.eq_ignore_ascii_case(&q.metadata.name))
+                .map_or(q.metadata.name, |j| j.team.clone());
+            queues.push(spec);
+        }
+    }
+    Ok(QueuesFile {
+        queues,
+        teams: Default::default(),
+        notes: Vec::new(),
+    })
+}
+
+/// Queues from Kueue's objects: one per ClusterQueue, each trace team sent to the ClusterQueue
+/// named as it or behind its LocalQueue (see `ferry_spec::KueueQueues::cluster_queue_of`).
+fn kueue_queues(
+    text: &str,
+    file: &str,
+    trace: &[ferry_sched::TraceJob],
+) -> anyhow::Result<QueuesFile> {
+    let kueue = ferry_spec::read_kueue_queues(text, file)?;
+    let mut teams = std::collections::BTreeMap::new();
+    for job in trace {
+        if teams.contains_key(&job.team) {
+            continue;
+        }
+        let cq = kueue
+            .cluster_queue_of(&job.team)
+            .map_err(|e| anyhow::anyhow!("queues file {file}: trace team `{}`: {e}", job.team))?
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "queues file {file}: trace team `{team}` (job `{id}`) has no ClusterQueue: \
+                     none is named `{team}`, and no LocalQueue is named `{team}` or is in \
+                     namespace `{team}` (ClusterQueues: {cqs}); fix: add a LocalQueue for the \
+                     team, or rename the team in the trace",
+                    team = job.team,
+                    id = job.job_id,
+                    cqs = kueue
+                        .cluster_queues
+                        .iter()
+                        .map(|(n, _)| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?;
+        teams.insert(job.team.clone(), cq.to_owned());
+    }
+    let mut notes: Vec<String> = kueue
+        .not_modelled
+        .iter()
+        .map(|n| format!("kueue, not replayed: {n}"))
+        .collect();
+    let mut by_queue: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for (team, cq) in &teams {
+        by_queue.entry(cq.as_str()).or_default().push(team.as_str());
+    }
+    for (cq, shared) in by_queue.iter().filter(|(_, t)| t.len() > 1) {
+        notes.push(format!(
+            "teams {} share ClusterQueue {cq}: shares are judged per ClusterQueue",
+            shared.join(", ")
+        ));
+    }
+    let queues = kueue
+        .cluster_queues
+        .iter()
+        .map(|(name, spec)| {
+            let mut q = ferry_k8s::admission::queue_spec("", name, spec);
+            q.name.clone_from(name);
+            q
+        })
+        .collect();
+    Ok(QueuesFile {
+        queues,
+        teams,
+        notes,
+    })
+}
+
+/// On a cluster `ferry sim` made up (no `--cluster`), nodes take the one GPU flavor the
+/// queues name, so quotas written for `h100` apply; `None` when they name none or several.
+fn flavor_to_assume(queues: &[ferry_sched::QueueSpec]) -> Option<String> {
+    let flavors: std::collections::BTreeSet<&str> = queues
+        .iter()
+        .flat_map(|q| q.quotas.iter().map(|f| f.flavor.as_str()))
+        .filter(|f| *f != ferry_sched::ANY_FLAVOR)
+        .collect();
+    match flavors.into_iter().collect::<Vec<_>>()[..] {
+        [one] => Some(one.to_owned()),
+        _ => None,
+    }
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
@@ -215,14 +313,34 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             "no trace given: pass --trace FILE.csv (columns job_id,submit_s,duration_s,gpus,nodes,team,status)"
         );
     };
-    let given = ferry_sched::read_trace(trace_path)?;
-    let cluster = match (&args.cluster, args.gpus) {
+    let mut given = ferry_sched::read_trace(trace_path)?;
+    let mut cluster = match (&args.cluster, args.gpus) {
         (Some(path), _) => read_yaml::<ferry_sched::Cluster>(path, "cluster")?,
         (None, Some(n)) => ferry_sched::cluster_with_gpus(n),
         (None, None) => ferry_sched::default_cluster(&given),
     };
+    let mut notes = Vec::new();
     let queues = match &args.queues {
-        Some(path) => queues_file(path, &given)?,
+        Some(path) => {
+            let file = queues_file(path, &given)?;
+            for job in &mut given {
+                if let Some(cq) = file.teams.get(&job.team) {
+                    job.team.clone_from(cq);
+                }
+            }
+            notes = file.notes;
+            if args.cluster.is_none()
+                && let Some(flavor) = flavor_to_assume(&file.queues)
+            {
+                notes.push(format!(
+                    "the cluster's nodes are of flavor {flavor}, the one GPU flavor the queues name"
+                ));
+                for n in &mut cluster.nodes {
+                    n.flavor.clone_from(&flavor);
+                }
+            }
+            file.queues
+        }
         None if !args.quota.is_empty() => quota_queues(&given, &args.quota)?,
         None => ferry_sched::default_queues(&given, &cluster),
     };
@@ -286,12 +404,18 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         r.timeline.clear();
     }
     if output::structured(&reports, args.output)? {
+        for note in &notes {
+            eprintln!("note: {note}");
+        }
         return Ok(());
     }
     println!(
         "{}",
         ferry_sched::describe_setup(&trace, &cluster, &queues, knowledge)
     );
+    for note in &notes {
+        println!("{note}");
+    }
     if let Some(f) = args.load {
         println!(
             "load: arrivals {f}x as fast as the trace's (submit times / {f}); the cluster and \

@@ -872,3 +872,100 @@ fn a_split_slowdown_makes_ferry_wait_for_one_rack_when_that_costs_less() {
         "{err}"
     );
 }
+
+/// `--queues` takes Kueue's own objects as a cluster runs them: the unseen window on the
+/// teams' real virtual-cluster sizes, written as ClusterQueues that teams reach through
+/// LocalQueues in their namespaces, replays exactly as the same quotas given with `--quota`
+/// (shares then reported per ClusterQueue). What is not replayed (CPU quotas, StrictFIFO) is
+/// said, the nodes take the queues' one flavor, and a team with no ClusterQueue is refused.
+#[test]
+fn kueue_cluster_queues_replay_as_the_same_quotas() {
+    let trace = repo_root().join("crates/sched/tests/data/helios_venus_2vc_2020-09b.csv");
+    let trace = trace.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Kueue's defaults preempt nothing; these match Ferry's (what `--quota` gives).
+    let cq = |name: &str, gpus: u32, extra: &str| {
+        format!(
+            "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {{name: {name}}}\n\
+             spec:\n  cohortName: all\n{extra}  preemption: {{withinClusterQueue: LowerPriority, \
+             reclaimWithinCohort: Any}}\n  resourceGroups:\n  - coveredResources: [cpu, \
+             nvidia.com/gpu]\n    flavors:\n    - name: a100\n      resources:\n      - {{name: \
+             cpu, nominalQuota: \"1k\"}}\n      - {{name: nvidia.com/gpu, nominalQuota: \"{gpus}\"}}\n"
+        )
+    };
+    let lq = |ns: &str, cq: &str| {
+        format!(
+            "apiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {{name: main, \
+             namespace: {ns}}}\nspec: {{clusterQueue: {cq}}}\n"
+        )
+    };
+    let objects = [
+        "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {name: a100}\n\
+         spec: {nodeLabels: {gpu: a100}}\n"
+            .to_owned(),
+        cq("a-vision", 160, ""),
+        cq("b-speech", 16, "  queueingStrategy: StrictFIFO\n"),
+        lq("vcvgl", "a-vision"),
+        lq("vcvly", "b-speech"),
+    ];
+    let kueue = dir.path().join("kueue.yaml");
+    std::fs::write(&kueue, objects.join("---\n")).unwrap();
+    let args = ["--trace", trace, "--gpus", "176", "-o", "json"];
+    let from_flags =
+        sim_ok(&[&args[..], &["--quota", "vcvGl=160", "--quota", "vcvlY=16"]].concat());
+    let out = sim(&[&args[..], &["--queues", kueue.to_str().unwrap()]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let notes = String::from_utf8_lossy(&out.stderr);
+    for said in [
+        "kueue, not replayed: ClusterQueue/a-vision: quotas of cpu",
+        "kueue, not replayed: ClusterQueue/b-speech: spec.queueingStrategy StrictFIFO",
+        "the cluster's nodes are of flavor a100",
+    ] {
+        assert!(notes.contains(said), "{said}: {notes}");
+    }
+    let renamed = String::from_utf8(out.stdout)
+        .unwrap()
+        .replace("\"a-vision\"", "\"vcvGl\"")
+        .replace("\"b-speech\"", "\"vcvlY\"");
+    let (a, b): (Vec<Value>, Vec<Value>) = (
+        serde_json::from_str(&from_flags).unwrap(),
+        serde_json::from_str(&renamed).unwrap(),
+    );
+    assert_eq!(a.len(), b.len());
+    for (a, b) in a.iter().zip(&b) {
+        assert_eq!(a["team_share"], b["team_share"], "{}", a["policy"]);
+        for key in ["utilization", "mean_jct_s", "p99_jct_s", "preemptions"] {
+            assert_eq!(a[key], b[key], "{}: {key}", a["policy"]);
+        }
+    }
+
+    // A team no LocalQueue leads from: refused, naming the team and the fix.
+    let partial = dir.path().join("partial.yaml");
+    std::fs::write(&partial, objects[..4].join("---\n")).unwrap();
+    let out = sim(&["--trace", trace, "--queues", partial.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("trace team `vcvlY`")
+            && err.contains("fix: add a LocalQueue for the team"),
+        "{err}"
+    );
+    // A bad object is refused with its field path.
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        cq("a-vision", 160, "").replace("\"160\"", "\"1500m\""),
+    )
+    .unwrap();
+    let out = sim(&["--trace", trace, "--queues", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("ClusterQueue/a-vision: spec.resourceGroups[0].flavors[0].resources[1].nominalQuota: must be a whole number of GPUs"),
+        "{err}"
+    );
+}

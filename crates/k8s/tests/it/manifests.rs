@@ -464,3 +464,50 @@ spec:
         "{warnings:?}"
     );
 }
+
+/// What Ferry renders for Kueue reads back as the same queues (`ferry sim --queues` takes
+/// Kueue's objects): each ClusterQueue is its Queue's spec, held and strict variants too,
+/// with flavors under their ResourceFlavor names and `any` (no node labels) as `any`, and
+/// each LocalQueue leads to its ClusterQueue.
+#[test]
+fn rendered_kueue_queues_read_back_as_the_queues() {
+    let cluster = Cluster {
+        kueue: true,
+        ..Cluster::default()
+    };
+    let variant = QUEUES.replace(
+        "  weight: 2\n",
+        "  weight: 2\n  stopPolicy: Hold\n  preemption: {withinQueue: Never}\n",
+    );
+    for text in [QUEUES, variant.as_str()] {
+        let objs = rendered(&[text], cluster.clone());
+        let back = ferry_spec::read_kueue_queues(&to_yaml(&objs).unwrap(), "rendered.yaml")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let queues: Vec<ferry_spec::Queue> = parse_all(&[text])
+            .into_iter()
+            .filter_map(|r| match r {
+                ferry_spec::Resource::Queue(q) => Some(q),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(back.cluster_queues.len(), queues.len());
+        for q in &queues {
+            let name = ferry_k8s::tenancy::cluster_queue_name(q);
+            let mut want = q.spec.clone();
+            for f in &mut want.quotas {
+                f.flavor = ferry_k8s::options::flavor_object_name(&f.flavor);
+            }
+            let got = back.cluster_queues.iter().find(|(n, _)| *n == name);
+            assert_eq!(got.map(|(_, s)| s), Some(&want), "{name}");
+            assert_eq!(
+                back.cluster_queue_of(&q.metadata.name),
+                Ok(Some(name.as_str()))
+            );
+        }
+        assert!(
+            back.not_modelled.iter().all(|n| n.ends_with("skipped")),
+            "{:?}",
+            back.not_modelled
+        );
+    }
+}

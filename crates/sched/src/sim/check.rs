@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 
 use super::{TraceJob, trace_err, whole_cluster_queue};
-use crate::config::{Cluster, MAX_CLUSTER_NODES, Options, QueueSpec, Topology, Workload};
+use crate::config::{
+    Cluster, MAX_CLUSTER_NODES, Options, QueueSpec, StopPolicy, Topology, Workload,
+};
 use crate::error::{Result, SchedError};
 use crate::scheduler::Scheduler;
 
@@ -42,6 +44,23 @@ pub fn check_replayable(
                 teams.keys().copied().collect::<Vec<_>>().join(", ")
             ),
             "add a queue with that name, give it a --quota, or omit --queues and --quota",
+        ));
+    }
+    // A held queue admits nothing for the whole replay (the simulator has no release event).
+    if let Some(q) = queues
+        .iter()
+        .find(|q| q.stop_policy != StopPolicy::None && trace.iter().any(|t| t.team == q.name))
+    {
+        let jobs = trace.iter().filter(|t| t.team == q.name).count();
+        return Err(trace_err(
+            file,
+            0,
+            format!(
+                "queue `{}` is stopped (stopPolicy {:?}): its {jobs} jobs would never start",
+                q.name, q.stop_policy
+            ),
+            "replay it with stopPolicy None (stopping a queue is an operator's action, not a \
+             policy to compare)",
         ));
     }
     // Ferry and Kueue replay with the team queues, the other policies with one queue holding
@@ -266,6 +285,21 @@ mod tests {
                 &default_queues(&t, &default_cluster(&t))
             )
             .contains("nodes of at least 80 GPUs")
+        );
+    }
+
+    #[test]
+    fn a_stopped_queue_is_refused_not_replayed_forever() {
+        let t = trace("a1,0,60,8,1,a,\nb1,0,60,8,1,b,\nb2,9,60,8,1,b,\n");
+        let cluster = cluster_with_gpus(16);
+        let mut queues = default_queues(&t, &cluster);
+        assert!(check_replayable(&t, &cluster, &queues, "t.csv").is_ok());
+        queues[1].stop_policy = StopPolicy::Hold;
+        let msg = refusal(&t, &cluster, &queues);
+        assert!(
+            msg.contains("queue `b` is stopped (stopPolicy Hold): its 2 jobs would never start")
+                && msg.contains("fix: replay it with stopPolicy None"),
+            "{msg}"
         );
     }
 }

@@ -1,0 +1,27 @@
+//! Fuzz target: `ferry sim --queues` reads Kueue objects exported from clusters, so any bytes
+//! must be read or refused without a panic, and what is read holds the rules Kueue and the
+//! scheduler rely on (whole GPU quotas, lending within nominal, a positive weight, every
+//! LocalQueue leading to a ClusterQueue of the file).
+#![no_main]
+
+use ferry_spec::read_kueue_queues;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    let Ok(read) = read_kueue_queues(&text, "fuzz.yaml") else {
+        return;
+    };
+    assert!(!read.cluster_queues.is_empty());
+    for (name, spec) in &read.cluster_queues {
+        assert!(spec.weight > 0.0 && spec.weight.is_finite(), "{name}: {}", spec.weight);
+        for q in &spec.quotas {
+            assert!(q.nominal >= 0, "{name}: {q:?}");
+            assert!(q.borrowing_limit.is_none_or(|b| b >= 0), "{name}: {q:?}");
+            assert!(q.lending_limit.is_none_or(|l| (0..=q.nominal).contains(&l)), "{name}: {q:?}");
+        }
+    }
+    for l in &read.local_queues {
+        assert!(read.cluster_queues.iter().any(|(n, _)| *n == l.cluster_queue), "{l:?}");
+        let _ = read.cluster_queue_of(&l.namespace);
+    }
+});

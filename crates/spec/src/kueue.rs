@@ -1,0 +1,625 @@
+//! Kueue's own queue objects (`ClusterQueue`, `LocalQueue`, `Cohort`, `ResourceFlavor`, in
+//! `kueue.x-k8s.io/v1beta1` or `v1beta2`, as files or as `kubectl get -o yaml` lists) read as
+//! Ferry queue specs, so a platform team can replay the quotas it runs today (`ferry sim
+//! --queues`) without translating them by hand. Kueue's defaults apply where a field is absent
+//! (they differ from Ferry's: Kueue preempts nothing unless told). What Ferry's scheduler does
+//! not model is listed for the user, never dropped silently.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value};
+
+use crate::error::{FieldError, SpecError};
+use crate::parse::documents;
+use crate::queue::{FlavorQuota, Preemption, QueueSpec, ReclaimWithinCohort, WithinQueue};
+use crate::schema::closest;
+
+/// Kueue's API group, the prefix of every object's `apiVersion` this reader takes.
+pub const KUEUE_GROUP: &str = "kueue.x-k8s.io";
+
+/// Ferry's flavor that matches every node, what a ResourceFlavor without node labels is.
+const ANY_FLAVOR: &str = "any";
+
+/// The `spec` fields of a ClusterQueue in Kueue's v1beta1 and v1beta2 (both served): a
+/// field outside them is a typo or a newer Kueue, refused either way.
+pub const CLUSTER_QUEUE_FIELDS: [&str; 13] = [
+    "admissionChecks",
+    "admissionChecksStrategy",
+    "admissionScope",
+    "cohort",
+    "cohortName",
+    "concurrentAdmissionPolicy",
+    "fairSharing",
+    "flavorFungibility",
+    "namespaceSelector",
+    "preemption",
+    "queueingStrategy",
+    "resourceGroups",
+    "stopPolicy",
+];
+
+/// The ClusterQueue fields that change admission and that Ferry's scheduler does not model;
+/// each one set is named in [`KueueQueues::not_modelled`].
+const NOT_MODELLED: [&str; 5] = [
+    "admissionChecks",
+    "admissionChecksStrategy",
+    "admissionScope",
+    "concurrentAdmissionPolicy",
+    "flavorFungibility",
+];
+
+/// What a file of Kueue objects says about queues.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KueueQueues {
+    /// Each ClusterQueue by name, in file order, as a Ferry queue spec; a Cohort's own quota
+    /// becomes a queue named `cohort/<name>` that runs nothing and lends all of it.
+    pub cluster_queues: Vec<(String, QueueSpec)>,
+    /// Each LocalQueue: where a team submits, and the ClusterQueue that admits its work.
+    pub local_queues: Vec<LocalQueue>,
+    /// What was read but is not modelled, one line each, for the user to see beside results.
+    pub not_modelled: Vec<String>,
+}
+
+/// A Kueue LocalQueue: a namespace's name for a ClusterQueue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalQueue {
+    /// The namespace (a team, usually) that submits to it.
+    pub namespace: String,
+    /// Its name, what workloads put in their `kueue.x-k8s.io/queue-name` label.
+    pub name: String,
+    /// The ClusterQueue that admits its workloads.
+    pub cluster_queue: String,
+}
+
+impl KueueQueues {
+    /// The ClusterQueue a trace team's work goes to: the one named as the team, else the one
+    /// behind a LocalQueue named as the team or in a namespace named as it (names compared
+    /// ignoring case, since trace teams keep their own spelling). `Err` names the candidates
+    /// when LocalQueues disagree.
+    pub fn cluster_queue_of(&self, team: &str) -> Result<Option<&str>, String> {
+        if let Some((name, _)) = self
+            .cluster_queues
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(team))
+        {
+            return Ok(Some(name));
+        }
+        let targets: BTreeSet<&str> = self
+            .local_queues
+            .iter()
+            .filter(|l| l.name.eq_ignore_ascii_case(team) || l.namespace.eq_ignore_ascii_case(team))
+            .map(|l| l.cluster_queue.as_str())
+            .collect();
+        match targets.len() {
+            0 => Ok(None),
+            1 => Ok(targets.into_iter().next()),
+            _ => Err(format!(
+                "LocalQueues named `{team}` or in namespace `{team}` lead to different \
+                 ClusterQueues ({}); rename the trace's team to one ClusterQueue's name",
+                targets.into_iter().collect::<Vec<_>>().join(", ")
+            )),
+        }
+    }
+}
+
+/// Whether `text` holds Kueue objects, so a caller that takes several formats picks this one.
+pub fn mentions_kueue(text: &str) -> bool {
+    text.contains(&format!("{KUEUE_GROUP}/"))
+}
+
+/// Reads every Kueue queue object in `text` (YAML documents, a JSON object or list, or a
+/// Kubernetes `List` of items); `source_name` labels errors. Objects of other API groups and
+/// Kueue kinds about something else than quotas are skipped, and said so in `not_modelled`.
+pub fn read_kueue_queues(text: &str, source_name: &str) -> Result<KueueQueues, SpecError> {
+    let mut r = Reader::default();
+    for (i, doc) in documents(text, source_name)?.into_iter().enumerate() {
+        r.object(&format!("document {}", i + 1), doc);
+    }
+    r.finish(source_name)
+}
+
+/// What has been read so far, and every problem found.
+#[derive(Default)]
+struct Reader {
+    queues: Vec<(String, QueueSpec)>,
+    local_queues: Vec<LocalQueue>,
+    /// ResourceFlavor name → whether it selects nodes by label (one without labels is every node).
+    flavors: BTreeMap<String, bool>,
+    not_modelled: Vec<String>,
+    skipped: BTreeMap<String, usize>,
+    problems: Vec<FieldError>,
+}
+
+impl Reader {
+    fn problem(&mut self, at: &str, message: impl Into<String>) {
+        self.problems.push(FieldError::new(at, message));
+    }
+
+    fn object(&mut self, at: &str, doc: Value) {
+        let Value::Object(obj) = doc else {
+            if !doc.is_null() {
+                self.problem(
+                    at,
+                    "must be a mapping with apiVersion, kind, metadata and spec",
+                );
+            }
+            return;
+        };
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let api = obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if kind.ends_with("List")
+            && let Some(Value::Array(items)) = obj.get("items")
+        {
+            for (i, item) in items.iter().enumerate() {
+                self.object(&format!("{at} items[{i}]"), item.clone());
+            }
+            return;
+        }
+        let name = obj
+            .get("metadata")
+            .and_then(|m| m.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let at = if name.is_empty() {
+            format!("{at} ({kind})")
+        } else {
+            format!("{kind}/{name}")
+        };
+        let Some(version) = api.strip_prefix(&format!("{KUEUE_GROUP}/")) else {
+            *self.skipped.entry(format!("{kind} ({api})")).or_default() += 1;
+            return;
+        };
+        let known = ["ClusterQueue", "LocalQueue", "Cohort", "ResourceFlavor"];
+        if !known.contains(&kind) {
+            *self.skipped.entry(kind.to_owned()).or_default() += 1;
+            return;
+        }
+        if !matches!(version, "v1beta1" | "v1beta2") {
+            self.problem(
+                &format!("{at}: apiVersion"),
+                format!("{api} is not read; write {KUEUE_GROUP}/v1beta2 or v1beta1"),
+            );
+            return;
+        }
+        if name.is_empty() {
+            self.problem(&format!("{at}: metadata.name"), "is required");
+            return;
+        }
+        let empty = Map::new();
+        let spec = match obj.get("spec") {
+            Some(Value::Object(s)) => s,
+            None | Some(Value::Null) => &empty,
+            Some(_) => {
+                self.problem(&format!("{at}: spec"), "must be a mapping");
+                return;
+            }
+        };
+        match kind {
+            "ClusterQueue" => {
+                if let Some(q) = self.cluster_queue(&at, spec) {
+                    self.queues.push((name, q));
+                }
+            }
+            "LocalQueue" => self.local_queue(&at, &name, &obj, spec),
+            "Cohort" => self.cohort(&at, &name, spec),
+            _ => {
+                let labelled = spec
+                    .get("nodeLabels")
+                    .and_then(Value::as_object)
+                    .is_some_and(|l| !l.is_empty());
+                for field in ["nodeTaints", "topologyName"] {
+                    if spec.get(field).is_some_and(|v| !v.is_null()) {
+                        self.not_modelled.push(format!(
+                            "{at}: spec.{field} (simulated nodes carry the flavor's name only)"
+                        ));
+                    }
+                }
+                self.flavors.insert(name, labelled);
+            }
+        }
+    }
+
+    fn cluster_queue(&mut self, at: &str, spec: &Map<String, Value>) -> Option<QueueSpec> {
+        let before = self.problems.len();
+        for field in spec.keys() {
+            if !CLUSTER_QUEUE_FIELDS.contains(&field.as_str()) {
+                let hint = closest(field, CLUSTER_QUEUE_FIELDS)
+                    .map(|b| format!("; did you mean `{b}`?"))
+                    .unwrap_or_default();
+                self.problem(
+                    &format!("{at}: spec.{field}"),
+                    format!("not a ClusterQueue field of Kueue v1beta1 or v1beta2{hint}"),
+                );
+            }
+        }
+        for field in NOT_MODELLED {
+            if spec.get(field).is_some_and(|v| !is_empty(v)) {
+                self.not_modelled.push(format!("{at}: spec.{field}"));
+            }
+        }
+        if spec.get("queueingStrategy").and_then(Value::as_str) == Some("StrictFIFO") {
+            self.not_modelled.push(format!(
+                "{at}: spec.queueingStrategy StrictFIFO (ferry's policy orders by priority, then \
+                 age, and backfills; the kueue-strict peer is the StrictFIFO replay)"
+            ));
+        }
+        let cohort = match (
+            self.name_field(at, spec, "cohort"),
+            self.name_field(at, spec, "cohortName"),
+        ) {
+            (Some(a), Some(b)) if a != b => {
+                self.problem(
+                    &format!("{at}: spec.cohortName"),
+                    format!("names cohort `{b}` but spec.cohort names `{a}`; keep one"),
+                );
+                None
+            }
+            (a, b) => a.or(b),
+        };
+        let quotas = self.resource_groups(at, spec);
+        let preemption = self.preemption(at, spec);
+        let weight = match spec.get("fairSharing").and_then(|f| f.get("weight")) {
+            None | Some(Value::Null) => 1.0,
+            Some(w) => match quantity(w) {
+                Some(w) if w > 0.0 && w.is_finite() => w,
+                _ => {
+                    self.problem(
+                        &format!("{at}: spec.fairSharing.weight"),
+                        format!(
+                            "must be a positive quantity such as \"1\" or \"500m\" (got {w}); \
+                             ferry gives every queue some share, so write e.g. \"10m\" for almost none"
+                        ),
+                    );
+                    1.0
+                }
+            },
+        };
+        let stop_policy = self.enum_field(at, spec, "stopPolicy").unwrap_or_default();
+        (self.problems.len() == before).then_some(QueueSpec {
+            cohort,
+            quotas,
+            weight,
+            stop_policy,
+            preemption,
+        })
+    }
+
+    /// A string field naming a cohort, if set.
+    fn name_field(&mut self, at: &str, spec: &Map<String, Value>, field: &str) -> Option<String> {
+        match spec.get(field) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+            Some(v) => {
+                self.problem(
+                    &format!("{at}: spec.{field}"),
+                    format!(
+                        "must be a cohort's name (got {v}); quote a name YAML reads as a \
+                         boolean or number, e.g. \"on\""
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// A field holding one of Kueue's enum values (which Ferry's enums spell the same).
+    fn enum_field<T: serde::de::DeserializeOwned>(
+        &mut self,
+        at: &str,
+        obj: &Map<String, Value>,
+        field: &str,
+    ) -> Option<T> {
+        let v = obj.get(field).filter(|v| !v.is_null())?;
+        match serde_json::from_value(v.clone()) {
+            Ok(t) => Some(t),
+            Err(_) => {
+                self.problem(
+                    &format!("{at}: {field}"),
+                    format!("{v} is not one of Kueue's values"),
+                );
+                None
+            }
+        }
+    }
+
+    /// Kueue's preemption, with Kueue's defaults: a queue preempts nothing unless told.
+    fn preemption(&mut self, at: &str, spec: &Map<String, Value>) -> Preemption {
+        let mut p = Preemption {
+            within_queue: WithinQueue::Never,
+            reclaim_within_cohort: ReclaimWithinCohort::Never,
+        };
+        let Some(Value::Object(pre)) = spec.get("preemption") else {
+            return p;
+        };
+        let at = format!("{at}: spec.preemption");
+        if let Some(w) = self.enum_field(&at, pre, "withinClusterQueue") {
+            p.within_queue = w;
+        }
+        if let Some(r) = self.enum_field(&at, pre, "reclaimWithinCohort") {
+            p.reclaim_within_cohort = r;
+        }
+        let borrow = pre
+            .get("borrowWithinCohort")
+            .and_then(|b| b.get("policy"))
+            .and_then(Value::as_str);
+        if borrow.is_some_and(|b| b != "Never") {
+            self.not_modelled.push(format!(
+                "{at}.borrowWithinCohort (a borrowing job does not preempt to borrow)"
+            ));
+        }
+        p
+    }
+
+    /// The GPU quota of each flavor in `spec.resourceGroups`; other resources are noted.
+    fn resource_groups(&mut self, at: &str, spec: &Map<String, Value>) -> Vec<FlavorQuota> {
+        let mut quotas: Vec<FlavorQuota> = Vec::new();
+        let groups = match spec.get("resourceGroups") {
+            None | Some(Value::Null) => return quotas,
+            Some(Value::Array(g)) => g,
+            Some(_) => {
+                self.problem(&format!("{at}: spec.resourceGroups"), "must be a list");
+                return quotas;
+            }
+        };
+        let mut other = BTreeSet::new();
+        for (g, group) in groups.iter().enumerate() {
+            let flavors = group
+                .get("flavors")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            for (f, flavor) in flavors.iter().enumerate() {
+                let here = format!("{at}: spec.resourceGroups[{g}].flavors[{f}]");
+                let Some(fname) = flavor.get("name").and_then(Value::as_str) else {
+                    self.problem(
+                        &format!("{here}.name"),
+                        "is required (a ResourceFlavor's name)",
+                    );
+                    continue;
+                };
+                let resources = flavor
+                    .get("resources")
+                    .and_then(Value::as_array)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                for (r, res) in resources.iter().enumerate() {
+                    let rname = res.get("name").and_then(Value::as_str).unwrap_or_default();
+                    if !is_gpu(rname) {
+                        other.insert(rname.to_owned());
+                        continue;
+                    }
+                    let here = format!("{here}.resources[{r}]");
+                    if quotas.iter().any(|q| q.flavor == fname) {
+                        self.problem(
+                            &here,
+                            format!("a second GPU quota of flavor `{fname}`; keep one GPU resource per flavor"),
+                        );
+                        continue;
+                    }
+                    let nominal = self.gpus(&here, res, "nominalQuota");
+                    let borrowing_limit = self.gpus(&here, res, "borrowingLimit");
+                    let lending_limit = self.gpus(&here, res, "lendingLimit");
+                    let Some(nominal) = nominal else {
+                        if res.get("nominalQuota").is_none() {
+                            self.problem(&format!("{here}.nominalQuota"), "is required");
+                        }
+                        continue;
+                    };
+                    if let Some(l) = lending_limit.filter(|l| *l > nominal) {
+                        self.problem(
+                            &format!("{here}.lendingLimit"),
+                            format!("must not exceed nominalQuota ({nominal}) (got {l})"),
+                        );
+                    }
+                    quotas.push(FlavorQuota {
+                        flavor: fname.to_owned(),
+                        nominal,
+                        borrowing_limit,
+                        lending_limit,
+                    });
+                }
+            }
+        }
+        other.remove("");
+        if !other.is_empty() {
+            self.not_modelled.push(format!(
+                "{at}: quotas of {} (the trace asks for GPUs only)",
+                other.into_iter().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        quotas
+    }
+
+    /// A whole number of GPUs at `res.field`, if set.
+    fn gpus(&mut self, at: &str, res: &Value, field: &str) -> Option<i32> {
+        let v = res.get(field).filter(|v| !v.is_null())?;
+        match quantity(v) {
+            Some(n) if n >= 0.0 && n.fract() == 0.0 && n <= f64::from(i32::MAX) => Some(n as i32),
+            _ => {
+                self.problem(
+                    &format!("{at}.{field}"),
+                    format!(
+                        "must be a whole number of GPUs, 0 or more, such as 8 or \"8\" (got {v})"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn local_queue(
+        &mut self,
+        at: &str,
+        name: &str,
+        obj: &Map<String, Value>,
+        spec: &Map<String, Value>,
+    ) {
+        let namespace = obj
+            .get("metadata")
+            .and_then(|m| m.get("namespace"))
+            .and_then(Value::as_str)
+            .unwrap_or("default");
+        let Some(cq) = spec.get("clusterQueue").and_then(Value::as_str) else {
+            self.problem(
+                &format!("{at}: spec.clusterQueue"),
+                "is required (the ClusterQueue it feeds)",
+            );
+            return;
+        };
+        for field in ["stopPolicy", "fairSharing"] {
+            if spec.get(field).is_some_and(|v| !is_empty(v) && v != "None") {
+                self.not_modelled.push(format!(
+                    "{at}: spec.{field} (LocalQueues are only names here)"
+                ));
+            }
+        }
+        self.local_queues.push(LocalQueue {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            cluster_queue: cq.to_owned(),
+        });
+    }
+
+    /// A Cohort: flat cohorts only; its own GPU quota becomes a queue that lends all of it.
+    fn cohort(&mut self, at: &str, name: &str, spec: &Map<String, Value>) {
+        if spec.get("parentName").is_some_and(|v| !v.is_null()) {
+            self.problem(
+                &format!("{at}: spec.parentName"),
+                "cohort trees are not modelled; give the ClusterQueues of this tree one cohort",
+            );
+            return;
+        }
+        if spec.get("fairSharing").is_some_and(|v| !is_empty(v)) {
+            self.not_modelled
+                .push(format!("{at}: spec.fairSharing (cohorts are flat here)"));
+        }
+        let quotas = self.resource_groups(at, spec);
+        if !quotas.is_empty() {
+            self.queues.push((
+                format!("cohort/{name}"),
+                QueueSpec {
+                    cohort: Some(name.to_owned()),
+                    quotas,
+                    ..QueueSpec::default()
+                },
+            ));
+        }
+    }
+
+    fn finish(mut self, source_name: &str) -> Result<KueueQueues, SpecError> {
+        let names: BTreeSet<&str> = self.queues.iter().map(|(n, _)| n.as_str()).collect();
+        let mut problems = std::mem::take(&mut self.problems);
+        if names.len() < self.queues.len() {
+            problems.push(FieldError::new(
+                "",
+                "a ClusterQueue name is given twice; keep one of each",
+            ));
+        }
+        for l in &self.local_queues {
+            if !names.contains(l.cluster_queue.as_str()) {
+                problems.push(FieldError::new(
+                    format!("LocalQueue/{}: spec.clusterQueue", l.name),
+                    format!(
+                        "ClusterQueue `{}` is not in the file; add it, or fix the name (ClusterQueues: {})",
+                        l.cluster_queue,
+                        names.iter().copied().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+        }
+        if self.queues.is_empty() && problems.is_empty() {
+            problems.push(FieldError::new(
+                "",
+                format!("no {KUEUE_GROUP} ClusterQueue found; the file needs at least one"),
+            ));
+        }
+        if !problems.is_empty() {
+            return Err(SpecError::Invalid {
+                source_name: source_name.to_owned(),
+                problems,
+            });
+        }
+        // A flavor without node labels admits onto every node: Ferry's `any`.
+        for (_, q) in &mut self.queues {
+            for f in &mut q.quotas {
+                if self.flavors.get(&f.flavor) == Some(&false) {
+                    f.flavor = ANY_FLAVOR.to_owned();
+                }
+            }
+        }
+        for (what, n) in self.skipped {
+            self.not_modelled
+                .push(format!("{n} {what} object(s) skipped"));
+        }
+        Ok(KueueQueues {
+            cluster_queues: self.queues,
+            local_queues: self.local_queues,
+            not_modelled: self.not_modelled,
+        })
+    }
+}
+
+/// A resource Ferry schedules: a device plugin's GPU (`nvidia.com/gpu`, `amd.com/gpu`).
+fn is_gpu(resource: &str) -> bool {
+    resource.ends_with("/gpu")
+}
+
+/// Null, an empty string, list or mapping: a field set to nothing.
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    }
+}
+
+/// A Kubernetes quantity (`8`, `"8"`, `"1.5"`, `"500m"`, `"2k"`, `"1Ki"`, `"1e3"`) as a number.
+pub fn quantity(v: &Value) -> Option<f64> {
+    let s = match v {
+        Value::Number(n) => return n.as_f64(),
+        Value::String(s) => s.trim(),
+        _ => return None,
+    };
+    const SUFFIXES: [(&str, f64); 13] = [
+        ("Ki", 1024.0),
+        ("Mi", 1_048_576.0),
+        ("Gi", 1_073_741_824.0),
+        ("Ti", 1_099_511_627_776.0),
+        ("Pi", 1_125_899_906_842_624.0),
+        ("Ei", 1_152_921_504_606_846_976.0),
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+        ("E", 1e18),
+    ];
+    let (digits, scale) = SUFFIXES
+        .iter()
+        .find_map(|(suffix, scale)| s.strip_suffix(suffix).map(|d| (d, *scale)))
+        .filter(|(d, _)| d.parse::<f64>().is_ok())
+        .unwrap_or((s, 1.0));
+    // Only a sign, digits, a point and an exponent: no `inf`, `NaN` or hex.
+    if digits.is_empty()
+        || !digits
+            .chars()
+            .all(|c| c.is_ascii_digit() || "+-.eE".contains(c))
+    {
+        return None;
+    }
+    digits
+        .parse::<f64>()
+        .ok()
+        .map(|n| n * scale)
+        .filter(|n| n.is_finite())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,315 @@
+use super::*;
+use crate::queue::StopPolicy;
+
+/// What a platform team exports today: a v1beta1 setup with CPU and memory beside GPUs, a
+/// flavor without node labels, LocalQueues in team namespaces and a namespace object.
+const EXPORTED: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: vision}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: default-flavor}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: h100}
+spec:
+  nodeLabels: {gpu.product: H100-80GB}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: vision-cq}
+spec:
+  cohort: research
+  namespaceSelector: {}
+  queueingStrategy: BestEffortFIFO
+  resourceGroups:
+  - coveredResources: [cpu, memory, nvidia.com/gpu]
+    flavors:
+    - name: h100
+      resources:
+      - {name: cpu, nominalQuota: 640}
+      - {name: memory, nominalQuota: 4Ti}
+      - {name: nvidia.com/gpu, nominalQuota: "64", borrowingLimit: "32"}
+  preemption:
+    withinClusterQueue: LowerPriority
+    reclaimWithinCohort: Any
+  fairSharing: {weight: "2"}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: nlp}
+spec:
+  cohort: research
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: default-flavor
+      resources:
+      - {name: nvidia.com/gpu, nominalQuota: 16, lendingLimit: 8}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: team-queue, namespace: vision}
+spec: {clusterQueue: vision-cq}
+"#;
+
+fn problems(text: &str) -> Vec<String> {
+    match read_kueue_queues(text, "q.yaml") {
+        Ok(q) => panic!("accepted: {q:?}"),
+        Err(e) => e.problems().iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn an_exported_setup_reads_with_kueues_defaults() {
+    let q = read_kueue_queues(EXPORTED, "q.yaml").unwrap();
+    let vision = QueueSpec {
+        cohort: Some("research".into()),
+        quotas: vec![FlavorQuota {
+            flavor: "h100".into(),
+            nominal: 64,
+            borrowing_limit: Some(32),
+            lending_limit: None,
+        }],
+        weight: 2.0,
+        stop_policy: StopPolicy::None,
+        preemption: Preemption {
+            within_queue: WithinQueue::LowerPriority,
+            reclaim_within_cohort: ReclaimWithinCohort::Any,
+        },
+    };
+    // No preemption field: Kueue preempts nothing, where a Ferry Queue would.
+    let nlp = QueueSpec {
+        cohort: Some("research".into()),
+        quotas: vec![FlavorQuota {
+            flavor: "any".into(),
+            nominal: 16,
+            borrowing_limit: None,
+            lending_limit: Some(8),
+        }],
+        weight: 1.0,
+        stop_policy: StopPolicy::None,
+        preemption: Preemption {
+            within_queue: WithinQueue::Never,
+            reclaim_within_cohort: ReclaimWithinCohort::Never,
+        },
+    };
+    assert_eq!(
+        q.cluster_queues,
+        [("vision-cq".to_owned(), vision), ("nlp".to_owned(), nlp)]
+    );
+    assert_eq!(
+        q.local_queues,
+        [LocalQueue {
+            namespace: "vision".into(),
+            name: "team-queue".into(),
+            cluster_queue: "vision-cq".into()
+        }]
+    );
+    assert_eq!(
+        q.not_modelled,
+        [
+            "ClusterQueue/vision-cq: quotas of cpu, memory (the trace asks for GPUs only)",
+            "1 Namespace (v1) object(s) skipped"
+        ]
+    );
+    // Teams find their ClusterQueue by its name, a LocalQueue's name or its namespace.
+    assert_eq!(q.cluster_queue_of("NLP"), Ok(Some("nlp")));
+    assert_eq!(q.cluster_queue_of("vision"), Ok(Some("vision-cq")));
+    assert_eq!(q.cluster_queue_of("team-queue"), Ok(Some("vision-cq")));
+    assert_eq!(q.cluster_queue_of("audio"), Ok(None));
+}
+
+#[test]
+fn a_kubectl_list_in_json_reads_like_the_documents() {
+    let yaml: Vec<Value> = serde_saphyr::from_multiple(EXPORTED).unwrap();
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": yaml});
+    let from_list = read_kueue_queues(&list.to_string(), "list.json").unwrap();
+    assert_eq!(from_list, read_kueue_queues(EXPORTED, "q.yaml").unwrap());
+}
+
+#[test]
+fn what_ferry_does_not_model_is_listed() {
+    let q = read_kueue_queues(
+        r#"
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: a}
+spec:
+  cohortName: all
+  queueingStrategy: StrictFIFO
+  admissionChecksStrategy: {admissionChecks: [{name: prov}]}
+  flavorFungibility: {whenCanBorrow: TryNextFlavor}
+  preemption: {borrowWithinCohort: {policy: LowerPriority, maxPriorityThreshold: 100}}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors: [{name: gpu, resources: [{name: nvidia.com/gpu, nominalQuota: 8}]}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {name: urgent}
+value: 1000
+"#,
+        "q.yaml",
+    )
+    .unwrap();
+    assert_eq!(q.cluster_queues[0].1.cohort.as_deref(), Some("all"));
+    let notes = q.not_modelled.join("\n");
+    for expected in [
+        "ClusterQueue/a: spec.admissionChecksStrategy",
+        "ClusterQueue/a: spec.flavorFungibility",
+        "spec.queueingStrategy StrictFIFO",
+        "spec.preemption.borrowWithinCohort",
+        "1 WorkloadPriorityClass object(s) skipped",
+    ] {
+        assert!(
+            notes.contains(expected),
+            "{expected} missing from:\n{notes}"
+        );
+    }
+}
+
+#[test]
+fn a_cohorts_own_quota_becomes_a_lending_queue() {
+    let q = read_kueue_queues(
+        r#"
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: Cohort
+metadata: {name: all}
+spec:
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors: [{name: gpu, resources: [{name: nvidia.com/gpu, nominalQuota: 32}]}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: a}
+spec: {cohortName: all}
+"#,
+        "q.yaml",
+    )
+    .unwrap();
+    let (name, spec) = &q.cluster_queues[0];
+    assert_eq!(name, "cohort/all");
+    assert_eq!(spec.cohort.as_deref(), Some("all"));
+    assert_eq!(spec.quotas[0].nominal, 32);
+    assert_eq!(spec.quotas[0].lending_limit, None, "it lends all it has");
+}
+
+#[test]
+fn bad_objects_are_refused_naming_the_field_and_the_fix() {
+    let cq = |spec: &str| {
+        format!(
+            "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {{name: a}}\nspec: {spec}\n"
+        )
+    };
+    let gpu = |res: &str| {
+        cq(&format!(
+            "{{resourceGroups: [{{coveredResources: [nvidia.com/gpu], flavors: [{{name: f, \
+             resources: [{{name: nvidia.com/gpu, {res}}}]}}]}}]}}"
+        ))
+    };
+    assert_eq!(
+        problems(&cq("{cohortname: x}")),
+        [
+            "ClusterQueue/a: spec.cohortname: not a ClusterQueue field of Kueue v1beta1 or v1beta2; did you mean `cohortName`?"
+        ]
+    );
+    assert_eq!(
+        problems(&gpu("nominalQuota: 500m")),
+        [
+            r#"ClusterQueue/a: spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: must be a whole number of GPUs, 0 or more, such as 8 or "8" (got "500m")"#
+        ]
+    );
+    assert_eq!(
+        problems(&gpu("nominalQuota: 4, lendingLimit: 6")),
+        [
+            "ClusterQueue/a: spec.resourceGroups[0].flavors[0].resources[0].lendingLimit: must not exceed nominalQuota (4) (got 6)"
+        ]
+    );
+    assert_eq!(
+        problems(&gpu("borrowingLimit: 4")),
+        [
+            "ClusterQueue/a: spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: is required"
+        ]
+    );
+    assert!(problems(&cq("{fairSharing: {weight: \"0\"}}"))[0].contains("write e.g. \"10m\""));
+    assert_eq!(
+        problems(&cq("{preemption: {withinClusterQueue: Sometimes}}")),
+        [
+            r#"ClusterQueue/a: spec.preemption: withinClusterQueue: "Sometimes" is not one of Kueue's values"#
+        ]
+    );
+    assert_eq!(
+        problems(&cq("{cohort: x, cohortName: z}")),
+        ["ClusterQueue/a: spec.cohortName: names cohort `z` but spec.cohort names `x`; keep one"]
+    );
+    // YAML reads a bare `y` as true.
+    assert_eq!(
+        problems(&cq("{cohort: y}")),
+        [
+            r#"ClusterQueue/a: spec.cohort: must be a cohort's name (got true); quote a name YAML reads as a boolean or number, e.g. "on""#
+        ]
+    );
+    assert_eq!(
+        problems(&cq("{}").replace("v1beta2", "v1alpha1")),
+        [
+            "ClusterQueue/a: apiVersion: kueue.x-k8s.io/v1alpha1 is not read; write kueue.x-k8s.io/v1beta2 or v1beta1"
+        ]
+    );
+    assert_eq!(
+        problems(&format!(
+            "{}---\napiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {{name: l, namespace: t}}\nspec: {{clusterQueue: b}}\n",
+            cq("{}")
+        )),
+        [
+            "LocalQueue/l: spec.clusterQueue: ClusterQueue `b` is not in the file; add it, or fix the name (ClusterQueues: a)"
+        ]
+    );
+    assert!(
+        problems("apiVersion: kueue.x-k8s.io/v1beta2\nkind: Cohort\nmetadata: {name: c}\nspec: {parentName: root}\n")[0]
+            .contains("cohort trees are not modelled")
+    );
+    assert_eq!(
+        problems("apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n"),
+        [
+            ": no kueue.x-k8s.io ClusterQueue found; the file needs at least one"
+                .trim_start_matches(": ")
+        ]
+    );
+}
+
+#[test]
+fn quantities_read_as_kubernetes_writes_them() {
+    let q = |s: &str| quantity(&Value::String(s.into()));
+    assert_eq!(q("8"), Some(8.0));
+    assert_eq!(q(" 1.5 "), Some(1.5));
+    assert_eq!(q("500m"), Some(0.5));
+    assert_eq!(q("2k"), Some(2000.0));
+    assert_eq!(q("1Ki"), Some(1024.0));
+    assert_eq!(q("1e3"), Some(1000.0));
+    assert_eq!(q("1E"), Some(1e18));
+    assert_eq!(quantity(&serde_json::json!(16)), Some(16.0));
+    for bad in ["", "inf", "NaN", "0x10", "eight", "8 GPUs", "m"] {
+        assert_eq!(q(bad), None, "{bad}");
+    }
+}
+
+/// Every ClusterQueue `spec` field of the Kueue release in the fixtures (both served
+/// versions) is one this reader knows: a new one would be refused as a typo.
+#[test]
+fn the_known_fields_are_kueues() {
+    let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures/k8s/crds/kueue/v0.19.2/kueue.x-k8s.io_clusterqueues.yaml");
+    let crd: Value = serde_saphyr::from_str(&std::fs::read_to_string(&crd).unwrap()).unwrap();
+    let mut fields = BTreeSet::new();
+    for version in crd["spec"]["versions"].as_array().unwrap() {
+        let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        fields.extend(spec.as_object().unwrap().keys().cloned());
+    }
+    let known: BTreeSet<String> = CLUSTER_QUEUE_FIELDS.iter().map(|f| f.to_string()).collect();
+    assert_eq!(fields, known);
+}
