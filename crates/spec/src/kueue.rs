@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value};
 
 use crate::error::{FieldError, SpecError};
-use crate::parse::documents;
+use crate::parse::kubernetes_objects;
+use crate::quantity::{quantity, whole_gpus};
 use crate::queue::{FlavorQuota, Preemption, QueueSpec, ReclaimWithinCohort, WithinQueue};
 use crate::schema::closest;
 
@@ -112,8 +113,8 @@ pub fn mentions_kueue(text: &str) -> bool {
 /// Kueue kinds about something else than quotas are skipped, and said so in `not_modelled`.
 pub fn read_kueue_queues(text: &str, source_name: &str) -> Result<KueueQueues, SpecError> {
     let mut r = Reader::default();
-    for (i, doc) in documents(text, source_name)?.into_iter().enumerate() {
-        r.object(&format!("document {}", i + 1), doc);
+    for (at, object) in kubernetes_objects(text, source_name)? {
+        r.object(&at, object);
     }
     r.finish(source_name)
 }
@@ -137,12 +138,10 @@ impl Reader {
 
     fn object(&mut self, at: &str, doc: Value) {
         let Value::Object(obj) = doc else {
-            if !doc.is_null() {
-                self.problem(
-                    at,
-                    "must be a mapping with apiVersion, kind, metadata and spec",
-                );
-            }
+            self.problem(
+                at,
+                "must be a mapping with apiVersion, kind, metadata and spec",
+            );
             return;
         };
         let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
@@ -150,14 +149,6 @@ impl Reader {
             .get("apiVersion")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        if kind.ends_with("List")
-            && let Some(Value::Array(items)) = obj.get("items")
-        {
-            for (i, item) in items.iter().enumerate() {
-                self.object(&format!("{at} items[{i}]"), item.clone());
-            }
-            return;
-        }
         let name = obj
             .get("metadata")
             .and_then(|m| m.get("name"))
@@ -437,18 +428,14 @@ impl Reader {
     /// A whole number of GPUs at `res.field`, if set.
     fn gpus(&mut self, at: &str, res: &Value, field: &str) -> Option<i32> {
         let v = res.get(field).filter(|v| !v.is_null())?;
-        match quantity(v) {
-            Some(n) if n >= 0.0 && n.fract() == 0.0 && n <= f64::from(i32::MAX) => Some(n as i32),
-            _ => {
-                self.problem(
-                    &format!("{at}.{field}"),
-                    format!(
-                        "must be a whole number of GPUs, 0 or more, such as 8 or \"8\" (got {v})"
-                    ),
-                );
-                None
-            }
+        let gpus = whole_gpus(v);
+        if gpus.is_none() {
+            self.problem(
+                &format!("{at}.{field}"),
+                format!("must be a whole number of GPUs, 0 or more, such as 8 or \"8\" (got {v})"),
+            );
         }
+        gpus
     }
 
     fn local_queue(
@@ -577,48 +564,6 @@ fn is_empty(v: &Value) -> bool {
         Value::Object(o) => o.is_empty(),
         _ => false,
     }
-}
-
-/// A Kubernetes quantity (`8`, `"8"`, `"1.5"`, `"500m"`, `"2k"`, `"1Ki"`, `"1e3"`) as a number.
-pub fn quantity(v: &Value) -> Option<f64> {
-    let s = match v {
-        Value::Number(n) => return n.as_f64(),
-        Value::String(s) => s.trim(),
-        _ => return None,
-    };
-    const SUFFIXES: [(&str, f64); 13] = [
-        ("Ki", 1024.0),
-        ("Mi", 1_048_576.0),
-        ("Gi", 1_073_741_824.0),
-        ("Ti", 1_099_511_627_776.0),
-        ("Pi", 1_125_899_906_842_624.0),
-        ("Ei", 1_152_921_504_606_846_976.0),
-        ("m", 1e-3),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-        ("P", 1e15),
-        ("E", 1e18),
-    ];
-    let (digits, scale) = SUFFIXES
-        .iter()
-        .find_map(|(suffix, scale)| s.strip_suffix(suffix).map(|d| (d, *scale)))
-        .filter(|(d, _)| d.parse::<f64>().is_ok())
-        .unwrap_or((s, 1.0));
-    // Only a sign, digits, a point and an exponent: no `inf`, `NaN` or hex.
-    if digits.is_empty()
-        || !digits
-            .chars()
-            .all(|c| c.is_ascii_digit() || "+-.eE".contains(c))
-    {
-        return None;
-    }
-    digits
-        .parse::<f64>()
-        .ok()
-        .map(|n| n * scale)
-        .filter(|n| n.is_finite())
 }
 
 #[cfg(test)]

@@ -14,7 +14,9 @@ mod meta;
 mod metrics_line;
 mod parse;
 mod priority_class;
+mod quantity;
 mod queue;
+mod resource_quota;
 mod schema;
 mod selector;
 mod sweep;
@@ -29,17 +31,18 @@ pub use deployment::{
 };
 pub use error::{FieldError, SelectorError, SpecError};
 pub use kueue::{
-    CLUSTER_QUEUE_FIELDS, KUEUE_GROUP, KueueQueues, LocalQueue, mentions_kueue, quantity,
-    read_kueue_queues,
+    CLUSTER_QUEUE_FIELDS, KUEUE_GROUP, KueueQueues, LocalQueue, mentions_kueue, read_kueue_queues,
 };
 pub use lifecycle::{JobPhase, TransitionError};
 pub use meta::{API_VERSION, ObjectMeta, validate_name};
 pub use metrics_line::{MAX_METRICS_LINE, parse_metrics_line};
 pub use parse::{Resource, ResourceKind, parse_documents, parse_value};
 pub use priority_class::{MAX_PRIORITY_VALUE, PreemptionPolicy, PriorityClass, PriorityClassSpec};
+pub use quantity::quantity;
 pub use queue::{
     FlavorQuota, Preemption, Queue, QueueSpec, ReclaimWithinCohort, StopPolicy, WithinQueue,
 };
+pub use resource_quota::{NamespaceQuotas, mentions_resource_quota, read_resource_quotas};
 pub use schema::{json_schema, json_schema_all};
 pub use selector::LabelSelector;
 pub use sweep::{

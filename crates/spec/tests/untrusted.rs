@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use ferry_spec::{
-    KueueQueues, Resource, SpecError, parse_documents, parse_metrics_line, parse_value,
-    read_kueue_queues,
+    LocalQueue, QueueSpec, Resource, SpecError, mentions_kueue, parse_documents,
+    parse_metrics_line, parse_value, read_kueue_queues, read_resource_quotas,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value};
@@ -358,11 +358,12 @@ fn apply(doc: &mut Value, index: usize, m: &Mutation) {
     walk(doc, &mut target, m);
 }
 
-/// The Kueue seeds of the fuzz target `kueue` (`crates/spec/fuzz/corpus/kueue`), by name.
-fn kueue_seeds() -> Vec<(String, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/kueue");
+/// The seeds of the fuzz target `queue_objects` (`crates/spec/fuzz/corpus/queue_objects`: Kueue
+/// objects and ResourceQuotas), by name.
+fn queue_object_seeds() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/queue_objects");
     let mut seeds: Vec<(String, String)> = std::fs::read_dir(&root)
-        .expect("the kueue seed corpus")
+        .expect("the queue objects seed corpus")
         .map(|e| {
             let path = e.expect("a seed").path();
             let name = path
@@ -377,11 +378,24 @@ fn kueue_seeds() -> Vec<(String, String)> {
     seeds
 }
 
-/// What the Kueue reader hands the scheduler holds Kueue's and the scheduler's rules: whole
-/// GPU quotas, lending within nominal, a positive weight, LocalQueues that lead somewhere.
-fn kueue_sound(read: &KueueQueues) -> Result<(), TestCaseError> {
-    prop_assert!(!read.cluster_queues.is_empty());
-    for (name, spec) in &read.cluster_queues {
+/// Queues by name, and the LocalQueues that lead to them.
+type QueueObjects = (Vec<(String, QueueSpec)>, Vec<LocalQueue>);
+
+/// Reads `text` as `ferry sim --queues` picks its reader: Kueue objects, else ResourceQuotas.
+fn read_queue_objects(text: &str, source: &str) -> Result<QueueObjects, SpecError> {
+    if mentions_kueue(text) {
+        let read = read_kueue_queues(text, source)?;
+        Ok((read.cluster_queues, read.local_queues))
+    } else {
+        Ok((read_resource_quotas(text, source)?.queues, Vec::new()))
+    }
+}
+
+/// What the readers hand the scheduler holds its rules: whole GPU quotas, lending within
+/// nominal, a positive weight, LocalQueues that lead to a queue of the file.
+fn queues_sound((queues, locals): &QueueObjects) -> Result<(), TestCaseError> {
+    prop_assert!(!queues.is_empty());
+    for (name, spec) in queues {
         prop_assert!(
             spec.weight > 0.0 && spec.weight.is_finite(),
             "{name}: {}",
@@ -398,19 +412,14 @@ fn kueue_sound(read: &KueueQueues) -> Result<(), TestCaseError> {
             );
         }
     }
-    for l in &read.local_queues {
-        prop_assert!(
-            read.cluster_queues
-                .iter()
-                .any(|(n, _)| *n == l.cluster_queue),
-            "{l:?}"
-        );
+    for l in locals {
+        prop_assert!(queues.iter().any(|(n, _)| *n == l.cluster_queue), "{l:?}");
     }
     Ok(())
 }
 
-/// A refused Kueue file is named, and every problem says something.
-fn kueue_refusal(error: &SpecError, source: &str) -> Result<(), TestCaseError> {
+/// A refused file of queue objects is named, and every problem says something.
+fn queue_objects_refusal(error: &SpecError, source: &str) -> Result<(), TestCaseError> {
     prop_assert!(error.to_string().starts_with(source), "{error}");
     if let SpecError::Invalid { problems, .. } = error {
         prop_assert!(
@@ -579,39 +588,40 @@ fn field_paths_are_told_apart() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1000))]
 
-    /// A Kueue seed changed in one to four places is read into sound queues or refused with
-    /// its problems listed, never a panic (`ferry sim --queues` reads clusters' exports).
+    /// A seed of Kueue objects or ResourceQuotas changed in one to four places is read into
+    /// sound queues or refused with its problems listed, never a panic (`ferry sim --queues`
+    /// reads clusters' exports).
     #[test]
-    fn changed_kueue_objects_are_read_or_refused(
+    fn changed_queue_objects_are_read_or_refused(
         pick in any::<prop::sample::Index>(),
         changes in proptest::collection::vec(mutation(), 1..5),
     ) {
-        let seeds = kueue_seeds();
+        let seeds = queue_object_seeds();
         let (_, text) = &seeds[pick.index(seeds.len())];
         let docs: Vec<Value> = serde_saphyr::from_multiple(text).expect("a seed is YAML or JSON");
         let mut doc = Value::Array(docs);
         for (index, m) in &changes {
             apply(&mut doc, *index, m);
         }
-        match read_kueue_queues(&doc.to_string(), "changed.json") {
-            Ok(read) => kueue_sound(&read)?,
-            Err(e) => kueue_refusal(&e, "changed.json")?,
+        match read_queue_objects(&doc.to_string(), "changed.json") {
+            Ok(read) => queues_sound(&read)?,
+            Err(e) => queue_objects_refusal(&e, "changed.json")?,
         }
     }
 }
 
-/// The Kueue seeds are read or refused as their names say.
+/// The queue-object seeds are read or refused as their names say.
 #[test]
-fn the_kueue_seed_corpus_reads_as_named() {
-    let seeds = kueue_seeds();
-    assert!(seeds.len() >= 4, "{} kueue seeds", seeds.len());
+fn the_queue_objects_seed_corpus_reads_as_named() {
+    let seeds = queue_object_seeds();
+    assert!(seeds.len() >= 7, "{} seeds", seeds.len());
     for (name, text) in seeds {
-        match read_kueue_queues(&text, &name) {
+        match read_queue_objects(&text, &name) {
             Ok(read) if name.starts_with("ok_") => {
-                kueue_sound(&read).unwrap_or_else(|e| panic!("{name}: {e}"))
+                queues_sound(&read).unwrap_or_else(|e| panic!("{name}: {e}"))
             }
             Err(e) if name.starts_with("err_") => {
-                kueue_refusal(&e, &name).unwrap_or_else(|f| panic!("{name}: {f}"))
+                queue_objects_refusal(&e, &name).unwrap_or_else(|f| panic!("{name}: {f}"))
             }
             other => panic!("{name}: {other:?}"),
         }

@@ -29,7 +29,9 @@ pub struct SimArgs {
     /// Queues YAML, one per trace team: Ferry `Queue` documents (as `ferry apply` takes them,
     /// named after the team, in lowercase), Kueue's ClusterQueues and LocalQueues (a team's
     /// work goes to the ClusterQueue of its name, or behind a LocalQueue of its name or in its
-    /// namespace; `kubectl get clusterqueues,localqueues -A -o yaml` as is), or a list of
+    /// namespace; `kubectl get clusterqueues,localqueues -A -o yaml` as is), Kubernetes
+    /// ResourceQuotas (each namespace's `requests.nvidia.com/gpu` as a hard cap for the team
+    /// of its name), or a list of
     /// `{name, cohort?, quotas: [{flavor, nominal, borrowingLimit?, lendingLimit?}],
     /// fairShareWeight?}`; quotas from GPU-hours when omitted.
     #[arg(long)]
@@ -201,6 +203,9 @@ fn queues_file(path: &Path, trace: &[ferry_sched::TraceJob]) -> anyhow::Result<Q
     if ferry_spec::mentions_kueue(&text) {
         return kueue_queues(&text, &file, trace);
     }
+    if ferry_spec::mentions_resource_quota(&text) {
+        return resource_quota_queues(&text, &file, trace);
+    }
     let mut queues = Vec::new();
     if !text.contains("kind:") {
         queues = parse_yaml(&text, path, "queues")?;
@@ -228,6 +233,16 @@ fn queues_file(path: &Path, trace: &[ferry_sched::TraceJob]) -> anyhow::Result<Q
     })
 }
 
+/// Where a team's work goes among queues read from another system's objects.
+struct Foreign {
+    /// The queues, by their name there.
+    queues: Vec<(String, ferry_spec::QueueSpec)>,
+    /// What the queues are called there (`ClusterQueue`, `namespace`).
+    noun: &'static str,
+    /// What was read but is not replayed.
+    notes: Vec<String>,
+}
+
 /// Queues from Kueue's objects: one per ClusterQueue, each trace team sent to the ClusterQueue
 /// named as it or behind its LocalQueue (see `ferry_spec::KueueQueues::cluster_queue_of`).
 fn kueue_queues(
@@ -236,61 +251,117 @@ fn kueue_queues(
     trace: &[ferry_sched::TraceJob],
 ) -> anyhow::Result<QueuesFile> {
     let kueue = ferry_spec::read_kueue_queues(text, file)?;
-    let mut teams = std::collections::BTreeMap::new();
-    for job in trace {
-        if teams.contains_key(&job.team) {
-            continue;
+    let foreign = Foreign {
+        queues: kueue.cluster_queues.clone(),
+        noun: "ClusterQueue",
+        notes: kueue.not_modelled.clone(),
+    };
+    foreign.serving(
+        trace,
+        file,
+        "kueue",
+        |team| kueue.cluster_queue_of(team).map(|cq| cq.map(str::to_owned)),
+        "add a LocalQueue for the team in its namespace, or rename the team in the trace",
+    )
+}
+
+/// Queues from Kubernetes ResourceQuotas: each namespace's GPU cap, a queue of its own that
+/// neither lends nor borrows; a trace team is the namespace of its name.
+fn resource_quota_queues(
+    text: &str,
+    file: &str,
+    trace: &[ferry_sched::TraceJob],
+) -> anyhow::Result<QueuesFile> {
+    let caps = ferry_spec::read_resource_quotas(text, file)?;
+    let mut foreign = Foreign {
+        queues: caps.queues,
+        noun: "namespace",
+        notes: caps.not_modelled,
+    };
+    foreign.notes.push(
+        "ResourceQuotas are hard caps: no namespace lends or borrows (Queue documents in one \
+         cohort, or --quota, replay the same quotas shared)"
+            .into(),
+    );
+    let names: Vec<String> = foreign.queues.iter().map(|(n, _)| n.clone()).collect();
+    foreign.serving(
+        trace,
+        file,
+        "ResourceQuota",
+        |team| Ok(names.iter().find(|n| n.eq_ignore_ascii_case(team)).cloned()),
+        "add a ResourceQuota with a requests.nvidia.com/gpu cap in the team's namespace, or \
+        rename the team in the trace",
+    )
+}
+
+impl Foreign {
+    /// The scheduler's queues, with every trace team sent where `queue_of` says (`Err` or
+    /// `None`: refused naming the team and `fix`); notes are prefixed with `source`.
+    fn serving(
+        self,
+        trace: &[ferry_sched::TraceJob],
+        file: &str,
+        source: &str,
+        queue_of: impl Fn(&str) -> Result<Option<String>, String>,
+        fix: &str,
+    ) -> anyhow::Result<QueuesFile> {
+        let noun = self.noun;
+        let mut teams = std::collections::BTreeMap::new();
+        for job in trace {
+            if teams.contains_key(&job.team) {
+                continue;
+            }
+            let queue = queue_of(&job.team)
+                .map_err(|e| anyhow::anyhow!("queues file {file}: trace team `{}`: {e}", job.team))?
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "queues file {file}: trace team `{team}` (job `{id}`) has no {noun} \
+                         ({noun}s: {all}); fix: {fix}",
+                        team = job.team,
+                        id = job.job_id,
+                        all = self
+                            .queues
+                            .iter()
+                            .map(|(n, _)| n.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })?;
+            teams.insert(job.team.clone(), queue);
         }
-        let cq = kueue
-            .cluster_queue_of(&job.team)
-            .map_err(|e| anyhow::anyhow!("queues file {file}: trace team `{}`: {e}", job.team))?
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "queues file {file}: trace team `{team}` (job `{id}`) has no ClusterQueue: \
-                     none is named `{team}`, and no LocalQueue is named `{team}` or is in \
-                     namespace `{team}` (ClusterQueues: {cqs}); fix: add a LocalQueue for the \
-                     team, or rename the team in the trace",
-                    team = job.team,
-                    id = job.job_id,
-                    cqs = kueue
-                        .cluster_queues
-                        .iter()
-                        .map(|(n, _)| n.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            })?;
-        teams.insert(job.team.clone(), cq.to_owned());
-    }
-    let mut notes: Vec<String> = kueue
-        .not_modelled
-        .iter()
-        .map(|n| format!("kueue, not replayed: {n}"))
-        .collect();
-    let mut by_queue: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
-    for (team, cq) in &teams {
-        by_queue.entry(cq.as_str()).or_default().push(team.as_str());
-    }
-    for (cq, shared) in by_queue.iter().filter(|(_, t)| t.len() > 1) {
-        notes.push(format!(
-            "teams {} share ClusterQueue {cq}: shares are judged per ClusterQueue",
-            shared.join(", ")
-        ));
-    }
-    let queues = kueue
-        .cluster_queues
-        .iter()
-        .map(|(name, spec)| {
-            let mut q = ferry_k8s::admission::queue_spec("", name, spec);
-            q.name.clone_from(name);
-            q
+        let mut notes: Vec<String> = self
+            .notes
+            .iter()
+            .map(|n| format!("{source}, not replayed: {n}"))
+            .collect();
+        let mut by_queue: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        for (team, queue) in &teams {
+            by_queue
+                .entry(queue.as_str())
+                .or_default()
+                .push(team.as_str());
+        }
+        for (queue, shared) in by_queue.iter().filter(|(_, t)| t.len() > 1) {
+            notes.push(format!(
+                "teams {} share {noun} {queue}: shares are judged per {noun}",
+                shared.join(", ")
+            ));
+        }
+        let queues = self
+            .queues
+            .iter()
+            .map(|(name, spec)| {
+                let mut q = ferry_k8s::admission::queue_spec("", name, spec);
+                q.name.clone_from(name);
+                q
+            })
+            .collect();
+        Ok(QueuesFile {
+            queues,
+            teams,
+            notes,
         })
-        .collect();
-    Ok(QueuesFile {
-        queues,
-        teams,
-        notes,
-    })
+    }
 }
 
 /// On a cluster `ferry sim` made up (no `--cluster`), nodes take the one GPU flavor the

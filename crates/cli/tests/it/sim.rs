@@ -873,6 +873,30 @@ fn a_split_slowdown_makes_ferry_wait_for_one_rack_when_that_costs_less() {
     );
 }
 
+/// `ferry sim -o json` that must succeed: its reports, and the notes it wrote to stderr.
+fn sim_json_with_notes(args: &[&str]) -> (Vec<Value>, String) {
+    let out = sim(args);
+    let notes = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{notes}");
+    (serde_json::from_slice(&out.stdout).unwrap(), notes)
+}
+
+/// Two runs' reports agree on every policy's figures and shares.
+fn assert_same_figures(a: &[Value], b: &[Value]) {
+    assert_eq!(a.len(), b.len());
+    for (a, b) in a.iter().zip(b) {
+        for key in [
+            "team_share",
+            "utilization",
+            "mean_jct_s",
+            "p99_jct_s",
+            "preemptions",
+        ] {
+            assert_eq!(a[key], b[key], "{}: {key}", a["policy"]);
+        }
+    }
+}
+
 /// `--queues` takes Kueue's own objects as a cluster runs them: the unseen window on the
 /// teams' real virtual-cluster sizes, written as ClusterQueues that teams reach through
 /// LocalQueues in their namespaces, replays exactly as the same quotas given with `--quota`
@@ -913,13 +937,8 @@ fn kueue_cluster_queues_replay_as_the_same_quotas() {
     let args = ["--trace", trace, "--gpus", "176", "-o", "json"];
     let from_flags =
         sim_ok(&[&args[..], &["--quota", "vcvGl=160", "--quota", "vcvlY=16"]].concat());
-    let out = sim(&[&args[..], &["--queues", kueue.to_str().unwrap()]].concat());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let notes = String::from_utf8_lossy(&out.stderr);
+    let (from_kueue, notes) =
+        sim_json_with_notes(&[&args[..], &["--queues", kueue.to_str().unwrap()]].concat());
     for said in [
         "kueue, not replayed: ClusterQueue/a-vision: quotas of cpu",
         "kueue, not replayed: ClusterQueue/b-speech: spec.queueingStrategy StrictFIFO",
@@ -927,21 +946,15 @@ fn kueue_cluster_queues_replay_as_the_same_quotas() {
     ] {
         assert!(notes.contains(said), "{said}: {notes}");
     }
-    let renamed = String::from_utf8(out.stdout)
-        .unwrap()
-        .replace("\"a-vision\"", "\"vcvGl\"")
-        .replace("\"b-speech\"", "\"vcvlY\"");
-    let (a, b): (Vec<Value>, Vec<Value>) = (
-        serde_json::from_str(&from_flags).unwrap(),
-        serde_json::from_str(&renamed).unwrap(),
-    );
-    assert_eq!(a.len(), b.len());
-    for (a, b) in a.iter().zip(&b) {
-        assert_eq!(a["team_share"], b["team_share"], "{}", a["policy"]);
-        for key in ["utilization", "mean_jct_s", "p99_jct_s", "preemptions"] {
-            assert_eq!(a[key], b[key], "{}: {key}", a["policy"]);
-        }
-    }
+    let renamed: Vec<Value> = serde_json::from_str(
+        &serde_json::to_string(&from_kueue)
+            .unwrap()
+            .replace("\"a-vision\"", "\"vcvGl\"")
+            .replace("\"b-speech\"", "\"vcvlY\""),
+    )
+    .unwrap();
+    let from_flags: Vec<Value> = serde_json::from_str(&from_flags).unwrap();
+    assert_same_figures(&from_flags, &renamed);
 
     // A team no LocalQueue leads from: refused, naming the team and the fix.
     let partial = dir.path().join("partial.yaml");
@@ -966,6 +979,68 @@ fn kueue_cluster_queues_replay_as_the_same_quotas() {
     assert!(
         !out.status.success()
             && err.contains("ClusterQueue/a-vision: spec.resourceGroups[0].flavors[0].resources[1].nominalQuota: must be a whole number of GPUs"),
+        "{err}"
+    );
+}
+
+/// `--queues` takes the ResourceQuotas teams run today, written as the articles write them
+/// (`nvidia.com/gpu` without the `requests.` prefix Kubernetes wants, said in a note): each
+/// namespace's cap replays exactly as a Ferry Queue of that quota in no cohort, and the note
+/// says how to replay the same quotas shared. A team without a quota is refused.
+#[test]
+fn resource_quotas_replay_as_hard_caps() {
+    let trace = repo_root().join("crates/sched/tests/data/helios_venus_2vc_2020-09b.csv");
+    let trace = trace.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let rq = |ns: &str, gpus: u32| {
+        format!(
+            "apiVersion: v1\nkind: ResourceQuota\nmetadata: {{name: gpu-quota, namespace: {ns}}}\n\
+             spec:\n  hard: {{nvidia.com/gpu: \"{gpus}\", memory: 500Gi, cpu: \"64\"}}\n"
+        )
+    };
+    let quotas = dir.path().join("rq.yaml");
+    std::fs::write(
+        &quotas,
+        format!("{}---\n{}", rq("vcvgl", 160), rq("vcvly", 16)),
+    )
+    .unwrap();
+    let queue = |team: &str, gpus: u32| {
+        format!(
+            "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: {team}, namespace: \
+             {team}}}\nspec:\n  quotas: [{{flavor: any, nominal: {gpus}}}]\n"
+        )
+    };
+    let hard = dir.path().join("hard.yaml");
+    std::fs::write(
+        &hard,
+        format!("{}---\n{}", queue("vcvgl", 160), queue("vcvly", 16)),
+    )
+    .unwrap();
+    let args = ["--trace", trace, "--gpus", "176", "-o", "json"];
+    let (from_quotas, notes) =
+        sim_json_with_notes(&[&args[..], &["--queues", quotas.to_str().unwrap()]].concat());
+    for said in [
+        "ResourceQuota, not replayed: ResourceQuota/vcvgl/gpu-quota: spec.hard[nvidia.com/gpu] \
+         read as requests.nvidia.com/gpu",
+        "ResourceQuotas are hard caps: no namespace lends or borrows",
+    ] {
+        assert!(notes.contains(said), "{said}: {notes}");
+    }
+    let from_queues: Vec<Value> = serde_json::from_str(
+        &sim_ok(&[&args[..], &["--queues", hard.to_str().unwrap()]].concat())
+            .replace("\"vcvGl\"", "\"vcvgl\"")
+            .replace("\"vcvlY\"", "\"vcvly\""),
+    )
+    .unwrap();
+    assert_same_figures(&from_quotas, &from_queues);
+    let partial = dir.path().join("partial.yaml");
+    std::fs::write(&partial, rq("vcvgl", 160)).unwrap();
+    let out = sim(&["--trace", trace, "--queues", partial.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("trace team `vcvlY`")
+            && err.contains("has no namespace (namespaces: vcvgl); fix: add a ResourceQuota"),
         "{err}"
     );
 }

@@ -282,22 +282,6 @@ fn bad_objects_are_refused_naming_the_field_and_the_fix() {
     );
 }
 
-#[test]
-fn quantities_read_as_kubernetes_writes_them() {
-    let q = |s: &str| quantity(&Value::String(s.into()));
-    assert_eq!(q("8"), Some(8.0));
-    assert_eq!(q(" 1.5 "), Some(1.5));
-    assert_eq!(q("500m"), Some(0.5));
-    assert_eq!(q("2k"), Some(2000.0));
-    assert_eq!(q("1Ki"), Some(1024.0));
-    assert_eq!(q("1e3"), Some(1000.0));
-    assert_eq!(q("1E"), Some(1e18));
-    assert_eq!(quantity(&serde_json::json!(16)), Some(16.0));
-    for bad in ["", "inf", "NaN", "0x10", "eight", "8 GPUs", "m"] {
-        assert_eq!(q(bad), None, "{bad}");
-    }
-}
-
 /// Every ClusterQueue `spec` field of the Kueue release in the fixtures (both served
 /// versions) is one this reader knows: a new one would be refused as a typo.
 #[test]

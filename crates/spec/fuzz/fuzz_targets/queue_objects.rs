@@ -1,0 +1,38 @@
+//! Fuzz target: `ferry sim --queues` reads other systems' queue objects exported from
+//! clusters (Kueue's ClusterQueues and LocalQueues, Kubernetes ResourceQuotas), so any bytes
+//! must be read or refused without a panic, and what is read holds the rules the scheduler
+//! relies on (whole GPU quotas, lending within nominal, a positive weight, every LocalQueue
+//! leading to a ClusterQueue of the file, caps lending and borrowing nothing).
+#![no_main]
+
+use ferry_spec::{QueueSpec, read_kueue_queues, read_resource_quotas};
+
+fn sound(name: &str, spec: &QueueSpec) {
+    assert!(spec.weight > 0.0 && spec.weight.is_finite(), "{name}: {}", spec.weight);
+    for q in &spec.quotas {
+        assert!(q.nominal >= 0, "{name}: {q:?}");
+        assert!(q.borrowing_limit.is_none_or(|b| b >= 0), "{name}: {q:?}");
+        assert!(q.lending_limit.is_none_or(|l| (0..=q.nominal).contains(&l)), "{name}: {q:?}");
+    }
+}
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(read) = read_kueue_queues(&text, "fuzz.yaml") {
+        assert!(!read.cluster_queues.is_empty());
+        for (name, spec) in &read.cluster_queues {
+            sound(name, spec);
+        }
+        for l in &read.local_queues {
+            assert!(read.cluster_queues.iter().any(|(n, _)| *n == l.cluster_queue), "{l:?}");
+            let _ = read.cluster_queue_of(&l.namespace);
+        }
+    }
+    if let Ok(read) = read_resource_quotas(&text, "fuzz.yaml") {
+        assert!(!read.queues.is_empty());
+        for (name, spec) in &read.queues {
+            sound(name, spec);
+            assert!(spec.cohort.is_none(), "{name}: a cap shares nothing");
+        }
+    }
+});
