@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value};
 
 use crate::error::{FieldError, SpecError};
-use crate::parse::kubernetes_objects;
+use crate::foreign::{Object, finish, kubernetes_objects};
 use crate::quantity::{quantity, whole_gpus};
 use crate::queue::{FlavorQuota, Preemption, QueueSpec, ReclaimWithinCohort, WithinQueue};
 use crate::schema::closest;
@@ -113,8 +113,8 @@ pub fn mentions_kueue(text: &str) -> bool {
 /// Kueue kinds about something else than quotas are skipped, and said so in `not_modelled`.
 pub fn read_kueue_queues(text: &str, source_name: &str) -> Result<KueueQueues, SpecError> {
     let mut r = Reader::default();
-    for (at, object) in kubernetes_objects(text, source_name)? {
-        r.object(&at, object);
+    for object in kubernetes_objects(text, source_name)? {
+        r.object(object);
     }
     r.finish(source_name)
 }
@@ -136,19 +136,21 @@ impl Reader {
         self.problems.push(FieldError::new(at, message));
     }
 
-    fn object(&mut self, at: &str, doc: Value) {
-        let Value::Object(obj) = doc else {
+    fn object(&mut self, object: Object) {
+        let Object {
+            at,
+            kind,
+            api_version: api,
+            body,
+        } = object;
+        let Value::Object(obj) = body else {
             self.problem(
-                at,
+                &at,
                 "must be a mapping with apiVersion, kind, metadata and spec",
             );
             return;
         };
-        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let api = obj
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let (kind, api) = (kind.as_str(), api.as_str());
         let name = obj
             .get("metadata")
             .and_then(|m| m.get("name"))
@@ -518,18 +520,14 @@ impl Reader {
                 ));
             }
         }
-        if self.queues.is_empty() && problems.is_empty() {
-            problems.push(FieldError::new(
-                "",
-                format!("no {KUEUE_GROUP} ClusterQueue found; the file needs at least one"),
-            ));
-        }
-        if !problems.is_empty() {
-            return Err(SpecError::Invalid {
-                source_name: source_name.to_owned(),
-                problems,
-            });
-        }
+        finish(
+            source_name,
+            problems,
+            !self.queues.is_empty(),
+            &format!("no {KUEUE_GROUP} ClusterQueue found; the file needs at least one"),
+            std::mem::take(&mut self.skipped),
+            &mut self.not_modelled,
+        )?;
         // A flavor without node labels admits onto every node: Ferry's `any`.
         for (_, q) in &mut self.queues {
             for f in &mut q.quotas {
@@ -537,10 +535,6 @@ impl Reader {
                     f.flavor = ANY_FLAVOR.to_owned();
                 }
             }
-        }
-        for (what, n) in self.skipped {
-            self.not_modelled
-                .push(format!("{n} {what} object(s) skipped"));
         }
         Ok(KueueQueues {
             cluster_queues: self.queues,

@@ -8,6 +8,7 @@
 
 mod deployment;
 mod error;
+mod foreign;
 mod kueue;
 mod lifecycle;
 mod meta;
@@ -24,6 +25,7 @@ mod sweep;
 mod to_sched;
 mod train_job;
 mod validate;
+mod volcano;
 
 pub use deployment::{
     Autoscaling, DEFAULT_SCALE_METRIC, ModelDeployment, ModelDeploymentSpec, ModelDeploymentStatus,
@@ -54,4 +56,8 @@ pub use train_job::{
     BUDGET_NO_RESTART, CheckpointSpec, DataFormat, DataSpec, EngineKind, ExportSpec, FailurePolicy,
     LoraSpec, MAX_SPLIT_SLOWDOWN_PCT, Method, ModelRef, ModelSource, Parallelism, Resources,
     ResumePolicy, Task, Topology, TrainJob, TrainJobSpec, TrainJobStatus, TrainParams,
+};
+pub use volcano::{
+    VOLCANO_COHORT, VOLCANO_GROUP, VOLCANO_QUEUE_FIELDS, VolcanoQueue, VolcanoQueues,
+    mentions_volcano, read_volcano_queues,
 };

@@ -204,43 +204,6 @@ pub(crate) fn documents(text: &str, source_name: &str) -> Result<Vec<Value>, Spe
     }
 }
 
-/// The objects of a file of Kubernetes objects: its documents, with the items of a `List`
-/// (what `kubectl get -o yaml` prints) in place of the list, each labelled for errors
-/// (`document 2`, `document 1 items[3]`); empty documents are left out.
-pub(crate) fn kubernetes_objects(
-    text: &str,
-    source_name: &str,
-) -> Result<Vec<(String, Value)>, SpecError> {
-    fn flatten(at: String, doc: Value, out: &mut Vec<(String, Value)>) {
-        let is_list = doc
-            .get("kind")
-            .and_then(Value::as_str)
-            .is_some_and(|k| k.ends_with("List"));
-        match doc {
-            Value::Null => {}
-            Value::Object(mut obj) if is_list => match obj.remove("items") {
-                Some(Value::Array(items)) => {
-                    for (i, item) in items.into_iter().enumerate() {
-                        flatten(format!("{at} items[{i}]"), item, out);
-                    }
-                }
-                other => {
-                    if let Some(items) = other {
-                        obj.insert("items".into(), items);
-                    }
-                    out.push((at, Value::Object(obj)));
-                }
-            },
-            doc => out.push((at, doc)),
-        }
-    }
-    let mut out = Vec::new();
-    for (i, doc) in documents(text, source_name)?.into_iter().enumerate() {
-        flatten(format!("document {}", i + 1), doc, &mut out);
-    }
-    Ok(out)
-}
-
 /// Turns one JSON value into a validated resource, reporting every problem found.
 pub fn parse_value(mut doc: Value, source_name: &str) -> Result<Resource, SpecError> {
     let invalid = |problems: Vec<FieldError>| SpecError::Invalid {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::error::{FieldError, SpecError};
-use crate::parse::kubernetes_objects;
+use crate::foreign::{Object, finish, kubernetes_objects};
 use crate::quantity::whole_gpus;
 use crate::queue::{FlavorQuota, QueueSpec};
 
@@ -37,13 +37,14 @@ pub fn read_resource_quotas(text: &str, source_name: &str) -> Result<NamespaceQu
     let mut notes = Vec::new();
     let mut skipped: BTreeMap<String, usize> = BTreeMap::new();
     let mut problems = Vec::new();
-    for (at, obj) in kubernetes_objects(text, source_name)? {
-        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let api = obj
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if (kind, api) != ("ResourceQuota", "v1") {
+    for Object {
+        at,
+        kind,
+        api_version: api,
+        body: obj,
+    } in kubernetes_objects(text, source_name)?
+    {
+        if (kind.as_str(), api.as_str()) != ("ResourceQuota", "v1") {
             *skipped.entry(format!("{kind} ({api})")).or_default() += 1;
             continue;
         }
@@ -103,23 +104,14 @@ pub fn read_resource_quotas(text: &str, source_name: &str) -> Result<NamespaceQu
             }
         }
     }
-    if caps.is_empty() && problems.is_empty() {
-        problems.push(FieldError::new(
-            "",
-            "no v1 ResourceQuota with a GPU cap (spec.hard[requests.nvidia.com/gpu]) found",
-        ));
-    }
-    if !problems.is_empty() {
-        return Err(SpecError::Invalid {
-            source_name: source_name.to_owned(),
-            problems,
-        });
-    }
-    notes.extend(
-        skipped
-            .into_iter()
-            .map(|(what, n)| format!("{n} {what} object(s) skipped")),
-    );
+    finish(
+        source_name,
+        problems,
+        !caps.is_empty(),
+        "no v1 ResourceQuota with a GPU cap (spec.hard[requests.nvidia.com/gpu]) found",
+        skipped,
+        &mut notes,
+    )?;
     Ok(NamespaceQuotas {
         queues: order
             .into_iter()

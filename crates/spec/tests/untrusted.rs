@@ -7,8 +7,9 @@
 use std::path::Path;
 
 use ferry_spec::{
-    LocalQueue, QueueSpec, Resource, SpecError, mentions_kueue, parse_documents,
-    parse_metrics_line, parse_value, read_kueue_queues, read_resource_quotas,
+    LocalQueue, QueueSpec, Resource, SpecError, mentions_kueue, mentions_resource_quota,
+    mentions_volcano, parse_documents, parse_metrics_line, parse_value, read_kueue_queues,
+    read_resource_quotas, read_volcano_queues,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value};
@@ -381,11 +382,17 @@ fn queue_object_seeds() -> Vec<(String, String)> {
 /// Queues by name, and the LocalQueues that lead to them.
 type QueueObjects = (Vec<(String, QueueSpec)>, Vec<LocalQueue>);
 
-/// Reads `text` as `ferry sim --queues` picks its reader: Kueue objects, else ResourceQuotas.
+/// Reads `text` as `ferry sim --queues` picks its reader: Kueue objects, ResourceQuotas or
+/// Volcano Queues (these on a 176-GPU cluster).
 fn read_queue_objects(text: &str, source: &str) -> Result<QueueObjects, SpecError> {
     if mentions_kueue(text) {
         let read = read_kueue_queues(text, source)?;
         Ok((read.cluster_queues, read.local_queues))
+    } else if !mentions_resource_quota(text) && mentions_volcano(text) {
+        Ok((
+            read_volcano_queues(text, source)?.queue_specs(176),
+            Vec::new(),
+        ))
     } else {
         Ok((read_resource_quotas(text, source)?.queues, Vec::new()))
     }
@@ -588,7 +595,7 @@ fn field_paths_are_told_apart() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1000))]
 
-    /// A seed of Kueue objects or ResourceQuotas changed in one to four places is read into
+    /// A seed of Kueue objects, ResourceQuotas or Volcano Queues changed in one to four places is read into
     /// sound queues or refused with its problems listed, never a panic (`ferry sim --queues`
     /// reads clusters' exports).
     #[test]
@@ -614,7 +621,7 @@ proptest! {
 #[test]
 fn the_queue_objects_seed_corpus_reads_as_named() {
     let seeds = queue_object_seeds();
-    assert!(seeds.len() >= 7, "{} seeds", seeds.len());
+    assert!(seeds.len() >= 9, "{} seeds", seeds.len());
     for (name, text) in seeds {
         match read_queue_objects(&text, &name) {
             Ok(read) if name.starts_with("ok_") => {

@@ -31,7 +31,9 @@ pub struct SimArgs {
     /// work goes to the ClusterQueue of its name, or behind a LocalQueue of its name or in its
     /// namespace; `kubectl get clusterqueues,localqueues -A -o yaml` as is), Kubernetes
     /// ResourceQuotas (each namespace's `requests.nvidia.com/gpu` as a hard cap for the team
-    /// of its name), or a list of
+    /// of its name), Volcano Queues (one cohort; `deserved`, else a weighted share, as the
+    /// nominal quota, `capability` and `guarantee` as limits; a team is the Queue of its name),
+    /// or a list of
     /// `{name, cohort?, quotas: [{flavor, nominal, borrowingLimit?, lendingLimit?}],
     /// fairShareWeight?}`; quotas from GPU-hours when omitted.
     #[arg(long)]
@@ -196,7 +198,11 @@ struct QueuesFile {
 /// Queues from `--queues FILE`: Ferry `Queue` documents (what `ferry apply` takes; a queue
 /// serves the trace team of its name, compared ignoring case since Ferry names are lowercase),
 /// Kueue's own ClusterQueues and LocalQueues, or a plain list of scheduler queues.
-fn queues_file(path: &Path, trace: &[ferry_sched::TraceJob]) -> anyhow::Result<QueuesFile> {
+fn queues_file(
+    path: &Path,
+    trace: &[ferry_sched::TraceJob],
+    cluster: &ferry_sched::Cluster,
+) -> anyhow::Result<QueuesFile> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read queues file {}", path.display()))?;
     let file = path.display().to_string();
@@ -205,6 +211,9 @@ fn queues_file(path: &Path, trace: &[ferry_sched::TraceJob]) -> anyhow::Result<Q
     }
     if ferry_spec::mentions_resource_quota(&text) {
         return resource_quota_queues(&text, &file, trace);
+    }
+    if ferry_spec::mentions_volcano(&text) {
+        return volcano_queues(&text, &file, trace, cluster);
     }
     let mut queues = Vec::new();
     if !text.contains("kind:") {
@@ -291,6 +300,31 @@ fn resource_quota_queues(
         |team| Ok(names.iter().find(|n| n.eq_ignore_ascii_case(team)).cloned()),
         "add a ResourceQuota with a requests.nvidia.com/gpu cap in the team's namespace, or \
         rename the team in the trace",
+    )
+}
+
+/// Queues from Volcano's Queues: all in one cohort, each owed its `deserved` GPUs (or its
+/// weight's share of the rest of the cluster); a trace team is the Queue of its name.
+fn volcano_queues(
+    text: &str,
+    file: &str,
+    trace: &[ferry_sched::TraceJob],
+    cluster: &ferry_sched::Cluster,
+) -> anyhow::Result<QueuesFile> {
+    let volcano = ferry_spec::read_volcano_queues(text, file)?;
+    let gpus = u32::try_from(cluster.total_gpus()).unwrap_or(u32::MAX);
+    let foreign = Foreign {
+        queues: volcano.queue_specs(gpus),
+        noun: "Queue",
+        notes: volcano.not_modelled,
+    };
+    let names: Vec<String> = volcano.queues.iter().map(|q| q.name.clone()).collect();
+    foreign.serving(
+        trace,
+        file,
+        "volcano",
+        |team| Ok(names.iter().find(|n| n.eq_ignore_ascii_case(team)).cloned()),
+        "add a Volcano Queue named as the team, or rename the team in the trace",
     )
 }
 
@@ -393,7 +427,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let mut notes = Vec::new();
     let queues = match &args.queues {
         Some(path) => {
-            let file = queues_file(path, &given)?;
+            let file = queues_file(path, &given, &cluster)?;
             for job in &mut given {
                 if let Some(cq) = file.teams.get(&job.team) {
                     job.team.clone_from(cq);

@@ -1044,3 +1044,57 @@ fn resource_quotas_replay_as_hard_caps() {
         "{err}"
     );
 }
+
+/// `--queues` takes Volcano's Queues: one cohort, `deserved` as the nominal quota (else the
+/// weight's share of what no queue deserves), `capability` as the most a queue holds, no
+/// preemption (Volcano's default actions). They replay exactly as the Ferry Queues they
+/// amount to, and the note says preemption is off.
+#[test]
+fn volcano_queues_replay_as_one_cohort() {
+    let trace = repo_root().join("crates/sched/tests/data/helios_venus_2vc_2020-09b.csv");
+    let trace = trace.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let volcano = dir.path().join("volcano.yaml");
+    std::fs::write(
+        &volcano,
+        "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: vcvgl}\n\
+         spec: {weight: 10, deserved: {nvidia.com/gpu: \"160\"}}\n---\n\
+         apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: vcvly}\n\
+         spec: {capability: {nvidia.com/gpu: \"64\"}}\n",
+    )
+    .unwrap();
+    // What they amount to on 176 GPUs: vcvly owed the 16 no queue deserves, borrowing up to
+    // 48 more; nothing preempts.
+    let queue = |team: &str, weight: u32, quota: &str| {
+        format!(
+            "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: {team}, namespace: \
+             {team}}}\nspec:\n  cohort: volcano\n  weight: {weight}\n  preemption: \
+             {{withinQueue: Never, reclaimWithinCohort: Never}}\n  quotas: [{{flavor: any, \
+             {quota}}}]\n"
+        )
+    };
+    let ferry = dir.path().join("ferry.yaml");
+    std::fs::write(
+        &ferry,
+        format!(
+            "{}---\n{}",
+            queue("vcvgl", 10, "nominal: 160"),
+            queue("vcvly", 1, "nominal: 16, borrowingLimit: 48")
+        ),
+    )
+    .unwrap();
+    let args = ["--trace", trace, "--gpus", "176", "-o", "json"];
+    let (from_volcano, notes) =
+        sim_json_with_notes(&[&args[..], &["--queues", volcano.to_str().unwrap()]].concat());
+    assert!(
+        notes.contains("volcano, not replayed: preemption and reclaim"),
+        "{notes}"
+    );
+    let from_queues: Vec<Value> = serde_json::from_str(
+        &sim_ok(&[&args[..], &["--queues", ferry.to_str().unwrap()]].concat())
+            .replace("\"vcvGl\"", "\"vcvgl\"")
+            .replace("\"vcvlY\"", "\"vcvly\""),
+    )
+    .unwrap();
+    assert_same_figures(&from_volcano, &from_queues);
+}

@@ -1,11 +1,12 @@
 //! Fuzz target: `ferry sim --queues` reads other systems' queue objects exported from
-//! clusters (Kueue's ClusterQueues and LocalQueues, Kubernetes ResourceQuotas), so any bytes
+//! clusters (Kueue's ClusterQueues and LocalQueues, Kubernetes ResourceQuotas, Volcano's
+//! Queues), so any bytes
 //! must be read or refused without a panic, and what is read holds the rules the scheduler
 //! relies on (whole GPU quotas, lending within nominal, a positive weight, every LocalQueue
 //! leading to a ClusterQueue of the file, caps lending and borrowing nothing).
 #![no_main]
 
-use ferry_spec::{QueueSpec, read_kueue_queues, read_resource_quotas};
+use ferry_spec::{QueueSpec, read_kueue_queues, read_resource_quotas, read_volcano_queues};
 
 fn sound(name: &str, spec: &QueueSpec) {
     assert!(spec.weight > 0.0 && spec.weight.is_finite(), "{name}: {}", spec.weight);
@@ -33,6 +34,24 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         for (name, spec) in &read.queues {
             sound(name, spec);
             assert!(spec.cohort.is_none(), "{name}: a cap shares nothing");
+        }
+    }
+    if let Ok(read) = read_volcano_queues(&text, "fuzz.yaml") {
+        assert!(!read.queues.is_empty());
+        // On clusters of every size the shares add up to no more than the cluster, unless the
+        // queues' own `deserved` already do.
+        for gpus in [0, 1, 7, 176, 1 << 20, u32::MAX] {
+            let specs = read.queue_specs(gpus);
+            let owed: i64 = specs.iter().map(|(_, s)| i64::from(s.quotas[0].nominal)).sum();
+            let fixed: i64 = read
+                .queues
+                .iter()
+                .map(|q| i64::from(q.deserved.or(q.guarantee).unwrap_or(0)))
+                .sum();
+            assert!(owed <= i64::from(gpus).max(fixed), "{owed} of {gpus}");
+            for (name, spec) in &specs {
+                sound(name, spec);
+            }
         }
     }
 });
