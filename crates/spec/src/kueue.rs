@@ -271,7 +271,9 @@ impl Reader {
                 }
             },
         };
-        let stop_policy = self.enum_field(at, spec, "stopPolicy").unwrap_or_default();
+        let stop_policy = self
+            .enum_field(&format!("{at}: spec"), spec, "stopPolicy")
+            .unwrap_or_default();
         (self.problems.len() == before).then_some(QueueSpec {
             cohort,
             quotas,
@@ -309,11 +311,8 @@ impl Reader {
         let v = obj.get(field).filter(|v| !v.is_null())?;
         match serde_json::from_value(v.clone()) {
             Ok(t) => Some(t),
-            Err(_) => {
-                self.problem(
-                    &format!("{at}: {field}"),
-                    format!("{v} is not one of Kueue's values"),
-                );
+            Err(e) => {
+                self.problem(&format!("{at}.{field}"), format!("{v}: {e}"));
                 None
             }
         }

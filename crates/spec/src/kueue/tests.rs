@@ -240,8 +240,12 @@ fn bad_objects_are_refused_naming_the_field_and_the_fix() {
     assert_eq!(
         problems(&cq("{preemption: {withinClusterQueue: Sometimes}}")),
         [
-            r#"ClusterQueue/a: spec.preemption: withinClusterQueue: "Sometimes" is not one of Kueue's values"#
+            r#"ClusterQueue/a: spec.preemption.withinClusterQueue: "Sometimes": unknown variant `Sometimes`, expected one of `LowerPriority`, `LowerOrNewerEqualPriority`, `Never`"#
         ]
+    );
+    assert!(
+        problems(&cq("{stopPolicy: Drain}"))[0]
+            .starts_with(r#"ClusterQueue/a: spec.stopPolicy: "Drain": unknown variant"#)
     );
     assert_eq!(
         problems(&cq("{cohort: x, cohortName: z}")),
