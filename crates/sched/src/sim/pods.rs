@@ -11,6 +11,7 @@
 //! Ferry's scheduler places a gang whole at admission, so under it none of this can happen;
 //! this module exists to measure what that is worth on a trace.
 
+use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -63,6 +64,9 @@ struct Admitted {
     fresh: bool,
 }
 
+/// A pod's GPUs and the topology domain its gang must share.
+type PodShape = (u32, Option<Topology>);
+
 /// The kube-scheduler's view: real nodes, and the pods of admitted workloads.
 #[derive(Debug)]
 pub(super) struct PodLayer {
@@ -91,6 +95,9 @@ pub(super) struct PodLayer {
     timeouts: HashMap<usize, u32>,
     /// Admissions whose pods could not all be placed in the pass right after.
     pub(super) admitted_unplaced: u64,
+    /// By pod size and topology: the most such pods one domain of each flavor could host,
+    /// computed once per shape since the nodes never change (`flavor_for`).
+    largest: RefCell<BTreeMap<PodShape, BTreeMap<String, u64>>>,
 }
 
 impl PodLayer {
@@ -121,6 +128,7 @@ impl PodLayer {
             held: 0,
             timeouts: HashMap::new(),
             admitted_unplaced: 0,
+            largest: RefCell::default(),
         }
     }
 
@@ -134,6 +142,20 @@ impl PodLayer {
         per: u32,
         topology: Option<Topology>,
     ) -> Option<&str> {
+        let mut largest = self.largest.borrow_mut();
+        let best = largest
+            .entry((per, topology))
+            .or_insert_with(|| self.largest_domains(per, topology));
+        let holds = |f: &str| best[f] >= u64::from(pods);
+        if best.keys().all(|f| holds(f)) {
+            return None;
+        }
+        // Cluster order of flavors: the first node of each.
+        self.flavors.iter().map(String::as_str).find(|f| holds(f))
+    }
+
+    /// The most pods of `per` GPUs one domain of each flavor could host, idle.
+    fn largest_domains(&self, per: u32, topology: Option<Topology>) -> BTreeMap<String, u64> {
         // What each domain (every node its own where it has no label) could host, by flavor.
         let mut room: BTreeMap<(&str, Option<&str>, usize), u64> = BTreeMap::new();
         for (n, flavor) in self.flavors.iter().enumerate() {
@@ -146,18 +168,12 @@ impl PodLayer {
             *room.entry((flavor, domain, alone)).or_default() +=
                 u64::from(self.caps[n] / per.max(1));
         }
-        // The largest domain of each flavor.
-        let mut best: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut best: BTreeMap<String, u64> = BTreeMap::new();
         for ((flavor, _, _), r) in room {
-            let most = best.entry(flavor).or_default();
+            let most = best.entry(flavor.to_owned()).or_default();
             *most = (*most).max(r);
         }
-        let holds = |f: &str| best[f] >= u64::from(pods);
-        if best.keys().all(|f| holds(f)) {
-            return None;
-        }
-        // Cluster order of flavors: the first node of each.
-        self.flavors.iter().map(String::as_str).find(|f| holds(f))
+        best
     }
 
     /// Job `i`'s quota was reserved at `now`: its `pods` pods of `per` GPUs wait for nodes.
