@@ -97,3 +97,64 @@ pub(crate) fn finish(
     );
     Ok(())
 }
+
+/// Whose queue objects a file holds, for a caller that takes several formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueObjects {
+    /// Kueue's (`kueue.x-k8s.io`): read with [`crate::read_kueue_queues`].
+    Kueue,
+    /// Kubernetes `v1` `ResourceQuota`s: read with [`crate::read_resource_quotas`].
+    ResourceQuotas,
+    /// Volcano's (`scheduling.volcano.sh`): read with [`crate::read_volcano_queues`].
+    Volcano,
+}
+
+impl QueueObjects {
+    /// The format of the objects in `text`, judged by their `apiVersion` and `kind` (not by
+    /// words in comments): Kueue's if any object is, else ResourceQuotas if any is one, else
+    /// Volcano's if any object is; `None` for anything else, text that does not parse included.
+    pub fn of(text: &str) -> Option<QueueObjects> {
+        let objects = kubernetes_objects(text, "").ok()?;
+        let in_group = |group: &str| {
+            objects.iter().any(|o| {
+                o.api_version
+                    .strip_prefix(group)
+                    .is_some_and(|v| v.starts_with('/'))
+            })
+        };
+        if in_group(crate::kueue::KUEUE_GROUP) {
+            Some(QueueObjects::Kueue)
+        } else if objects
+            .iter()
+            .any(|o| o.kind == "ResourceQuota" && o.api_version == "v1")
+        {
+            Some(QueueObjects::ResourceQuotas)
+        } else if in_group(crate::volcano::VOLCANO_GROUP) {
+            Some(QueueObjects::Volcano)
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_are_told_by_objects_not_words() {
+        let rq = "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: q, namespace: t}\n";
+        assert_eq!(QueueObjects::of(rq), Some(QueueObjects::ResourceQuotas));
+        let list = r#"{"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue"}]}"#;
+        assert_eq!(QueueObjects::of(list), Some(QueueObjects::Kueue));
+        assert_eq!(
+            QueueObjects::of("apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n"),
+            Some(QueueObjects::Volcano)
+        );
+        // A Ferry Queue whose comment names other systems is a Ferry Queue.
+        let ferry = "# like a ResourceQuota, or a kueue.x-k8s.io/v1beta2 ClusterQueue\n\
+                     apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: a}\n";
+        assert_eq!(QueueObjects::of(ferry), None);
+        assert_eq!(QueueObjects::of("{not yaml"), None);
+    }
+}

@@ -103,11 +103,6 @@ impl KueueQueues {
     }
 }
 
-/// Whether `text` holds Kueue objects, so a caller that takes several formats picks this one.
-pub fn mentions_kueue(text: &str) -> bool {
-    text.contains(&format!("{KUEUE_GROUP}/"))
-}
-
 /// Reads every Kueue queue object in `text` (YAML documents, a JSON object or list, or a
 /// Kubernetes `List` of items); `source_name` labels errors. Objects of other API groups and
 /// Kueue kinds about something else than quotas are skipped, and said so in `not_modelled`.

@@ -32,9 +32,8 @@ pub use deployment::{
     ScaleProvider, ServeEngine,
 };
 pub use error::{FieldError, SelectorError, SpecError};
-pub use kueue::{
-    CLUSTER_QUEUE_FIELDS, KUEUE_GROUP, KueueQueues, LocalQueue, mentions_kueue, read_kueue_queues,
-};
+pub use foreign::QueueObjects;
+pub use kueue::{CLUSTER_QUEUE_FIELDS, KUEUE_GROUP, KueueQueues, LocalQueue, read_kueue_queues};
 pub use lifecycle::{JobPhase, TransitionError};
 pub use meta::{API_VERSION, ObjectMeta, validate_name};
 pub use metrics_line::{MAX_METRICS_LINE, parse_metrics_line};
@@ -44,7 +43,7 @@ pub use quantity::quantity;
 pub use queue::{
     FlavorQuota, Preemption, Queue, QueueSpec, ReclaimWithinCohort, StopPolicy, WithinQueue,
 };
-pub use resource_quota::{NamespaceQuotas, mentions_resource_quota, read_resource_quotas};
+pub use resource_quota::{NamespaceQuotas, read_resource_quotas};
 pub use schema::{json_schema, json_schema_all};
 pub use selector::LabelSelector;
 pub use sweep::{
@@ -59,5 +58,5 @@ pub use train_job::{
 };
 pub use volcano::{
     VOLCANO_COHORT, VOLCANO_GROUP, VOLCANO_QUEUE_FIELDS, VolcanoQueue, VolcanoQueues,
-    mentions_volcano, read_volcano_queues,
+    read_volcano_queues,
 };

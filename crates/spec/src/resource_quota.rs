@@ -21,12 +21,6 @@ pub struct NamespaceQuotas {
     pub not_modelled: Vec<String>,
 }
 
-/// Whether `text` holds ResourceQuota objects, so a caller that takes several formats picks
-/// this reader.
-pub fn mentions_resource_quota(text: &str) -> bool {
-    text.contains("ResourceQuota")
-}
-
 /// Reads the GPU caps of every `v1` `ResourceQuota` in `text` (YAML documents, JSON, or a
 /// `List`); `source_name` labels errors. Several quotas in one namespace all hold, so the
 /// smallest cap counts; scoped quotas (a priority class's pods, say) and other objects are

@@ -170,11 +170,6 @@ fn clamp(n: i64) -> i32 {
     n.clamp(0, i64::from(i32::MAX)) as i32
 }
 
-/// Whether `text` holds Volcano objects, so a caller that takes several formats picks this one.
-pub fn mentions_volcano(text: &str) -> bool {
-    text.contains(&format!("{VOLCANO_GROUP}/"))
-}
-
 /// Reads every Volcano `Queue` in `text` (YAML documents, JSON, or a `List`); `source_name`
 /// labels errors. Other objects are skipped and said so.
 pub fn read_volcano_queues(text: &str, source_name: &str) -> Result<VolcanoQueues, SpecError> {

@@ -7,9 +7,8 @@
 use std::path::Path;
 
 use ferry_spec::{
-    LocalQueue, QueueSpec, Resource, SpecError, mentions_kueue, mentions_resource_quota,
-    mentions_volcano, parse_documents, parse_metrics_line, parse_value, read_kueue_queues,
-    read_resource_quotas, read_volcano_queues,
+    LocalQueue, QueueObjects, QueueSpec, Resource, SpecError, parse_documents, parse_metrics_line,
+    parse_value, read_kueue_queues, read_resource_quotas, read_volcano_queues,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value};
@@ -380,27 +379,28 @@ fn queue_object_seeds() -> Vec<(String, String)> {
 }
 
 /// Queues by name, and the LocalQueues that lead to them.
-type QueueObjects = (Vec<(String, QueueSpec)>, Vec<LocalQueue>);
+type ReadQueues = (Vec<(String, QueueSpec)>, Vec<LocalQueue>);
 
 /// Reads `text` as `ferry sim --queues` picks its reader: Kueue objects, ResourceQuotas or
 /// Volcano Queues (these on a 176-GPU cluster).
-fn read_queue_objects(text: &str, source: &str) -> Result<QueueObjects, SpecError> {
-    if mentions_kueue(text) {
-        let read = read_kueue_queues(text, source)?;
-        Ok((read.cluster_queues, read.local_queues))
-    } else if !mentions_resource_quota(text) && mentions_volcano(text) {
-        Ok((
+fn read_queue_objects(text: &str, source: &str) -> Result<ReadQueues, SpecError> {
+    match QueueObjects::of(text) {
+        Some(QueueObjects::Kueue) => {
+            let read = read_kueue_queues(text, source)?;
+            Ok((read.cluster_queues, read.local_queues))
+        }
+        Some(QueueObjects::Volcano) => Ok((
             read_volcano_queues(text, source)?.queue_specs(176),
             Vec::new(),
-        ))
-    } else {
-        Ok((read_resource_quotas(text, source)?.queues, Vec::new()))
+        )),
+        // ResourceQuotas, and whatever is neither, which that reader refuses.
+        _ => Ok((read_resource_quotas(text, source)?.queues, Vec::new())),
     }
 }
 
 /// What the readers hand the scheduler holds its rules: whole GPU quotas, lending within
 /// nominal, a positive weight, LocalQueues that lead to a queue of the file.
-fn queues_sound((queues, locals): &QueueObjects) -> Result<(), TestCaseError> {
+fn queues_sound((queues, locals): &ReadQueues) -> Result<(), TestCaseError> {
     prop_assert!(!queues.is_empty());
     for (name, spec) in queues {
         prop_assert!(

@@ -64,14 +64,15 @@ pub(super) fn queues_file(
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read queues file {}", path.display()))?;
     let file = path.display().to_string();
-    if ferry_spec::mentions_kueue(&text) {
-        return kueue_queues(&text, &file, trace);
-    }
-    if ferry_spec::mentions_resource_quota(&text) {
-        return resource_quota_queues(&text, &file, trace);
-    }
-    if ferry_spec::mentions_volcano(&text) {
-        return volcano_queues(&text, &file, trace, cluster);
+    match ferry_spec::QueueObjects::of(&text) {
+        Some(ferry_spec::QueueObjects::Kueue) => return kueue_queues(&text, &file, trace),
+        Some(ferry_spec::QueueObjects::ResourceQuotas) => {
+            return resource_quota_queues(&text, &file, trace);
+        }
+        Some(ferry_spec::QueueObjects::Volcano) => {
+            return volcano_queues(&text, &file, trace, cluster);
+        }
+        None => {}
     }
     let mut queues = Vec::new();
     if !text.contains("kind:") {
