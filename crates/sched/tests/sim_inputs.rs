@@ -10,6 +10,11 @@ use ferry_sched::{
 };
 use proptest::prelude::*;
 
+#[path = "../fuzz/sim_input.rs"]
+mod sim_input;
+
+use sim_input::{SimInput, check_report};
+
 /// Seconds up to `max` (what the trace parser accepts), at its edges and ordinary ones.
 fn seconds(max: u64) -> impl Strategy<Value = u64> {
     prop_oneof![
@@ -164,32 +169,9 @@ fn knowledge() -> impl Strategy<Value = Knowledge> {
         })
 }
 
-/// What a finished replay must hold whatever its inputs: each job ran once to its end, after
-/// it arrived, and the figures are numbers in their ranges.
-fn check_report(trace: &[TraceJob], r: &SimReport) -> Result<(), TestCaseError> {
-    prop_assert_eq!(
-        r.jobs.len(),
-        trace.len(),
-        "{}: every job has an outcome",
-        r.policy
-    );
-    for o in &r.jobs {
-        prop_assert!(
-            o.first_start_s >= o.submit_s && o.end_s >= o.first_start_s,
-            "{}: {o:?}",
-            r.policy
-        );
-    }
-    prop_assert!(
-        (0.0..=1.0 + 1e-9).contains(&r.utilization),
-        "{}: utilization {}",
-        r.policy,
-        r.utilization
-    );
-    for v in [r.mean_jct_s, r.p50_jct_s, r.p99_jct_s, r.mean_wait_s] {
-        prop_assert!(v.is_finite() && v >= 0.0, "{}: {v}", r.policy);
-    }
-    Ok(())
+/// `check_report` of the fuzz target's input file, as a property's failure.
+fn report_holds(trace: &[TraceJob], r: &SimReport) -> Result<(), TestCaseError> {
+    check_report(trace, r).map_err(TestCaseError::fail)
 }
 
 proptest! {
@@ -221,7 +203,7 @@ proptest! {
                 knowledge,
                 Probes { forecast },
             ) {
-                Ok(report) => check_report(&trace, &report)?,
+                Ok(report) => report_holds(&trace, &report)?,
                 Err(e) => {
                     let text = e.to_string();
                     prop_assert!(text.contains("fix"), "{policy:?}: {text}");
@@ -246,45 +228,11 @@ fn the_fuzz_seeds_replay_or_refuse_as_named() {
             .to_string_lossy()
             .into_owned();
         let data = std::fs::read(&path).expect("a seed");
-        let (&switches, files) = data.split_first().expect("a switches byte");
-        let text = String::from_utf8(files.to_vec()).expect("text");
-        let mut parts = text.split('\0');
-        let trace = ferry_sched::parse_trace(parts.next().unwrap_or_default(), &name)
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let cluster: Cluster = match parts.next().filter(|t| !t.trim().is_empty()) {
-            Some(yaml) => serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("{name}: {e}")),
-            None => default_cluster(&trace),
-        };
-        let queues: Vec<QueueSpec> = match parts.next().filter(|t| !t.trim().is_empty()) {
-            Some(yaml) => serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("{name}: {e}")),
-            None => default_queues(&trace, &cluster),
-        };
-        let policy = Policy::ALL[usize::from(switches) % Policy::ALL.len()];
-        let knowledge = Knowledge {
-            estimates: match (switches >> 3) % 4 {
-                0 => Estimates::Exact,
-                1 => Estimates::None,
-                2 => Estimates::Trace,
-                _ => Estimates::Limits { padding: 1.5 },
-            },
-            pace_after_s: (switches & 0x20 != 0).then_some(600),
-            split_slowdown_pct: if switches & 0x40 != 0 { 20 } else { 0 },
-            per_job_slowdown_untold: false,
-        };
-        let probes = Probes {
-            forecast: switches & 0x80 != 0,
-        };
-        match simulate_probing(
-            &trace,
-            &cluster,
-            &queues,
-            policy,
-            policy.options(),
-            knowledge,
-            probes,
-        ) {
+        let input = SimInput::decode(&data, &name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(std::str::from_utf8(&data[1..]).is_ok(), "{name}: not text");
+        match input.replay() {
             Ok(report) if name.starts_with("ok_") => {
-                check_report(&trace, &report).unwrap_or_else(|e| panic!("{name}: {e}"))
+                check_report(&input.trace, &report).unwrap_or_else(|e| panic!("{name}: {e}"))
             }
             Err(e) if name.starts_with("err_") => {
                 assert!(e.to_string().contains("fix"), "{name}: {e}");
