@@ -106,9 +106,12 @@ pub struct UpArgs {
     /// sim --options` takes; docs/scheduler.md); the defaults when omitted.
     #[arg(long, env = "FERRY_SCHEDULER_OPTIONS", value_name = "FILE")]
     pub scheduler_options: Option<PathBuf>,
-    /// Named priorities jobs may give besides `low` (-100), `normal` (0) and `high` (100),
-    /// YAML or JSON `{production: 1000, batch: -50}`: higher runs first and may preempt lower
-    /// work of its queue.
+    /// Named priorities jobs may give besides `low` (-100), `normal` (0) and `high` (100):
+    /// higher runs first and may preempt lower work of its queue. YAML or JSON, either a mapping
+    /// `{production: 1000, overnight: {value: 2000, preempting: false}}` or the cluster's class
+    /// objects: Kubernetes PriorityClasses (`kubectl get priorityclasses -o yaml`; `system-`
+    /// ones skipped, the `globalDefault` one also defines `normal`), Kueue
+    /// WorkloadPriorityClasses, or Ferry `PriorityClass` documents.
     #[arg(long, env = "FERRY_PRIORITY_CLASSES", value_name = "FILE")]
     pub priority_classes: Option<PathBuf>,
 }

@@ -21,8 +21,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = std::time::Instant::now();
         reports.push(ferry_sched::simulate_probing(
             &trace,
-            &cluster,
-            &queues,
+            ferry_sched::Site {
+                cluster: &cluster,
+                queues: &queues,
+                classes: &ferry_sched::PriorityClass::standard(),
+            },
             p,
             p.options(),
             ferry_sched::Knowledge::exact(),

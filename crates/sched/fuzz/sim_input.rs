@@ -8,8 +8,8 @@
 //! whether pace corrects them, whether split gangs run slower, and whether starts are forecast.
 
 use ferry_sched::{
-    Cluster, Estimates, Knowledge, Policy, Probes, QueueSpec, SchedError, SimReport, TraceJob,
-    default_cluster, default_queues, parse_trace, simulate_probing,
+    Cluster, Estimates, Knowledge, Policy, PriorityClass, Probes, QueueSpec, SchedError, SimReport,
+    Site, TraceJob, default_cluster, default_queues, parse_trace, simulate_probing,
 };
 
 /// One decoded input.
@@ -20,6 +20,8 @@ pub struct SimInput {
     pub cluster: Cluster,
     /// The queues given, else the default ones for the trace and cluster.
     pub queues: Vec<QueueSpec>,
+    /// The priority classes a trace row may name: Ferry's standard `low`, `normal`, `high`.
+    pub classes: Vec<PriorityClass>,
     /// The policy the switches pick.
     pub policy: Policy,
     /// What the policies are told, as the switches say.
@@ -48,6 +50,7 @@ impl SimInput {
             trace,
             cluster,
             queues,
+            classes: PriorityClass::standard(),
             policy: Policy::ALL[usize::from(switches) % Policy::ALL.len()],
             knowledge: Knowledge {
                 estimates: match (switches >> 3) % 4 {
@@ -66,12 +69,20 @@ impl SimInput {
         })
     }
 
+    /// Where the trace replays: the cluster, queues and classes.
+    pub fn site(&self) -> Site<'_> {
+        Site {
+            cluster: &self.cluster,
+            queues: &self.queues,
+            classes: &self.classes,
+        }
+    }
+
     /// The replay under the policy picked, with its default switches.
     pub fn replay(&self) -> Result<SimReport, SchedError> {
         simulate_probing(
             &self.trace,
-            &self.cluster,
-            &self.queues,
+            self.site(),
             self.policy,
             self.policy.options(),
             self.knowledge,
@@ -106,6 +117,12 @@ pub fn check_report(trace: &[TraceJob], r: &SimReport) -> Result<(), String> {
         .find(|v| !(v.is_finite() && *v >= 0.0))
     {
         return fail(format!("{v}"));
+    }
+    // Each job is counted in its class, when the trace names classes.
+    let classed: usize = r.classes.values().map(|c| c.jobs).sum();
+    let named = trace.iter().any(|t| t.priority.is_some());
+    if named && classed != trace.len() || !named && !r.classes.is_empty() {
+        return fail(format!("{classed} jobs in classes of {}", trace.len()));
     }
     Ok(())
 }

@@ -530,11 +530,13 @@ pub struct Options {
 }
 
 /// The weights and decay of Slurm's `priority/multifactor` plugin that the baseline models:
-/// priority = `weight_age` × min(age / `max_age_s`, 1) + `weight_fairshare` × 2^(−U/S), where
-/// U is the queue's share of all GPU-seconds used, each decayed with `decay_half_life_s`, and S
-/// its share of the fair-share weights (classic fair-share; job size, partition and QOS
-/// factors are left at weight 0). Defaults are Slurm's own for the decay and maximum age and a
-/// common site choice of weights (fair-share ten times age).
+/// priority = `weight_age` × min(age / `max_age_s`, 1) + `weight_fairshare` × 2^(−U/S) +
+/// `weight_qos` × QOS, where U is the queue's share of all GPU-seconds used, each decayed with
+/// `decay_half_life_s`, S its share of the fair-share weights (classic fair-share) and QOS the
+/// job's priority class value over the highest's (job size and partition factors are left at
+/// weight 0). Defaults are Slurm's own for the decay and maximum age and a common site choice
+/// of weights (fair-share ten times age, and QOS above both, as sites that give urgent work a
+/// QOS set it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Multifactor {
@@ -542,6 +544,9 @@ pub struct Multifactor {
     pub weight_age: u32,
     /// `PriorityWeightFairshare`.
     pub weight_fairshare: u32,
+    /// `PriorityWeightQOS`: a job's priority class is its QOS, its factor the class's value
+    /// over the highest class's (negative values count as 0).
+    pub weight_qos: u32,
     /// `PriorityMaxAge`: the age at which the age factor reaches 1.
     pub max_age_s: u64,
     /// `PriorityDecayHalfLife`: half-life of the usage behind the fair-share factor.
@@ -553,6 +558,7 @@ impl Default for Multifactor {
         Multifactor {
             weight_age: 1_000,
             weight_fairshare: 10_000,
+            weight_qos: 100_000,
             max_age_s: 7 * 86_400,
             decay_half_life_s: 7 * 86_400,
         }

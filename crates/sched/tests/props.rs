@@ -234,6 +234,7 @@ fn case() -> impl Strategy<Value = Case> {
                 multifactor: slurm.then_some(Multifactor {
                     weight_age: 1_000,
                     weight_fairshare: 10_000,
+                    weight_qos: 100_000,
                     max_age_s: 60,
                     decay_half_life_s: 30,
                 }),

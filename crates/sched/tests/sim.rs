@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 
 use ferry_sched::{
-    Cluster, Estimates, FlavorQuota, Knowledge, MakespanLimit, Options, Policy, Probes, QueueSpec,
-    SchedError, SimReport, StopPolicy, TraceJob, cluster_with_gpus, default_cluster,
-    default_queues, parse_trace, read_trace, render_jobs_csv, render_svg, render_table, simulate,
-    simulate_knowing, simulate_probing, with_load,
+    Cluster, Estimates, FlavorQuota, Knowledge, MakespanLimit, Options, Policy, PriorityClass,
+    Probes, QueueSpec, SchedError, SimReport, Site, StopPolicy, TraceJob, cluster_with_gpus,
+    default_cluster, default_queues, parse_trace, read_trace, render_jobs_csv, render_svg,
+    render_table, simulate, simulate_knowing, simulate_probing, with_load,
 };
 
 /// A queue of `nominal` GPUs of flavor `gpu` in the cohort `all`.
@@ -258,8 +258,11 @@ fn waiting_jobs_start_when_the_forecast_said() {
         let sim = |probes| {
             simulate_probing(
                 &trace,
-                &cluster,
-                &queues,
+                Site {
+                    cluster: &cluster,
+                    queues: &queues,
+                    classes: &PriorityClass::standard(),
+                },
                 policy,
                 policy.options(),
                 Knowledge::exact(),
@@ -400,6 +403,7 @@ fn saturated_trace() -> Vec<TraceJob> {
             time_limit_s: None,
             topology: None,
             split_slowdown_pct: None,
+            priority: None,
         });
     }
     jobs
@@ -488,8 +492,8 @@ fn each_jobs_outcome_records_its_start_end_wait_and_preemptions() {
     }]);
     assert_eq!(
         csv,
-        "policy,job_id,team,gpus,submit_s,first_start_s,end_s,jct_s,wait_s,preemptions\n\
-         x,a,A,8,0,0,100,100,0,0\nx,b,B,4,10,100,110,100,90,0\n"
+        "policy,job_id,team,gpus,submit_s,first_start_s,end_s,jct_s,wait_s,preemptions,priority\n\
+         x,a,A,8,0,0,100,100,0,0,normal\nx,b,B,4,10,100,110,100,90,0,normal\n"
     );
 }
 
@@ -804,4 +808,109 @@ fn admitting_by_quota_alone_strands_gpus_that_placing_at_admission_does_not() {
     // Every job still ran: the timeouts requeued work, they did not lose it.
     assert_eq!(pods.jobs.len(), trace.len());
     assert!(pods.jobs.iter().all(|j| j.end_s >= j.first_start_s));
+}
+
+/// Two long `low` jobs fill a 16-GPU cluster, another `low` job queues, then an urgent `high`
+/// one arrives: who lets it through, and how.
+fn urgent_trace() -> Vec<TraceJob> {
+    parse_trace(
+        "job_id,submit_s,duration_s,gpus,nodes,team,status,priority\n\
+         low1,0,36000,8,1,a,COMPLETED,low\n\
+         low2,0,72000,8,1,a,COMPLETED,low\n\
+         low3,50,3600,8,1,a,COMPLETED,\n\
+         urgent,100,3600,8,1,a,COMPLETED,high\n",
+        "urgent.csv",
+    )
+    .expect("trace parses")
+}
+
+#[test]
+fn an_urgent_class_preempts_under_ferry_goes_first_under_slurm_and_waits_under_fifo() {
+    let trace = urgent_trace();
+    let cluster = cluster_with_gpus(16);
+    let queues = default_queues(&trace, &cluster);
+    let classes = PriorityClass::standard();
+    let site = Site {
+        cluster: &cluster,
+        queues: &queues,
+        classes: &classes,
+    };
+    let run = |policy: Policy| {
+        simulate_probing(
+            &trace,
+            site,
+            policy,
+            policy.options(),
+            Knowledge::exact(),
+            Probes::default(),
+        )
+        .expect("simulation runs")
+    };
+    let reports: Vec<SimReport> = Policy::ALL.into_iter().map(run).collect();
+    let table = render_table(&reports);
+    println!("{table}");
+    let by = |p: Policy| &reports[Policy::ALL.iter().position(|&x| x == p).unwrap()];
+    let outcome = |p: Policy, id: &str| {
+        by(p)
+            .jobs
+            .iter()
+            .find(|j| j.job_id == id)
+            .cloned()
+            .expect("job outcome")
+    };
+    // Ferry stops a `low` job (gracefully: a minute to checkpoint) and starts the urgent one;
+    // `low3`, of the default class `normal`, outranks the other `low` job as well.
+    let ferry = by(Policy::Ferry);
+    assert!(outcome(Policy::Ferry, "urgent").wait_s <= 120, "{table}");
+    assert!(outcome(Policy::Ferry, "low3").wait_s <= 120, "{table}");
+    assert_eq!(ferry.classes["low"].preemptions, 2, "{table}");
+    assert_eq!(ferry.classes["high"].preemptions, 0);
+    assert_eq!(ferry.classes["high"].value, 100);
+    assert_eq!(ferry.classes["low"].jobs, 2);
+    assert_eq!(ferry.classes["normal"].jobs, 1);
+    // Kueue preempts within the ClusterQueue as well.
+    assert!(
+        outcome(Policy::KueueStrict, "urgent").wait_s <= 120,
+        "{table}"
+    );
+    // Slurm does not preempt, but its QOS factor starts the urgent job at the first free
+    // node, ahead of the `normal` job queued before it (whose reservation it takes over).
+    let slurm = (
+        outcome(Policy::SlurmMultifactor, "urgent"),
+        outcome(Policy::SlurmMultifactor, "low3"),
+    );
+    assert_eq!(slurm.0.first_start_s, 36_000, "{table}");
+    assert!(slurm.1.first_start_s > slurm.0.first_start_s, "{table}");
+    assert_eq!(by(Policy::SlurmMultifactor).preemptions, 0);
+    // FIFO and EASY order by age alone: the urgent job waits behind `low3`.
+    for p in [Policy::Fifo, Policy::EasyBackfill] {
+        let (urgent, low3) = (outcome(p, "urgent"), outcome(p, "low3"));
+        assert!(low3.first_start_s < urgent.first_start_s, "{p:?}\n{table}");
+        assert_eq!(by(p).preemptions, 0);
+    }
+    // The table shows each class, highest first; the jobs file names each job's class.
+    let high = table.find("mean wait high (s)").expect("high row");
+    let low = table.find("mean wait low (s)").expect("low row");
+    assert!(high < table.find("mean wait normal (s)").expect("normal row") && high < low);
+    let csv = render_jobs_csv(&reports);
+    assert!(csv.starts_with("policy,job_id,team,") && csv.contains(",priority\n"));
+    let row = |id: &str| {
+        csv.lines()
+            .find(|l| l.starts_with(&format!("ferry,{id},")))
+            .expect("row")
+            .to_string()
+    };
+    assert!(row("urgent").ends_with(",high"), "{csv}");
+    assert!(row("low3").ends_with(",normal"), "{csv}");
+    // A trace without classes reports none.
+    let plain: Vec<TraceJob> = trace
+        .iter()
+        .map(|t| TraceJob {
+            priority: None,
+            ..t.clone()
+        })
+        .collect();
+    let report = simulate(&plain, &cluster, &queues, Policy::Ferry).expect("runs");
+    assert!(report.classes.is_empty());
+    assert!(outcome(Policy::Ferry, "urgent").wait_s < report.jobs[3].wait_s);
 }

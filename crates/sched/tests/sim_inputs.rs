@@ -5,8 +5,9 @@
 //! nodes only, time limits below the run).
 
 use ferry_sched::{
-    Cluster, Estimates, FlavorQuota, Knowledge, Node, Policy, Probes, QueueSpec, SimReport,
-    StopPolicy, Topology, TraceJob, default_cluster, default_queues, simulate_probing, with_load,
+    Cluster, Estimates, FlavorQuota, Knowledge, Node, Policy, PriorityClass, Probes, QueueSpec,
+    SimReport, Site, StopPolicy, Topology, TraceJob, default_cluster, default_queues,
+    simulate_probing, with_load,
 };
 use proptest::prelude::*;
 
@@ -40,10 +41,21 @@ fn job() -> impl Strategy<Value = TraceJob> {
                 1 => Just(Some(Topology::NvlinkDomain)),
             ],
             prop::option::of(0u32..=1000),
+            // A class the standard set has, or one it lacks (refused, naming the fix).
+            prop_oneof![
+                8 => Just(None),
+                2 => Just(Some("high")),
+                1 => Just(Some("low")),
+                1 => Just(Some("urgent")),
+            ],
         ),
     )
         .prop_map(
-            |((submit_s, duration_s, team), (gpus, nodes), (limit, topology, slowdown))| TraceJob {
+            |(
+                (submit_s, duration_s, team),
+                (gpus, nodes),
+                (limit, topology, slowdown, priority),
+            )| TraceJob {
                 job_id: String::new(),
                 submit_s,
                 duration_s,
@@ -54,6 +66,7 @@ fn job() -> impl Strategy<Value = TraceJob> {
                 time_limit_s: limit.map(|l| l.max(1)),
                 topology,
                 split_slowdown_pct: slowdown,
+                priority: priority.map(str::to_string),
             },
         )
 }
@@ -196,8 +209,7 @@ proptest! {
         for policy in Policy::ALL {
             match simulate_probing(
                 &trace,
-                &cluster,
-                &queues,
+                Site { cluster: &cluster, queues: &queues, classes: &PriorityClass::standard() },
                 policy,
                 policy.options(),
                 knowledge,

@@ -1,6 +1,7 @@
-//! What the readers of other systems' queue objects (Kueue's, Volcano's, Kubernetes'
-//! ResourceQuotas) share: the objects of a file, `List`s opened, and the one way they end,
-//! every problem in one error or the skipped objects counted into the notes.
+//! What the readers of other systems' objects (Kueue's, Volcano's, Kubernetes' ResourceQuotas
+//! and PriorityClasses) share: the objects of a file, `List`s opened, how an object is named in
+//! errors, unknown fields refused with a "did you mean", and the one way a read ends, every
+//! problem in one error or the skipped objects counted into the notes.
 
 use std::collections::BTreeMap;
 
@@ -8,6 +9,7 @@ use serde_json::Value;
 
 use crate::error::{FieldError, SpecError};
 use crate::parse::documents;
+use crate::schema::closest;
 
 /// The objects of a file of Kubernetes objects: its documents, with the items of a `List`
 /// (what `kubectl get -o yaml` prints) in place of the list, each labelled for errors
@@ -69,6 +71,60 @@ pub(crate) struct Object {
     pub api_version: String,
     /// The whole object.
     pub body: Value,
+}
+
+impl Object {
+    /// Its `metadata.name`, empty when it has none.
+    pub fn name(&self) -> &str {
+        self.body
+            .get("metadata")
+            .and_then(|m| m.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+
+    /// How errors name it: `Kind/name`, else where it is in the file and its kind
+    /// (`document 2 (Queue)`).
+    pub fn label(&self) -> String {
+        match (self.kind.as_str(), self.name()) {
+            ("", _) => self.at.clone(),
+            (kind, "") => format!("{} ({kind})", self.at),
+            (kind, name) => format!("{kind}/{name}"),
+        }
+    }
+}
+
+/// A problem for each of `fields` that is not one of `known`, with the closest known one as a
+/// "did you mean"; `at` starts each path (`ClusterQueue/a: spec.`), `what` says whose field it
+/// is not (`a Volcano Queue field`).
+pub(crate) fn unknown_fields<'a>(
+    at: &str,
+    fields: impl IntoIterator<Item = &'a String>,
+    known: &[&str],
+    what: &str,
+) -> Vec<FieldError> {
+    fields
+        .into_iter()
+        .filter(|field| !known.contains(&field.as_str()))
+        .map(|field| {
+            let hint = closest(field, known.iter().copied())
+                .map(|best| format!("; did you mean `{best}`?"))
+                .unwrap_or_default();
+            FieldError::new(format!("{at}{field}"), format!("not {what}{hint}"))
+        })
+        .collect()
+}
+
+/// Whether `text` holds Kubernetes-style objects: some document, or item of a `List`, has an
+/// `apiVersion` or a `kind`. For a command that also takes a plainer format of its own (`ferry
+/// up --priority-classes`: such objects, or a mapping of names to values, which are never
+/// strings), told apart by what the file holds; text that does not parse holds none.
+pub fn holds_kubernetes_objects(text: &str) -> bool {
+    kubernetes_objects(text, "").is_ok_and(|objects| {
+        objects
+            .iter()
+            .any(|o| !o.kind.is_empty() || !o.api_version.is_empty())
+    })
 }
 
 /// Ends a read of `source_name`: `Err` with every problem (or `none_found` when nothing was
@@ -156,5 +212,37 @@ mod tests {
                      apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: a}\n";
         assert_eq!(QueueObjects::of(ferry), None);
         assert_eq!(QueueObjects::of("{not yaml"), None);
+    }
+
+    #[test]
+    fn objects_are_told_from_a_mapping_of_names() {
+        let list = r#"{"apiVersion": "v1", "kind": "List", "items": [{"kind": "PriorityClass"}]}"#;
+        assert!(holds_kubernetes_objects(list));
+        assert!(holds_kubernetes_objects(
+            "production: 1000\n---\napiVersion: scheduling.k8s.io/v1\n"
+        ));
+        assert!(!holds_kubernetes_objects(
+            "production: 1000\novernight: {value: 2000, preempting: false}\n"
+        ));
+        // A class named `kind` has a number, not a kind.
+        assert!(!holds_kubernetes_objects("kind: 5\n"));
+        assert!(!holds_kubernetes_objects(""));
+        assert!(!holds_kubernetes_objects("{not yaml"));
+    }
+
+    #[test]
+    fn unknown_fields_are_named_with_the_closest_known_one() {
+        let given: Vec<String> = ["value", "valeu", "zzz"].map(String::from).to_vec();
+        let found: Vec<String> = unknown_fields("PriorityClass/a: ", &given, &["value"], "a field")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "PriorityClass/a: valeu: not a field; did you mean `value`?",
+                "PriorityClass/a: zzz: not a field",
+            ]
+        );
     }
 }

@@ -10,10 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Map, Value};
 
 use crate::error::{FieldError, SpecError};
-use crate::foreign::{Object, finish, kubernetes_objects};
+use crate::foreign::{Object, finish, kubernetes_objects, unknown_fields};
 use crate::quantity::{quantity, whole_gpus};
 use crate::queue::{FlavorQuota, Preemption, QueueSpec, ReclaimWithinCohort, WithinQueue};
-use crate::schema::closest;
 
 /// Kueue's API group, the prefix of every object's `apiVersion` this reader takes.
 pub const KUEUE_GROUP: &str = "kueue.x-k8s.io";
@@ -132,6 +131,7 @@ impl Reader {
     }
 
     fn object(&mut self, object: Object) {
+        let (name, label) = (object.name().to_owned(), object.label());
         let Object {
             at,
             kind,
@@ -145,18 +145,7 @@ impl Reader {
             );
             return;
         };
-        let (kind, api) = (kind.as_str(), api.as_str());
-        let name = obj
-            .get("metadata")
-            .and_then(|m| m.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let at = if name.is_empty() {
-            format!("{at} ({kind})")
-        } else {
-            format!("{kind}/{name}")
-        };
+        let (kind, api, at) = (kind.as_str(), api.as_str(), label);
         let Some(version) = api.strip_prefix(&format!("{KUEUE_GROUP}/")) else {
             *self.skipped.entry(format!("{kind} ({api})")).or_default() += 1;
             return;
@@ -213,17 +202,12 @@ impl Reader {
 
     fn cluster_queue(&mut self, at: &str, spec: &Map<String, Value>) -> Option<QueueSpec> {
         let before = self.problems.len();
-        for field in spec.keys() {
-            if !CLUSTER_QUEUE_FIELDS.contains(&field.as_str()) {
-                let hint = closest(field, CLUSTER_QUEUE_FIELDS)
-                    .map(|b| format!("; did you mean `{b}`?"))
-                    .unwrap_or_default();
-                self.problem(
-                    &format!("{at}: spec.{field}"),
-                    format!("not a ClusterQueue field of Kueue v1beta1 or v1beta2{hint}"),
-                );
-            }
-        }
+        self.problems.extend(unknown_fields(
+            &format!("{at}: spec."),
+            spec.keys(),
+            &CLUSTER_QUEUE_FIELDS,
+            "a ClusterQueue field of Kueue v1beta1 or v1beta2",
+        ));
         for field in NOT_MODELLED {
             if spec.get(field).is_some_and(|v| !is_empty(v)) {
                 self.not_modelled.push(format!("{at}: spec.{field}"));

@@ -15,6 +15,7 @@ mod meta;
 mod metrics_line;
 mod parse;
 mod priority_class;
+mod priority_classes;
 mod quantity;
 mod queue;
 mod resource_quota;
@@ -32,13 +33,14 @@ pub use deployment::{
     ScaleProvider, ServeEngine,
 };
 pub use error::{FieldError, SelectorError, SpecError};
-pub use foreign::QueueObjects;
+pub use foreign::{QueueObjects, holds_kubernetes_objects};
 pub use kueue::{CLUSTER_QUEUE_FIELDS, KUEUE_GROUP, KueueQueues, LocalQueue, read_kueue_queues};
 pub use lifecycle::{JobPhase, TransitionError};
 pub use meta::{API_VERSION, ObjectMeta, validate_name};
 pub use metrics_line::{MAX_METRICS_LINE, parse_metrics_line};
 pub use parse::{Resource, ResourceKind, parse_documents, parse_value};
 pub use priority_class::{MAX_PRIORITY_VALUE, PreemptionPolicy, PriorityClass, PriorityClassSpec};
+pub use priority_classes::{ClusterPriorityClass, ClusterPriorityClasses, read_priority_classes};
 pub use quantity::quantity;
 pub use queue::{
     FlavorQuota, Preemption, Queue, QueueSpec, ReclaimWithinCohort, StopPolicy, WithinQueue,

@@ -53,23 +53,11 @@ pub enum PreemptionPolicy {
 impl PriorityClass {
     pub(crate) fn validate(&self, p: &mut Problems) {
         self.metadata.validate(p);
-        if self.metadata.name.starts_with("system-") {
-            p.push(
-                "metadata.name",
-                format!(
-                    "names starting with `system-` are reserved for the cluster's own classes (got {:?}); choose another name",
-                    self.metadata.name
-                ),
-            );
+        if let Some(problem) = reserved(&self.metadata.name) {
+            p.push("metadata.name", problem);
         }
-        let v = self.spec.value;
-        if !(-MAX_PRIORITY_VALUE..=MAX_PRIORITY_VALUE).contains(&v) {
-            p.push(
-                "spec.value",
-                format!(
-                    "must be between -{MAX_PRIORITY_VALUE} and {MAX_PRIORITY_VALUE} (got {v}); larger values are for system classes"
-                ),
-            );
+        if let Some(problem) = out_of_range(i128::from(self.spec.value)) {
+            p.push("spec.value", problem);
         }
     }
 
@@ -77,4 +65,26 @@ impl PriorityClass {
     pub fn preempting(&self) -> bool {
         self.spec.preemption_policy == PreemptionPolicy::PreemptLowerPriority
     }
+}
+
+/// What is wrong with `name` as a user-defined class's, if anything: Ferry's documents and the
+/// classes of other systems read for `ferry up` leave `system-` names to the cluster.
+pub(crate) fn reserved(name: &str) -> Option<String> {
+    name.starts_with("system-").then(|| {
+        format!(
+            "names starting with `system-` are reserved for the cluster's own classes (got \
+             {name:?}); choose another name"
+        )
+    })
+}
+
+/// What is wrong with `value` as a user-defined class's, if anything: Ferry's documents and the
+/// classes of other systems read for `ferry up` are held to the same range.
+pub(crate) fn out_of_range(value: i128) -> Option<String> {
+    let max = i128::from(MAX_PRIORITY_VALUE);
+    (!(-max..=max).contains(&value)).then(|| {
+        format!(
+            "must be between -{max} and {max} (got {value}); larger values are for system classes"
+        )
+    })
 }

@@ -9,10 +9,9 @@
 use serde_json::{Map, Value};
 
 use crate::error::{FieldError, SpecError};
-use crate::foreign::{Object, finish, kubernetes_objects};
+use crate::foreign::{finish, kubernetes_objects, unknown_fields};
 use crate::quantity::whole_gpus;
 use crate::queue::{FlavorQuota, Preemption, QueueSpec, ReclaimWithinCohort, WithinQueue};
-use crate::schema::closest;
 
 /// Volcano's API group, the prefix of the `apiVersion` of the queues this reader takes.
 pub const VOLCANO_GROUP: &str = "scheduling.volcano.sh";
@@ -181,27 +180,13 @@ pub fn read_volcano_queues(text: &str, source_name: &str) -> Result<VolcanoQueue
     ];
     let mut skipped = std::collections::BTreeMap::<String, usize>::new();
     let mut problems = Vec::new();
-    for Object {
-        at,
-        kind,
-        api_version: api,
-        body: obj,
-    } in kubernetes_objects(text, source_name)?
-    {
+    for object in kubernetes_objects(text, source_name)? {
+        let (kind, api) = (object.kind.as_str(), object.api_version.as_str());
         if kind != "Queue" || !api.starts_with(&format!("{VOLCANO_GROUP}/")) {
             *skipped.entry(format!("{kind} ({api})")).or_default() += 1;
             continue;
         }
-        let name = obj
-            .get("metadata")
-            .and_then(|m| m.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let at = if name.is_empty() {
-            format!("{at} (Queue)")
-        } else {
-            format!("Queue/{name}")
-        };
+        let (name, at, obj) = (object.name(), object.label(), &object.body);
         let mut problem = |field: &str, message: String| {
             problems.push(FieldError::new(format!("{at}: {field}"), message));
         };
@@ -246,18 +231,15 @@ fn read_queue(
     spec: &Map<String, Value>,
     notes: &mut Vec<String>,
 ) -> Result<VolcanoQueue, Vec<FieldError>> {
-    let mut problems = Vec::new();
+    let mut problems = unknown_fields(
+        &format!("{at}: spec."),
+        spec.keys(),
+        &VOLCANO_QUEUE_FIELDS,
+        "a Volcano Queue field",
+    );
     let mut problem = |field: &str, message: String| {
         problems.push(FieldError::new(format!("{at}: spec.{field}"), message));
     };
-    for field in spec.keys() {
-        if !VOLCANO_QUEUE_FIELDS.contains(&field.as_str()) {
-            let hint = closest(field, VOLCANO_QUEUE_FIELDS)
-                .map(|b| format!("; did you mean `{b}`?"))
-                .unwrap_or_default();
-            problem(field, format!("not a Volcano Queue field{hint}"));
-        }
-    }
     for field in NOT_MODELLED {
         if spec.get(field).is_some_and(|v| !v.is_null()) {
             notes.push(format!("{at}: spec.{field}"));

@@ -7,8 +7,9 @@
 use std::path::Path;
 
 use ferry_spec::{
-    LocalQueue, QueueObjects, QueueSpec, Resource, SpecError, parse_documents, parse_metrics_line,
-    parse_value, read_kueue_queues, read_resource_quotas, read_volcano_queues,
+    ClusterPriorityClasses, LocalQueue, MAX_PRIORITY_VALUE, QueueObjects, QueueSpec, Resource,
+    SpecError, parse_documents, parse_metrics_line, parse_value, read_kueue_queues,
+    read_priority_classes, read_resource_quotas, read_volcano_queues, validate_name,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value};
@@ -359,7 +360,8 @@ fn apply(doc: &mut Value, index: usize, m: &Mutation) {
 }
 
 /// The seeds of the fuzz target `queue_objects` (`crates/spec/fuzz/corpus/queue_objects`: Kueue
-/// objects and ResourceQuotas), by name.
+/// objects, ResourceQuotas, Volcano Queues, and priority classes in seeds named
+/// `*priority_classes*`), by name.
 fn queue_object_seeds() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/queue_objects");
     let mut seeds: Vec<(String, String)> = std::fs::read_dir(&root)
@@ -396,6 +398,50 @@ fn read_queue_objects(text: &str, source: &str) -> Result<ReadQueues, SpecError>
         // ResourceQuotas, and whatever is neither, which that reader refuses.
         _ => Ok((read_resource_quotas(text, source)?.queues, Vec::new())),
     }
+}
+
+/// What a seed is read into.
+#[derive(Debug)]
+enum Read {
+    /// Queues, as `ferry sim --queues` reads them.
+    Queues(ReadQueues),
+    /// Priority classes, as `ferry up --priority-classes` reads them.
+    Classes(ClusterPriorityClasses),
+}
+
+/// Reads `text` as the command its seed (named `seed`) is for: priority classes for seeds named
+/// `*priority_classes*`, else queues.
+fn read_seed(seed: &str, text: &str, source: &str) -> Result<Read, SpecError> {
+    if seed.contains("priority_classes") {
+        read_priority_classes(text, source).map(Read::Classes)
+    } else {
+        read_queue_objects(text, source).map(Read::Queues)
+    }
+}
+
+/// What was read holds the rules its command relies on.
+fn read_sound(read: &Read) -> Result<(), TestCaseError> {
+    match read {
+        Read::Queues(queues) => queues_sound(queues),
+        Read::Classes(classes) => classes_sound(classes),
+    }
+}
+
+/// What the class reader hands `ferry up`: some class, each once, with a Ferry name that is not
+/// a system class's and a value in the user range; the global default one of them.
+fn classes_sound(read: &ClusterPriorityClasses) -> Result<(), TestCaseError> {
+    prop_assert!(!read.classes.is_empty());
+    let mut names = std::collections::BTreeSet::new();
+    for c in &read.classes {
+        prop_assert!(validate_name(&c.name).is_ok(), "{c:?}");
+        prop_assert!(!c.name.starts_with("system-"), "{c:?}");
+        prop_assert!(c.value.abs() <= MAX_PRIORITY_VALUE, "{c:?}");
+        prop_assert!(names.insert(c.name.as_str()), "{} twice", c.name);
+    }
+    if let Some(default) = &read.global_default {
+        prop_assert!(names.contains(default.as_str()), "{default}");
+    }
+    Ok(())
 }
 
 /// What the readers hand the scheduler holds its rules: whole GPU quotas, lending within
@@ -595,23 +641,24 @@ fn field_paths_are_told_apart() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(1000))]
 
-    /// A seed of Kueue objects, ResourceQuotas or Volcano Queues changed in one to four places is read into
-    /// sound queues or refused with its problems listed, never a panic (`ferry sim --queues`
-    /// reads clusters' exports).
+    /// A seed of Kueue objects, ResourceQuotas, Volcano Queues or priority classes changed in
+    /// one to four places is read into sound queues or classes or refused with its problems
+    /// listed, never a panic (`ferry sim --queues` and `ferry up --priority-classes` read
+    /// clusters' exports).
     #[test]
     fn changed_queue_objects_are_read_or_refused(
         pick in any::<prop::sample::Index>(),
         changes in proptest::collection::vec(mutation(), 1..5),
     ) {
         let seeds = queue_object_seeds();
-        let (_, text) = &seeds[pick.index(seeds.len())];
+        let (name, text) = &seeds[pick.index(seeds.len())];
         let docs: Vec<Value> = serde_saphyr::from_multiple(text).expect("a seed is YAML or JSON");
         let mut doc = Value::Array(docs);
         for (index, m) in &changes {
             apply(&mut doc, *index, m);
         }
-        match read_queue_objects(&doc.to_string(), "changed.json") {
-            Ok(read) => queues_sound(&read)?,
+        match read_seed(name, &doc.to_string(), "changed.json") {
+            Ok(read) => read_sound(&read)?,
             Err(e) => queue_objects_refusal(&e, "changed.json")?,
         }
     }
@@ -621,11 +668,11 @@ proptest! {
 #[test]
 fn the_queue_objects_seed_corpus_reads_as_named() {
     let seeds = queue_object_seeds();
-    assert!(seeds.len() >= 9, "{} seeds", seeds.len());
+    assert!(seeds.len() >= 14, "{} seeds", seeds.len());
     for (name, text) in seeds {
-        match read_queue_objects(&text, &name) {
+        match read_seed(&name, &text, &name) {
             Ok(read) if name.starts_with("ok_") => {
-                queues_sound(&read).unwrap_or_else(|e| panic!("{name}: {e}"))
+                read_sound(&read).unwrap_or_else(|e| panic!("{name}: {e}"))
             }
             Err(e) if name.starts_with("err_") => {
                 queue_objects_refusal(&e, &name).unwrap_or_else(|f| panic!("{name}: {f}"))

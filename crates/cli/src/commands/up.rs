@@ -32,7 +32,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     }
     config.scheduler = super::scheduler_options::load(args.scheduler_options.as_deref())?;
     if let Some(path) = &args.priority_classes {
-        config.priorities = super::scheduler_options::priority_classes(path)?;
+        let (classes, notes) = super::scheduler_options::priority_classes(path)?;
+        for note in notes {
+            eprintln!("note: {note}");
+        }
+        config.priorities = classes;
         tracing::info!(
             file = %path.display(),
             classes = %super::scheduler_options::describe_classes(&config.priorities),

@@ -372,6 +372,66 @@ fn a_clusters_own_priority_classes_rank_among_the_standard_ones() {
     assert!(err.contains("class `Production`"), "{err}");
 }
 
+/// A cluster's own class objects are a `--priority-classes` file too (`kubectl get
+/// priorityclasses -o yaml`): Kubernetes' `system-` classes are left out, said so when `ferry up`
+/// starts, and the `globalDefault` class is also Ferry's `normal`, what a job without a priority
+/// gets; a different `normal` beside it is refused at start, naming both.
+#[test]
+fn a_clusters_priority_class_objects_are_read_as_exported() {
+    let item = |name: &str, rest: &str| {
+        format!(
+            "- apiVersion: scheduling.k8s.io/v1\n  kind: PriorityClass\n  metadata: {{name: \
+             {name}, uid: 5e1f}}\n{rest}"
+        )
+    };
+    let list = |items: &[String]| format!("apiVersion: v1\nkind: List\nitems:\n{}", items.concat());
+    let classes = [
+        item("system-node-critical", "  value: 2000001000\n"),
+        item("standard", "  value: 500\n  globalDefault: true\n"),
+        item("production", "  value: 1000\n  preemptionPolicy: Never\n"),
+    ];
+    let plane = Plane::start_with(Some(1), &[("--priority-classes", &list(&classes))]);
+    let listed = plane.ok(&["get", "priorityclasses"]);
+    let line = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+    };
+    for (name, listing) in [
+        ("normal", "normal 500 PreemptLowerPriority ferry up"),
+        ("standard", "standard 500 PreemptLowerPriority ferry up"),
+        ("production", "production 1000 Never ferry up"),
+    ] {
+        assert!(
+            line(name).is_some_and(|l| l.starts_with(listing)),
+            "{listed}"
+        );
+    }
+    assert_eq!(line("system-node-critical"), None, "{listed}");
+    let log = plane.server_log();
+    assert!(
+        log.contains("note: skipped Kubernetes' own system-node-critical"),
+        "{log}"
+    );
+    assert!(
+        log.contains(
+            "note: `standard` is the globalDefault: a job without a priority gets `normal`"
+        ),
+        "{log}"
+    );
+
+    let err = ferry_up_refuses(
+        "--priority-classes",
+        &list(&[classes[1].clone(), item("normal", "  value: 0\n")]),
+    );
+    assert!(
+        err.contains("`standard` is the globalDefault (value 500)")
+            && err.contains("also defines `normal` (value 0); fix: "),
+        "{err}"
+    );
+}
+
 /// A `PriorityClass` applied to a running `ferry up` takes effect without a restart: a job
 /// naming it is refused until it exists, then preempts a `high` job; `ferry get
 /// priorityclasses` lists it beside `ferry up`'s own classes; it cannot be deleted while a job

@@ -1098,3 +1098,104 @@ fn volcano_queues_replay_as_one_cohort() {
     .unwrap();
     assert_same_figures(&from_volcano, &from_queues);
 }
+
+/// A trace's `priority` column replays with the cluster's own classes, read from what
+/// `kubectl get priorityclasses -o yaml` prints: Ferry and Kueue preempt a lower class for
+/// work of a higher one (unless it is `Never`), the Slurm peer orders by them as QOS, FIFO and
+/// EASY by age; each class's figures come out per policy, and a class no one defined is
+/// refused before any replay.
+#[test]
+fn a_traces_priority_classes_replay_with_the_clusters_own_classes() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("urgent.csv");
+    std::fs::write(
+        &trace,
+        "job_id,submit_s,duration_s,gpus,nodes,team,status,priority\n\
+         scav1,0,36000,8,1,a,COMPLETED,scavenger\n\
+         scav2,0,72000,8,1,a,COMPLETED,scavenger\n\
+         b3,50,3600,8,1,a,COMPLETED,\n\
+         urgent,100,3600,8,1,a,COMPLETED,urgent\n",
+    )
+    .unwrap();
+    let classes = dir.path().join("classes.yaml");
+    let class = |name: &str, value: i64, extra: &str| {
+        format!(
+            "- apiVersion: scheduling.k8s.io/v1\n  kind: PriorityClass\n  metadata: {{name: \
+             {name}}}\n  value: {value}\n{extra}"
+        )
+    };
+    std::fs::write(
+        &classes,
+        format!(
+            "apiVersion: v1\nkind: List\nitems:\n{}{}{}{}",
+            class("system-node-critical", 2_000_001_000, ""),
+            class("batch", 0, "  globalDefault: true\n"),
+            class("urgent", 1000, "  preemptionPolicy: Never\n"),
+            class("scavenger", -10, ""),
+        ),
+    )
+    .unwrap();
+    let (trace, classes) = (trace.to_str().unwrap(), classes.to_str().unwrap());
+    let table = sim_ok(&[
+        "--trace",
+        trace,
+        "--gpus",
+        "16",
+        "--priority-classes",
+        classes,
+    ]);
+    assert!(
+        table.contains("priority classes: urgent=1000 (never preempts)")
+            && table.contains("3 of 4 jobs name one"),
+        "{table}"
+    );
+    assert!(
+        table.contains("skipped Kubernetes' own system-node-critical"),
+        "{table}"
+    );
+    assert!(table.contains("mean wait urgent (s)"), "{table}");
+    let (reports, _) = sim_json_with_notes(&[
+        "--trace",
+        trace,
+        "--gpus",
+        "16",
+        "--priority-classes",
+        classes,
+        "-o",
+        "json",
+    ]);
+    let report = |p: &str| {
+        reports
+            .iter()
+            .find(|r| r["policy"] == p)
+            .unwrap_or_else(|| panic!("{p}"))
+    };
+    let wait = |p: &str, class: &str| report(p)["classes"][class]["mean_wait_s"].as_f64().unwrap();
+    // Ferry: the job of the default class (`batch`, read as `normal`) stops a scavenger; the
+    // urgent one never preempts, so it takes the next free node, before the scavenger resumes.
+    assert_eq!(report("ferry")["preemptions"], 1);
+    assert_eq!(report("ferry")["classes"]["scavenger"]["preemptions"], 1);
+    assert_eq!(report("ferry")["classes"]["urgent"]["value"], 1000);
+    assert!(wait("ferry", "normal") <= 120.0);
+    assert!(
+        wait("ferry", "urgent") <= 3_700.0,
+        "{}",
+        wait("ferry", "urgent")
+    );
+    // Slurm's QOS puts the urgent job first at the first free node; FIFO and EASY do not.
+    assert!(wait("slurm-multifactor", "urgent") < wait("fifo", "urgent"));
+    assert!(wait("slurm-multifactor", "urgent") < wait("slurm-multifactor", "normal"));
+    assert!(wait("easy-backfill", "urgent") > wait("easy-backfill", "normal"));
+    for p in ["fifo", "easy-backfill", "slurm-multifactor"] {
+        assert_eq!(report(p)["preemptions"], 0, "{p}");
+    }
+    // Without the file, `urgent` and `scavenger` are no class Ferry knows.
+    let out = sim(&["--trace", trace, "--gpus", "16"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("job `scav1`: priority class `scavenger` is not defined (3 jobs")
+            && err.contains("--priority-classes"),
+        "{err}"
+    );
+}

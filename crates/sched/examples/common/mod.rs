@@ -1,9 +1,10 @@
-//! What the placement examples (`admission`, `racks`) share: the generated traces they replay,
-//! on clusters with racks of `RACK_NODES` nodes.
+//! What the examples replaying generated traces (`admission`, `racks`, `classes`) share: the
+//! traces, and for the placement ones clusters with racks of `RACK_NODES` nodes.
 
 use ferry_sched::{GenSpec, Shape, SizeMix, TraceJob, generated_trace};
 
 /// Nodes per rack in the replayed clusters.
+#[allow(dead_code, reason = "`classes` replays without racks")]
 pub const RACK_NODES: usize = 4;
 
 /// The 72 generated traces: job-size mixes Small / Mixed / Gangs, both shapes, seeds 1–6 (2–5

@@ -19,7 +19,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     // Replays on large clusters take seconds each (the trace can size the default cluster to
     // over 100,000 nodes) and would starve the search; their inputs are still checked.
     if input.cluster.nodes.len() > MAX_REPLAYED_NODES {
-        if let Err(e) = check_replayable(&input.trace, &input.cluster, &input.queues, "fuzz.csv") {
+        if let Err(e) = check_replayable(&input.trace, input.site(), "fuzz.csv") {
             assert!(e.to_string().contains("fix"), "{e}");
         }
         return;

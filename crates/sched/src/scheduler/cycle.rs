@@ -146,6 +146,18 @@ impl Scheduler {
         }
     }
 
+    /// Whether pending job `j` is of a more urgent class than job `h` where classes decide the
+    /// order between them: within one queue, or among queues not ordered by fair share.
+    fn outranks(&self, j: u32, h: u32) -> bool {
+        let (Some(a), Some(b)) = (
+            self.jobs[j as usize].as_ref(),
+            self.jobs[h as usize].as_ref(),
+        ) else {
+            return false;
+        };
+        j != h && a.prio > b.prio && (a.queue == b.queue || !self.opts.fair_sharing)
+    }
+
     pub(super) fn shares_quota(&self, a: u32, b: u32) -> bool {
         a == b
             || self.queues[a as usize]
@@ -239,7 +251,15 @@ impl Scheduler {
                 return o;
             }
             if resv[f].is_some() && fit != Fit::No {
-                // Held back by another holder's quota reservation: not itself a head.
+                // Held back by another holder's reservation: not itself a head, unless it is
+                // of a more urgent class than the holder, which it then displaces from next
+                // cycle (else urgent work would wait behind a reservation it outranks).
+                if self.opts.backfill
+                    && self.holder[f].is_some_and(|h| self.outranks(j, h))
+                    && !self.deficit_overserved(q, r)
+                {
+                    self.holder[f] = Some(j);
+                }
                 continue;
             }
             // A queue that got more than its due for a while does not take a new reservation:

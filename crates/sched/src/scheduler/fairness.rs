@@ -118,7 +118,8 @@ impl Scheduler {
 
     /// Slurm's multifactor priority of pending job `j` at `now` (`Options::multifactor`): the
     /// age factor, capped at the maximum age, plus the classic fair-share factor 2^(−U/S) of
-    /// its queue (U: its part of all decayed usage; S: its part of the fair-share weights).
+    /// its queue (U: its part of all decayed usage; S: its part of the fair-share weights),
+    /// plus its class as QOS.
     pub(super) fn multifactor_priority(&self, j: u32, now: Time) -> f64 {
         let Some(m) = self.opts.multifactor else {
             return 0.0;
@@ -135,7 +136,16 @@ impl Scheduler {
         } else {
             1.0
         };
-        f64::from(m.weight_age) * age.min(1.0) + f64::from(m.weight_fairshare) * fair_share
+        // QOS: the class's value over the highest class's; no positive class, no factor.
+        let top = self.prio.values().map(|&(v, _)| v).max().unwrap_or(0);
+        let qos = if top > 0 {
+            f64::from(job.prio.max(0)) / f64::from(top)
+        } else {
+            0.0
+        };
+        f64::from(m.weight_age) * age.min(1.0)
+            + f64::from(m.weight_fairshare) * fair_share
+            + f64::from(m.weight_qos) * qos
     }
 }
 

@@ -163,6 +163,7 @@ mod tests {
             time_limit_s: None,
             topology: None,
             split_slowdown_pct: None,
+            priority: None,
         }
     }
 

@@ -4,24 +4,22 @@
 
 use std::collections::BTreeMap;
 
-use super::{TraceJob, trace_err, whole_cluster_queue};
-use crate::config::{
-    Cluster, MAX_CLUSTER_NODES, Options, QueueSpec, StopPolicy, Topology, Workload,
-};
+use super::{Site, TraceJob, trace_err, whole_cluster_queue};
+use crate::config::{MAX_CLUSTER_NODES, Options, StopPolicy, Topology, Workload};
 use crate::error::{Result, SchedError};
 use crate::scheduler::Scheduler;
 
-/// Refuses a trace that cannot be replayed on `cluster` with `queues` (`file` names it in the
-/// message): a team without a queue, or jobs no policy could ever start — more GPUs than the
-/// cluster, a pod larger than any node, or more than the team's quota with all the borrowing
-/// it may do. The message names the first such job (in file order), how many there are, the
-/// scheduler's reason and what to change.
-pub fn check_replayable(
-    trace: &[TraceJob],
-    cluster: &Cluster,
-    queues: &[QueueSpec],
-    file: &str,
-) -> Result<()> {
+/// Refuses a trace that cannot be replayed on `site` (`file` names it in the message): a team
+/// without a queue, a priority class the site does not define, or jobs no policy could ever
+/// start — more GPUs than the cluster, a pod larger than any node, or more than the team's
+/// quota with all the borrowing it may do. The message names the first such job (in file
+/// order), how many there are, the scheduler's reason and what to change.
+pub fn check_replayable(trace: &[TraceJob], site: Site<'_>, file: &str) -> Result<()> {
+    let Site {
+        cluster,
+        queues,
+        classes,
+    } = site;
     if cluster.nodes.len() > MAX_CLUSTER_NODES {
         return Err(SchedError::InvalidConfig {
             field: "cluster.nodes".into(),
@@ -46,6 +44,29 @@ pub fn check_replayable(
             "add a queue with that name, give it a --quota, or omit --queues and --quota",
         ));
     }
+    let named = |t: &&TraceJob| {
+        t.priority
+            .as_ref()
+            .is_some_and(|p| !classes.iter().any(|c| &c.name == p))
+    };
+    if let Some(t) = trace.iter().find(named) {
+        let mut known: Vec<&str> = classes.iter().map(|c| c.name.as_str()).collect();
+        known.sort_unstable();
+        return Err(trace_err(
+            file,
+            0,
+            format!(
+                "job `{}`: priority class `{}` is not defined ({} jobs name classes that are \
+                 not; classes: {})",
+                t.job_id,
+                t.priority.as_deref().unwrap_or_default(),
+                trace.iter().filter(named).count(),
+                known.join(", ")
+            ),
+            "define the class in --priority-classes (a Kubernetes PriorityClass, a Kueue \
+             WorkloadPriorityClass or `name: value`), or write one of those classes",
+        ));
+    }
     // A held queue admits nothing for the whole replay (the simulator has no release event).
     if let Some(q) = queues
         .iter()
@@ -65,10 +86,11 @@ pub fn check_replayable(
     }
     // Ferry and Kueue replay with the team queues, the other policies with one queue holding
     // the whole cluster: a job must be admissible under both.
+    // (The classes go through the scheduler's own checks here, before any policy runs.)
     let mut by_team = Scheduler::with_options(
         cluster.clone(),
         queues.to_vec(),
-        Vec::new(),
+        classes.to_vec(),
         Options::default(),
     )?;
     let whole = whole_cluster_queue(cluster);
@@ -163,6 +185,7 @@ pub fn check_replayable(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{Cluster, PriorityClass, QueueSpec};
     use crate::sim::{cluster_with_gpus, default_cluster, default_queues, parse_trace};
 
     const HEADER: &str = "job_id,submit_s,duration_s,gpus,nodes,team,status\n";
@@ -171,11 +194,40 @@ mod tests {
         parse_trace(&format!("{HEADER}{rows}"), "t.csv").unwrap()
     }
 
+    /// `check_replayable` of `t` on `cluster` and `queues`, with the standard classes.
+    fn check(t: &[TraceJob], cluster: &Cluster, queues: &[QueueSpec]) -> Result<()> {
+        let classes = PriorityClass::standard();
+        let site = Site {
+            cluster,
+            queues,
+            classes: &classes,
+        };
+        check_replayable(t, site, "t.csv")
+    }
+
     /// The message `check_replayable` refuses `t` with.
     fn refusal(t: &[TraceJob], cluster: &Cluster, queues: &[QueueSpec]) -> String {
-        check_replayable(t, cluster, queues, "t.csv")
-            .unwrap_err()
-            .to_string()
+        check(t, cluster, queues).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_class_no_one_defined_is_named_with_the_classes_there_are() {
+        let t = parse_trace(
+            "job_id,submit_s,duration_s,gpus,team,priority\n\
+             a,0,60,8,a,high\nb,1,60,8,a,\nc,2,60,8,a,urgent\nd,3,60,8,a,urgent\n",
+            "t.csv",
+        )
+        .unwrap();
+        let cluster = default_cluster(&t);
+        let queues = default_queues(&t, &cluster);
+        let msg = refusal(&t, &cluster, &queues);
+        assert!(
+            msg.contains("job `c`: priority class `urgent` is not defined (2 jobs"),
+            "{msg}"
+        );
+        assert!(msg.contains("classes: high, low, normal"), "{msg}");
+        assert!(msg.contains("--priority-classes"), "{msg}");
+        check(&t[..2], &cluster, &queues).unwrap();
     }
 
     /// The message refusing `t` on `gpus` GPUs with default quotas.
@@ -197,7 +249,7 @@ mod tests {
         assert!(msg.contains("--gpus 128"), "{msg}");
         // The default cluster is sized for the largest job: nothing to refuse.
         let cluster = default_cluster(&t);
-        check_replayable(&t, &cluster, &default_queues(&t, &cluster), "t.csv").unwrap();
+        check(&t, &cluster, &default_queues(&t, &cluster)).unwrap();
     }
 
     #[test]
@@ -293,7 +345,7 @@ mod tests {
         let t = trace("a1,0,60,8,1,a,\nb1,0,60,8,1,b,\nb2,9,60,8,1,b,\n");
         let cluster = cluster_with_gpus(16);
         let mut queues = default_queues(&t, &cluster);
-        assert!(check_replayable(&t, &cluster, &queues, "t.csv").is_ok());
+        assert!(check(&t, &cluster, &queues).is_ok());
         queues[1].stop_policy = StopPolicy::Hold;
         let msg = refusal(&t, &cluster, &queues);
         assert!(

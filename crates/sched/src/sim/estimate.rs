@@ -182,6 +182,7 @@ mod tests {
             time_limit_s,
             topology: None,
             split_slowdown_pct: None,
+            priority: None,
         };
         let told = |e: Estimates, d: u64| e.for_job(&job(d, None));
         let l = Estimates::Limits { padding: 1.0 };

@@ -173,6 +173,7 @@ pub fn generated_trace(spec: &GenSpec) -> Vec<TraceJob> {
                 time_limit_s: None,
                 topology: None,
                 split_slowdown_pct: None,
+                priority: None,
             }
         })
         .collect()

@@ -32,7 +32,8 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{
-    Cluster, Decision, FlavorQuota, Multifactor, Options, QueueSpec, StopPolicy, Time, Workload,
+    Cluster, DEFAULT_PRIORITY, Decision, FlavorQuota, Multifactor, Options, PriorityClass,
+    QueueSpec, StopPolicy, Time, Workload,
 };
 use crate::error::Result;
 use crate::scheduler::{CYCLES_PER_INSTANT, FORECAST_CYCLES, Scheduler, stretched, unstretched};
@@ -157,6 +158,27 @@ pub struct BucketStats {
     pub mean_wait_s: f64,
 }
 
+/// How one priority class's jobs fared (`SimReport::classes`): whether urgent work got
+/// through, and what the work it passed paid.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct ClassStats {
+    /// The class's value (higher goes first).
+    pub value: i32,
+    /// Jobs of the class.
+    pub jobs: usize,
+    /// Mean job completion time (submit to end), seconds.
+    pub mean_jct_s: f64,
+    /// 99th percentile JCT.
+    pub p99_jct_s: f64,
+    /// Mean queueing delay (time not running), seconds.
+    pub mean_wait_s: f64,
+    /// 99th percentile queueing delay.
+    pub p99_wait_s: f64,
+    /// Times its jobs were preempted.
+    pub preemptions: u64,
+}
+
 /// Largest relative gap between a team's share and its entitlement that counts as fair (10%).
 pub const FAIRNESS_TOLERANCE: f64 = 0.10;
 
@@ -229,6 +251,9 @@ pub struct SimReport {
     pub placement: PlacementStats,
     /// Team → share vs entitlement while all teams were saturated (each had work waiting).
     pub team_share: BTreeMap<String, TeamShare>,
+    /// Priority class → how its jobs fared; empty when no trace row names a class.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub classes: BTreeMap<String, ClassStats>,
     /// Team → mean job completion time of its jobs, seconds.
     #[serde(default)]
     pub team_mean_jct_s: BTreeMap<String, f64>,
@@ -328,6 +353,9 @@ pub struct JobOutcome {
     pub job_id: String,
     /// The trace's `team`.
     pub team: String,
+    /// Its priority class (`normal` when the trace names none), whether or not the policy
+    /// heeds it.
+    pub class: String,
     /// GPUs the job asked for.
     pub gpus: u64,
     /// When it was submitted.
@@ -711,6 +739,39 @@ fn completion_times(jobs: &[JobOutcome]) -> (Vec<f64>, f64, Vec<BucketStats>) {
     (jct, wait, bucket_rows)
 }
 
+/// How each priority class's jobs fared (`SimReport::classes`).
+fn class_stats(jobs: &[JobOutcome], classes: &[PriorityClass]) -> BTreeMap<String, ClassStats> {
+    let mut by_class: BTreeMap<&str, Vec<&JobOutcome>> = BTreeMap::new();
+    for j in jobs {
+        by_class.entry(j.class.as_str()).or_default().push(j);
+    }
+    by_class
+        .into_iter()
+        .map(|(name, js)| {
+            let sorted = |f: fn(&JobOutcome) -> u64| {
+                let mut v: Vec<f64> = js.iter().map(|j| f(j) as f64).collect();
+                v.sort_by(f64::total_cmp);
+                v
+            };
+            let (jct, wait) = (sorted(JobOutcome::jct_s), sorted(|j| j.wait_s));
+            let n = js.len() as f64;
+            let stats = ClassStats {
+                value: classes
+                    .iter()
+                    .find(|c| c.name == name)
+                    .map_or(0, |c| c.value),
+                jobs: js.len(),
+                mean_jct_s: jct.iter().sum::<f64>() / n,
+                p99_jct_s: pct(&jct, 0.99),
+                mean_wait_s: wait.iter().sum::<f64>() / n,
+                p99_wait_s: pct(&wait, 0.99),
+                preemptions: js.iter().map(|j| u64::from(j.preemptions)).sum(),
+            };
+            (name.to_string(), stats)
+        })
+        .collect()
+}
+
 /// Replays `trace` on `cluster` under `policy`. `queues` define teams' entitlements (and, for
 /// Ferry, the real queues; every trace team needs a queue of the same name); the baselines run
 /// one queue holding the whole cluster. Expected durations given to the scheduler are exact
@@ -746,10 +807,14 @@ pub fn simulate_knowing(
     options: Options,
     knowledge: Knowledge,
 ) -> Result<SimReport> {
+    let classes = PriorityClass::standard();
     simulate_probing(
         trace,
-        cluster,
-        queues,
+        Site {
+            cluster,
+            queues,
+            classes: &classes,
+        },
         policy,
         options,
         knowledge,
@@ -757,17 +822,40 @@ pub fn simulate_knowing(
     )
 }
 
-/// `simulate_knowing` that also takes the costlier measurements `probes` asks for (what the
-/// scheduler does is the same either way).
+/// What a trace is replayed on: the cluster, the team queues and the priority classes its
+/// jobs name (`TraceJob::priority`), as a cluster's `PriorityClass`es are to its pods.
+#[derive(Debug, Clone, Copy)]
+pub struct Site<'a> {
+    /// Nodes and their GPUs.
+    pub cluster: &'a Cluster,
+    /// One queue per trace team (entitlements; Ferry's and Kueue's real queues).
+    pub queues: &'a [QueueSpec],
+    /// Every class a trace row may name; a row without one is `normal` (`DEFAULT_PRIORITY`).
+    pub classes: &'a [PriorityClass],
+}
+
+/// Whether `policy` orders work by the jobs' priority classes: Ferry and Kueue (within a
+/// queue, and preempting for them), the Slurm peer (a QOS factor); FIFO and EASY order by age
+/// alone.
+pub fn heeds_priorities(policy: Policy) -> bool {
+    !matches!(policy, Policy::Fifo | Policy::EasyBackfill)
+}
+
+/// `simulate_knowing` on a `site` with priority classes, that also takes the costlier
+/// measurements `probes` asks for (what the scheduler does is the same either way).
 pub fn simulate_probing(
     trace: &[TraceJob],
-    cluster: &Cluster,
-    queues: &[QueueSpec],
+    site: Site<'_>,
     policy: Policy,
     options: Options,
     knowledge: Knowledge,
     probes: Probes,
 ) -> Result<SimReport> {
+    let Site {
+        cluster,
+        queues,
+        classes,
+    } = site;
     if knowledge.estimates == Estimates::Trace && trace.iter().all(|t| t.time_limit_s.is_none()) {
         return Err(trace_err(
             "<trace>",
@@ -777,7 +865,7 @@ pub fn simulate_probing(
              policies `limits` or `none` instead",
         ));
     }
-    check_replayable(trace, cluster, queues, "<trace>")?;
+    check_replayable(trace, site, "<trace>")?;
     let team_idx: HashMap<&str, usize> = queues
         .iter()
         .enumerate()
@@ -801,7 +889,8 @@ pub fn simulate_probing(
     } else {
         cluster.clone()
     };
-    let mut sched = Scheduler::with_options(sched_cluster, sched_queues, Vec::new(), options)?;
+    let mut sched =
+        Scheduler::with_options(sched_cluster, sched_queues, classes.to_vec(), options)?;
     let mut layouts = GangLayouts::new(cluster);
     // Workloads evicted for pods not ready in time: (admissible again at, job, evicted at).
     let mut requeues: BinaryHeap<Reverse<(Time, usize, Time)>> = BinaryHeap::new();
@@ -945,7 +1034,7 @@ pub fn simulate_probing(
             Workload {
                 id: format!("{i}"),
                 queue,
-                priority: None,
+                priority: t.priority.clone().filter(|_| heeds_priorities(policy)),
                 pods,
                 gpus_per_pod: per,
                 flavor,
@@ -1173,6 +1262,10 @@ pub fn simulate_probing(
             JobOutcome {
                 job_id: t.job_id.clone(),
                 team: t.team.clone(),
+                class: t
+                    .priority
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_PRIORITY.to_string()),
                 gpus: j.gpus,
                 submit_s: j.submit,
                 first_start_s: j.first_start.expect("every job started"),
@@ -1210,6 +1303,11 @@ pub fn simulate_probing(
             admitted_idle_gpu_hours: admitted_idle_gpu_s / 3600.0,
             pods_ready_timeouts,
             ..layouts.stats
+        },
+        classes: if trace.iter().any(|t| t.priority.is_some()) {
+            class_stats(&outcomes, classes)
+        } else {
+            BTreeMap::new()
         },
         team_share: fair.shares(queues),
         saturated_s: fair.saturated_s,

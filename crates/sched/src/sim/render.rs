@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::SimReport;
 
 /// Header of `render_jobs_csv`.
-pub const JOB_COLUMNS: [&str; 10] = [
+pub const JOB_COLUMNS: [&str; 11] = [
     "policy",
     "job_id",
     "team",
@@ -17,6 +17,7 @@ pub const JOB_COLUMNS: [&str; 10] = [
     "jct_s",
     "wait_s",
     "preemptions",
+    "priority",
 ];
 
 /// Every job's outcome under every policy, one CSV row each (policy order, then trace order),
@@ -38,6 +39,7 @@ pub fn render_jobs_csv(reports: &[SimReport]) -> String {
                     &j.jct_s().to_string(),
                     &j.wait_s.to_string(),
                     &j.preemptions.to_string(),
+                    &j.class,
                 ])?;
             }
         }
@@ -158,6 +160,27 @@ pub fn render_table(reports: &[SimReport]) -> String {
                     .iter()
                     .find(|x| x.gpus == label)
                     .map_or("-".into(), |x| format!("{:.0}", x.mean_wait_s))
+            });
+        }
+        // Highest class first: how urgent work got through, and what the rest paid.
+        let mut classes: Vec<(&String, i32)> =
+            first.classes.iter().map(|(c, x)| (c, x.value)).collect();
+        classes.sort_by_key(|&(c, v)| (std::cmp::Reverse(v), c));
+        for (class, _) in classes {
+            let stat = |r: &SimReport, f: &dyn Fn(&super::ClassStats) -> String| {
+                r.classes.get(class).map_or("-".into(), f)
+            };
+            row(&mut s, &format!("mean wait {class} (s)"), &|r| {
+                stat(r, &|c| format!("{:.0}", c.mean_wait_s))
+            });
+            row(&mut s, &format!("p99 wait {class} (s)"), &|r| {
+                stat(r, &|c| format!("{:.0}", c.p99_wait_s))
+            });
+            row(&mut s, &format!("mean JCT {class} (s)"), &|r| {
+                stat(r, &|c| format!("{:.0}", c.mean_jct_s))
+            });
+            row(&mut s, &format!("preemptions of {class}"), &|r| {
+                stat(r, &|c| c.preemptions.to_string())
             });
         }
         for team in first.team_share.keys() {

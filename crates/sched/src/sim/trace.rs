@@ -49,6 +49,10 @@ pub struct TraceJob {
     /// figure, which Ferry is told (`Workload::split_slowdown_pct`), instead of the run's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split_slowdown_pct: Option<u32>,
+    /// The priority class the job ran under, when the trace says (a class of `ferry sim
+    /// --priority-classes`; none is the cluster's default class).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<String>,
 }
 
 impl TraceJob {
@@ -78,7 +82,7 @@ pub(super) fn trace_err(
 }
 
 /// The trace columns, in the documented order; `ferry sim` reads them by name.
-pub const TRACE_COLUMNS: [&str; 10] = [
+pub const TRACE_COLUMNS: [&str; 11] = [
     "job_id",
     "submit_s",
     "duration_s",
@@ -89,20 +93,22 @@ pub const TRACE_COLUMNS: [&str; 10] = [
     "time_limit_s",
     "topology",
     "split_slowdown_pct",
+    "priority",
 ];
 
 /// Where each trace column is in a file's header; `None` for an optional one left out.
 struct Columns {
-    at: [Option<usize>; 10],
+    at: [Option<usize>; TRACE_COLUMNS.len()],
 }
 
 impl Columns {
     /// Columns are matched by name (any order, any case, surrounding spaces ignored);
     /// other columns are ignored. `submit_s`, `duration_s`, `gpus` and `team` are
     /// required; `job_id` defaults to the row's line, `nodes` to the fewest 8-GPU
-    /// nodes, `status` to empty, `time_limit_s`, `topology` and `split_slowdown_pct` to none.
+    /// nodes, `status` to empty, `time_limit_s`, `topology`, `split_slowdown_pct` and
+    /// `priority` to none.
     fn from_header(header: &csv::StringRecord, file: &str) -> Result<Self> {
-        let mut at = [None; 10];
+        let mut at = [None; TRACE_COLUMNS.len()];
         for (i, name) in header.iter().enumerate() {
             let name = name
                 .trim_start_matches('\u{feff}')
@@ -151,9 +157,9 @@ impl Columns {
 /// Parses trace CSV text: a header naming the columns ([`TRACE_COLUMNS`], in any order;
 /// others ignored; `time_limit_s` optional, empty or `UNLIMITED` for none; `topology`
 /// optional, `rack` or `nvlinkDomain` for a gang that must stay in one, empty for none;
-/// `split_slowdown_pct` optional, the percent longer a job runs split across racks), then
-/// one job per
-/// row. Quoted fields and CRLF line ends are accepted;
+/// `split_slowdown_pct` optional, the percent longer a job runs split across racks;
+/// `priority` optional, a priority class name, empty for the default class), then one job
+/// per row. Quoted fields and CRLF line ends are accepted;
 /// times may have a fraction (rounded to whole seconds).
 pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
     let mut reader = csv::ReaderBuilder::new()
@@ -297,6 +303,18 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
                     })?,
             ),
         };
+        let priority = match field(10)?.unwrap_or_default() {
+            "" => None,
+            v => Some(valid_class_name(v).map_err(|problem| {
+                trace_err(
+                    file,
+                    ln,
+                    format!("column `priority`: {problem}"),
+                    "write the name of a priority class (lowercase letters, digits and `-`, \
+                     e.g. `high`), or leave it empty for the default class",
+                )
+            })?),
+        };
         let team = field(5)?.unwrap_or_default();
         if team.is_empty() {
             return Err(trace_err(
@@ -320,6 +338,7 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
             time_limit_s,
             topology,
             split_slowdown_pct,
+            priority,
         });
     }
     if jobs.is_empty() {
@@ -331,6 +350,21 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
         ));
     }
     Ok(jobs)
+}
+
+/// `v` as a priority class name: what Kubernetes accepts as an object name (lowercase
+/// letters, digits, `-` and `.`, starting and ending with a letter or digit, at most 253).
+fn valid_class_name(v: &str) -> std::result::Result<String, String> {
+    let ok = v.len() <= 253
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && v.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && v.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err(format!("`{v}` is not a priority class name"))
+    }
 }
 
 /// Reads and parses a trace file.

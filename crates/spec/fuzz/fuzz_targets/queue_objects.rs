@@ -1,12 +1,17 @@
 //! Fuzz target: `ferry sim --queues` reads other systems' queue objects exported from
 //! clusters (Kueue's ClusterQueues and LocalQueues, Kubernetes ResourceQuotas, Volcano's
-//! Queues), so any bytes
+//! Queues) and `ferry up --priority-classes` their priority classes (Kubernetes'
+//! PriorityClasses, Kueue's WorkloadPriorityClasses), so any bytes
 //! must be read or refused without a panic, and what is read holds the rules the scheduler
 //! relies on (whole GPU quotas, lending within nominal, a positive weight, every LocalQueue
-//! leading to a ClusterQueue of the file, caps lending and borrowing nothing).
+//! leading to a ClusterQueue of the file, caps lending and borrowing nothing; classes named
+//! once with Ferry names, values in the user range, the global default one of them).
 #![no_main]
 
-use ferry_spec::{QueueSpec, read_kueue_queues, read_resource_quotas, read_volcano_queues};
+use ferry_spec::{
+    MAX_PRIORITY_VALUE, QueueSpec, read_kueue_queues, read_priority_classes, read_resource_quotas,
+    read_volcano_queues, validate_name,
+};
 
 fn sound(name: &str, spec: &QueueSpec) {
     assert!(spec.weight > 0.0 && spec.weight.is_finite(), "{name}: {}", spec.weight);
@@ -35,6 +40,16 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
             sound(name, spec);
             assert!(spec.cohort.is_none(), "{name}: a cap shares nothing");
         }
+    }
+    if let Ok(read) = read_priority_classes(&text, "fuzz.yaml") {
+        assert!(!read.classes.is_empty());
+        let mut names = std::collections::BTreeSet::new();
+        for c in &read.classes {
+            assert!(validate_name(&c.name).is_ok() && !c.name.starts_with("system-"), "{c:?}");
+            assert!(c.value.abs() <= MAX_PRIORITY_VALUE, "{c:?}");
+            assert!(names.insert(c.name.as_str()), "{} twice", c.name);
+        }
+        assert!(read.global_default.as_deref().is_none_or(|d| names.contains(d)));
     }
     if let Ok(read) = read_volcano_queues(&text, "fuzz.yaml") {
         assert!(!read.queues.is_empty());

@@ -15,10 +15,10 @@ mod queues;
 /// Options of `ferry sim`.
 #[derive(Debug, clap::Args)]
 pub struct SimArgs {
-    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order, optionally time_limit_s, topology (`rack` or `nvlinkDomain`: the gang must stay in one) and split_slowdown_pct (how much longer the job runs split across racks; Ferry is told it) (or give it with --trace).
+    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order, optionally time_limit_s, topology (`rack` or `nvlinkDomain`: the gang must stay in one), split_slowdown_pct (how much longer the job runs split across racks; Ferry is told it) and priority (a priority class; empty for `normal`) (or give it with --trace).
     #[arg(value_name = "TRACE")]
     pub trace_file: Option<PathBuf>,
-    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order, optionally time_limit_s, topology (`rack` or `nvlinkDomain`: the gang must stay in one) and split_slowdown_pct (how much longer the job runs split across racks; Ferry is told it).
+    /// Trace CSV with a header naming its columns: job_id,submit_s,duration_s,gpus,nodes,team,status in any order, optionally time_limit_s, topology (`rack` or `nvlinkDomain`: the gang must stay in one), split_slowdown_pct (how much longer the job runs split across racks; Ferry is told it) and priority (a priority class; empty for `normal`).
     #[arg(long, conflicts_with = "trace_file")]
     pub trace: Option<PathBuf>,
     /// Cluster YAML: `nodes: [{name, gpus, flavor, rack?, nvlinkDomain?}]`.
@@ -40,6 +40,13 @@ pub struct SimArgs {
     /// fairShareWeight?}`; quotas from GPU-hours when omitted.
     #[arg(long)]
     pub queues: Option<PathBuf>,
+    /// Priority classes the trace's `priority` column names, as `ferry up --priority-classes`
+    /// takes them (Kubernetes PriorityClasses, Kueue WorkloadPriorityClasses, Ferry
+    /// PriorityClass documents, or `{name: value}`); Ferry's `low`, `normal` and `high` when
+    /// omitted. Ferry and Kueue order and preempt by them within a queue, the Slurm peer weighs
+    /// them as QOS, FIFO and EASY order by age alone.
+    #[arg(long, value_name = "FILE")]
+    pub priority_classes: Option<PathBuf>,
     /// A team's nominal quota in GPUs, `TEAM=GPUS`, once per trace team (all in one cohort,
     /// borrowing unlimited): `--quota vcvGl=160 --quota vcvlY=16` instead of a queues file.
     #[arg(long, value_name = "TEAM=GPUS", value_parser = parse_quota, conflicts_with = "queues")]
@@ -86,7 +93,7 @@ pub struct SimArgs {
     #[arg(long)]
     pub svg: Option<PathBuf>,
     /// Also write every job's outcome under every policy here, as CSV (policy, job_id, team,
-    /// gpus, submit_s, first_start_s, end_s, jct_s, wait_s, preemptions).
+    /// gpus, submit_s, first_start_s, end_s, jct_s, wait_s, preemptions, priority).
     #[arg(long, value_name = "FILE.csv")]
     pub jobs: Option<PathBuf>,
     /// Output format (the table when omitted).
@@ -192,6 +199,14 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         None if !args.quota.is_empty() => queues::quota_queues(&given, &args.quota)?,
         None => ferry_sched::default_queues(&given, &cluster),
     };
+    let classes = match &args.priority_classes {
+        Some(path) => {
+            let (classes, class_notes) = super::scheduler_options::priority_classes(path)?;
+            notes.extend(class_notes);
+            classes
+        }
+        None => ferry_sched::PriorityClass::standard(),
+    };
     let trace = match args.load {
         None => given,
         Some(f) if f.is_finite() && f > 0.0 && f <= MAX_LOAD => ferry_sched::with_load(&given, f),
@@ -220,6 +235,11 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         split_slowdown_pct,
         per_job_slowdown_untold: false,
     };
+    let site = ferry_sched::Site {
+        cluster: &cluster,
+        queues: &queues,
+        classes: &classes,
+    };
     let mut reports = Vec::new();
     for policy in ferry_sched::Policy::ALL {
         let mut options = policy.options();
@@ -234,10 +254,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             forecast: args.forecast,
         };
         reports.push(
-            ferry_sched::simulate_probing(
-                &trace, &cluster, &queues, policy, options, knowledge, probes,
-            )
-            .map_err(|e| in_file(e, trace_path))?,
+            ferry_sched::simulate_probing(&trace, site, policy, options, knowledge, probes)
+                .map_err(|e| in_file(e, trace_path))?,
         );
     }
     if let Some(svg) = &args.svg {
@@ -261,6 +279,17 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         "{}",
         ferry_sched::describe_setup(&trace, &cluster, &queues, knowledge)
     );
+    let named = trace.iter().filter(|t| t.priority.is_some()).count();
+    if named > 0 {
+        println!(
+            "priority classes: {} ({named} of {} jobs name one, the others are {}); ferry and \
+             kueue order and preempt by them within a queue, slurm-multifactor weighs them as \
+             QOS, fifo and easy-backfill order by age alone",
+            super::scheduler_options::describe_classes(&classes),
+            trace.len(),
+            ferry_sched::DEFAULT_PRIORITY
+        );
+    }
     for note in &notes {
         println!("{note}");
     }
