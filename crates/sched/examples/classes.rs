@@ -91,15 +91,13 @@ fn replay(trace: &[TraceJob]) -> Vec<Figures> {
         classes: &classes,
     };
     let run = |t: &[TraceJob], p: Policy| {
-        let r = simulate_probing(
-            t,
-            site,
-            p,
-            p.options(),
-            Knowledge::exact(),
-            Probes::default(),
-        )
-        .expect("the trace replays");
+        let options = if p == Policy::Ferry {
+            common::overridden(p.options(), "FERRY_OPTS").expect("FERRY_OPTS is Options JSON")
+        } else {
+            p.options()
+        };
+        let r = simulate_probing(t, site, p, options, Knowledge::exact(), Probes::default())
+            .expect("the trace replays");
         figures(&r, &classed)
     };
     let unclassed: Vec<TraceJob> = trace

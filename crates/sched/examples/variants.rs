@@ -37,6 +37,8 @@
 //! each of those teams with its breakdown, `DETAIL=1` the tables and a coarse timeline,
 //! `JOBS=DIR` each trace's jobs under every policy (`ferry sim --jobs` columns) to
 //! `DIR/<trace name>.csv`, for reading one job's fate (with `ONLY=` to pick the trace).
+mod common;
+
 use std::path::Path;
 
 use ferry_sched::{
@@ -617,20 +619,6 @@ fn spread(seeds: std::ops::RangeInclusive<u64>, loads: &[f64], shape: Shape, out
 }
 
 /// `base` with the JSON object in environment variable `var` merged over it.
-fn overridden(base: Options, var: &str) -> Result<Options, Box<dyn std::error::Error>> {
-    let mut opts = serde_json::to_value(base)?;
-    if let Ok(o) = std::env::var(var) {
-        let over: serde_json::Value = serde_json::from_str(&o)?;
-        for (k, v) in over
-            .as_object()
-            .ok_or(format!("{var} must be a JSON object"))?
-        {
-            opts[k] = v.clone();
-        }
-    }
-    Ok(serde_json::from_value(opts)?)
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let set = args.get(1).map_or("tune", String::as_str);
@@ -647,8 +635,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     let opts = [
-        overridden(Options::default(), "FERRY_OPTS")?,
-        overridden(Policy::SlurmMultifactor.options(), "SLURM_OPTS")?,
+        common::overridden(Options::default(), "FERRY_OPTS")?,
+        common::overridden(Policy::SlurmMultifactor.options(), "SLURM_OPTS")?,
     ];
     let mut cases = Vec::new();
     if let Some(path) = args.get(2).filter(|_| set != "shaped") {

@@ -447,6 +447,12 @@ pub struct Options {
     /// An owner reclaims lent quota by preemption only when it would otherwise wait at least this
     /// long (seconds) for borrowers to finish; 0 reclaims at once.
     pub reclaim_patience_s: u64,
+    /// A job preempts lower classes of its queue only when it would otherwise wait at least
+    /// this long (seconds) for nodes and quota to free up as running work ends; 0 preempts at
+    /// once, as Kubernetes and Kueue do. 300 spares work that ends within minutes anyway, which
+    /// on replays with random classes avoids chains of preemptions of a large low gang
+    /// (docs/scheduler.md, "Priority classes in the replay").
+    pub priority_patience_s: u64,
     /// Each cycle first tries the (few, at most 8) pending jobs expected to run longer than
     /// this percentage of the time the cluster needs to clear all known work (running and
     /// pending GPU-seconds over its GPUs): starting them late would stretch the makespan, so
@@ -580,6 +586,7 @@ impl Default for Options {
             duration_weight: 6,
             reserve_by_key: false,
             reclaim_patience_s: 0,
+            priority_patience_s: 0,
             critical_path_pct: 150,
             critical_path_small_pct: 125,
             reclaim_restart_cost_s: 0,

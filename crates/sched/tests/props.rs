@@ -103,13 +103,14 @@ fn case() -> impl Strategy<Value = Case> {
         // much of a reclaim victim its queue must borrow: any part, or the default half;
         // Slurm's multifactor order (the simulator's peer) or not, on the jobs' time scale;
         // gangs split across racks expected to run 50% longer (waiting for a rack when that
-        // pays) or not.
+        // pays) or not; preempting for priority at once, or only for a wait of 5 s or more.
         (
             any::<bool>(),
             prop::sample::select(vec![None, Some(0u32), Some(50)]),
             prop::sample::select(vec![0u32, 50]),
             any::<bool>(),
             prop::sample::select(vec![0u32, 50]),
+            prop::sample::select(vec![0u64, 5]),
         ),
     );
     (nodes, queues, jobs, opts, stops()).prop_map(
@@ -123,7 +124,7 @@ fn case() -> impl Strategy<Value = Case> {
                 fair,
                 loan,
                 deficit,
-                (through, overshoot, borrowed, slurm, split),
+                (through, overshoot, borrowed, slurm, split, patience),
             ),
             stops,
         )| {
@@ -225,6 +226,7 @@ fn case() -> impl Strategy<Value = Case> {
                 fair_sharing: fair,
                 lend_reserved_nodes: preemption,
                 min_loan_s: loan,
+                priority_patience_s: patience,
                 deficit_half_life_s: deficit,
                 deficit_threshold_s: 1,
                 reclaim_through_reservation: through,

@@ -146,6 +146,25 @@ impl Scheduler {
         }
     }
 
+    /// Whether pending job `j` would start in flavor `f` within `patience` seconds of `now`
+    /// without preempting: its nodes and its quota free up as running work ends (expected
+    /// ends; work without one never frees).
+    fn starts_soon(&self, j: u32, f: usize, now: Time, patience: u64) -> bool {
+        if patience == 0 {
+            return false;
+        }
+        let job = self.jobs[j as usize].as_ref().expect("job exists");
+        let (pods, g) = (u64::from(job.pods), job.g);
+        let nodes_at = match job.required_within() {
+            Some(level) => self.reserve_within(f, level, self.free_for_holder(f), pods, g, now),
+            None => self.reserve_anywhere(f, self.free_for_holder(f), pods, g, now),
+        }
+        .1;
+        nodes_at
+            .zip(self.quota_shadow(j, f, now))
+            .is_some_and(|(a, b)| a.max(b) < now + patience)
+    }
+
     /// Whether pending job `j` is of a more urgent class than job `h` where classes decide the
     /// order between them: within one queue, or among queues not ordered by fair share.
     fn outranks(&self, j: u32, h: u32) -> bool {
@@ -441,7 +460,7 @@ impl Scheduler {
                 WithinQueue::LowerPriority => m < prio,
                 WithinQueue::LowerOrNewerEqualPriority => m <= prio,
                 WithinQueue::Never => false,
-            });
+            }) && !self.starts_soon(j, f, now, self.opts.priority_patience_s);
         // Reclaiming costs the victims their grace period and a restart: not worth it when the
         // quota comes back by itself soon.
         let patient = !by_priority

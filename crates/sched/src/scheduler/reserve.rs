@@ -121,7 +121,7 @@ impl Scheduler {
     /// Nodes of flavor `f` for a gang of `pods` pods of `g` GPUs, given each node's free GPUs
     /// now (`fs`, lent GPUs counted), and when they hold it: the nodes with the most room once
     /// enough known work has ended.
-    fn reserve_anywhere(
+    pub(super) fn reserve_anywhere(
         &self,
         f: usize,
         mut fs: Vec<u32>,

@@ -409,6 +409,48 @@ fn a_non_preempting_class_goes_first_without_preempting() {
     assert_eq!(admitted(&s.cycle(30)), vec!["batch"]);
 }
 
+/// `priorityPatienceS`: a more urgent job preempts only when it would otherwise wait at least
+/// that long; work ending sooner is left to end, and work of unknown end is preempted as before.
+#[test]
+fn priority_patience_spares_work_that_ends_soon() {
+    let sched = |patience| {
+        Scheduler::with_options(
+            Cluster::uniform(1, 4, "gpu"),
+            vec![queue("a", None, 4)],
+            prios(),
+            Options {
+                priority_patience_s: patience,
+                ..Options::default()
+            },
+        )
+        .unwrap()
+    };
+    // `low` runs 0..400 s on all four GPUs; `high` arrives at 200 s: 200 s from its GPUs.
+    for (patience, low_ends, preempts) in [
+        (0, Some(400), true),
+        (300, Some(400), false),
+        (100, Some(400), true),
+        (300, None, true),
+    ] {
+        let mut s = sched(patience);
+        s.submit(with_prio(wl("low", "a", 1, 4, 0, low_ends), "low"))
+            .unwrap();
+        assert_eq!(admitted(&s.cycle(0)), vec!["low"]);
+        s.submit(with_prio(wl("high", "a", 1, 2, 200, Some(60)), "high"))
+            .unwrap();
+        let d = s.cycle(200);
+        assert_eq!(
+            !preempted(&d).is_empty(),
+            preempts,
+            "patience {patience}, low ends {low_ends:?}: {d:?}"
+        );
+        if !preempts {
+            s.finished("low").unwrap();
+            assert_eq!(admitted(&s.cycle(400)), vec!["high"]);
+        }
+    }
+}
+
 #[test]
 fn high_priority_preempts_low_gracefully_and_low_resumes_after() {
     // The end-to-end scenario on one 4-GPU machine.
