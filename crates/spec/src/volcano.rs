@@ -3,15 +3,20 @@
 //! queue use idle GPUs up to its `capability`, which is one cohort shared by all; `deserved`
 //! is what a queue is owed (its nominal quota), `guarantee` what is kept for it and never lent,
 //! and `weight` splits what no `deserved` covers, as Ferry's entitlements do. Preemption and
-//! reclaim are actions of `volcano-scheduler.conf`, not of a queue; they are replayed off, as in
-//! Volcano's default configuration, and said so.
+//! reclaim are actions of the scheduler's configuration (`volcano-scheduler.conf`, in the
+//! `volcano-scheduler-configmap` ConfigMap), not of a queue: off, as in Volcano's default
+//! configuration, unless that ConfigMap is in the file and turns them on, for every queue.
+
+use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
 use crate::error::{FieldError, SpecError};
 use crate::foreign::{finish, kubernetes_objects, unknown_fields};
+use crate::parse::documents;
 use crate::quantity::whole_gpus;
 use crate::queue::{FlavorQuota, Preemption, QueueSpec, ReclaimWithinCohort, WithinQueue};
+use crate::schema::closest;
 
 /// Volcano's API group, the prefix of the `apiVersion` of the queues this reader takes.
 pub const VOLCANO_GROUP: &str = "scheduling.volcano.sh";
@@ -43,11 +48,47 @@ const NOT_MODELLED: [&str; 5] = [
     "type",
 ];
 
+/// The key of the scheduler's ConfigMap whose text is `volcano-scheduler.conf`.
+const SCHEDULER_CONF: &str = "volcano-scheduler.conf";
+
+/// The actions Volcano's scheduler knows (v1.15.1's, with `elect` and `reserve` of older
+/// releases): the scheduler refuses a configuration naming another, and so does this reader.
+const VOLCANO_ACTIONS: [&str; 10] = [
+    "allocate",
+    "backfill",
+    "elect",
+    "enqueue",
+    "gangpreempt",
+    "gangreclaim",
+    "preempt",
+    "reclaim",
+    "reserve",
+    "shuffle",
+];
+
+/// The actions of `volcano-scheduler.conf` that are what Ferry's replay always does: admit
+/// (whole gangs), place, and fill the gaps.
+const ALWAYS: [&str; 3] = ["enqueue", "allocate", "backfill"];
+
+/// The actions by which a job preempts lower-priority jobs of its own queue (the second one
+/// picks whole gangs as victims, as Ferry always does).
+const PREEMPT: [&str; 2] = ["preempt", "gangpreempt"];
+
+/// The actions by which a queue below its deserved share takes back what other queues use
+/// beyond theirs.
+const RECLAIM: [&str; 2] = ["reclaim", "gangreclaim"];
+
 /// What a file of Volcano Queues says about queues.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VolcanoQueues {
     /// Each queue, in file order.
     pub queues: Vec<VolcanoQueue>,
+    /// What every queue may preempt, from the scheduler's `preempt` and `reclaim` actions (both
+    /// off, Volcano's default, without its ConfigMap).
+    pub preemption: Preemption,
+    /// What the scheduler's configuration makes the replay do, one line each, for the user to
+    /// see beside results (empty without its ConfigMap).
+    pub replayed: Vec<String>,
     /// What was read but is not replayed, one line each, for the user to see beside results.
     pub not_modelled: Vec<String>,
 }
@@ -69,10 +110,11 @@ pub struct VolcanoQueue {
 
 impl VolcanoQueues {
     /// The queues as Ferry queue specs on a cluster of `cluster_gpus` GPUs, all in the cohort
-    /// [`VOLCANO_COHORT`]: a queue without `deserved` is owed its weight's share of the GPUs no
-    /// `deserved` covers (up to its capability, the rest going to the others, as Volcano's
-    /// proportion plugin divides them), may borrow up to its capability (no more than the
-    /// others can lend), and lends all but its guarantee; nothing preempts.
+    /// [`VOLCANO_COHORT`] (a lone queue in none): a queue without `deserved` is owed its
+    /// weight's share of the GPUs no `deserved` covers (up to its capability, the rest going to
+    /// the others, as Volcano's proportion plugin divides them), may borrow up to its
+    /// capability (no more than the others can lend), lends all but its guarantee, and
+    /// preempts as [`Self::preemption`] says.
     pub fn queue_specs(&self, cluster_gpus: u32) -> Vec<(String, QueueSpec)> {
         let nominal = self.owed(i64::from(cluster_gpus));
         let lendable: Vec<i64> = self
@@ -89,7 +131,8 @@ impl VolcanoQueues {
                 let n = nominal[i];
                 let others = all_lendable - lendable[i];
                 let spec = QueueSpec {
-                    cohort: Some(VOLCANO_COHORT.to_owned()),
+                    // A cohort of one is no cohort: there is no one to borrow from.
+                    cohort: (self.queues.len() > 1).then(|| VOLCANO_COHORT.to_owned()),
                     quotas: vec![FlavorQuota {
                         flavor: "any".into(),
                         nominal: clamp(n),
@@ -100,10 +143,7 @@ impl VolcanoQueues {
                     }],
                     weight: f64::from(q.weight),
                     stop_policy: Default::default(),
-                    preemption: Preemption {
-                        within_queue: WithinQueue::Never,
-                        reclaim_within_cohort: ReclaimWithinCohort::Never,
-                    },
+                    preemption: self.preemption,
                 };
                 (q.name.clone(), spec)
             })
@@ -169,19 +209,22 @@ fn clamp(n: i64) -> i32 {
     n.clamp(0, i64::from(i32::MAX)) as i32
 }
 
-/// Reads every Volcano `Queue` in `text` (YAML documents, JSON, or a `List`); `source_name`
-/// labels errors. Other objects are skipped and said so.
+/// Reads every Volcano `Queue` in `text` (YAML documents, JSON, or a `List`), with the
+/// scheduler's ConfigMap when the file has it (its `preempt` and `reclaim` actions turn
+/// preemption on); `source_name` labels errors. Other objects are skipped and said so.
 pub fn read_volcano_queues(text: &str, source_name: &str) -> Result<VolcanoQueues, SpecError> {
     let mut queues: Vec<VolcanoQueue> = Vec::new();
-    let mut notes = vec![
-        "preemption and reclaim (volcano-scheduler.conf actions, off by default) are replayed \
-         off: no queue preempts"
-            .to_owned(),
-    ];
-    let mut skipped = std::collections::BTreeMap::<String, usize>::new();
+    let mut notes = Vec::new();
+    let mut unreclaimable = Vec::new();
+    let mut config_maps = Vec::new();
+    let mut skipped = BTreeMap::<String, usize>::new();
     let mut problems = Vec::new();
     for object in kubernetes_objects(text, source_name)? {
         let (kind, api) = (object.kind.as_str(), object.api_version.as_str());
+        if kind == "ConfigMap" && api == "v1" {
+            config_maps.push((object.label(), object.body));
+            continue;
+        }
         if kind != "Queue" || !api.starts_with(&format!("{VOLCANO_GROUP}/")) {
             *skipped.entry(format!("{kind} ({api})")).or_default() += 1;
             continue;
@@ -203,6 +246,9 @@ pub fn read_volcano_queues(text: &str, source_name: &str) -> Result<VolcanoQueue
         }
         let empty = Map::new();
         let spec = obj.get("spec").and_then(Value::as_object).unwrap_or(&empty);
+        if spec.get("reclaimable") == Some(&Value::Bool(false)) {
+            unreclaimable.push(at.clone());
+        }
         let before = problems.len();
         match read_queue(&at, name, spec, &mut notes) {
             Ok(q) if problems.len() == before => queues.push(q),
@@ -210,6 +256,30 @@ pub fn read_volcano_queues(text: &str, source_name: &str) -> Result<VolcanoQueue
             Err(mut found) => problems.append(&mut found),
         }
     }
+    let conf = scheduler_conf(config_maps, &mut skipped, &mut problems);
+    let preemption =
+        (conf.as_ref()).map_or(SchedulerConf::default().preemption(), |c| c.preemption());
+    if conf.is_none() {
+        notes.insert(
+            0,
+            "preemption and reclaim (volcano-scheduler.conf actions, off by default) are \
+             replayed off: no queue preempts"
+                .to_owned(),
+        );
+    }
+    let reclaim = preemption.reclaim_within_cohort != ReclaimWithinCohort::Never;
+    notes.extend(unreclaimable.iter().map(|at| {
+        if reclaim {
+            format!(
+                "{at}: spec.reclaimable false (reclaim takes back what it uses beyond its \
+                 deserved GPUs, as from any queue: Ferry cannot exempt one borrower)"
+            )
+        } else {
+            format!("{at}: spec.reclaimable false (moot: reclaim is off, nothing is taken back)")
+        }
+    }));
+    notes.extend(conf.as_ref().and_then(SchedulerConf::not_replayed));
+    let replayed = conf.iter().map(SchedulerConf::replayed).collect();
     finish(
         source_name,
         problems,
@@ -220,8 +290,308 @@ pub fn read_volcano_queues(text: &str, source_name: &str) -> Result<VolcanoQueue
     )?;
     Ok(VolcanoQueues {
         queues,
+        preemption,
+        replayed,
         not_modelled: notes,
     })
+}
+
+/// What `volcano-scheduler.conf` says, as far as Ferry reads it.
+#[derive(Debug, Default)]
+struct SchedulerConf {
+    /// Its `actions`, split at the commas, each one Volcano knows.
+    actions: Vec<String>,
+    /// The plugins of its tiers, each once, in order.
+    plugins: Vec<String>,
+    /// The plugins' options (`gang.enablePreemptable`), each once, in order.
+    options: Vec<String>,
+}
+
+impl SchedulerConf {
+    /// Whether it runs any of `actions`.
+    fn runs(&self, actions: &[&str]) -> bool {
+        self.actions.iter().any(|a| actions.contains(&a.as_str()))
+    }
+
+    /// Every queue's preemption: [`PREEMPT`] lets a job preempt lower-priority jobs of its own
+    /// queue, [`RECLAIM`] lets a queue below its deserved GPUs take back what others use beyond
+    /// theirs.
+    fn preemption(&self) -> Preemption {
+        Preemption {
+            within_queue: if self.runs(&PREEMPT) {
+                WithinQueue::LowerPriority
+            } else {
+                WithinQueue::Never
+            },
+            reclaim_within_cohort: if self.runs(&RECLAIM) {
+                ReclaimWithinCohort::Any
+            } else {
+                ReclaimWithinCohort::Never
+            },
+        }
+    }
+
+    /// The line saying what its actions make the replay do.
+    fn replayed(&self) -> String {
+        let on_off = |on: bool| if on { "on" } else { "off" };
+        let always: Vec<&str> = ALWAYS.into_iter().filter(|a| self.runs(&[a])).collect();
+        let always = match always[..] {
+            [] => String::new(),
+            [one] => format!("; {one} is what Ferry always does"),
+            _ => format!("; {} are what Ferry always does", and_list(&always)),
+        };
+        format!(
+            "volcano-scheduler.conf actions \"{}\": preempt {} (a job preempts lower-priority \
+             jobs of its own queue), reclaim {} (a queue below its deserved GPUs takes back what \
+             others use beyond theirs), for every queue{always}",
+            self.actions.join(", "),
+            on_off(self.runs(&PREEMPT)),
+            on_off(self.runs(&RECLAIM)),
+        )
+    }
+
+    /// The line listing what else it says, none of it replayed: the plugins Ferry has its own
+    /// way for, and the plugins, options and actions it does not model.
+    fn not_replayed(&self) -> Option<String> {
+        let own_way = |plugin: &str| match plugin {
+            "priority" => Some("Ferry orders and preempts by the trace's priority classes"),
+            "gang" => Some("Ferry always admits gangs whole"),
+            "proportion" => Some("the deserved and weight shares read from the Queues"),
+            "capacity" => Some("the deserved, capability and guarantee read from the Queues"),
+            _ => None,
+        };
+        let mut parts = Vec::new();
+        let owned: Vec<String> = (self.plugins.iter())
+            .filter_map(|p| own_way(p).map(|why| format!("{p} ({why})")))
+            .collect();
+        if !owned.is_empty() {
+            parts.push(format!("plugins {}", owned.join(", ")));
+        }
+        let not_modelled = |what: &str, names: Vec<&str>| {
+            (!names.is_empty()).then(|| format!("{what} {} not modelled", names.join(", ")))
+        };
+        let plugins = (self.plugins.iter().map(String::as_str))
+            .filter(|p| own_way(p).is_none())
+            .collect();
+        let options = self.options.iter().map(String::as_str).collect();
+        let replayed = [&ALWAYS[..], &PREEMPT, &RECLAIM].concat();
+        let mut actions = Vec::new();
+        for action in self.actions.iter().map(String::as_str) {
+            if !replayed.contains(&action) && !actions.contains(&action) {
+                actions.push(action);
+            }
+        }
+        parts.extend(not_modelled("plugins", plugins));
+        parts.extend(not_modelled("plugin options", options));
+        parts.extend(not_modelled("actions", actions));
+        (!parts.is_empty()).then(|| format!("volcano-scheduler.conf: {}", parts.join("; ")))
+    }
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn and_list(items: &[&str]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => (*one).to_owned(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+/// The scheduler's configuration among the file's `v1` ConfigMaps (labels and objects): the
+/// one with a `volcano-scheduler.conf` key, read, other ConfigMaps skipped beside it; when none
+/// has the key each is refused (the wrong ConfigMap was exported), and so is a second one
+/// with it.
+fn scheduler_conf(
+    config_maps: Vec<(String, Value)>,
+    skipped: &mut BTreeMap<String, usize>,
+    problems: &mut Vec<FieldError>,
+) -> Option<SchedulerConf> {
+    let conf_of = |body: &Value| {
+        body.get("data")
+            .and_then(|d| d.get(SCHEDULER_CONF))
+            .cloned()
+    };
+    let (with, without): (Vec<_>, Vec<_>) = config_maps
+        .into_iter()
+        .partition(|(_, body)| conf_of(body).is_some());
+    let Some((first, body)) = with.first() else {
+        for (at, body) in without {
+            let keys = (body.get("data").and_then(Value::as_object))
+                .map(|data| data.keys().map(|k| format!("`{k}`")).collect::<Vec<_>>())
+                .filter(|keys| !keys.is_empty())
+                .map_or("none".to_owned(), |keys| keys.join(", "));
+            problems.push(FieldError::new(
+                format!("{at}: data"),
+                format!(
+                    "has no `{SCHEDULER_CONF}` key (its keys: {keys}); fix: export the \
+                     scheduler's own ConfigMap with `kubectl get configmap \
+                     volcano-scheduler-configmap -n volcano-system -o yaml`"
+                ),
+            ));
+        }
+        return None;
+    };
+    if !without.is_empty() {
+        *skipped.entry("ConfigMap (v1)".into()).or_default() += without.len();
+    }
+    for (at, _) in &with[1..] {
+        problems.push(FieldError::new(
+            at.clone(),
+            format!(
+                "a second ConfigMap with `{SCHEDULER_CONF}` (the first is {first}); fix: keep \
+                 only the one the scheduler reads"
+            ),
+        ));
+    }
+    match read_conf(first, &conf_of(body).unwrap_or_default()) {
+        Ok(conf) if with.len() == 1 => Some(conf),
+        Ok(_) => None,
+        Err(mut found) => {
+            problems.append(&mut found);
+            None
+        }
+    }
+}
+
+/// `volcano-scheduler.conf`'s text (untrusted: read by the parser and within the budgets of
+/// every file); `Err` lists every problem.
+fn read_conf(at: &str, conf: &Value) -> Result<SchedulerConf, Vec<FieldError>> {
+    let path = |field: &str| format!("{at}: data[{SCHEDULER_CONF}]{field}");
+    let refused = |field: &str, message: String| vec![FieldError::new(path(field), message)];
+    let Some(text) = conf.as_str() else {
+        return Err(refused(
+            "",
+            format!("must be the configuration's text, a string (got {conf})"),
+        ));
+    };
+    let docs: Vec<Value> = documents(text, SCHEDULER_CONF)
+        .map_err(|e| {
+            let why = match e {
+                SpecError::Syntax {
+                    format, message, ..
+                } => format!(
+                    "not valid {format}: {}",
+                    message.trim_start_matches("error: ")
+                ),
+                other => other.to_string(),
+            };
+            refused(
+                "",
+                format!("{why}; fix: correct it, or export the ConfigMap again"),
+            )
+        })?
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect();
+    let conf = match &docs[..] {
+        [Value::Object(conf)] => conf,
+        [] => return Err(refused("", "is empty; it needs `actions`".into())),
+        [other] => {
+            return Err(refused(
+                "",
+                format!("must be a mapping with `actions` and `tiers` (got {other})"),
+            ));
+        }
+        _ => {
+            return Err(refused(
+                "",
+                format!(
+                    "holds {} YAML documents; keep the one the scheduler reads",
+                    docs.len()
+                ),
+            ));
+        }
+    };
+    let mut problems = Vec::new();
+    let mut problem = |field: &str, message: String| {
+        problems.push(FieldError::new(path(field), message));
+    };
+    let mut read = SchedulerConf::default();
+    match conf.get("actions") {
+        Some(Value::String(actions)) => {
+            for action in actions.split(',').map(str::trim) {
+                if VOLCANO_ACTIONS.contains(&action) {
+                    read.actions.push(action.to_owned());
+                } else if action.is_empty() {
+                    problem(
+                        ".actions",
+                        "has an empty action between commas; remove the extra comma".into(),
+                    );
+                } else {
+                    let hint = closest(action, VOLCANO_ACTIONS)
+                        .map(|best| format!("did you mean `{best}`?"))
+                        .unwrap_or_else(|| format!("Volcano's: {}", VOLCANO_ACTIONS.join(", ")));
+                    problem(
+                        ".actions",
+                        format!("`{action}` is not a Volcano action; {hint}"),
+                    );
+                }
+            }
+        }
+        None | Some(Value::Null) => problem(
+            ".actions",
+            "is required: the actions the scheduler runs, comma-separated, such as \
+             \"enqueue, allocate, backfill\""
+                .into(),
+        ),
+        Some(other) => problem(
+            ".actions",
+            format!(
+                "must be one string of comma-separated actions, such as \"enqueue, allocate, \
+                 preempt, reclaim, backfill\" (got {other})"
+            ),
+        ),
+    }
+    let no_tiers = Vec::new();
+    let tiers = match conf.get("tiers") {
+        None | Some(Value::Null) => &no_tiers,
+        Some(Value::Array(tiers)) => tiers,
+        Some(other) => {
+            problem(
+                ".tiers",
+                format!("must be a list of tiers, each with `plugins` (got {other})"),
+            );
+            &no_tiers
+        }
+    };
+    for (i, tier) in tiers.iter().enumerate() {
+        let plugins = match tier.get("plugins") {
+            None | Some(Value::Null) => continue,
+            Some(Value::Array(plugins)) => plugins,
+            Some(other) => {
+                problem(
+                    &format!(".tiers[{i}].plugins"),
+                    format!("must be a list of plugins, each `{{name: ...}}` (got {other})"),
+                );
+                continue;
+            }
+        };
+        for (j, plugin) in plugins.iter().enumerate() {
+            let Some(name) = plugin.get("name").and_then(Value::as_str) else {
+                problem(
+                    &format!(".tiers[{i}].plugins[{j}].name"),
+                    "is required: the plugin's name, such as `gang`".into(),
+                );
+                continue;
+            };
+            if !read.plugins.iter().any(|p| p == name) {
+                read.plugins.push(name.to_owned());
+            }
+            let options = (plugin.as_object().into_iter().flat_map(|p| p.keys()))
+                .filter(|key| *key != "name")
+                .map(|key| format!("{name}.{key}"));
+            for option in options {
+                if !read.options.contains(&option) {
+                    read.options.push(option);
+                }
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(read)
+    } else {
+        Err(problems)
+    }
 }
 
 /// One Queue's spec; `Err` lists every problem.
@@ -244,11 +614,6 @@ fn read_queue(
         if spec.get(field).is_some_and(|v| !v.is_null()) {
             notes.push(format!("{at}: spec.{field}"));
         }
-    }
-    if spec.get("reclaimable") == Some(&Value::Bool(false)) {
-        notes.push(format!(
-            "{at}: spec.reclaimable false (what it borrows is taken back like any loan)"
-        ));
     }
     match spec.get("parent").and_then(Value::as_str) {
         None | Some("root") => {}
@@ -317,160 +682,4 @@ fn read_queue(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn queues_read_as_one_cohort_with_deserved_capability_and_guarantee() {
-        let text = r#"
-apiVersion: scheduling.volcano.sh/v1beta1
-kind: Queue
-metadata: {name: research}
-spec:
-  weight: 4
-  reclaimable: false
-  deserved: {cpu: "256", nvidia.com/gpu: "64"}
-  capability: {nvidia.com/gpu: 96}
-  guarantee: {resource: {nvidia.com/gpu: "16"}}
----
-apiVersion: scheduling.volcano.sh/v1beta1
-kind: Queue
-metadata: {name: default}
-spec: {weight: 1, parent: root}
----
-apiVersion: batch.volcano.sh/v1alpha1
-kind: Job
-metadata: {name: j}
-"#;
-        let q = read_volcano_queues(text, "vq.yaml").unwrap();
-        let specs = q.queue_specs(160);
-        let research = &specs[0].1;
-        assert_eq!(specs[0].0, "research");
-        assert_eq!(research.cohort.as_deref(), Some(VOLCANO_COHORT));
-        assert_eq!(research.weight, 4.0);
-        assert_eq!(
-            research.quotas,
-            [FlavorQuota {
-                flavor: "any".into(),
-                nominal: 64,
-                borrowing_limit: Some(32),
-                lending_limit: Some(48),
-            }]
-        );
-        assert_eq!(
-            research.preemption.reclaim_within_cohort,
-            ReclaimWithinCohort::Never
-        );
-        // Nothing deserved: owed what no queue deserves (160 - 64), lending all of it.
-        let default = &specs[1].1.quotas[0];
-        assert_eq!(
-            (
-                default.nominal,
-                default.borrowing_limit,
-                default.lending_limit
-            ),
-            (96, None, None)
-        );
-        assert_eq!(
-            q.not_modelled[1..],
-            [
-                "Queue/research: spec.reclaimable false (what it borrows is taken back like any loan)",
-                "1 Job (batch.volcano.sh/v1alpha1) object(s) skipped",
-            ]
-        );
-    }
-
-    /// Without `deserved`, queues are owed shares by weight, filled up to their capabilities
-    /// (the GPUs a capped queue cannot take go to the others), rounded to whole GPUs that add
-    /// up to the cluster; a capability above what the others can lend is cut to it.
-    #[test]
-    fn weights_divide_what_no_queue_deserves() {
-        let q = |name: &str, weight: u32, capability: Option<i32>| VolcanoQueue {
-            name: name.into(),
-            deserved: None,
-            capability,
-            guarantee: None,
-            weight,
-        };
-        let nominal = |queues: Vec<VolcanoQueue>, gpus: u32| -> Vec<i32> {
-            VolcanoQueues {
-                queues,
-                not_modelled: Vec::new(),
-            }
-            .queue_specs(gpus)
-            .iter()
-            .map(|(_, s)| s.quotas[0].nominal)
-            .collect()
-        };
-        assert_eq!(
-            nominal(vec![q("a", 1, None), q("b", 2, None)], 100),
-            [33, 67]
-        );
-        assert_eq!(
-            nominal(vec![q("a", 1, None), q("b", 1, None), q("c", 1, None)], 8),
-            [3, 3, 2]
-        );
-        assert_eq!(
-            nominal(vec![q("a", 1, Some(10)), q("b", 1, None)], 100),
-            [10, 90]
-        );
-        let specs = VolcanoQueues {
-            queues: vec![q("a", 1, Some(1000)), q("b", 1, None)],
-            not_modelled: Vec::new(),
-        }
-        .queue_specs(100);
-        assert_eq!(
-            specs[0].1.quotas[0].borrowing_limit,
-            Some(50),
-            "b lends its 50"
-        );
-    }
-
-    #[test]
-    fn bad_queues_are_refused_naming_the_field_and_the_fix() {
-        let queue = |spec: &str| {
-            let text = format!(
-                "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {{name: q}}\nspec: {spec}\n"
-            );
-            read_volcano_queues(&text, "vq.yaml")
-                .unwrap_err()
-                .to_string()
-        };
-        assert_eq!(
-            queue("{capabilty: {nvidia.com/gpu: 8}}"),
-            "vq.yaml: Queue/q: spec.capabilty: not a Volcano Queue field; did you mean `capability`?"
-        );
-        assert_eq!(
-            queue("{deserved: {nvidia.com/gpu: 500m}}"),
-            "vq.yaml: Queue/q: spec.deserved[nvidia.com/gpu]: must be a whole number of GPUs, 0 \
-             or more, such as \"8\" (got \"500m\")"
-        );
-        assert!(
-            queue("{deserved: {nvidia.com/gpu: 8}, capability: {nvidia.com/gpu: 4}}")
-                .contains("raise it")
-        );
-        assert!(
-            queue("{deserved: {nvidia.com/gpu: 8}, guarantee: {resource: {nvidia.com/gpu: 9}}}")
-                .contains("lower it")
-        );
-        assert!(queue("{weight: 0}").contains("from 1 to 65535"));
-        assert!(queue("{parent: org}").contains("queue trees are not modelled"));
-    }
-
-    /// Every Queue `spec` field of the Volcano release in the fixtures is one this reader knows.
-    #[test]
-    fn the_known_fields_are_volcanos() {
-        let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
-            "../../../shared/fixtures/k8s/crds/volcano/v1.15.1/scheduling.volcano.sh_queues.yaml",
-        );
-        let crd: Value = serde_saphyr::from_str(&std::fs::read_to_string(&crd).unwrap()).unwrap();
-        let mut fields = std::collections::BTreeSet::new();
-        for version in crd["spec"]["versions"].as_array().unwrap() {
-            let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
-            fields.extend(spec.as_object().unwrap().keys().cloned());
-        }
-        let known: std::collections::BTreeSet<String> =
-            VOLCANO_QUEUE_FIELDS.iter().map(|f| f.to_string()).collect();
-        assert_eq!(fields, known);
-    }
-}
+mod tests;

@@ -1199,3 +1199,63 @@ fn a_traces_priority_classes_replay_with_the_clusters_own_classes() {
         "{err}"
     );
 }
+
+/// Volcano's scheduler ConfigMap in the `--queues` file replays its actions: with `preempt` on,
+/// a `high` job arriving while `low` jobs of its queue fill the cluster preempts one, and the
+/// notes say which actions were read; with Volcano's default actions nothing preempts.
+#[test]
+fn volcano_scheduler_actions_turn_preemption_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("urgent.csv");
+    std::fs::write(
+        &trace,
+        "job_id,submit_s,duration_s,gpus,nodes,team,status,priority\n\
+         low1,0,36000,8,1,a,COMPLETED,low\n\
+         low2,0,36000,8,1,a,COMPLETED,low\n\
+         high,100,3600,8,1,a,COMPLETED,high\n",
+    )
+    .unwrap();
+    let volcano = |actions: &str| {
+        let path = dir.path().join(format!("volcano-{}.yaml", actions.len()));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {{name: a}}\n\
+                 spec: {{weight: 1}}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: \
+                 volcano-scheduler-configmap, namespace: volcano-system}}\ndata:\n  \
+                 volcano-scheduler.conf: |\n    actions: \"{actions}\"\n    tiers:\n    - \
+                 plugins:\n      - name: priority\n      - name: gang\n"
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let run = |actions: &str| {
+        let path = volcano(actions);
+        let args = [
+            "--trace",
+            trace.to_str().unwrap(),
+            "--gpus",
+            "16",
+            "-o",
+            "json",
+        ];
+        let (reports, notes) =
+            sim_json_with_notes(&[&args[..], &["--queues", path.to_str().unwrap()]].concat());
+        let ferry = reports.iter().find(|r| r["policy"] == "ferry").unwrap();
+        (ferry["preemptions"].as_u64().unwrap(), notes)
+    };
+    let (preemptions, notes) = run("enqueue, allocate, preempt, reclaim, backfill");
+    assert!(preemptions > 0, "{notes}");
+    assert!(
+        notes.contains(
+            "volcano: volcano-scheduler.conf actions \"enqueue, allocate, preempt, reclaim, \
+             backfill\": preempt on"
+        ),
+        "{notes}"
+    );
+    assert!(!notes.contains("replayed off"), "{notes}");
+    let (preemptions, notes) = run("enqueue, allocate, backfill");
+    assert_eq!(preemptions, 0, "{notes}");
+    assert!(notes.contains("preempt off"), "{notes}");
+}

@@ -164,7 +164,8 @@ fn resource_quota_queues(
 }
 
 /// Queues from Volcano's Queues: all in one cohort, each owed its `deserved` GPUs (or its
-/// weight's share of the rest of the cluster); a trace team is the Queue of its name.
+/// weight's share of the rest of the cluster), preempting as the scheduler's ConfigMap in the
+/// file says (said first among the notes); a trace team is the Queue of its name.
 fn volcano_queues(
     text: &str,
     file: &str,
@@ -179,13 +180,19 @@ fn volcano_queues(
         notes: volcano.not_modelled,
     };
     let names: Vec<String> = volcano.queues.iter().map(|q| q.name.clone()).collect();
-    foreign.serving(
+    let mut queues = foreign.serving(
         trace,
         file,
         "volcano",
         |team| Ok(names.iter().find(|n| n.eq_ignore_ascii_case(team)).cloned()),
         "add a Volcano Queue named as the team, or rename the team in the trace",
-    )
+    )?;
+    let replayed = volcano
+        .replayed
+        .iter()
+        .map(|line| format!("volcano: {line}"));
+    queues.notes.splice(0..0, replayed);
+    Ok(queues)
 }
 
 impl Foreign {
