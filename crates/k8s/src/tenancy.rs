@@ -211,6 +211,12 @@ pub fn render(queues: &[&Queue], opts: &RenderOptions) -> Vec<Value> {
             },
             "fairSharing": {"weight": format!("{}", q.spec.weight)},
         });
+        // Kueue's own shape and values; its default (`policy: Never`) is left to Kueue.
+        let borrow = q.spec.preemption.borrow_within_cohort;
+        if !borrow.is_never() {
+            spec["preemption"]["borrowWithinCohort"] =
+                serde_json::to_value(borrow).expect("a plain struct");
+        }
         if let Some(c) = &q.spec.cohort {
             spec["cohortName"] = c.clone().into();
         }

@@ -136,6 +136,30 @@ pub struct PreemptionPolicy {
     /// its queue's nominal quota (reclaims, and fair-sharing preemption).
     #[serde(default)]
     pub reclaim_within_cohort: ReclaimWithinCohort,
+    /// Whether a waiting job that must borrow may also take borrowed work of lower classes
+    /// from other cohort members (Kueue's `borrowWithinCohort: LowerPriority`); `None`: only a
+    /// job that stays within its queue's nominal quota reclaims (Kueue's `Never`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrow_within_cohort: Option<BorrowWithinCohort>,
+}
+
+/// Kueue's `borrowWithinCohort: {policy: LowerPriority, maxPriorityThreshold}`: a job that
+/// must borrow to start may preempt other cohort members' borrowed work of a lower class, up to
+/// a threshold, so the victims never outrank it and cannot take the GPUs back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BorrowWithinCohort {
+    /// Only work of a class at most this value (and below the job's own) may be taken;
+    /// `None`: any class below the job's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_priority_threshold: Option<i32>,
+}
+
+impl BorrowWithinCohort {
+    /// Whether work of class value `victim` may be taken by a borrowing job of class `prio`.
+    pub fn may_take(&self, victim: i32, prio: i32) -> bool {
+        victim < prio && self.max_priority_threshold.is_none_or(|t| victim <= t)
+    }
 }
 
 impl PreemptionPolicy {

@@ -43,10 +43,10 @@ pub mod scheduler;
 pub mod sim;
 
 pub use config::{
-    ANY_FLAVOR, Cluster, DEFAULT_PRIORITY, Decision, FlavorQuota, MAX_CLUSTER_NODES,
-    MAX_SPLIT_SLOWDOWN_PCT, Multifactor, Node, Options, PodPlacement, PreemptReason,
-    PreemptionPolicy, PriorityClass, QueueSpec, ReclaimWithinCohort, StopPolicy, Time, Topology,
-    WithinQueue, Workload,
+    ANY_FLAVOR, BorrowWithinCohort, Cluster, DEFAULT_PRIORITY, Decision, FlavorQuota,
+    MAX_CLUSTER_NODES, MAX_SPLIT_SLOWDOWN_PCT, Multifactor, Node, Options, PodPlacement,
+    PreemptReason, PreemptionPolicy, PriorityClass, QueueSpec, ReclaimWithinCohort, StopPolicy,
+    Time, Topology, WithinQueue, Workload,
 };
 pub use error::{Result, SchedError};
 pub use scheduler::{

@@ -3,9 +3,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ferry_sched::{
-    Cluster, Decision, FlavorQuota, Multifactor, Node, Options, PodPlacement, PreemptReason,
-    PreemptionPolicy, PriorityClass, QueueSpec, ReclaimWithinCohort, SchedError, Scheduler,
-    StopPolicy, Topology, WithinQueue, Workload,
+    BorrowWithinCohort, Cluster, Decision, FlavorQuota, Multifactor, Node, Options, PodPlacement,
+    PreemptReason, PreemptionPolicy, PriorityClass, QueueSpec, ReclaimWithinCohort, SchedError,
+    Scheduler, StopPolicy, Topology, WithinQueue, Workload,
 };
 use proptest::prelude::*;
 
@@ -71,8 +71,8 @@ fn case() -> impl Strategy<Value = Case> {
             ),
             1u8..4,
             // What its jobs may preempt (`QueueSpec::preemption`): the default in half the
-            // queues, any of the nine in the rest.
-            prop_oneof![Just(None), (0u8..9).prop_map(Some)],
+            // queues, any of the 27 in the rest.
+            prop_oneof![Just(None), (0u8..27).prop_map(Some)],
         ),
         1..4,
     );
@@ -382,6 +382,14 @@ fn preemption_policy(i: u8) -> PreemptionPolicy {
             ReclaimWithinCohort::LowerPriority,
             ReclaimWithinCohort::Never,
         ][usize::from(i / 3 % 3)],
+        // Kueue's borrowWithinCohort: off, any lower class, or classes up to `mid`.
+        borrow_within_cohort: [
+            None,
+            Some(BorrowWithinCohort::default()),
+            Some(BorrowWithinCohort {
+                max_priority_threshold: Some(5),
+            }),
+        ][usize::from(i / 9 % 3)],
     }
 }
 
@@ -781,7 +789,16 @@ fn check_policy_allows(
         .find(|q| q.name == p.queue)
         .expect("its queue")
         .preemption;
+    // The classes' values (`priorities()`), for a threshold.
+    let value = |w: &Workload| [0, 5, 10][rank(w)];
     let allowed = match reason {
+        // Kueue's borrowWithinCohort: another member's lower class, where reclaims are allowed.
+        PreemptReason::Priority { .. } if p.queue != v.queue => {
+            policy
+                .borrow_within_cohort
+                .is_some_and(|b| b.may_take(value(v), value(p)))
+                && policy.reclaim_within_cohort != ReclaimWithinCohort::Never
+        }
         PreemptReason::Priority { .. } => {
             p.queue == v.queue
                 && match policy.within_queue {

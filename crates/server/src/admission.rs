@@ -1113,7 +1113,8 @@ mod tests {
         let (default, _) = queue_specs(&[q("{}")], &inv);
         let (strict, _) = queue_specs(
             &[q(
-                "{withinQueue: LowerOrNewerEqualPriority, reclaimWithinCohort: LowerPriority}",
+                "{withinQueue: LowerOrNewerEqualPriority, reclaimWithinCohort: LowerPriority, \
+                 borrowWithinCohort: {policy: LowerPriority, maxPriorityThreshold: 5}}",
             )],
             &inv,
         );
@@ -1127,6 +1128,9 @@ mod tests {
             PreemptionPolicy {
                 within_queue: WithinQueue::LowerOrNewerEqualPriority,
                 reclaim_within_cohort: ReclaimWithinCohort::LowerPriority,
+                borrow_within_cohort: Some(ferry_sched::BorrowWithinCohort {
+                    max_priority_threshold: Some(5),
+                }),
             }
         );
         assert_eq!(
@@ -1134,6 +1138,7 @@ mod tests {
             PreemptionPolicy {
                 within_queue: WithinQueue::Never,
                 reclaim_within_cohort: ReclaimWithinCohort::Never,
+                borrow_within_cohort: None,
             }
         );
         assert_ne!(default, strict);

@@ -12,7 +12,10 @@ use serde_json::{Map, Value};
 use crate::error::{FieldError, SpecError};
 use crate::foreign::{Object, finish, kubernetes_objects, unknown_fields};
 use crate::quantity::{quantity, whole_gpus};
-use crate::queue::{FlavorQuota, Preemption, QueueSpec, ReclaimWithinCohort, WithinQueue};
+use crate::queue::{
+    BorrowPolicy, BorrowWithinCohort, FlavorQuota, Preemption, QueueSpec, ReclaimWithinCohort,
+    WithinQueue,
+};
 
 /// Kueue's API group, the prefix of every object's `apiVersion` this reader takes.
 pub const KUEUE_GROUP: &str = "kueue.x-k8s.io";
@@ -302,6 +305,7 @@ impl Reader {
         let mut p = Preemption {
             within_queue: WithinQueue::Never,
             reclaim_within_cohort: ReclaimWithinCohort::Never,
+            borrow_within_cohort: BorrowWithinCohort::default(),
         };
         let Some(Value::Object(pre)) = spec.get("preemption") else {
             return p;
@@ -313,16 +317,73 @@ impl Reader {
         if let Some(r) = self.enum_field(&at, pre, "reclaimWithinCohort") {
             p.reclaim_within_cohort = r;
         }
-        let borrow = pre
-            .get("borrowWithinCohort")
-            .and_then(|b| b.get("policy"))
-            .and_then(Value::as_str);
-        if borrow.is_some_and(|b| b != "Never") {
+        p.borrow_within_cohort = self.borrow_within_cohort(&at, pre);
+        if p.borrow_within_cohort.policy == BorrowPolicy::Never {
+            return p;
+        }
+        // Kueue's CRD rule: borrowing may only preempt where reclaiming may.
+        if p.reclaim_within_cohort == ReclaimWithinCohort::Never {
+            self.problem(
+                &format!("{at}.borrowWithinCohort.policy"),
+                "LowerPriority with reclaimWithinCohort Never (Kueue's default) is refused by \
+                 Kueue; set reclaimWithinCohort to Any or LowerPriority, or the policy to Never",
+            );
+        }
+        if spec.get("fairSharing").is_some_and(|v| !is_empty(v)) {
             self.not_modelled.push(format!(
-                "{at}.borrowWithinCohort (a borrowing job does not preempt to borrow)"
+                "{at}.borrowWithinCohort beside spec.fairSharing (Kueue allows borrowWithinCohort \
+                 only with classical preemption, not with fair sharing enabled; Ferry's fair \
+                 sharing always runs, and it applies borrowWithinCohort as well)"
             ));
         }
         p
+    }
+
+    /// `borrowWithinCohort: {policy, maxPriorityThreshold}` as Kueue's v1beta1 and v1beta2
+    /// spell it; a threshold under `policy: Never` does nothing in Kueue and is dropped.
+    fn borrow_within_cohort(&mut self, at: &str, pre: &Map<String, Value>) -> BorrowWithinCohort {
+        let at = format!("{at}.borrowWithinCohort");
+        let b = match pre.get("borrowWithinCohort") {
+            None | Some(Value::Null) => return BorrowWithinCohort::default(),
+            Some(Value::Object(b)) => b,
+            Some(v) => {
+                self.problem(
+                    &at,
+                    format!(
+                        "must be a mapping such as {{policy: LowerPriority, \
+                         maxPriorityThreshold: 100}} (got {v})"
+                    ),
+                );
+                return BorrowWithinCohort::default();
+            }
+        };
+        self.problems.extend(unknown_fields(
+            &format!("{at}."),
+            b.keys(),
+            &["maxPriorityThreshold", "policy"],
+            "a borrowWithinCohort field of Kueue",
+        ));
+        let policy: BorrowPolicy = self.enum_field(&at, b, "policy").unwrap_or_default();
+        let threshold = match b.get("maxPriorityThreshold") {
+            None | Some(Value::Null) => None,
+            Some(v) => {
+                let t = v.as_i64().and_then(|t| i32::try_from(t).ok());
+                if t.is_none() {
+                    self.problem(
+                        &format!("{at}.maxPriorityThreshold"),
+                        format!(
+                            "must be a whole priority value, a 32-bit integer such as 100 \
+                             (got {v})"
+                        ),
+                    );
+                }
+                t
+            }
+        };
+        BorrowWithinCohort {
+            policy,
+            max_priority_threshold: threshold.filter(|_| policy == BorrowPolicy::LowerPriority),
+        }
     }
 
     /// The GPU quota of each flavor in `spec.resourceGroups`; other resources are noted.

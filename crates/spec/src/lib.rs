@@ -43,7 +43,8 @@ pub use priority_class::{MAX_PRIORITY_VALUE, PreemptionPolicy, PriorityClass, Pr
 pub use priority_classes::{ClusterPriorityClass, ClusterPriorityClasses, read_priority_classes};
 pub use quantity::quantity;
 pub use queue::{
-    FlavorQuota, Preemption, Queue, QueueSpec, ReclaimWithinCohort, StopPolicy, WithinQueue,
+    BorrowPolicy, BorrowWithinCohort, FlavorQuota, Preemption, Queue, QueueSpec,
+    ReclaimWithinCohort, StopPolicy, WithinQueue,
 };
 pub use resource_quota::{NamespaceQuotas, read_resource_quotas};
 pub use schema::{json_schema, json_schema_all};

@@ -58,12 +58,80 @@ pub struct Preemption {
     /// any priority), `LowerPriority` or `Never` (what it lent comes back as they finish).
     #[serde(default)]
     pub reclaim_within_cohort: ReclaimWithinCohort,
+    /// Whether a job that must borrow to start may preempt other cohort members' borrowing
+    /// jobs of a lower priority (Kueue's `borrowWithinCohort`); omitted: `policy: Never`.
+    #[serde(default, skip_serializing_if = "BorrowWithinCohort::is_never")]
+    pub borrow_within_cohort: BorrowWithinCohort,
+}
+
+/// Kueue's ClusterQueue `preemption.borrowWithinCohort`, in Kueue's shape, so a Queue reads
+/// like the ClusterQueue it renders to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BorrowWithinCohort {
+    /// `Never` (default; a borrowing job preempts no one in the cohort) or `LowerPriority`
+    /// (it may preempt other queues' borrowing jobs of a lower priority).
+    #[serde(default)]
+    pub policy: BorrowPolicy,
+    /// With `LowerPriority`: only jobs whose priority value is at most this may be preempted;
+    /// any lower priority when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_priority_threshold: Option<i32>,
+}
+
+impl BorrowWithinCohort {
+    /// `policy: Never` with no threshold: Kueue's default, left out when printed.
+    pub fn is_never(&self) -> bool {
+        *self == BorrowWithinCohort::default()
+    }
+}
+
+/// Kueue's `borrowWithinCohort.policy` values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum BorrowPolicy {
+    /// A job that must borrow waits for free quota.
+    #[default]
+    Never,
+    /// A job that must borrow may preempt lower-priority borrowing jobs of other queues.
+    LowerPriority,
 }
 
 impl Preemption {
     /// Whether every field has its default (left out when printed).
     pub fn is_default(&self) -> bool {
         *self == Preemption::default()
+    }
+
+    /// `borrowWithinCohort`'s rules: LowerPriority needs reclaiming (Kueue's CRD refuses it
+    /// otherwise, so a Queue Ferry admits renders to a ClusterQueue Kueue admits), a threshold
+    /// needs LowerPriority (it does nothing else) and the class values' range.
+    fn validate(&self, p: &mut Problems) {
+        let at = "spec.preemption.borrowWithinCohort";
+        let b = self.borrow_within_cohort;
+        if let Some(t) = b.max_priority_threshold {
+            if b.policy == BorrowPolicy::Never {
+                p.push(
+                    format!("{at}.maxPriorityThreshold"),
+                    format!(
+                        "is only used with policy LowerPriority (got {t} with policy Never); \
+                         set {at}.policy to LowerPriority or remove the threshold"
+                    ),
+                );
+            }
+            if let Some(msg) = crate::priority_class::out_of_range(i128::from(t)) {
+                p.push(format!("{at}.maxPriorityThreshold"), msg);
+            }
+        }
+        if b.policy == BorrowPolicy::LowerPriority
+            && self.reclaim_within_cohort == ReclaimWithinCohort::Never
+        {
+            p.push(
+                format!("{at}.policy"),
+                "LowerPriority needs spec.preemption.reclaimWithinCohort to preempt in the \
+                 cohort at all (Kueue refuses it with Never); set reclaimWithinCohort to Any or \
+                 LowerPriority, or borrowWithinCohort.policy to Never",
+            );
+        }
     }
 }
 
@@ -181,5 +249,6 @@ impl Queue {
                 }
             }
         }
+        self.spec.preemption.validate(p);
     }
 }

@@ -328,6 +328,8 @@ impl SchedulerConf {
             } else {
                 ReclaimWithinCohort::Never
             },
+            // Volcano's reclaim never preempts for a queue going above its deserved GPUs.
+            ..Preemption::default()
         }
     }
 

@@ -533,10 +533,17 @@ impl Scheduler {
     }
 }
 
+/// Why a victim may be taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
+    /// Lower-class work of the preemptor's own queue.
     Priority,
+    /// Lent quota taken back for its owner (or by fair sharing).
     Reclaim,
+    /// Lower-class borrowed work of another cohort member, taken by a job that must borrow
+    /// (`PreemptionPolicy::borrow_within_cohort`).
+    Borrow,
+    /// Work on the preemptor's reserved nodes on loan.
     Loan,
 }
 

@@ -144,6 +144,24 @@ impl Scheduler {
                 .then(|| Self::ratio(qs, f, r as i64))
                 .flatten()
                 .filter(|_| qs.quota[f].is_some_and(|qq| qs.usage[f] < qq.nominal));
+            // Kueue's `borrowWithinCohort`: a job that must borrow may take lower-class
+            // borrowed work of members above their quota (reclaims must be allowed at all).
+            if let Some(bwc) = qs.preemption.borrow_within_cohort.filter(|_| {
+                !within_nominal && qs.preemption.reclaim_within_cohort != ReclaimWithinCohort::Never
+            }) && let Some(c) = qs.cohort
+            {
+                for &m in &self.cohorts[c as usize].members {
+                    let ms = &self.queues[m as usize];
+                    if m == q || ms.quota[f].is_none_or(|qq| ms.usage[f] <= qq.nominal) {
+                        continue;
+                    }
+                    for &(vprio, v) in &ms.running {
+                        if bwc.may_take(vprio, prio) {
+                            cands.push((v, Kind::Borrow));
+                        }
+                    }
+                }
+            }
             if (within_nominal || fair_after.is_some())
                 && let Some(c) = qs.cohort
             {
@@ -198,6 +216,9 @@ impl Scheduler {
                                 ReclaimWithinCohort::Never => false,
                             }
                             && (critical || !self.deficit_ahead(vj.queue, q, vj.gpus()))
+                    }
+                    Kind::Borrow => {
+                        vj.borrowed && !vj.protected && self.mostly_borrowed(vj.queue, f, vj.gpus())
                     }
                     Kind::Loan => vj.on_loan && vj.prio <= prio,
                 }
@@ -432,7 +453,7 @@ impl Scheduler {
             let preemptor = preemptor.clone();
             let reason = match kind {
                 Kind::Reclaim => PreemptReason::Reclaim { preemptor },
-                Kind::Priority => PreemptReason::Priority { preemptor },
+                Kind::Priority | Kind::Borrow => PreemptReason::Priority { preemptor },
                 Kind::Loan => PreemptReason::LoanEnded { preemptor },
             };
             out.push(Decision::Preempt {
@@ -613,12 +634,15 @@ impl Scheduler {
         if qs.preemption.reclaim_within_cohort == ReclaimWithinCohort::Never {
             return false;
         }
+        // A job that must borrow may still take lower classes' borrowed work (the candidates
+        // say whose).
+        let borrowing = qs.preemption.borrow_within_cohort.is_some();
         let loans = if self.holder[f] == Some(j) {
             self.own_loans(q, f)
         } else {
             0
         };
-        (qs.usage[f].saturating_sub(loans) + r <= qq.nominal || fair)
+        (qs.usage[f].saturating_sub(loans) + r <= qq.nominal || fair || borrowing)
             && self.cohorts[c as usize].members.iter().any(|&m| {
                 let ms = &self.queues[m as usize];
                 m != q && ms.quota[f].is_some_and(|x| ms.usage[f] > x.nominal)

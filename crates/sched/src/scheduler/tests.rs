@@ -409,6 +409,64 @@ fn a_non_preempting_class_goes_first_without_preempting() {
     assert_eq!(admitted(&s.cycle(30)), vec!["batch"]);
 }
 
+/// Kueue's `borrowWithinCohort: LowerPriority`: a `high` job that must borrow takes another
+/// member's borrowed `low` work (Kueue's default `Never`, or a threshold below `low`, leaves it
+/// waiting); the victim, of a lower class and short of quota, cannot take the GPUs back.
+#[test]
+fn a_borrowing_job_takes_lower_classes_borrowed_work_only_when_its_queue_says() {
+    use crate::config::BorrowWithinCohort;
+    for (bwc, preempts) in [
+        (None, false),
+        (Some(BorrowWithinCohort::default()), true),
+        (
+            Some(BorrowWithinCohort {
+                max_priority_threshold: Some(-1),
+            }),
+            false,
+        ),
+        (
+            Some(BorrowWithinCohort {
+                max_priority_threshold: Some(0),
+            }),
+            true,
+        ),
+    ] {
+        let mut a = queue("a", Some("c"), 4);
+        a.preemption.borrow_within_cohort = bwc;
+        let mut s = Scheduler::new(
+            Cluster::uniform(1, 8, "gpu"),
+            vec![a, queue("b", Some("c"), 4)],
+            prios(),
+        )
+        .unwrap();
+        s.submit(with_prio(wl("low", "b", 1, 8, 0, Some(3600)), "low"))
+            .unwrap();
+        assert_eq!(admitted(&s.cycle(0)), vec!["low"]);
+        s.submit(with_prio(wl("high", "a", 1, 8, 10, Some(600)), "high"))
+            .unwrap();
+        let d = s.cycle(10);
+        let want: Vec<(String, PreemptReason)> = if preempts {
+            vec![(
+                "low".into(),
+                PreemptReason::Priority {
+                    preemptor: "high".into(),
+                },
+            )]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(preempted(&d), want, "{bwc:?}");
+        if preempts {
+            s.evicted("low").unwrap();
+            assert_eq!(admitted(&s.cycle(70)), vec!["high"]);
+            // `low` waits: it cannot take back what `high` borrowed.
+            assert!(s.cycle(80).is_empty());
+            s.finished("high").unwrap();
+            assert_eq!(admitted(&s.cycle(670)), vec!["low"]);
+        }
+    }
+}
+
 /// `priorityPatienceS`: a more urgent job preempts only when it would otherwise wait at least
 /// that long; work ending sooner is left to end, and work of unknown end is preempted as before.
 #[test]

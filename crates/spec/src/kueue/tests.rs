@@ -79,6 +79,7 @@ fn an_exported_setup_reads_with_kueues_defaults() {
         preemption: Preemption {
             within_queue: WithinQueue::LowerPriority,
             reclaim_within_cohort: ReclaimWithinCohort::Any,
+            ..Default::default()
         },
     };
     // No preemption field: Kueue preempts nothing, where a Ferry Queue would.
@@ -95,6 +96,7 @@ fn an_exported_setup_reads_with_kueues_defaults() {
         preemption: Preemption {
             within_queue: WithinQueue::Never,
             reclaim_within_cohort: ReclaimWithinCohort::Never,
+            ..Default::default()
         },
     };
     assert_eq!(
@@ -143,7 +145,6 @@ spec:
   queueingStrategy: StrictFIFO
   admissionChecksStrategy: {admissionChecks: [{name: prov}]}
   flavorFungibility: {whenCanBorrow: TryNextFlavor}
-  preemption: {borrowWithinCohort: {policy: LowerPriority, maxPriorityThreshold: 100}}
   resourceGroups:
   - coveredResources: [nvidia.com/gpu]
     flavors: [{name: gpu, resources: [{name: nvidia.com/gpu, nominalQuota: 8}]}]
@@ -162,7 +163,6 @@ value: 1000
         "ClusterQueue/a: spec.admissionChecksStrategy",
         "ClusterQueue/a: spec.flavorFungibility",
         "spec.queueingStrategy StrictFIFO",
-        "spec.preemption.borrowWithinCohort",
         "1 WorkloadPriorityClass object(s) skipped",
     ] {
         assert!(
@@ -170,6 +170,112 @@ value: 1000
             "{expected} missing from:\n{notes}"
         );
     }
+}
+
+/// `borrowWithinCohort` is read in Kueue's shape in both versions; a threshold without
+/// `LowerPriority` does nothing in Kueue and is dropped; beside `fairSharing` it is noted.
+#[test]
+fn borrow_within_cohort_is_read_as_the_queues_policy() {
+    let cq = |version: &str, preemption: &str, rest: &str| {
+        format!(
+            "apiVersion: kueue.x-k8s.io/{version}\nkind: ClusterQueue\nmetadata: {{name: a}}\n\
+             spec: {{cohort: all, preemption: {preemption}{rest}}}\n"
+        )
+    };
+    let borrow = |q: &KueueQueues| q.cluster_queues[0].1.preemption.borrow_within_cohort;
+    let lower = |t: Option<i32>| BorrowWithinCohort {
+        policy: BorrowPolicy::LowerPriority,
+        max_priority_threshold: t,
+    };
+    for version in ["v1beta1", "v1beta2"] {
+        let text = cq(
+            version,
+            "{reclaimWithinCohort: Any, borrowWithinCohort: {policy: LowerPriority, \
+             maxPriorityThreshold: 100}}",
+            "",
+        );
+        let q = read_kueue_queues(&text, "q.yaml").unwrap();
+        assert_eq!(borrow(&q), lower(Some(100)), "{version}");
+        assert!(
+            q.not_modelled
+                .iter()
+                .all(|n| !n.contains("borrowWithinCohort")),
+            "{:?}",
+            q.not_modelled
+        );
+    }
+    let q = read_kueue_queues(
+        &cq(
+            "v1beta2",
+            "{reclaimWithinCohort: LowerPriority, borrowWithinCohort: {policy: LowerPriority}}",
+            ", fairSharing: {weight: 2}",
+        ),
+        "q.yaml",
+    )
+    .unwrap();
+    assert_eq!(borrow(&q), lower(None));
+    assert_eq!(
+        q.not_modelled,
+        [
+            "ClusterQueue/a: spec.preemption.borrowWithinCohort beside spec.fairSharing (Kueue \
+             allows borrowWithinCohort only with classical preemption, not with fair sharing \
+             enabled; Ferry's fair sharing always runs, and it applies borrowWithinCohort as \
+             well)"
+        ]
+    );
+    // Absent, or `Never` (with a threshold Kueue ignores): Kueue's default.
+    for preemption in [
+        "{reclaimWithinCohort: Any}",
+        "{borrowWithinCohort: {policy: Never, maxPriorityThreshold: 5}}",
+        "{borrowWithinCohort: {maxPriorityThreshold: 5}}",
+    ] {
+        let q = read_kueue_queues(&cq("v1beta2", preemption, ""), "q.yaml").unwrap();
+        assert!(borrow(&q).is_never(), "{preemption}: {:?}", borrow(&q));
+        assert!(q.not_modelled.is_empty(), "{:?}", q.not_modelled);
+    }
+    // What Kueue refuses, and typos, name the field and the fix.
+    assert_eq!(
+        problems(&cq(
+            "v1beta2",
+            "{borrowWithinCohort: {policy: LowerPriority}}",
+            ""
+        )),
+        [
+            "ClusterQueue/a: spec.preemption.borrowWithinCohort.policy: LowerPriority with \
+             reclaimWithinCohort Never (Kueue's default) is refused by Kueue; set \
+             reclaimWithinCohort to Any or LowerPriority, or the policy to Never"
+        ]
+    );
+    let p = problems(&cq(
+        "v1beta2",
+        "{reclaimWithinCohort: Any, borrowWithinCohort: {policy: Lower, maxPriority: 1}}",
+        "",
+    ));
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(
+        p.iter().any(|e| e.starts_with(
+            "ClusterQueue/a: spec.preemption.borrowWithinCohort.maxPriority: not a \
+             borrowWithinCohort field of Kueue; did you mean `maxPriorityThreshold`?"
+        )),
+        "{p:?}"
+    );
+    assert!(
+        p.iter()
+            .any(|e| e.starts_with("ClusterQueue/a: spec.preemption.borrowWithinCohort.policy:")),
+        "{p:?}"
+    );
+    assert_eq!(
+        problems(&cq(
+            "v1beta2",
+            "{reclaimWithinCohort: Any, borrowWithinCohort: {policy: LowerPriority, \
+             maxPriorityThreshold: high}}",
+            ""
+        )),
+        [
+            "ClusterQueue/a: spec.preemption.borrowWithinCohort.maxPriorityThreshold: must be a \
+             whole priority value, a 32-bit integer such as 100 (got \"high\")"
+        ]
+    );
 }
 
 #[test]

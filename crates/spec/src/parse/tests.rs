@@ -302,37 +302,39 @@ fn a_queue_stop_policy_takes_kueues_values() {
     assert!(p[0].ends_with("did you mean `Hold`?"), "{p:?}");
 }
 
+/// A Queue document whose `spec.preemption` is `preemption` (YAML flow mapping).
+fn queue_with_preemption(preemption: &str) -> String {
+    format!(
+        "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: team-a}}\nspec: {{preemption: {preemption}}}\n"
+    )
+}
+
+/// The preemption policy of the one Queue in `text`.
+fn preemption_of(text: &str) -> crate::Preemption {
+    match &parse_documents(text, "queue.yaml").unwrap()[0] {
+        Resource::Queue(q) => q.spec.preemption,
+        other => panic!("not a Queue: {other:?}"),
+    }
+}
+
 /// `spec.preemption` takes Kueue's values; a wrong one names the field and the values, and an
 /// unknown key suggests the right one.
 #[test]
 fn a_queue_preemption_policy_takes_kueues_values() {
-    let queue = |preemption: &str| {
-        format!(
-            "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {{name: team-a}}\nspec: {{preemption: {preemption}}}\n"
-        )
-    };
-    let docs = parse_documents(
-        &queue("{withinQueue: LowerOrNewerEqualPriority, reclaimWithinCohort: Never}"),
-        "queue.yaml",
-    )
-    .unwrap();
-    let Resource::Queue(q) = &docs[0] else {
-        panic!("not a Queue")
-    };
+    let queue = queue_with_preemption;
     assert_eq!(
-        q.spec.preemption,
+        preemption_of(&queue(
+            "{withinQueue: LowerOrNewerEqualPriority, reclaimWithinCohort: Never}"
+        )),
         crate::Preemption {
             within_queue: crate::WithinQueue::LowerOrNewerEqualPriority,
             reclaim_within_cohort: crate::ReclaimWithinCohort::Never,
+            ..Default::default()
         }
     );
     // Left out, each keeps Ferry's default, and a default policy is not printed back.
-    let docs = parse_documents(&queue("{withinQueue: Never}"), "queue.yaml").unwrap();
-    let Resource::Queue(q) = &docs[0] else {
-        panic!("not a Queue")
-    };
     assert_eq!(
-        q.spec.preemption.reclaim_within_cohort,
+        preemption_of(&queue("{withinQueue: Never}")).reclaim_within_cohort,
         crate::ReclaimWithinCohort::Any
     );
     let docs = parse_documents(&queue("{}"), "queue.yaml").unwrap();
@@ -346,6 +348,68 @@ fn a_queue_preemption_policy_takes_kueues_values() {
     let p = problems(&queue("{withinClusterQueue: Never}"));
     assert_eq!(p.len(), 1, "{p:?}");
     assert!(p[0].ends_with("did you mean `withinQueue`?"), "{p:?}");
+}
+
+/// `spec.preemption.borrowWithinCohort` takes Kueue's shape, is left out when `Never`, and
+/// is held to Kueue's rules: a threshold needs `LowerPriority`, which needs reclaiming.
+#[test]
+fn a_queue_may_preempt_to_borrow_as_kueue_allows() {
+    let queue = queue_with_preemption;
+    let text = queue("{borrowWithinCohort: {policy: LowerPriority, maxPriorityThreshold: -5}}");
+    assert_eq!(
+        preemption_of(&text).borrow_within_cohort,
+        crate::BorrowWithinCohort {
+            policy: crate::BorrowPolicy::LowerPriority,
+            max_priority_threshold: Some(-5),
+        }
+    );
+    let docs = parse_documents(&text, "queue.yaml").unwrap();
+    assert_eq!(
+        docs[0].to_value()["spec"]["preemption"],
+        serde_json::json!({
+            "withinQueue": "LowerPriority",
+            "reclaimWithinCohort": "Any",
+            "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": -5},
+        })
+    );
+    // `Never` is the default, and left out.
+    let docs = parse_documents(
+        &queue("{borrowWithinCohort: {policy: Never}}"),
+        "queue.yaml",
+    )
+    .unwrap();
+    assert!(docs[0].to_value()["spec"].get("preemption").is_none());
+    let at = "spec.preemption.borrowWithinCohort";
+    assert_eq!(
+        problems(&queue("{borrowWithinCohort: {maxPriorityThreshold: 100}}")),
+        [format!(
+            "{at}.maxPriorityThreshold: is only used with policy LowerPriority (got 100 with \
+             policy Never); set {at}.policy to LowerPriority or remove the threshold"
+        )]
+    );
+    assert_eq!(
+        problems(&queue(
+            "{reclaimWithinCohort: Never, borrowWithinCohort: {policy: LowerPriority}}"
+        )),
+        [format!(
+            "{at}.policy: LowerPriority needs spec.preemption.reclaimWithinCohort to preempt in \
+             the cohort at all (Kueue refuses it with Never); set reclaimWithinCohort to Any or \
+             LowerPriority, or borrowWithinCohort.policy to Never"
+        )]
+    );
+    let p = problems(&queue(
+        "{borrowWithinCohort: {policy: LowerPriority, maxPriorityThreshold: 1000000001}}",
+    ));
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].starts_with(&format!(
+            "{at}.maxPriorityThreshold: must be between -1000000000 and 1000000000 (got 1000000001)"
+        )),
+        "{p:?}"
+    );
+    let p = problems(&queue("{borrowWithinCohort: {policy: Lower}}"));
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(p[0].ends_with("did you mean `LowerPriority`?"), "{p:?}");
 }
 
 #[test]

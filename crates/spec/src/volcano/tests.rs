@@ -172,6 +172,7 @@ fn preempt_and_reclaim_actions_turn_preemption_on_for_every_queue() {
     let on = Preemption {
         within_queue: WithinQueue::LowerPriority,
         reclaim_within_cohort: ReclaimWithinCohort::Any,
+        ..Default::default()
     };
     let specs = q.queue_specs(16);
     assert!(specs.iter().all(|(_, s)| s.preemption == on), "{specs:?}");
@@ -208,6 +209,7 @@ fn preempt_and_reclaim_actions_turn_preemption_on_for_every_queue() {
         Preemption {
             within_queue: WithinQueue::LowerPriority,
             reclaim_within_cohort: ReclaimWithinCohort::Never,
+            ..Default::default()
         }
     );
     assert!(q.replayed[0].ends_with("; allocate is what Ferry always does"));
