@@ -541,6 +541,23 @@ fn bad_traces_are_refused_with_the_line_and_the_fix() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("gpus"), "{err}");
+    // A priority no class could be named (Kubernetes object-name rules), by line and with the fix.
+    for bad in ["High", "-high", "high-", "urgent!"] {
+        let msg = parse_trace(
+            &format!(
+                "job_id,submit_s,duration_s,gpus,team,priority\n1,0,10,8,a,high\n2,0,10,8,a,{bad}\n"
+            ),
+            "t.csv",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            msg.contains("line 3")
+                && msg.contains("column `priority`")
+                && msg.contains("leave it empty"),
+            "{bad}: {msg}"
+        );
+    }
     assert!(parse_trace("", "t.csv").is_err());
     assert!(read_trace(std::path::Path::new("/nonexistent/trace.csv")).is_err());
 }

@@ -310,8 +310,9 @@ pub fn parse_trace(text: &str, file: &str) -> Result<Vec<TraceJob>> {
                     file,
                     ln,
                     format!("column `priority`: {problem}"),
-                    "write the name of a priority class (lowercase letters, digits and `-`, \
-                     e.g. `high`), or leave it empty for the default class",
+                    "write the name of a priority class (lowercase letters, digits, `-` and \
+                     `.`, starting and ending with a letter or digit, e.g. `high`), or leave it \
+                     empty for the default class",
                 )
             })?),
         };
