@@ -88,6 +88,7 @@ fn replay(trace: &[TraceJob]) -> Vec<Figures> {
     let site = Site {
         cluster: &cluster,
         queues: &queues,
+        cohorts: &[],
         classes: &classes,
     };
     let run = |t: &[TraceJob], p: Policy| {

@@ -24,6 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ferry_sched::Site {
                 cluster: &cluster,
                 queues: &queues,
+                cohorts: &[],
                 classes: &ferry_sched::PriorityClass::standard(),
             },
             p,

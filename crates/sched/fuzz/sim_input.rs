@@ -2,14 +2,16 @@
 //! that the target and `tests/sim_inputs.rs` (which replays the seed corpus and generated
 //! inputs) both include, so a seed means the same to both.
 //!
-//! An input is a byte of switches, then the trace CSV, the cluster YAML and the queues YAML
-//! separated by NUL bytes; an empty or missing cluster or queues file means the defaults
-//! `ferry sim` picks. The switches pick the policy, what the policies are told of run times,
+//! An input is a byte of switches, then the trace CSV, the cluster YAML, the queues YAML and
+//! the cohorts YAML (a list of cohort specs: a cohort tree) separated by NUL bytes; an empty or
+//! missing cluster or queues file means the defaults `ferry sim` picks, and no cohorts file
+//! flat cohorts. The switches pick the policy, what the policies are told of run times,
 //! whether pace corrects them, whether split gangs run slower, and whether starts are forecast.
 
 use ferry_sched::{
-    Cluster, Estimates, Knowledge, Policy, PriorityClass, Probes, QueueSpec, SchedError, SimReport,
-    Site, TraceJob, default_cluster, default_queues, parse_trace, simulate_probing,
+    Cluster, CohortSpec, Estimates, Knowledge, Policy, PriorityClass, Probes, QueueSpec,
+    SchedError, SimReport, Site, TraceJob, default_cluster, default_queues, parse_trace,
+    simulate_probing,
 };
 
 /// One decoded input.
@@ -20,6 +22,8 @@ pub struct SimInput {
     pub cluster: Cluster,
     /// The queues given, else the default ones for the trace and cluster.
     pub queues: Vec<QueueSpec>,
+    /// The cohort tree given, else none.
+    pub cohorts: Vec<CohortSpec>,
     /// The priority classes a trace row may name: Ferry's standard `low`, `normal`, `high`.
     pub classes: Vec<PriorityClass>,
     /// The policy the switches pick.
@@ -46,10 +50,15 @@ impl SimInput {
             None => default_queues(&trace, &cluster),
             Some(yaml) => serde_saphyr::from_str(yaml).map_err(|e| format!("queues: {e}"))?,
         };
+        let cohorts = match parts.next().filter(|t| !t.trim().is_empty()) {
+            None => Vec::new(),
+            Some(yaml) => serde_saphyr::from_str(yaml).map_err(|e| format!("cohorts: {e}"))?,
+        };
         Ok(SimInput {
             trace,
             cluster,
             queues,
+            cohorts,
             classes: PriorityClass::standard(),
             policy: Policy::ALL[usize::from(switches) % Policy::ALL.len()],
             knowledge: Knowledge {
@@ -74,6 +83,7 @@ impl SimInput {
         Site {
             cluster: &self.cluster,
             queues: &self.queues,
+            cohorts: &self.cohorts,
             classes: &self.classes,
         }
     }

@@ -123,6 +123,36 @@ pub struct QueueSpec {
     pub preemption: PreemptionPolicy,
 }
 
+/// A cohort of a cohort tree (Kueue's `Cohort`): its own GPUs, which its queues and child
+/// cohorts share before they borrow from its parent, and limits on what it borrows from and
+/// lends to its parent. Cohorts named only by queues need no spec: they are roots with no GPUs
+/// of their own, as before trees existed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CohortSpec {
+    /// Cohort name, as queues (`QueueSpec::cohort`) and child cohorts (`parent`) give it.
+    pub name: String,
+    /// The cohort it borrows from and lends to (`None`: a root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Its own GPUs per flavor (`nominal`), and per flavor the most it borrows from its parent
+    /// beyond its subtree's GPUs (`borrowingLimit`) and the most of its subtree's GPUs it lends
+    /// to the parent (`lendingLimit`; `None`: all of them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quotas: Vec<FlavorQuota>,
+}
+
+impl CohortSpec {
+    /// A cohort under `parent` with no GPUs of its own and no limits.
+    pub fn under(name: &str, parent: Option<&str>) -> CohortSpec {
+        CohortSpec {
+            name: name.to_owned(),
+            parent: parent.map(str::to_owned),
+            quotas: Vec::new(),
+        }
+    }
+}
+
 /// What a queue's waiting work may preempt to start: Kueue's ClusterQueue `spec.preemption`,
 /// with its values. Loans (work started on a reservation's idle GPUs on the promise of giving
 /// them back) are taken back whatever it says.

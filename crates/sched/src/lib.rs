@@ -43,7 +43,7 @@ pub mod scheduler;
 pub mod sim;
 
 pub use config::{
-    ANY_FLAVOR, BorrowWithinCohort, Cluster, DEFAULT_PRIORITY, Decision, FlavorQuota,
+    ANY_FLAVOR, BorrowWithinCohort, Cluster, CohortSpec, DEFAULT_PRIORITY, Decision, FlavorQuota,
     MAX_CLUSTER_NODES, MAX_SPLIT_SLOWDOWN_PCT, Multifactor, Node, Options, PodPlacement,
     PreemptReason, PreemptionPolicy, PriorityClass, QueueSpec, ReclaimWithinCohort, StopPolicy,
     Time, Topology, WithinQueue, Workload,
@@ -57,8 +57,8 @@ pub use sim::{
     ClassStats, Estimates, FAIRNESS_TOLERANCE, ForecastAccuracy, GenSpec, JOB_COLUMNS, JobOutcome,
     Knowledge, MIN_SATURATED_S, MakespanBound, MakespanLimit, MissCause, Policy, Probes, Shape,
     ShareBreakdown, SimReport, Site, SizeMix, StartEstimates, TeamShare, TraceJob,
-    check_replayable, cluster_with_gpus, default_cluster, default_queues, describe_setup,
-    entitlements, generated_trace, heeds_priorities, makespan_bound, parse_trace, read_trace,
-    render_jobs_csv, render_svg, render_table, requiring_one_rack, simulate, simulate_knowing,
-    simulate_probing, simulate_with, with_load, with_racks,
+    check_replayable, cluster_with_gpus, default_cluster, default_queues, describe_cohorts,
+    describe_setup, entitlements, generated_trace, heeds_priorities, makespan_bound, parse_trace,
+    read_trace, render_jobs_csv, render_svg, render_table, requiring_one_rack, simulate,
+    simulate_knowing, simulate_probing, simulate_with, with_load, with_racks,
 };

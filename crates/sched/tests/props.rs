@@ -3,9 +3,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ferry_sched::{
-    BorrowWithinCohort, Cluster, Decision, FlavorQuota, Multifactor, Node, Options, PodPlacement,
-    PreemptReason, PreemptionPolicy, PriorityClass, QueueSpec, ReclaimWithinCohort, SchedError,
-    Scheduler, StopPolicy, Topology, WithinQueue, Workload,
+    BorrowWithinCohort, Cluster, CohortSpec, Decision, FlavorQuota, Multifactor, Node, Options,
+    PodPlacement, PreemptReason, PreemptionPolicy, PriorityClass, QueueSpec, QueueUsage,
+    ReclaimWithinCohort, SchedError, Scheduler, StopPolicy, Topology, WithinQueue, Workload,
 };
 use proptest::prelude::*;
 
@@ -13,6 +13,8 @@ use proptest::prelude::*;
 struct Case {
     cluster: Cluster,
     queues: Vec<QueueSpec>,
+    /// A cohort tree over the queues' cohorts, or none (flat cohorts).
+    cohorts: Vec<CohortSpec>,
     jobs: Vec<(Workload, u64)>,
     opts: Options,
     stops: Stops,
@@ -113,7 +115,20 @@ fn case() -> impl Strategy<Value = Case> {
             prop::sample::select(vec![0u64, 5]),
         ),
     );
-    (nodes, queues, jobs, opts, stops()).prop_map(
+    // A cohort tree over cohorts c0 and c1: both under a root `r`, c1 under c0, or both under
+    // an `r` with GPUs of its own; each cohort with GPUs of its own and limits per flavor.
+    let tree = prop::option::of((
+        0u8..3,
+        prop::collection::vec(
+            (
+                0u32..8,
+                prop::option::of(0u32..12),
+                prop::option::of(0u32..12),
+            ),
+            6,
+        ),
+    ));
+    (nodes, queues, jobs, opts, stops(), tree).prop_map(
         |(
             nodes,
             queues,
@@ -127,6 +142,7 @@ fn case() -> impl Strategy<Value = Case> {
                 (through, overshoot, borrowed, slurm, split, patience),
             ),
             stops,
+            tree,
         )| {
             let cluster = Cluster {
                 nodes: nodes
@@ -167,8 +183,9 @@ fn case() -> impl Strategy<Value = Case> {
                     preemption: policy.map(preemption_policy).unwrap_or_default(),
                 })
                 .collect();
-            // A cohort needs two members (one alone is refused as unknown).
-            for i in 0..specs.len() {
+            // A cohort needs two members (one alone is refused as unknown), unless a tree
+            // joins it to others (checked once the tree is built).
+            for i in (0..specs.len()).filter(|_| tree.is_none()) {
                 let Some(c) = specs[i].cohort.clone() else {
                     continue;
                 };
@@ -195,6 +212,71 @@ fn case() -> impl Strategy<Value = Case> {
                         .map(|q| q.lending_limit.unwrap_or(q.nominal))
                         .sum();
                     specs[i].quotas[k].borrowing_limit = queues[i].1[k].1.map(|b| b.min(others));
+                }
+            }
+            let mut cohorts = tree.map_or_else(Vec::new, |(shape, quotas)| {
+                let names = ["c0", "c1", "r"];
+                let parents = match shape {
+                    0 => [Some("r"), Some("r"), None],
+                    1 => [None, Some("c0"), None],
+                    _ => [Some("r"), Some("r"), None],
+                };
+                (0..3)
+                    .filter(|&k| shape != 1 || k < 2)
+                    .map(|k| CohortSpec {
+                        quotas: present
+                            .iter()
+                            .enumerate()
+                            .map(|(f, name)| {
+                                let (own, borrow, lend) = quotas[k * 2 + f];
+                                FlavorQuota {
+                                    flavor: (*name).into(),
+                                    nominal: if k == 2 && shape == 0 { 0 } else { own },
+                                    borrowing_limit: borrow.filter(|_| parents[k].is_some()),
+                                    lending_limit: lend,
+                                }
+                            })
+                            .collect(),
+                        ..CohortSpec::under(names[k], parents[k])
+                    })
+                    .collect()
+            });
+            let probe = |queues: &[QueueSpec], cohorts: &[CohortSpec]| {
+                Scheduler::with_cohorts(
+                    Cluster {
+                        nodes: cluster.nodes.clone(),
+                    },
+                    queues.to_vec(),
+                    cohorts,
+                    Vec::new(),
+                    Options::default(),
+                )
+            };
+            // Limits the tree cannot honour, and queues it leaves alone, are dropped as a
+            // control plane's user would fix them (the refusals are unit-tested).
+            while let Err(SchedError::InvalidConfig { field, .. }) = probe(&specs, &cohorts) {
+                let index = |at: &str| -> usize {
+                    field[at.len()..]
+                        .split(']')
+                        .next()
+                        .and_then(|n| n.parse().ok())
+                        .expect("an indexed field")
+                };
+                if field.starts_with("cohorts[") && field.ends_with("borrowingLimit") {
+                    let (k, j) = (
+                        index("cohorts["),
+                        field
+                            .split("quotas[")
+                            .nth(1)
+                            .and_then(|x| x.split(']').next())
+                            .and_then(|n| n.parse::<usize>().ok())
+                            .expect("a quota index"),
+                    );
+                    cohorts[k].quotas[j].borrowing_limit = None;
+                } else if field.starts_with("queues[") && field.ends_with(".cohort") {
+                    specs[index("queues[")].cohort = None;
+                } else {
+                    panic!("generated an unexpected refusal at {field}");
                 }
             }
             let jobs = jobs
@@ -245,6 +327,7 @@ fn case() -> impl Strategy<Value = Case> {
             Case {
                 cluster,
                 queues: specs,
+                cohorts,
                 jobs,
                 opts,
                 stops,
@@ -348,6 +431,7 @@ fn fair_case() -> impl Strategy<Value = Case> {
             Case {
                 cluster,
                 queues,
+                cohorts: Vec::new(),
                 jobs,
                 opts: Options {
                     backfill,
@@ -366,6 +450,105 @@ fn fair_case() -> impl Strategy<Value = Case> {
             }
         },
     )
+}
+
+/// Every cohort of `case` within what it holds, by a model of cohort trees written apart from
+/// the scheduler's: a queue pools in its cohort what it uses beyond what it does not lend; a
+/// cohort holds its own GPUs plus what its queues and child cohorts lend, pools in its parent
+/// what its members pool beyond what it does not lend, and may take beyond what it holds at
+/// most its borrowing limit (a root: nothing).
+fn check_cohorts(case: &Case, usage: &[QueueUsage]) -> Result<(), TestCaseError> {
+    let quota = |quotas: &[FlavorQuota], f: &str| -> (u64, Option<u64>, Option<u64>) {
+        quotas
+            .iter()
+            .find(|q| q.flavor == f)
+            .map_or((0, None, None), |q| {
+                (
+                    u64::from(q.nominal),
+                    q.borrowing_limit.map(u64::from),
+                    q.lending_limit.map(u64::from),
+                )
+            })
+    };
+    let spec = |c: &str| case.cohorts.iter().find(|x| x.name == c);
+    let mut names: Vec<String> = case
+        .queues
+        .iter()
+        .filter_map(|q| q.cohort.clone())
+        .collect();
+    for c in &case.cohorts {
+        names.push(c.name.clone());
+        names.extend(c.parent.clone());
+    }
+    names.sort();
+    names.dedup();
+    for f in flavors() {
+        // (what it holds, what it lends, what its members pool in it), children first.
+        fn held(
+            c: &str,
+            f: &str,
+            case: &Case,
+            usage: &[QueueUsage],
+            out: &mut BTreeMap<String, (u64, u64, u64)>,
+        ) -> (u64, u64, u64) {
+            let spec = case.cohorts.iter().find(|x| x.name == c);
+            let own: (u64, Option<u64>) = spec
+                .and_then(|s| s.quotas.iter().find(|q| q.flavor == f))
+                .map_or((0, None), |q| {
+                    (u64::from(q.nominal), q.lending_limit.map(u64::from))
+                });
+            let (mut cap, mut pooled) = (own.0, 0);
+            for q in case
+                .queues
+                .iter()
+                .filter(|q| q.cohort.as_deref() == Some(c))
+            {
+                let Some(x) = q.quotas.iter().find(|x| x.flavor == f) else {
+                    continue;
+                };
+                let lend = u64::from(x.lending_limit.unwrap_or(x.nominal));
+                let used = usage
+                    .iter()
+                    .find(|u| u.name == q.name)
+                    .and_then(|u| u.usage.iter().find(|(g, _)| g == f))
+                    .map_or(0, |(_, n)| *n);
+                cap += lend;
+                pooled += used.saturating_sub(u64::from(x.nominal) - lend);
+            }
+            for child in case
+                .cohorts
+                .iter()
+                .filter(|x| x.parent.as_deref() == Some(c))
+            {
+                let (ccap, clend, cpooled) = held(&child.name, f, case, usage, out);
+                cap += clend;
+                pooled += cpooled.saturating_sub(ccap - clend);
+            }
+            let lend = own.1.map_or(cap, |l| l.min(cap));
+            out.insert(c.to_owned(), (cap, lend, pooled));
+            (cap, lend, pooled)
+        }
+        let mut out = BTreeMap::new();
+        for root in names
+            .iter()
+            .filter(|c| spec(c).is_none_or(|s| s.parent.is_none()))
+        {
+            held(root, f, case, usage, &mut out);
+        }
+        for (c, (cap, _, pooled)) in out {
+            let limit = match spec(&c) {
+                Some(s) if s.parent.is_some() => {
+                    quota(&s.quotas, f).1.map_or(u64::MAX, |b| cap + b)
+                }
+                _ => cap,
+            };
+            prop_assert!(
+                pooled <= limit,
+                "cohort {c} pools {pooled} {f} GPUs of {cap} (limit {limit})"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Three classes; `mid` goes before `low` but never preempts it (`preemptionPolicy: Never`).
@@ -418,9 +601,10 @@ fn queues_at(case: &Case, held: bool) -> Vec<QueueSpec> {
 
 /// An empty scheduler over `queues`; every generated config is valid by construction.
 fn build(case: &Case, queues: Vec<QueueSpec>) -> Result<Scheduler, TestCaseError> {
-    Scheduler::with_options(
+    Scheduler::with_cohorts(
         case.cluster.clone(),
         queues,
+        &case.cohorts,
         priorities(),
         case.opts.clone(),
     )
@@ -691,8 +875,8 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
             check_forecast(&s, t, &accepted, &done, &running, held)?;
         }
         // Quota: usage within nominal + permitted borrowing, and cohorts within what they hold.
-        let mut cohort_use: BTreeMap<(String, String), u64> = BTreeMap::new();
-        for u in s.queue_usage() {
+        let usage = s.queue_usage();
+        for u in &usage {
             let spec = case
                 .queues
                 .iter()
@@ -720,21 +904,9 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
                 {
                     prop_assert!(*used <= nominal + u64::from(b));
                 }
-                if let Some(c) = &spec.cohort {
-                    *cohort_use.entry((c.clone(), flavor.clone())).or_default() += used;
-                }
             }
         }
-        for ((c, f), used) in cohort_use {
-            let total: u64 = case
-                .queues
-                .iter()
-                .filter(|q| q.cohort.as_deref() == Some(c.as_str()))
-                .flat_map(|q| q.quotas.iter().filter(|x| x.flavor == f))
-                .map(|x| u64::from(x.nominal))
-                .sum();
-            prop_assert!(used <= total, "cohort {c} uses {used} {f} of {total}");
-        }
+        check_cohorts(case, &usage)?;
         if pending_submit.is_empty()
             && running.is_empty()
             && evicting.is_empty()

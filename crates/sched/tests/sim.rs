@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 
 use ferry_sched::{
-    Cluster, Estimates, FlavorQuota, Knowledge, MakespanLimit, Options, Policy, PriorityClass,
-    Probes, QueueSpec, SchedError, SimReport, Site, StopPolicy, TraceJob, cluster_with_gpus,
-    default_cluster, default_queues, parse_trace, read_trace, render_jobs_csv, render_svg,
-    render_table, simulate, simulate_knowing, simulate_probing, with_load,
+    Cluster, CohortSpec, Estimates, FlavorQuota, Knowledge, MakespanLimit, Options, Policy,
+    PriorityClass, Probes, QueueSpec, SchedError, SimReport, Site, StopPolicy, TraceJob,
+    cluster_with_gpus, default_cluster, default_queues, parse_trace, read_trace, render_jobs_csv,
+    render_svg, render_table, simulate, simulate_knowing, simulate_probing, with_load,
 };
 
 /// A queue of `nominal` GPUs of flavor `gpu` in the cohort `all`.
@@ -261,6 +261,7 @@ fn waiting_jobs_start_when_the_forecast_said() {
                 Site {
                     cluster: &cluster,
                     queues: &queues,
+                    cohorts: &[],
                     classes: &PriorityClass::standard(),
                 },
                 policy,
@@ -850,6 +851,7 @@ fn an_urgent_class_preempts_under_ferry_goes_first_under_slurm_and_waits_under_f
     let site = Site {
         cluster: &cluster,
         queues: &queues,
+        cohorts: &[],
         classes: &classes,
     };
     let run = |policy: Policy| {
@@ -930,4 +932,67 @@ fn an_urgent_class_preempts_under_ferry_goes_first_under_slurm_and_waits_under_f
     let report = simulate(&plain, &cluster, &queues, Policy::Ferry).expect("runs");
     assert!(report.classes.is_empty());
     assert!(outcome(Policy::Ferry, "urgent").wait_s < report.jobs[3].wait_s);
+}
+
+/// Department `a` (teams a1, a2 of 8 GPUs) and department `b` (team b1 of 16) under one
+/// organisation on 32 GPUs; a1 alone submits four 8-GPU jobs while the others idle.
+#[test]
+fn a_cohort_trees_borrowing_limit_holds_in_the_replay_for_ferry_and_kueue() {
+    let trace = parse_trace(
+        "job_id,submit_s,duration_s,gpus,nodes,team,status\n\
+         j1,0,3600,8,1,a1,COMPLETED\n\
+         j2,0,3600,8,1,a1,COMPLETED\n\
+         j3,0,3600,8,1,a1,COMPLETED\n\
+         j4,0,3600,8,1,a1,COMPLETED\n",
+        "tree.csv",
+    )
+    .expect("trace parses");
+    let cluster = Cluster::uniform(4, 8, "gpu");
+    let queue = |name: &str, cohort: &str, nominal: u32| QueueSpec {
+        cohort: Some(cohort.into()),
+        ..cohort_queue(name, nominal)
+    };
+    let queues = vec![
+        queue("a1", "a", 8),
+        queue("a2", "a", 8),
+        queue("b1", "b", 16),
+    ];
+    let tree = |borrowing_limit: Option<u32>| {
+        vec![
+            CohortSpec {
+                quotas: vec![FlavorQuota {
+                    borrowing_limit,
+                    ..FlavorQuota::unlimited("gpu", 0)
+                }],
+                ..CohortSpec::under("a", Some("org"))
+            },
+            CohortSpec::under("b", Some("org")),
+        ]
+    };
+    let started_at_once = |cohorts: &[CohortSpec], policy: Policy| {
+        let site = Site {
+            cluster: &cluster,
+            queues: &queues,
+            cohorts,
+            classes: &PriorityClass::standard(),
+        };
+        let report = simulate_probing(
+            &trace,
+            site,
+            policy,
+            policy.options(),
+            Knowledge::exact(),
+            Probes::default(),
+        )
+        .expect("simulation runs");
+        report.jobs.iter().filter(|j| j.first_start_s == 0).count()
+    };
+    for policy in [Policy::Ferry, Policy::KueueStrict] {
+        // Department a may borrow b's idle 16: all four start at once.
+        assert_eq!(started_at_once(&tree(None), policy), 4, "{policy:?}");
+        // Department a borrows nothing: its 16 GPUs run two at a time.
+        assert_eq!(started_at_once(&tree(Some(0)), policy), 2, "{policy:?}");
+    }
+    // Without cohorts the other policies are untouched by the tree.
+    assert_eq!(started_at_once(&tree(Some(0)), Policy::EasyBackfill), 4);
 }

@@ -209,7 +209,7 @@ proptest! {
         for policy in Policy::ALL {
             match simulate_probing(
                 &trace,
-                Site { cluster: &cluster, queues: &queues, classes: &PriorityClass::standard() },
+                Site { cluster: &cluster, queues: &queues, cohorts: &[], classes: &PriorityClass::standard() },
                 policy,
                 policy.options(),
                 knowledge,

@@ -1,10 +1,13 @@
 //! Building a scheduler from its configuration, and the checks that refuse bad configuration
 //! (an unknown cohort, a borrowing limit past the cohort's capacity) by field and fix.
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::{Cohort, QueueState, Quota, Scheduler};
-use crate::config::{ANY_FLAVOR, Cluster, MAX_NODE_GPUS, Options, PriorityClass, QueueSpec};
+use super::{Cohort, QueueState, Quota, Scheduler, room};
+use crate::config::{
+    ANY_FLAVOR, Cluster, CohortSpec, FlavorQuota, MAX_NODE_GPUS, Options, PriorityClass, QueueSpec,
+};
 use crate::error::{Result, SchedError};
 use crate::pool::{NodeDesc, Pool};
 
@@ -18,6 +21,59 @@ fn cfg_err(
         problem: problem.into(),
         fix: fix.into(),
     }
+}
+
+/// Each flavor's quota entry of `owner` (`at`: its field path) with the entry's index:
+/// named flavors first, then an `any` entry for every flavor not named.
+fn per_flavor<'a>(
+    at: &str,
+    owner: &str,
+    quotas: &'a [FlavorQuota],
+    pools: &[Pool],
+    pool_idx: &HashMap<String, u16>,
+) -> Result<Vec<Option<(usize, &'a FlavorQuota)>>> {
+    let mut out = vec![None; pools.len()];
+    let order = (0..quotas.len())
+        .filter(|&j| quotas[j].flavor != ANY_FLAVOR)
+        .chain((0..quotas.len()).filter(|&j| quotas[j].flavor == ANY_FLAVOR));
+    let mut seen_any = false;
+    for j in order {
+        let fq = &quotas[j];
+        let field = format!("{at}.quotas[{j}].flavor");
+        if fq.flavor == ANY_FLAVOR {
+            if seen_any {
+                return Err(cfg_err(
+                    field,
+                    format!("flavor `{ANY_FLAVOR}` appears twice in {owner}"),
+                    "merge the two quota entries",
+                ));
+            }
+            seen_any = true;
+            for slot in out.iter_mut().filter(|x| x.is_none()) {
+                *slot = Some((j, fq));
+            }
+            continue;
+        }
+        let Some(&f) = pool_idx.get(&fq.flavor) else {
+            let known: Vec<_> = pools.iter().map(|p| p.name.as_str()).collect();
+            return Err(cfg_err(
+                field,
+                format!("flavor `{}` of {owner} matches no node", fq.flavor),
+                format!(
+                    "use one of the cluster's flavors ({}) or `{ANY_FLAVOR}`",
+                    known.join(", ")
+                ),
+            ));
+        };
+        if out[usize::from(f)].replace((j, fq)).is_some() {
+            return Err(cfg_err(
+                field,
+                format!("flavor `{}` appears twice in {owner}", fq.flavor),
+                "merge the two quota entries",
+            ));
+        }
+    }
+    Ok(out)
 }
 
 impl Scheduler {
@@ -34,6 +90,18 @@ impl Scheduler {
     pub fn with_options(
         cluster: Cluster,
         queues: Vec<QueueSpec>,
+        priorities: Vec<PriorityClass>,
+        opts: Options,
+    ) -> Result<Scheduler> {
+        Scheduler::with_cohorts(cluster, queues, &[], priorities, opts)
+    }
+
+    /// Like `with_options`, with cohort trees: `cohort_specs` gives cohorts GPUs of their own,
+    /// parents, and limits on what they borrow from and lend to them.
+    pub fn with_cohorts(
+        cluster: Cluster,
+        queues: Vec<QueueSpec>,
+        cohort_specs: &[CohortSpec],
         priorities: Vec<PriorityClass>,
         opts: Options,
     ) -> Result<Scheduler> {
@@ -97,7 +165,41 @@ impl Scheduler {
         let nf = pools.len();
         let mut cohort_idx: HashMap<String, u32> = HashMap::new();
         let mut cohorts: Vec<Cohort> = Vec::new();
+        let mut cohort_of = |name: &str, cohorts: &mut Vec<Cohort>| -> u32 {
+            let next = cohorts.len() as u32;
+            let c = *cohort_idx.entry(name.to_owned()).or_insert(next);
+            if c == next {
+                cohorts.push(Cohort {
+                    parent: None,
+                    depth: 0,
+                    members: Vec::new(),
+                    cap: vec![0; nf],
+                    lend: vec![0; nf],
+                    borrow: vec![None; nf],
+                    used: vec![0; nf],
+                });
+            }
+            c
+        };
+        // Cohort specs first: their names and parents (a parent no spec names is a root with
+        // no GPUs of its own, as Kueue creates it).
+        let mut specced: HashMap<u32, usize> = HashMap::new();
+        for (i, cs) in cohort_specs.iter().enumerate() {
+            let c = cohort_of(&cs.name, &mut cohorts);
+            if specced.insert(c, i).is_some() {
+                return Err(cfg_err(
+                    format!("cohorts[{i}].name"),
+                    format!("cohort `{}` is defined twice", cs.name),
+                    "give each cohort a unique name",
+                ));
+            }
+            if let Some(p) = &cs.parent {
+                cohorts[c as usize].parent = Some(cohort_of(p, &mut cohorts));
+            }
+        }
         let mut qs = Vec::new();
+        // Per queue and flavor, the index of the quota entry that gives it (for messages).
+        let mut entry_of: Vec<Vec<Option<usize>>> = Vec::new();
         let mut queue_idx = HashMap::new();
         for (i, q) in queues.iter().enumerate() {
             if queue_idx.insert(q.name.clone(), i as u32).is_some() {
@@ -118,49 +220,19 @@ impl Scheduler {
                 ));
             }
             let mut quota = vec![None; nf];
-            // Named flavors first; an `any` entry then covers every flavor not named.
-            let order: Vec<usize> = (0..q.quotas.len())
-                .filter(|&j| q.quotas[j].flavor != ANY_FLAVOR)
-                .chain((0..q.quotas.len()).filter(|&j| q.quotas[j].flavor == ANY_FLAVOR))
-                .collect();
-            let mut seen_any = false;
-            for j in order {
-                let fq = &q.quotas[j];
+            entry_of.push(vec![None; nf]);
+            for (f, (j, fq)) in per_flavor(
+                &format!("queues[{i}]"),
+                &format!("queue `{}`", q.name),
+                &q.quotas,
+                &pools,
+                &pool_idx,
+            )?
+            .into_iter()
+            .enumerate()
+            .filter_map(|(f, x)| Some((f, x?)))
+            {
                 let field = format!("queues[{i}].quotas[{j}]");
-                if fq.flavor == ANY_FLAVOR && seen_any {
-                    return Err(cfg_err(
-                        format!("{field}.flavor"),
-                        format!("flavor `{ANY_FLAVOR}` appears twice in queue `{}`", q.name),
-                        "merge the two quota entries",
-                    ));
-                }
-                seen_any |= fq.flavor == ANY_FLAVOR;
-                let targets: Vec<usize> = if fq.flavor == ANY_FLAVOR {
-                    (0..nf).filter(|&f| quota[f].is_none()).collect()
-                } else {
-                    let Some(&f) = pool_idx.get(&fq.flavor) else {
-                        let known: Vec<_> = pools.iter().map(|p| p.name.as_str()).collect();
-                        return Err(cfg_err(
-                            format!("{field}.flavor"),
-                            format!(
-                                "flavor `{}` of queue `{}` matches no node",
-                                fq.flavor, q.name
-                            ),
-                            format!(
-                                "use one of the cluster's flavors ({}) or `{ANY_FLAVOR}`",
-                                known.join(", ")
-                            ),
-                        ));
-                    };
-                    if quota[usize::from(f)].is_some() {
-                        return Err(cfg_err(
-                            format!("{field}.flavor"),
-                            format!("flavor `{}` appears twice in queue `{}`", fq.flavor, q.name),
-                            "merge the two quota entries",
-                        ));
-                    }
-                    vec![usize::from(f)]
-                };
                 let lend = u64::from(fq.lending_limit.unwrap_or(fq.nominal));
                 if lend > u64::from(fq.nominal) {
                     return Err(cfg_err(
@@ -182,35 +254,25 @@ impl Scheduler {
                         format!("set queues[{i}].cohort or remove borrowingLimit"),
                     ));
                 }
-                for t in targets {
-                    quota[t] = Some(Quota {
-                        nominal: u64::from(fq.nominal),
-                        borrow: fq.borrowing_limit.map(u64::from),
-                        lend,
-                    });
-                }
+                entry_of[i][f] = Some(j);
+                quota[f] = Some(Quota {
+                    nominal: u64::from(fq.nominal),
+                    borrow: fq.borrowing_limit.map(u64::from),
+                    lend,
+                });
             }
-            let cohort = q.cohort.as_ref().map(|c| {
-                let next = cohorts.len() as u32;
-                let idx = *cohort_idx.entry(c.clone()).or_insert(next);
-                if idx == next {
-                    cohorts.push(Cohort {
-                        members: vec![],
-                        cap: vec![0; nf],
-                        used: vec![0; nf],
-                    });
-                }
-                cohorts[idx as usize].members.push(i as u32);
+            let pool = q.cohort.as_deref().map(|c| cohort_of(c, &mut cohorts));
+            if let Some(c) = pool {
                 for (f, qq) in quota.iter().enumerate() {
                     if let Some(qq) = qq {
-                        cohorts[idx as usize].cap[f] += qq.lend;
+                        cohorts[c as usize].cap[f] += qq.lend;
                     }
                 }
-                idx
-            });
+            }
             qs.push(QueueState {
                 name: q.name.clone(),
-                cohort,
+                cohort: None,
+                pool,
                 weight: q.fair_share_weight,
                 stop: q.stop_policy,
                 preemption: q.preemption,
@@ -227,20 +289,110 @@ impl Scheduler {
                 decayed_use: 0.0,
             });
         }
-        // A cohort named by one queue only is a typo or a missing queue: nobody to borrow from.
+        let names: Vec<&str> = {
+            let mut n = vec![""; cohorts.len()];
+            for (name, &c) in &cohort_idx {
+                n[c as usize] = name;
+            }
+            n
+        };
+        // Depths (refusing a cohort that is its own ancestor), then each tree's root.
+        for c in 0..cohorts.len() {
+            let (mut depth, mut at) = (0u32, c);
+            while let Some(p) = cohorts[at].parent {
+                depth += 1;
+                at = p as usize;
+                if depth as usize > cohorts.len() {
+                    let i = specced[&(c as u32)];
+                    return Err(cfg_err(
+                        format!("cohorts[{i}].parent"),
+                        format!("cohort `{}` is its own ancestor", names[c]),
+                        "make the parents form a tree: remove or change one parent in the loop",
+                    ));
+                }
+            }
+            cohorts[c].depth = depth;
+        }
+        let root = |mut c: u32| {
+            while let Some(p) = cohorts[c as usize].parent {
+                c = p;
+            }
+            c
+        };
+        let roots: Vec<u32> = (0..cohorts.len() as u32).map(root).collect();
+        for (i, q) in qs.iter_mut().enumerate() {
+            q.cohort = q.pool.map(|c| roots[c as usize]);
+            if let Some(r) = q.cohort {
+                cohorts[r as usize].members.push(i as u32);
+            }
+        }
+        // Each cohort's own GPUs, then bottom-up what each lends to its parent.
+        let mut own = vec![0u64; cohorts.len()];
+        let mut lend_limits: Vec<Vec<Option<u64>>> = vec![vec![None; nf]; cohorts.len()];
+        let mut cohort_entry: Vec<Vec<Option<usize>>> = vec![vec![None; nf]; cohorts.len()];
+        for (&c, &i) in &specced {
+            let cs = &cohort_specs[i];
+            for (f, (j, fq)) in per_flavor(
+                &format!("cohorts[{i}]"),
+                &format!("cohort `{}`", cs.name),
+                &cs.quotas,
+                &pools,
+                &pool_idx,
+            )?
+            .into_iter()
+            .enumerate()
+            .filter_map(|(f, x)| Some((f, x?)))
+            {
+                if cs.parent.is_none() && fq.borrowing_limit.is_some_and(|b| b > 0) {
+                    return Err(cfg_err(
+                        format!("cohorts[{i}].quotas[{j}].borrowingLimit"),
+                        format!(
+                            "cohort `{}` has a borrowing limit but no parent to borrow from",
+                            cs.name
+                        ),
+                        format!("set cohorts[{i}].parent or remove borrowingLimit"),
+                    ));
+                }
+                let co = &mut cohorts[c as usize];
+                co.cap[f] += u64::from(fq.nominal);
+                co.borrow[f] = fq.borrowing_limit.map(u64::from);
+                own[c as usize] += u64::from(fq.nominal);
+                lend_limits[c as usize][f] = fq.lending_limit.map(u64::from);
+                cohort_entry[c as usize][f] = Some(j);
+            }
+        }
+        let mut bottom_up: Vec<usize> = (0..cohorts.len()).collect();
+        bottom_up.sort_by_key(|&c| Reverse(cohorts[c].depth));
+        for &c in &bottom_up {
+            for (f, limit) in lend_limits[c].iter().enumerate() {
+                let cap = cohorts[c].cap[f];
+                let lend = limit.map_or(cap, |l| l.min(cap));
+                cohorts[c].lend[f] = lend;
+                if let Some(p) = cohorts[c].parent {
+                    cohorts[p as usize].cap[f] += lend;
+                }
+            }
+        }
+        // A tree with one queue and no GPUs of its own is a typo or a missing queue: nobody
+        // to borrow from.
+        let mut tree_own = vec![0u64; cohorts.len()];
+        for c in 0..cohorts.len() {
+            tree_own[roots[c] as usize] += own[c];
+        }
+        let lone = |r: u32| cohorts[r as usize].members.len() < 2 && tree_own[r as usize] == 0;
         for (i, q) in queues.iter().enumerate() {
-            let Some(c) = &q.cohort else { continue };
-            if cohorts[cohort_idx[c] as usize].members.len() < 2 {
-                let mut known: Vec<&str> = cohort_idx
-                    .iter()
-                    .filter(|(_, k)| cohorts[**k as usize].members.len() >= 2)
-                    .map(|(n, _)| n.as_str())
+            let Some(r) = qs[i].cohort else { continue };
+            if lone(r) {
+                let mut known: Vec<&str> = (0..cohorts.len())
+                    .filter(|&k| !lone(roots[k]) && !cohorts[roots[k] as usize].members.is_empty())
+                    .map(|k| names[k])
                     .collect();
                 known.sort();
                 return Err(cfg_err(
                     format!("queues[{i}].cohort"),
                     format!(
-                        "cohort `{c}` of queue `{}` is unknown: no other queue is in it",
+                        "cohort `{}` of queue `{}` is unknown: no other queue is in it",
+                        q.cohort.as_deref().unwrap_or_default(),
                         q.name
                     ),
                     if known.is_empty() {
@@ -254,27 +406,21 @@ impl Scheduler {
                 ));
             }
         }
-        // Borrowing limits must be satisfiable by what the rest of the cohort lends.
+        // Borrowing limits must be satisfiable by what the rest of the tree lends.
         for (i, q) in qs.iter().enumerate() {
-            let Some(c) = q.cohort else { continue };
+            let Some(c) = q.pool else { continue };
             for (f, qq) in q.quota.iter().enumerate() {
                 let Some(qq) = qq else { continue };
-                let others = cohorts[c as usize].cap[f] - qq.lend;
+                let others = room(&cohorts, c, f) - qq.lend;
                 if let Some(b) = qq.borrow
                     && b > others
                 {
-                    let j = queues[i]
-                        .quotas
-                        .iter()
-                        .position(|x| x.flavor == pools[f].name)
-                        .unwrap_or(0);
+                    let j = entry_of[i][f].unwrap_or_default();
                     return Err(cfg_err(
                         format!("queues[{i}].quotas[{j}].borrowingLimit"),
                         format!(
                             "queue `{}` may borrow {b} `{}` GPUs but the rest of cohort `{}` lends only {others}",
-                            q.name,
-                            pools[f].name,
-                            queues[i].cohort.as_deref().unwrap_or_default()
+                            q.name, pools[f].name, names[c as usize]
                         ),
                         format!(
                             "lower borrowingLimit to at most {others} or add lending quota to the cohort"
@@ -283,10 +429,32 @@ impl Scheduler {
                 }
             }
         }
+        for (&c, &i) in &specced {
+            let co = &cohorts[c as usize];
+            let Some(p) = co.parent else { continue };
+            for (f, pool) in pools.iter().enumerate() {
+                let others = room(&cohorts, p, f) - co.lend[f];
+                if let Some(b) = co.borrow[f]
+                    && b > others
+                {
+                    let j = cohort_entry[c as usize][f].unwrap_or_default();
+                    return Err(cfg_err(
+                        format!("cohorts[{i}].quotas[{j}].borrowingLimit"),
+                        format!(
+                            "cohort `{}` may borrow {b} `{}` GPUs but the rest of cohort `{}`'s tree lends only {others}",
+                            names[c as usize], pool.name, names[p as usize]
+                        ),
+                        format!(
+                            "lower borrowingLimit to at most {others} or add lending quota to the tree"
+                        ),
+                    ));
+                }
+            }
+        }
         // Entitlement in GPUs when the whole cohort is saturated: the nominal quota, plus a
         // weighted part of the cohort's GPUs no quota covers, scaled down alike when quotas add
         // up to more than the cohort's GPUs (the simulator's `entitlements`, per cohort).
-        for co in &cohorts {
+        for co in cohorts.iter().filter(|co| !co.members.is_empty()) {
             let capacity: f64 = (0..nf)
                 .filter(|&f| {
                     co.members

@@ -410,9 +410,8 @@ impl Scheduler {
             .checked_add_signed(delta)
             .expect("usage stays non-negative");
         qs.usage[f] = new;
-        if let (Some(c), Some(qq)) = (qs.cohort, qs.quota[f]) {
-            let co = &mut self.cohorts[c as usize];
-            co.used[f] = co.used[f] + qq.pooled(new) - qq.pooled(old);
+        if let Some((c, qq)) = qs.pool.zip(qs.quota[f]) {
+            self.pool_change(f, c, qq.pooled(old), qq.pooled(new));
         }
     }
 

@@ -12,6 +12,7 @@ mod preempt;
 mod reserve;
 mod split;
 mod stop;
+mod tree;
 mod waiting;
 
 use std::cmp::Reverse;
@@ -21,6 +22,7 @@ use crate::config::{
     Decision, Options, PodPlacement, PreemptionPolicy, StopPolicy, Time, Topology,
 };
 use crate::pool::{Pool, bits};
+use tree::{Cohort, room};
 
 pub(crate) use forecast::CYCLES_PER_INSTANT;
 pub use forecast::{FORECAST_CYCLES, Forecast, ForecastStart};
@@ -115,7 +117,12 @@ impl Quota {
 #[derive(Debug, Clone)]
 struct QueueState {
     name: String,
+    /// The root of its cohort tree: whose queues it reclaims from, is measured against for
+    /// fairness, and shares drains with.
     cohort: Option<u32>,
+    /// The cohort its lent and borrowed GPUs are pooled in (its own; `cohort` is that tree's
+    /// root).
+    pool: Option<u32>,
     weight: f64,
     /// `StopPolicy::Hold` or `HoldAndDrain`: its waiting work is not tried, and is kept out of
     /// the indexes of pending work (`pend_add`), so it asks nothing of anyone. Fixed for the
@@ -139,13 +146,6 @@ struct QueueState {
     used: u64,
     /// GPU-seconds it used, decayed with the multifactor half-life (`Options::multifactor`).
     decayed_use: f64,
-}
-
-#[derive(Debug, Clone)]
-struct Cohort {
-    members: Vec<u32>,
-    cap: Vec<u64>,
-    used: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,10 +252,10 @@ impl Scheduler {
     fn max_quota(&self, q: u32, f: usize) -> u64 {
         let qs = &self.queues[q as usize];
         let Some(qq) = qs.quota[f] else { return 0 };
-        match qs.cohort {
+        match qs.pool {
             None => qq.nominal,
             Some(c) => {
-                let others = self.cohorts[c as usize].cap[f] - qq.lend;
+                let others = room(&self.cohorts, c, f) - qq.lend;
                 qq.nominal + qq.borrow.unwrap_or(others).min(others)
             }
         }
@@ -276,7 +276,7 @@ impl Scheduler {
         };
         let u = usage_of(q);
         let new = u + r;
-        let Some(c) = qs.cohort else {
+        let Some(c) = qs.pool else {
             return if new <= qq.nominal {
                 Fit::Nominal
             } else {
@@ -288,23 +288,27 @@ impl Scheduler {
         {
             return Fit::No;
         }
-        let co = &self.cohorts[c as usize];
-        let mut used = co.used[f];
-        let mut seen: Vec<u32> = Vec::new();
-        for (x, _) in freed {
-            if seen.contains(x) {
-                continue;
+        let fits = if freed.is_empty() {
+            self.pools_fit(f, c, qq.pooled(u), qq.pooled(new))
+        } else {
+            // What each cohort pools changes with every queue the victims free GPUs of.
+            let mut changes: Vec<(u32, i64)> = Vec::new();
+            let mut seen: Vec<u32> = Vec::new();
+            for x in freed.iter().map(|(x, _)| *x).chain([q]) {
+                if seen.contains(&x) {
+                    continue;
+                }
+                seen.push(x);
+                let xs = &self.queues[x as usize];
+                if let (Some(p), Some(xq)) = (xs.pool, xs.quota[f]) {
+                    let after = if x == q { new } else { usage_of(x) };
+                    let d = xq.pooled(after) as i64 - xq.pooled(xs.usage[f]) as i64;
+                    Self::add_change(&mut changes, p, d);
+                }
             }
-            seen.push(*x);
-            let xs = &self.queues[*x as usize];
-            if xs.cohort == Some(c)
-                && let Some(xq) = xs.quota[f]
-            {
-                used = used - xq.pooled(xs.usage[f]) + xq.pooled(usage_of(*x));
-            }
-        }
-        used = used - qq.pooled(u) + qq.pooled(new);
-        if used > co.cap[f] {
+            self.changes_fit(f, changes)
+        };
+        if !fits {
             Fit::No
         } else if new <= qq.nominal {
             Fit::Nominal

@@ -18,6 +18,7 @@ pub fn check_replayable(trace: &[TraceJob], site: Site<'_>, file: &str) -> Resul
     let Site {
         cluster,
         queues,
+        cohorts,
         classes,
     } = site;
     if cluster.nodes.len() > MAX_CLUSTER_NODES {
@@ -87,9 +88,10 @@ pub fn check_replayable(trace: &[TraceJob], site: Site<'_>, file: &str) -> Resul
     // Ferry and Kueue replay with the team queues, the other policies with one queue holding
     // the whole cluster: a job must be admissible under both.
     // (The classes go through the scheduler's own checks here, before any policy runs.)
-    let mut by_team = Scheduler::with_options(
+    let mut by_team = Scheduler::with_cohorts(
         cluster.clone(),
         queues.to_vec(),
+        cohorts,
         classes.to_vec(),
         Options::default(),
     )?;
@@ -200,6 +202,7 @@ mod tests {
         let site = Site {
             cluster,
             queues,
+            cohorts: &[],
             classes: &classes,
         };
         check_replayable(t, site, "t.csv")

@@ -20,7 +20,8 @@ pub use miss::{MissCause, ShareBreakdown};
 pub use render::{JOB_COLUMNS, render_jobs_csv, render_svg, render_table};
 pub use setup::{
     DEFAULT_FLAVOR, DEFAULT_GPUS_PER_NODE, cluster_with_gpus, default_cluster, default_queues,
-    describe_setup, entitlements, offered_load, requiring_one_rack, with_load, with_racks,
+    describe_cohorts, describe_setup, entitlements, offered_load, requiring_one_rack, with_load,
+    with_racks,
 };
 pub use trace::{
     MAX_DURATION_S, MAX_SECONDS, MAX_TRACE_ROWS, TRACE_COLUMNS, TraceJob, parse_trace, read_trace,
@@ -32,8 +33,8 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{
-    Cluster, DEFAULT_PRIORITY, Decision, FlavorQuota, Multifactor, Options, PriorityClass,
-    QueueSpec, StopPolicy, Time, Workload,
+    Cluster, CohortSpec, DEFAULT_PRIORITY, Decision, FlavorQuota, Multifactor, Options,
+    PriorityClass, QueueSpec, StopPolicy, Time, Workload,
 };
 use crate::error::Result;
 use crate::scheduler::{CYCLES_PER_INSTANT, FORECAST_CYCLES, Scheduler, stretched, unstretched};
@@ -813,6 +814,7 @@ pub fn simulate_knowing(
         Site {
             cluster,
             queues,
+            cohorts: &[],
             classes: &classes,
         },
         policy,
@@ -830,6 +832,8 @@ pub struct Site<'a> {
     pub cluster: &'a Cluster,
     /// One queue per trace team (entitlements; Ferry's and Kueue's real queues).
     pub queues: &'a [QueueSpec],
+    /// Cohorts of a cohort tree the queues are in (Ferry's and Kueue's; none: flat cohorts).
+    pub cohorts: &'a [CohortSpec],
     /// Every class a trace row may name; a row without one is `normal` (`DEFAULT_PRIORITY`).
     pub classes: &'a [PriorityClass],
 }
@@ -854,6 +858,7 @@ pub fn simulate_probing(
     let Site {
         cluster,
         queues,
+        cohorts,
         classes,
     } = site;
     if knowledge.estimates == Estimates::Trace && trace.iter().all(|t| t.time_limit_s.is_none()) {
@@ -889,8 +894,9 @@ pub fn simulate_probing(
     } else {
         cluster.clone()
     };
+    let tree = if team_queues { cohorts } else { &[] };
     let mut sched =
-        Scheduler::with_options(sched_cluster, sched_queues, classes.to_vec(), options)?;
+        Scheduler::with_cohorts(sched_cluster, sched_queues, tree, classes.to_vec(), options)?;
     let mut layouts = GangLayouts::new(cluster);
     // Workloads evicted for pods not ready in time: (admissible again at, job, evicted at).
     let mut requeues: BinaryHeap<Reverse<(Time, usize, Time)>> = BinaryHeap::new();

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use super::pods::PODS_READY_TIMEOUT_S;
 use super::{GRACE_S, Knowledge, MIN_SATURATED_S, RESUME_OVERHEAD_S, TraceJob};
-use crate::config::{Cluster, FlavorQuota, MAX_NODE_GPUS, QueueSpec, StopPolicy, Topology};
+use crate::config::{
+    ANY_FLAVOR, Cluster, CohortSpec, FlavorQuota, MAX_NODE_GPUS, QueueSpec, StopPolicy, Topology,
+};
 
 /// GPUs per node assumed for the default contended cluster.
 pub const DEFAULT_GPUS_PER_NODE: u32 = 8;
@@ -228,6 +230,45 @@ pub fn describe_setup(
         node_sizes(cluster),
         quotas.join(", "),
         knowledge.describe()
+    )
+}
+
+/// One sentence naming a cohort tree's cohorts, each with its parent, its own GPUs and its
+/// limits (empty without cohort specs), to follow `describe_setup`.
+pub fn describe_cohorts(cohorts: &[CohortSpec]) -> String {
+    if cohorts.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = cohorts
+        .iter()
+        .map(|c| {
+            let mut facts: Vec<String> = c.parent.iter().map(|p| format!("under {p}")).collect();
+            for q in &c.quotas {
+                let flavor = if q.flavor == ANY_FLAVOR {
+                    String::new()
+                } else {
+                    format!(" {}", q.flavor)
+                };
+                if q.nominal > 0 {
+                    facts.push(format!("{} own{flavor} GPUs", q.nominal));
+                }
+                if let Some(b) = q.borrowing_limit {
+                    facts.push(format!("borrows at most {b}{flavor}"));
+                }
+                if let Some(l) = q.lending_limit {
+                    facts.push(format!("lends at most {l}{flavor}"));
+                }
+            }
+            if facts.is_empty() {
+                c.name.clone()
+            } else {
+                format!("{} ({})", c.name, facts.join(", "))
+            }
+        })
+        .collect();
+    format!(
+        "cohort tree (Ferry and Kueue; the other policies have no cohorts): {}",
+        each.join(", ")
     )
 }
 

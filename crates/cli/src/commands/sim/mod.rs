@@ -238,6 +238,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let site = ferry_sched::Site {
         cluster: &cluster,
         queues: &queues,
+        cohorts: &[],
         classes: &classes,
     };
     let mut reports = Vec::new();
