@@ -6,13 +6,15 @@
 //! pending work every cycle. The ratio is what the incremental design buys. Then one forecast
 //! of every waiting job's start (`Scheduler::forecast`, what `ferry up` runs once a pass), as
 //! a multiple of a steady cycle, and the copy of the scheduler it replays on. Also Ferry told
-//! that split gangs run slower (`splitSlowdownPct`), against its default.
+//! that split gangs run slower (`splitSlowdownPct`), and its cohorts in a tree (two
+//! departments of five cohorts under one organisation, each department borrowing at most a
+//! fifth of the cluster), against its default.
 
 use std::time::{Duration, Instant};
 
 use ferry_sched::{
-    Cluster, Decision, FORECAST_CYCLES, FlavorQuota, Node, Options, PriorityClass, QueueSpec,
-    Scheduler, StopPolicy, Workload,
+    Cluster, CohortSpec, Decision, FORECAST_CYCLES, FlavorQuota, Node, Options, PriorityClass,
+    QueueSpec, Scheduler, StopPolicy, Workload,
 };
 
 const NODES: usize = 2_000;
@@ -70,6 +72,23 @@ fn queues() -> Vec<QueueSpec> {
         .collect()
 }
 
+/// Cohorts 0-4 in department `dept-0`, 5-9 in `dept-1`, both under `org`; each department
+/// borrows at most a fifth of the cluster from the other.
+fn tree() -> Vec<CohortSpec> {
+    let limit = NODES as u32 * GPUS / 5;
+    let mut specs: Vec<CohortSpec> = (0..QUEUES / COHORT_SIZE)
+        .map(|c| CohortSpec::under(&format!("cohort-{c}"), Some(&format!("dept-{}", c / 5))))
+        .collect();
+    specs.extend((0..2).map(|d| CohortSpec {
+        quotas: vec![FlavorQuota {
+            borrowing_limit: Some(limit),
+            ..FlavorQuota::unlimited("H100-80GB", 0)
+        }],
+        ..CohortSpec::under(&format!("dept-{d}"), Some("org"))
+    }));
+    specs
+}
+
 fn priorities() -> Vec<PriorityClass> {
     PriorityClass::named(&[("low", 0), ("normal", 10), ("high", 100)])
 }
@@ -115,10 +134,10 @@ struct Stats {
     forecast: Option<(Duration, ferry_sched::Forecast, Duration)>,
 }
 
-fn run(opts: Options, forecast: bool) -> Stats {
+fn run(opts: Options, cohorts: &[CohortSpec], forecast: bool) -> Stats {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let mut s =
-        Scheduler::with_options(cluster(), queues(), priorities(), opts).expect("valid config");
+    let mut s = Scheduler::with_cohorts(cluster(), queues(), cohorts, priorities(), opts)
+        .expect("valid config");
     let t = Instant::now();
     for i in 0..PENDING {
         s.submit(workload(&mut rng, i, i as u64 / 100))
@@ -211,7 +230,7 @@ fn main() {
         "{PENDING} pending workloads, {QUEUES} queues in cohorts of {COHORT_SIZE}, {NODES} nodes x {GPUS} GPUs; \
          {STEADY_CYCLES} steady cycles, {CHURN} finishes + {CHURN} submits before each"
     );
-    let mut ferry = run(Options::default(), true);
+    let mut ferry = run(Options::default(), &[], true);
     let (f50, f99) = report("ferry (incremental)", &mut ferry);
     if let Some((took, f, copied)) = &ferry.forecast {
         let told = f.starts.iter().filter(|x| x.at.is_some()).count();
@@ -240,6 +259,7 @@ fn main() {
             split_slowdown_pct: 25,
             ..Options::default()
         },
+        &[],
         false,
     );
     let (s50, s99) = report("ferry, splitSlowdownPct 25", &mut split);
@@ -248,12 +268,21 @@ fn main() {
         s50.as_secs_f64() / f50.as_secs_f64().max(1e-9),
         s99.as_secs_f64() / f99.as_secs_f64().max(1e-9)
     );
+    // The same queues with their cohorts in a tree: every quota check walks up to the root.
+    let mut treed = run(Options::default(), &tree(), false);
+    let (t50, t99) = report("ferry, cohort tree", &mut treed);
+    println!(
+        "ratio tree/ferry: p50 {:.2}x  p99 {:.2}x",
+        t50.as_secs_f64() / f50.as_secs_f64().max(1e-9),
+        t99.as_secs_f64() / f99.as_secs_f64().max(1e-9)
+    );
     let mut peer = run(
         Options {
             max_candidates_per_cycle: usize::MAX,
             max_preemption_attempts_per_cycle: usize::MAX,
             ..Options::default()
         },
+        &[],
         false,
     );
     let (p50, p99) = report("peer (rescan all pending)", &mut peer);

@@ -5,8 +5,8 @@
 //! nodes only, time limits below the run).
 
 use ferry_sched::{
-    Cluster, Estimates, FlavorQuota, Knowledge, Node, Policy, PriorityClass, Probes, QueueSpec,
-    SimReport, Site, StopPolicy, Topology, TraceJob, default_cluster, default_queues,
+    Cluster, CohortSpec, Estimates, FlavorQuota, Knowledge, Node, Policy, PriorityClass, Probes,
+    QueueSpec, SimReport, Site, StopPolicy, Topology, TraceJob, default_cluster, default_queues,
     simulate_probing, with_load,
 };
 use proptest::prelude::*;
@@ -163,6 +163,30 @@ fn queues() -> impl Strategy<Value = Option<Vec<QueueSpec>>> {
     )
 }
 
+/// A cohort tree over the queues' cohorts (`all`, `other`) and cohorts no queue names, with
+/// parents drawn among them all (loops included: refused, naming the fix).
+fn cohorts() -> impl Strategy<Value = Vec<CohortSpec>> {
+    let names = ["all", "other", "org", "ghost"];
+    prop::collection::vec(
+        (
+            0usize..4,
+            prop::option::weighted(0.7, 0usize..4),
+            prop::collection::vec(quota(), 0..2),
+        ),
+        0..4,
+    )
+    .prop_map(move |specs| {
+        specs
+            .into_iter()
+            .map(|(name, parent, quotas)| CohortSpec {
+                name: names[name].into(),
+                parent: parent.map(|p| names[p].into()),
+                quotas,
+            })
+            .collect()
+    })
+}
+
 fn knowledge() -> impl Strategy<Value = Knowledge> {
     (
         prop_oneof![
@@ -196,6 +220,7 @@ proptest! {
         trace in prop::collection::vec(job(), 1..10),
         cluster in cluster(),
         queues in queues(),
+        cohorts in prop_oneof![Just(Vec::new()), cohorts()],
         knowledge in knowledge(),
         load in prop::option::of(prop_oneof![Just(0.001f64), Just(1000.0), 0.5f64..4.0]),
         forecast in any::<bool>(),
@@ -209,7 +234,7 @@ proptest! {
         for policy in Policy::ALL {
             match simulate_probing(
                 &trace,
-                Site { cluster: &cluster, queues: &queues, cohorts: &[], classes: &PriorityClass::standard() },
+                Site { cluster: &cluster, queues: &queues, cohorts: &cohorts, classes: &PriorityClass::standard() },
                 policy,
                 policy.options(),
                 knowledge,
@@ -226,7 +251,7 @@ proptest! {
 }
 
 /// The seeds of the fuzz target `sim_inputs` (`crates/sched/fuzz/corpus/sim_inputs`: a byte of
-/// switches, then trace, cluster and queues files split by NUL bytes) replay under the policy
+/// switches, then trace, cluster, queues and cohorts files split by NUL bytes) replay under the policy
 /// their first byte picks, or are refused naming a fix, as their names say.
 #[test]
 fn the_fuzz_seeds_replay_or_refuse_as_named() {
