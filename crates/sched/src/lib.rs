@@ -54,11 +54,12 @@ pub use scheduler::{
     Scheduler, WaitCause, Waiting,
 };
 pub use sim::{
-    ClassStats, Estimates, FAIRNESS_TOLERANCE, ForecastAccuracy, GenSpec, JOB_COLUMNS, JobOutcome,
-    Knowledge, MIN_SATURATED_S, MakespanBound, MakespanLimit, MissCause, Policy, Probes, Shape,
-    ShareBreakdown, SimReport, Site, SizeMix, StartEstimates, TeamShare, TraceJob,
-    check_replayable, cluster_with_gpus, default_cluster, default_queues, describe_cohorts,
-    describe_setup, entitlements, generated_trace, heeds_priorities, makespan_bound, parse_trace,
-    read_trace, render_jobs_csv, render_svg, render_table, requiring_one_rack, simulate,
-    simulate_knowing, simulate_probing, simulate_with, with_load, with_racks,
+    ClassStats, CohortShare, Estimates, FAIRNESS_TOLERANCE, ForecastAccuracy, GenSpec, JOB_COLUMNS,
+    JobOutcome, Knowledge, MIN_SATURATED_S, MakespanBound, MakespanLimit, MissCause, Policy,
+    Probes, Shape, ShareBreakdown, SimReport, Site, SizeMix, StartEstimates, TeamShare, TraceJob,
+    check_replayable, cluster_with_gpus, cohort_shares, default_cluster, default_queues,
+    describe_cohorts, describe_setup, entitlements, generated_trace, heeds_priorities,
+    makespan_bound, parse_trace, read_trace, render_jobs_csv, render_svg, render_table,
+    requiring_one_rack, simulate, simulate_knowing, simulate_probing, simulate_with, with_load,
+    with_racks,
 };

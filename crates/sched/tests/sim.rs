@@ -996,3 +996,64 @@ fn a_cohort_trees_borrowing_limit_holds_in_the_replay_for_ferry_and_kueue() {
     // Without cohorts the other policies are untouched by the tree.
     assert_eq!(started_at_once(&tree(Some(0)), Policy::EasyBackfill), 4);
 }
+
+/// On the saturated trace, teams `mid` and `small` form department `lab` under `org` with
+/// `big`'s cohort `prod`: each cohort's share is the sum of its teams', judged like a team's,
+/// and the table prints a row per cohort.
+#[test]
+fn a_trees_cohorts_get_the_share_of_the_teams_under_them() {
+    let trace = saturated_trace();
+    let cluster = Cluster::uniform(8, 8, "gpu");
+    let queue = |name: &str, cohort: &str, nominal: u32| QueueSpec {
+        cohort: Some(cohort.into()),
+        ..cohort_queue(name, nominal)
+    };
+    let queues = vec![
+        queue("big", "prod", 32),
+        queue("mid", "lab", 16),
+        queue("small", "lab", 16),
+    ];
+    let cohorts = vec![
+        CohortSpec::under("prod", Some("org")),
+        CohortSpec::under("lab", Some("org")),
+    ];
+    let site = Site {
+        cluster: &cluster,
+        queues: &queues,
+        cohorts: &cohorts,
+        classes: &PriorityClass::standard(),
+    };
+    let ferry = simulate_probing(
+        &trace,
+        site,
+        Policy::Ferry,
+        Policy::Ferry.options(),
+        Knowledge::exact(),
+        Probes::default(),
+    )
+    .expect("simulation runs");
+    let table = render_table(std::slice::from_ref(&ferry));
+    let lab = &ferry.cohort_share["lab"];
+    let teams = &ferry.team_share;
+    assert_eq!(lab.teams, ["mid", "small"]);
+    assert!((lab.share - teams["mid"].share - teams["small"].share).abs() < 1e-12);
+    assert!((lab.entitlement - 0.5).abs() < 1e-12, "{table}");
+    let org = &ferry.cohort_share["org"];
+    assert_eq!(org.teams.len(), 3);
+    assert!((org.share - 1.0).abs() < 1e-9 && org.within_tolerance == Some(true));
+    assert!(table.contains("share/entitled cohort lab"), "{table}");
+    // The JSON carries them; without a tree it has no `cohort_share` at all.
+    let json = serde_json::to_value(&ferry).unwrap();
+    assert_eq!(json["cohort_share"]["lab"]["teams"][1], "small");
+    let flat: Vec<QueueSpec> = queues
+        .iter()
+        .map(|q| cohort_queue(&q.name, q.quotas[0].nominal))
+        .collect();
+    let flat = simulate(&trace, &cluster, &flat, Policy::Ferry).unwrap();
+    assert!(
+        serde_json::to_value(&flat)
+            .unwrap()
+            .get("cohort_share")
+            .is_none()
+    );
+}

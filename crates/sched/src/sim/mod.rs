@@ -220,6 +220,74 @@ pub struct TeamShare {
     pub miss_cause: Option<MissCause>,
 }
 
+/// A cohort's share of a tree (a department: every team under it) against the sum of its
+/// teams' entitlements, over the same all-saturated time as the teams'.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub struct CohortShare {
+    /// Fraction of busy GPU-seconds its teams got while all teams were saturated.
+    pub share: f64,
+    /// The sum of its teams' entitlements.
+    pub entitlement: f64,
+    /// `share / entitlement` (1.0 is exact).
+    pub ratio: f64,
+    /// Whether `ratio` is within `FAIRNESS_TOLERANCE` of 1; `None` when not judged.
+    pub within_tolerance: Option<bool>,
+    /// The teams under it that ran jobs.
+    pub teams: Vec<String>,
+}
+
+/// Each cohort of a tree (`cohorts` given) with the share of the teams under it, from their
+/// `team_share`s; empty without a tree.
+pub fn cohort_shares(
+    team_share: &BTreeMap<String, TeamShare>,
+    queues: &[QueueSpec],
+    cohorts: &[CohortSpec],
+) -> BTreeMap<String, CohortShare> {
+    if cohorts.is_empty() {
+        return BTreeMap::new();
+    }
+    let parent = |c: &str| {
+        cohorts
+            .iter()
+            .find(|x| x.name == c)
+            .and_then(|x| x.parent.as_deref())
+    };
+    let mut out: BTreeMap<String, CohortShare> = BTreeMap::new();
+    for q in queues {
+        let (Some(first), Some(t)) = (q.cohort.as_deref(), team_share.get(&q.name)) else {
+            continue;
+        };
+        // Up the tree (a loop, refused before any replay, would stop at its length).
+        let mut at = Some(first);
+        for _ in 0..=cohorts.len() {
+            let Some(c) = at else { break };
+            let e = out.entry(c.to_owned()).or_insert_with(|| CohortShare {
+                share: 0.0,
+                entitlement: 0.0,
+                ratio: 0.0,
+                within_tolerance: t.within_tolerance.map(|_| true),
+                teams: Vec::new(),
+            });
+            e.share += t.share;
+            e.entitlement += t.entitlement;
+            e.teams.push(q.name.clone());
+            at = parent(c);
+        }
+    }
+    for c in out.values_mut() {
+        c.ratio = if c.entitlement > 0.0 {
+            c.share / c.entitlement
+        } else {
+            0.0
+        };
+        c.within_tolerance = c
+            .within_tolerance
+            .map(|_| (c.ratio - 1.0).abs() <= FAIRNESS_TOLERANCE);
+    }
+    out
+}
+
 /// The outcome of one simulated policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -252,6 +320,9 @@ pub struct SimReport {
     pub placement: PlacementStats,
     /// Team → share vs entitlement while all teams were saturated (each had work waiting).
     pub team_share: BTreeMap<String, TeamShare>,
+    /// Cohort of a tree → the share of the teams under it (`cohort_shares`); empty without one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cohort_share: BTreeMap<String, CohortShare>,
     /// Priority class → how its jobs fared; empty when no trace row names a class.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub classes: BTreeMap<String, ClassStats>,
@@ -1288,6 +1359,7 @@ pub fn simulate_probing(
         let e = per_team.entry(o.team.clone()).or_default();
         *e = (e.0 + o.jct_s(), e.1 + 1);
     }
+    let team_share = fair.shares(queues);
     Ok(SimReport {
         policy: policy.name().into(),
         utilization: useful / (capacity * makespan.max(1) as f64),
@@ -1315,7 +1387,8 @@ pub fn simulate_probing(
         } else {
             BTreeMap::new()
         },
-        team_share: fair.shares(queues),
+        cohort_share: cohort_shares(&team_share, queues, cohorts),
+        team_share,
         saturated_s: fair.saturated_s,
         knowledge,
         makespan_s: makespan,

@@ -195,6 +195,18 @@ pub fn render_table(reports: &[SimReport]) -> String {
                 })
             });
         }
+        for cohort in first.cohort_share.keys() {
+            row(&mut s, &format!("share/entitled cohort {cohort}"), &|r| {
+                r.cohort_share.get(cohort).map_or("-".into(), |c| {
+                    let verdict = match c.within_tolerance {
+                        Some(true) => "ok",
+                        Some(false) => "OUT",
+                        None => "n/a",
+                    };
+                    format!("{:.3}/{:.3} {verdict}", c.share, c.entitlement)
+                })
+            });
+        }
         for team in first.team_share.keys() {
             row(&mut s, &format!("quota kept {team}"), &|r| {
                 r.team_share
