@@ -170,6 +170,7 @@ impl Scheduler {
             let c = *cohort_idx.entry(name.to_owned()).or_insert(next);
             if c == next {
                 cohorts.push(Cohort {
+                    name: name.to_owned(),
                     parent: None,
                     depth: 0,
                     members: Vec::new(),

@@ -289,7 +289,8 @@ impl Scheduler {
             return Fit::No;
         }
         let fits = if freed.is_empty() {
-            self.pools_fit(f, c, qq.pooled(u), qq.pooled(new))
+            self.binding_cohort(f, c, qq.pooled(u), qq.pooled(new))
+                .is_none()
         } else {
             // What each cohort pools changes with every queue the victims free GPUs of.
             let mut changes: Vec<(u32, i64)> = Vec::new();

@@ -7,6 +7,8 @@ use super::Scheduler;
 /// A cohort of a tree (a lone flat cohort is a root with no GPUs of its own), per flavor.
 #[derive(Debug, Clone)]
 pub(super) struct Cohort {
+    /// Its name, for messages.
+    pub(super) name: String,
     /// The cohort it borrows from and lends to (`None`: a root).
     pub(super) parent: Option<u32>,
     /// Cohorts above it.
@@ -65,23 +67,30 @@ impl Scheduler {
         }
     }
 
-    /// Whether cohort `c`'s pool, and those above it, can take a change of what a queue
-    /// pools in it from `old` to `new` GPUs of flavor `f`.
-    pub(super) fn pools_fit(&self, f: usize, mut c: u32, mut old: u64, mut new: u64) -> bool {
+    /// The first cohort from `c` up whose pool cannot take a change of what a queue pools in
+    /// `c` from `old` to `new` GPUs of flavor `f`: the cohort, what its members pool in it now,
+    /// and its limit (`None`: every cohort up to the root can take it).
+    pub(super) fn binding_cohort(
+        &self,
+        f: usize,
+        mut c: u32,
+        mut old: u64,
+        mut new: u64,
+    ) -> Option<(u32, u64, u64)> {
         while new != old {
             let co = &self.cohorts[c as usize];
             let before = co.used[f];
             let after = before + new - old;
             if new > old && after > co.limit(f) {
-                return false;
+                return Some((c, before, co.limit(f)));
             }
             let Some(p) = co.parent else { break };
             (old, new, c) = (co.pooled(f, before), co.pooled(f, after), p);
         }
-        true
+        None
     }
 
-    /// `pools_fit` for changes in several cohorts at once: each applied bottom-up, so a
+    /// `binding_cohort` for changes in several cohorts at once (whether all of them fit): each applied bottom-up, so a
     /// parent sees all of its children's.
     pub(super) fn changes_fit(&self, f: usize, mut changes: Vec<(u32, i64)>) -> bool {
         while let Some(i) =
@@ -242,11 +251,37 @@ mod tests {
             admitted(&s.cycle(4)).is_empty(),
             "a is at its department's borrowing limit"
         );
+        // The department's limit is a1's own: a1 may never use more than 12.
+        let why = s.waiting("a-more").expect("a-more waits").to_string();
+        assert!(
+            why.starts_with("needs 4 GPU(s); queue a1 uses 12 of the 12 it may use"),
+            "{why}"
+        );
         let usage: Vec<u64> = s.queue_usage().iter().map(|u| u.usage[0].1).collect();
         assert_eq!(usage, [12, 0, 12]);
         // A job larger than the tree can ever give a2 is refused at once, naming the limit.
         let err = s.submit(job("a-huge", "a2", 4, 4)).unwrap_err().to_string();
         assert!(err.contains("at most 12"), "{err}");
+    }
+
+    /// A queue below what it may use, in a cohort whose shared GPUs its neighbour uses: the
+    /// waiting reason names the cohort, not the queue order.
+    #[test]
+    fn a_cohort_with_nothing_to_spare_is_named_as_the_reason() {
+        let mut s = build(16, vec![queue("x", "c", 4), queue("y", "c", 4)], &[]).unwrap();
+        s.submit(job("x1", "x", 1, 0)).unwrap();
+        s.submit(job("y1", "y", 1, 0)).unwrap();
+        assert_eq!(admitted(&s.cycle(0)).len(), 2);
+        s.submit(job("x2", "x", 1, 1)).unwrap();
+        assert!(admitted(&s.cycle(1)).is_empty(), "y uses its own quota");
+        let why = s.waiting("x2").expect("x2 waits").to_string();
+        assert!(
+            why.starts_with(
+                "needs 4 GPU(s); its queue may use them, but cohort c has none to spare: 8 of \
+                 the 8 GPU(s) its queues share"
+            ),
+            "{why}"
+        );
     }
 
     #[test]

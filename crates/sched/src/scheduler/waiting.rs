@@ -52,6 +52,17 @@ pub enum WaitCause {
         /// GPUs it may hold at most.
         limit: u64,
     },
+    /// Its queue is within what it may use, but a cohort it shares GPUs through has none to
+    /// spare: the GPUs its queues lend each other (and, below a root, what it may borrow from
+    /// its parent) are in use.
+    Cohort {
+        /// The cohort's name.
+        cohort: String,
+        /// GPUs its queues and child cohorts use of what they share.
+        used: u64,
+        /// GPUs they may share at most.
+        limit: u64,
+    },
     /// It must stay in one rack or NVLink domain (`Workload::topology`), and no single one has
     /// room for it now, though enough GPUs are free across them.
     Topology {
@@ -181,6 +192,16 @@ impl fmt::Display for Waiting {
                 f,
                 "needs {need} GPU(s); queue {queue} uses {used} of the {limit} it may use"
             )?,
+            WaitCause::Cohort {
+                cohort,
+                used,
+                limit,
+            } => write!(
+                f,
+                "needs {need} GPU(s); its queue may use them, but cohort {cohort} has none to \
+                 spare: {used} of the {limit} GPU(s) its queues share (lent and borrowed quota) \
+                 are in use"
+            )?,
             WaitCause::Topology { topology } => write!(
                 f,
                 "needs {need} GPU(s) in one {} (spec.resources.topology: {}); enough are free, \
@@ -280,6 +301,16 @@ impl Scheduler {
                 } else if used + need > limit {
                     WaitCause::Quota {
                         queue: queue.name.clone(),
+                        used,
+                        limit,
+                    }
+                } else if let Some((c, used, limit)) =
+                    queue.pool.zip(queue.quota[f]).and_then(|(c, qq)| {
+                        self.binding_cohort(f, c, qq.pooled(used), qq.pooled(used + need))
+                    })
+                {
+                    WaitCause::Cohort {
+                        cohort: self.cohorts[c as usize].name.clone(),
                         used,
                         limit,
                     }
