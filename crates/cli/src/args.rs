@@ -144,7 +144,7 @@ pub enum Output {
 /// `ferry get`.
 #[derive(Debug, Args)]
 pub struct GetArgs {
-    /// What to list: jobs, deployments, queues, priorityclasses, sweeps, models, gpus.
+    /// What to list: jobs, deployments, queues, priorityclasses, sweeps, cohorts, models, gpus.
     pub kind: String,
     /// One resource by name.
     pub name: Option<String>,
@@ -182,7 +182,7 @@ pub struct JobSelection {
 /// `ferry describe`.
 #[derive(Debug, Args)]
 pub struct DescribeArgs {
-    /// Kind: job, deployment, queue, priorityclass or sweep.
+    /// Kind: job, deployment, queue, priorityclass, sweep or cohort.
     pub kind: String,
     /// Name.
     pub name: String,
@@ -225,8 +225,9 @@ pub struct JobActionArgs {
 #[derive(Debug, Args)]
 pub struct DeleteArgs {
     /// Kind: job, deployment, queue, priorityclass, sweep (its jobs are cancelled and deleted
-    /// with it) or model (a registered model, with the files Ferry exported for it; refused while
-    /// a deployment or an unfinished job uses it); `jobs` with -l.
+    /// with it), cohort (refused while the cohort trees left would not build the scheduler) or
+    /// model (a registered model, with the files Ferry exported for it; refused while a
+    /// deployment or an unfinished job uses it); `jobs` with -l.
     pub kind: String,
     /// Name (none with -l).
     #[arg(required_unless_present = "selector")]
@@ -242,7 +243,8 @@ pub struct DeleteArgs {
 /// `ferry schema`.
 #[derive(Debug, Args)]
 pub struct SchemaArgs {
-    /// One kind (TrainJob, ModelDeployment, Queue, PriorityClass, Sweep); all when omitted.
+    /// One kind (TrainJob, ModelDeployment, Queue, PriorityClass, Sweep, Cohort); all when
+    /// omitted.
     pub kind: Option<String>,
 }
 

@@ -447,13 +447,13 @@ impl SchedAdmission {
         })
     }
 
-    /// Rebuilds the scheduler in place from the cluster's new GPU nodes, Queues and
+    /// Rebuilds the scheduler in place from the cluster's new GPU nodes, Queues, Cohorts and
     /// PriorityClasses, keeping every job it knew: running gangs are re-registered where they
     /// run (none is preempted for the change), waiting ones are queued again in their order.
     /// A running gang the new cluster cannot hold (its node or queue is gone) is to be
     /// preempted, and requeued once stopped; a waiting job whose queue is gone is dropped, so
-    /// its next reconcile is told why it cannot run. On an error (queues the scheduler
-    /// refuses) the old scheduler stays. Wakes the operator to reconcile every job.
+    /// its next reconcile is told why it cannot run. On an error (queues or a cohort tree the
+    /// scheduler refuses) the old scheduler stays. Wakes the operator to reconcile every job.
     pub fn rebuild(&self, inputs: SchedulerInputs) -> Result<Rebuilt> {
         let mut guard = self.lock();
         let st = &mut *guard;
@@ -696,15 +696,38 @@ fn build_scheduler(inputs: SchedulerInputs, options: ferry_sched::Options) -> Re
     let SchedulerInputs {
         cluster,
         queues,
+        cohorts,
         priorities,
     } = inputs;
-    Scheduler::with_options(cluster, queues, priorities, options).map_err(|e| {
-        K8sError::invalid(
-            "Queue/*",
-            "spec.quotas",
-            format!("Ferry's scheduler refused the cluster's queues: {e}"),
-        )
+    Scheduler::with_cohorts(cluster, queues, &cohorts, priorities, options).map_err(|e| {
+        // The scheduler's field says which: `queues[i]…` or `cohorts[i]…`.
+        let cohort = match &e {
+            ferry_sched::SchedError::InvalidConfig { field, .. } => {
+                cohort_of_field(field, &cohorts)
+            }
+            _ => None,
+        };
+        match cohort {
+            Some(name) => K8sError::invalid(
+                format!("Cohort/{name}"),
+                "spec",
+                format!("Ferry's scheduler refused the cluster's cohort tree: {e}"),
+            ),
+            None => K8sError::invalid(
+                "Queue/*",
+                "spec.quotas",
+                format!("Ferry's scheduler refused the cluster's queues: {e}"),
+            ),
+        }
     })
+}
+
+/// The cohort a scheduler config error's field (`cohorts[i].parent`) is about, if it is one's.
+fn cohort_of_field<'a>(field: &str, cohorts: &'a [ferry_sched::CohortSpec]) -> Option<&'a str> {
+    let (i, _) = field.strip_prefix("cohorts[")?.split_once(']')?;
+    cohorts
+        .get(i.parse::<usize>().ok()?)
+        .map(|c| c.name.as_str())
 }
 
 /// Registers a workload that is already running on `placement` since `at`

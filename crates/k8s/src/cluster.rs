@@ -71,12 +71,15 @@ pub struct SchedulerInputs {
     pub cluster: ferry_sched::Cluster,
     /// Every Ferry `Queue`, as a scheduler queue named `<namespace>/<queue>`.
     pub queues: Vec<ferry_sched::QueueSpec>,
+    /// Every Ferry `Cohort` (cluster-scoped, named as Queues' `spec.cohort` names it): the
+    /// cohort trees the queues are in.
+    pub cohorts: Vec<ferry_sched::CohortSpec>,
     /// The priorities jobs may name (see [`priority_classes`]).
     pub priorities: Vec<ferry_sched::PriorityClass>,
 }
 
-/// What Ferry's scheduler needs from the cluster: GPU nodes, every Ferry `Queue` and the
-/// cluster's `PriorityClass`es.
+/// What Ferry's scheduler needs from the cluster: GPU nodes, every Ferry `Queue` and `Cohort`,
+/// and the cluster's `PriorityClass`es.
 pub async fn scheduler_inputs(
     client: &Client,
     rack_label: Option<&str>,
@@ -88,14 +91,8 @@ pub async fn scheduler_inputs(
         &GroupVersionKind::gvk(crate::crd::GROUP, crate::crd::VERSION, "Queue"),
         "queues",
     );
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ferry_queue);
     let mut queues = Vec::new();
-    let list = match api.list(&ListParams::default()).await {
-        Ok(list) => list.items,
-        Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
-        Err(e) => return Err(e.into()),
-    };
-    for q in list {
+    for q in all_objects(client, &ferry_queue).await? {
         let ns = q.namespace().unwrap_or_default();
         let name = q.name_any();
         let spec: ferry_spec::QueueSpec = match q.data.get("spec") {
@@ -107,13 +104,43 @@ pub async fn scheduler_inputs(
         };
         queues.push(crate::admission::queue_spec(&ns, &name, &spec));
     }
+    let ferry_cohort = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(crate::crd::GROUP, crate::crd::VERSION, "Cohort"),
+        "cohorts",
+    );
+    let mut cohorts = Vec::new();
+    for c in all_objects(client, &ferry_cohort).await? {
+        let name = c.name_any();
+        let spec: ferry_spec::CohortSpec = match c.data.get("spec") {
+            Some(v) => serde_json::from_value(v.clone()).map_err(|source| K8sError::Json {
+                what: format!("Cohort/{name} spec"),
+                source,
+            })?,
+            None => ferry_spec::CohortSpec::default(),
+        };
+        cohorts.push(spec.to_sched(&name));
+    }
+    // By name: a list in another order is no change that asks for a rebuild.
+    cohorts.sort_by(|a, b| a.name.cmp(&b.name));
     let classes: Api<PriorityClass> = Api::all(client.clone());
     let classes = classes.list(&ListParams::default()).await?.items;
     Ok(SchedulerInputs {
         cluster,
         queues,
+        cohorts,
         priorities: priority_classes(&classes),
     })
+}
+
+/// Every object of `resource` in the cluster (all namespaces); none when its CRD is not
+/// installed.
+async fn all_objects(client: &Client, resource: &ApiResource) -> Result<Vec<DynamicObject>> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
+    match api.list(&ListParams::default()).await {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The priorities a TrainJob may name, on the cluster's own scale: Ferry's `low`, `normal`

@@ -10,7 +10,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use ferry_spec::{JobPhase, ModelDeploymentSpec, QueueSpec, ResourceKind, TrainJobSpec};
+use ferry_spec::{
+    CohortSpec, JobPhase, ModelDeploymentSpec, QueueSpec, ResourceKind, TrainJobSpec,
+};
 
 use crate::error::{K8sError, Result};
 
@@ -253,6 +255,8 @@ struct CrdKind {
     kind: &'static str,
     plural: &'static str,
     short: &'static str,
+    /// `Namespaced`, or `Cluster` for a kind named across namespaces by what refers to it.
+    scope: &'static str,
     spec: Value,
     status: Option<Value>,
     columns: Value,
@@ -267,6 +271,7 @@ fn kinds() -> Vec<CrdKind> {
             kind: "TrainJob",
             plural: "trainjobs",
             short: "tj",
+            scope: "Namespaced",
             spec: schemars::schema_for!(TrainJobSpec).to_value(),
             status: Some(schemars::schema_for!(TrainJobClusterStatus).to_value()),
             columns: json!([
@@ -281,6 +286,7 @@ fn kinds() -> Vec<CrdKind> {
             kind: "ModelDeployment",
             plural: "modeldeployments",
             short: "md",
+            scope: "Namespaced",
             spec: schemars::schema_for!(ModelDeploymentSpec).to_value(),
             status: Some(schemars::schema_for!(DeploymentClusterStatus).to_value()),
             columns: json!([
@@ -294,18 +300,30 @@ fn kinds() -> Vec<CrdKind> {
             kind: "Queue",
             plural: "queues",
             short: "fq",
+            scope: "Namespaced",
             spec: schemars::schema_for!(QueueSpec).to_value(),
             status: None,
             columns: json!([
                 col("Cohort", ".spec.cohort", "string"),
                 col("Stop", ".spec.stopPolicy", "string"),
-                age
+                age.clone()
             ]),
+        },
+        // Cluster-scoped, as Kueue's Cohort: Queues of every namespace name it by name alone.
+        CrdKind {
+            kind: "Cohort",
+            plural: "cohorts",
+            short: "fco",
+            scope: "Cluster",
+            spec: schemars::schema_for!(CohortSpec).to_value(),
+            status: None,
+            columns: json!([col("Parent", ".spec.parent", "string"), age]),
         },
     ]
 }
 
-/// Ferry's CRDs (TrainJob, ModelDeployment, Queue), as `apiextensions.k8s.io/v1` objects.
+/// Ferry's CRDs (TrainJob, ModelDeployment, Queue, Cohort), as `apiextensions.k8s.io/v1`
+/// objects.
 pub fn crds() -> Result<Vec<Value>> {
     // Every kind the spec crate knows has a CRD, but `PriorityClass`: on a cluster it is
     // Kubernetes' own (`ferry render` makes one); and `Sweep`: `ferry render` renders its jobs,
@@ -350,7 +368,7 @@ pub fn crds() -> Result<Vec<Value>> {
                     "shortNames": [k.short],
                     "categories": ["ferry"],
                 },
-                "scope": "Namespaced",
+                "scope": k.scope,
                 "versions": [version],
             }
         }));

@@ -1221,8 +1221,8 @@ pub async fn run(
     }
 }
 
-/// Re-reads the GPU nodes, the Ferry `Queue`s and the `PriorityClass`es every 60 s; when they
-/// differ from what the scheduler was built from, rebuilds it in place
+/// Re-reads the GPU nodes, the Ferry `Queue`s and `Cohort`s and the `PriorityClass`es every
+/// 60 s; when they differ from what the scheduler was built from, rebuilds it in place
 /// ([`SchedAdmission::rebuild`]: running gangs stay where they run, waiting jobs keep their
 /// order). Returns — so that the operator exits and its restart builds the right admission —
 /// only when Ferry's scheduler must start or stop (the first Queue created, the last one
@@ -1262,12 +1262,15 @@ pub async fn watch_inputs(
                     kept = r.kept,
                     preempted = ?r.preempted,
                     dropped = ?r.dropped,
-                    "GPU nodes, Queues or PriorityClasses changed: scheduler rebuilt in place"
+                    "GPU nodes, Queues, Cohorts or PriorityClasses changed: scheduler rebuilt in place"
                 );
                 current = now;
             }
             // The old scheduler stays; the next look tries again.
-            Err(e) => tracing::error!(error = %e, "the changed Queues do not build a scheduler"),
+            Err(e) => tracing::error!(
+                error = %e,
+                "the changed Queues or Cohorts do not build a scheduler"
+            ),
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use ferry_spec::{Resource, TrainJob};
+use ferry_spec::{Cohort, Resource, TrainJob};
 use serde_json::Value;
 
 use crate::error::{K8sError, Result};
@@ -61,8 +61,8 @@ pub fn warnings(resources: &[Resource]) -> Vec<String> {
 }
 
 /// Checks every resource against the others (and the cluster, when `state` is given):
-/// each job's namespace has its queue, claims exist, gangs fit the nodes; a sweep's jobs as
-/// jobs. Returns every problem at once.
+/// each job's namespace has its queue, claims exist, gangs fit the nodes, no Cohort is its own
+/// ancestor; a sweep's jobs as jobs. Returns every problem at once.
 pub fn check(
     resources: &[Resource],
     opts: &RenderOptions,
@@ -148,6 +148,7 @@ pub fn check(
             }
             // Expanded above.
             Resource::Queue(_) | Resource::Sweep(_) => {}
+            Resource::Cohort(c) => errs.extend(cohort_loop(c, resources)),
             Resource::PriorityClass(c) => {
                 let name = &c.metadata.name;
                 if crate::options::PRIORITIES.iter().any(|(n, _)| n == name) {
@@ -181,10 +182,11 @@ pub fn render(
             _ => None,
         })
         .collect();
-    let mut out = if queues.is_empty() {
+    let cohorts = cohorts(resources);
+    let mut out = if queues.is_empty() && cohorts.is_empty() {
         Vec::new()
     } else {
-        tenancy::render(&queues, opts)
+        tenancy::render(&queues, &cohorts, opts)
     };
     let mut errs = Vec::new();
     for r in resources {
@@ -204,7 +206,7 @@ pub fn render(
                 Ok(objs) => out.extend(objs),
                 Err(e) => errs.push(e),
             },
-            Resource::Queue(_) | Resource::Sweep(_) => {}
+            Resource::Queue(_) | Resource::Cohort(_) | Resource::Sweep(_) => {}
             Resource::PriorityClass(c) => {
                 out.extend(tenancy::applied_priority_class(c, opts.cluster.kueue));
             }
@@ -212,6 +214,52 @@ pub fn render(
     }
     K8sError::collect(errs)?;
     Ok(out)
+}
+
+/// The Cohorts among `resources`.
+fn cohorts(resources: &[Resource]) -> Vec<&Cohort> {
+    resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::Cohort(c) => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The problem of a Cohort that is its own ancestor through the file's Cohorts (Kueue admits
+/// nothing to such a tree's queues), reported at the loop's first Cohort in the file only.
+fn cohort_loop(c: &Cohort, resources: &[Resource]) -> Option<K8sError> {
+    let all = cohorts(resources);
+    let parent_of = |name: &str| {
+        all.iter()
+            .find(|o| o.metadata.name == name)
+            .and_then(|o| o.spec.parent.as_deref())
+    };
+    let mut path = vec![c.metadata.name.as_str()];
+    while let Some(parent) = parent_of(path[path.len() - 1]) {
+        if let Some(start) = path.iter().position(|n| *n == parent) {
+            let first = all
+                .iter()
+                .find(|o| path[start..].contains(&o.metadata.name.as_str()))?;
+            if start != 0 || first.metadata.name != c.metadata.name {
+                return None;
+            }
+            path.push(parent);
+            return Some(K8sError::invalid(
+                format!("Cohort/{}", c.metadata.name),
+                "spec.parent",
+                format!(
+                    "cohort `{}` is its own ancestor ({}); remove or change one spec.parent in \
+                     the loop",
+                    c.metadata.name,
+                    path.join(" -> ")
+                ),
+            ));
+        }
+        path.push(parent);
+    }
+    None
 }
 
 /// Objects as a multi-document YAML stream (`---` separated), for GitOps.

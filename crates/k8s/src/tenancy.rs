@@ -1,10 +1,11 @@
-//! Ferry `Queue`s → tenancy objects: a Namespace per team with a GPU `ResourceQuota` and a
-//! `LimitRange`, Ferry's `PriorityClass`es, and — when Kueue is installed — Kueue's
-//! `ResourceFlavor`, `ClusterQueue`, `LocalQueue` and `WorkloadPriorityClass`.
+//! Ferry `Queue`s and `Cohort`s → tenancy objects: a Namespace per team with a GPU
+//! `ResourceQuota` and a `LimitRange`, Ferry's `PriorityClass`es, and — when Kueue is installed
+//! — Kueue's `ResourceFlavor`, `Cohort`, `ClusterQueue`, `LocalQueue` and
+//! `WorkloadPriorityClass`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ferry_spec::Queue;
+use ferry_spec::{Cohort, Queue};
 use serde_json::{Value, json};
 
 use crate::options::{MANAGED_BY, PRIORITIES, RenderOptions, flavor_object_name};
@@ -81,7 +82,7 @@ fn class_objects(
 }
 
 /// GPUs a queue may hold at once: its nominal quota plus what it may borrow, bounded by
-/// its cohort's total.
+/// its cohort tree's total.
 fn gpu_ceiling(q: &Queue, cohort_total: i64) -> i64 {
     q.spec
         .quotas
@@ -106,23 +107,53 @@ pub fn cluster_queue_name(q: &Queue) -> String {
     }
 }
 
-/// Renders every tenancy object for `queues`.
-pub fn render(queues: &[&Queue], opts: &RenderOptions) -> Vec<Value> {
+/// The root of `cohort`'s tree among `cohorts` (itself when no Cohort gives it a parent; a
+/// parent loop, which `render::check` refuses, ends where it closes).
+fn root_of<'a>(cohort: &'a str, cohorts: &[&'a Cohort]) -> &'a str {
+    let mut at = cohort;
+    let mut seen = BTreeSet::new();
+    while seen.insert(at) {
+        match cohorts
+            .iter()
+            .find(|c| c.metadata.name == at)
+            .and_then(|c| c.spec.parent.as_deref())
+        {
+            Some(parent) => at = parent,
+            None => break,
+        }
+    }
+    at
+}
+
+/// Renders every tenancy object for `queues` and the cohort trees `cohorts` they are in.
+pub fn render(queues: &[&Queue], cohorts: &[&Cohort], opts: &RenderOptions) -> Vec<Value> {
     let mut out = Vec::new();
     let namespaces: BTreeSet<&str> = queues
         .iter()
         .map(|q| q.metadata.namespace.as_str())
         .collect();
+    // GPUs of each cohort tree (by its root): its queues' nominal quotas and its cohorts' own.
     let mut cohort_total: BTreeMap<&str, i64> = BTreeMap::new();
+    let nominal = |f: i32| i64::from(f.max(0));
     for q in queues {
         if let Some(c) = &q.spec.cohort {
-            *cohort_total.entry(c.as_str()).or_default() += q
+            *cohort_total.entry(root_of(c, cohorts)).or_default() += q
                 .spec
                 .quotas
                 .iter()
-                .map(|f| i64::from(f.nominal.max(0)))
+                .map(|f| nominal(f.nominal))
                 .sum::<i64>();
         }
+    }
+    for c in cohorts {
+        *cohort_total
+            .entry(root_of(&c.metadata.name, cohorts))
+            .or_default() += c
+            .spec
+            .quotas
+            .iter()
+            .map(|f| nominal(f.nominal))
+            .sum::<i64>();
     }
     for ns in &namespaces {
         out.push(json!({
@@ -141,7 +172,7 @@ pub fn render(queues: &[&Queue], opts: &RenderOptions) -> Vec<Value> {
                     .spec
                     .cohort
                     .as_deref()
-                    .and_then(|c| cohort_total.get(c))
+                    .and_then(|c| cohort_total.get(root_of(c, cohorts)))
                     .copied()
                     .unwrap_or(0);
                 gpu_ceiling(q, total)
@@ -167,9 +198,13 @@ pub fn render(queues: &[&Queue], opts: &RenderOptions) -> Vec<Value> {
     if !opts.cluster.kueue {
         return out;
     }
-    let flavors: BTreeSet<&str> = queues
-        .iter()
+    let flavors: BTreeSet<&str> = (queues.iter())
         .flat_map(|q| q.spec.quotas.iter().map(|f| f.flavor.as_str()))
+        .chain(
+            cohorts
+                .iter()
+                .flat_map(|c| c.spec.quotas.iter().map(|f| f.flavor.as_str())),
+        )
         .collect();
     for flavor in &flavors {
         let spec = if *flavor == "any" {
@@ -184,23 +219,20 @@ pub fn render(queues: &[&Queue], opts: &RenderOptions) -> Vec<Value> {
             "spec": spec,
         }));
     }
+    // Cohorts before the ClusterQueues that name them, parents before their children, as
+    // Kueue's documentation creates a tree.
+    let mut ordered: Vec<&Cohort> = cohorts.to_vec();
+    ordered.sort_by_key(|c| depth(c, cohorts));
+    for c in ordered {
+        out.push(kueue_cohort(c));
+    }
     for q in queues {
-        let flavors: Vec<Value> = q
-            .spec
-            .quotas
-            .iter()
-            .map(|f| {
-                let mut res =
-                    json!({"name": GPU_RESOURCE, "nominalQuota": f.nominal.max(0).to_string()});
-                if let Some(b) = f.borrowing_limit {
-                    res["borrowingLimit"] = b.max(0).to_string().into();
-                }
-                if let Some(l) = f.lending_limit {
-                    res["lendingLimit"] = l.max(0).to_string().into();
-                }
-                json!({"name": flavor_object_name(&f.flavor), "resources": [res]})
-            })
-            .collect();
+        let flavors = flavor_quotas(
+            q.spec
+                .quotas
+                .iter()
+                .map(|f| (&f.flavor, f.nominal, f.borrowing_limit, f.lending_limit)),
+        );
         let mut spec = json!({
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": q.metadata.namespace}},
             "resourceGroups": [{"coveredResources": [GPU_RESOURCE], "flavors": flavors}],
@@ -239,4 +271,63 @@ pub fn render(queues: &[&Queue], opts: &RenderOptions) -> Vec<Value> {
         }));
     }
     out
+}
+
+/// Kueue's `resourceGroups[].flavors` for GPU quotas `(flavor, nominal, borrowing limit,
+/// lending limit)`, each flavor under its ResourceFlavor's name.
+fn flavor_quotas<'a>(
+    quotas: impl Iterator<Item = (&'a String, i32, Option<i32>, Option<i32>)>,
+) -> Vec<Value> {
+    quotas
+        .map(|(flavor, nominal, borrowing_limit, lending_limit)| {
+            let mut res = json!({"name": GPU_RESOURCE, "nominalQuota": nominal.max(0).to_string()});
+            if let Some(b) = borrowing_limit {
+                res["borrowingLimit"] = b.max(0).to_string().into();
+            }
+            if let Some(l) = lending_limit {
+                res["lendingLimit"] = l.max(0).to_string().into();
+            }
+            json!({"name": flavor_object_name(flavor), "resources": [res]})
+        })
+        .collect()
+}
+
+/// How many parents above `c` among `cohorts` (a loop counts until it closes).
+fn depth(c: &Cohort, cohorts: &[&Cohort]) -> usize {
+    let mut seen = BTreeSet::from([c.metadata.name.as_str()]);
+    let mut at = c;
+    while let Some(parent) = at.spec.parent.as_deref() {
+        match cohorts.iter().find(|p| p.metadata.name == parent) {
+            Some(p) if seen.insert(parent) => at = p,
+            // A parent no Cohort defines is a root Kueue creates: one level more.
+            None => return seen.len(),
+            Some(_) => break,
+        }
+    }
+    seen.len() - 1
+}
+
+/// A Ferry `Cohort` as Kueue's `Cohort` (cluster-scoped, as Ferry's): its parent as
+/// `spec.parentName`, its own GPUs and limits as a `resourceGroups` entry for the GPU resource
+/// (none when it has no quota: Kueue wants at least one flavor in a group).
+pub fn kueue_cohort(c: &Cohort) -> Value {
+    let mut spec = json!({});
+    if let Some(parent) = &c.spec.parent {
+        spec["parentName"] = parent.clone().into();
+    }
+    if !c.spec.quotas.is_empty() {
+        let flavors = flavor_quotas(
+            c.spec
+                .quotas
+                .iter()
+                .map(|f| (&f.flavor, f.nominal, f.borrowing_limit, f.lending_limit)),
+        );
+        spec["resourceGroups"] = json!([{"coveredResources": [GPU_RESOURCE], "flavors": flavors}]);
+    }
+    json!({
+        "apiVersion": KUEUE_API,
+        "kind": "Cohort",
+        "metadata": {"name": c.metadata.name, "labels": managed()},
+        "spec": spec,
+    })
 }

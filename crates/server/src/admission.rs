@@ -1,5 +1,6 @@
-//! Admission of GPU jobs through `ferry-sched`: team queues with quotas and cohorts, named
-//! priorities, whole-gang admission and graceful preemption, on this machine's GPUs.
+//! Admission of GPU jobs through `ferry-sched`: team queues with quotas and cohorts (cohort
+//! trees from stored `Cohort`s), named priorities, whole-gang admission and graceful
+//! preemption, on this machine's GPUs.
 //!
 //! The reconcile loop owns one [`Admission`]. Each pass it is synchronised with the store
 //! (queued jobs submitted, running ones restored after a restart, finished ones released),
@@ -18,7 +19,9 @@ use ferry_sched::{
     ANY_FLAVOR, Cluster, Decision, FORECAST_CYCLES, FlavorQuota, PodPlacement, PreemptReason,
     QueueSpec, SchedError, Scheduler, Time, Workload,
 };
-use ferry_spec::{FieldError, JobPhase, PriorityClass, Queue, Resource, ResourceKind, TrainJob};
+use ferry_spec::{
+    Cohort, FieldError, JobPhase, PriorityClass, Queue, Resource, ResourceKind, TrainJob,
+};
 use ferry_store::{JobRecord, StatusPatch, StoreError};
 
 use crate::checkpoint::{Layout, latest_checkpoint};
@@ -55,6 +58,9 @@ pub(crate) struct Admission {
     sched: Scheduler,
     /// The queue set it was built from; a change rebuilds it.
     queues: Vec<QueueSpec>,
+    /// The cohort trees it was built with; a change (an applied or deleted `Cohort`) rebuilds
+    /// it.
+    cohorts: Vec<ferry_sched::CohortSpec>,
     /// The priorities it was built with; a change (an applied or deleted `PriorityClass`)
     /// rebuilds it.
     priorities: Vec<ferry_sched::PriorityClass>,
@@ -109,32 +115,7 @@ fn queue_specs(queues: &[Queue], inventory: &Inventory) -> (Vec<QueueSpec>, Vec<
     let mut specs = Vec::with_capacity(by_name.len() + 1);
     let mut origins = Vec::with_capacity(by_name.len() + 1);
     for (name, q) in by_name {
-        // Every quota that applies here is one pool on this machine: summed.
-        let mut quota: Option<FlavorQuota> = None;
-        let mut origin = Vec::new();
-        let count = |v: i32| u32::try_from(v.max(0)).unwrap_or(0);
-        for (j, fq) in q.spec.quotas.iter().enumerate() {
-            if !flavor_applies(&fq.flavor, inventory) {
-                continue;
-            }
-            let sum = |a: Option<u32>, b: Option<i32>| Some(a? + count(b?));
-            quota = Some(match quota {
-                None => FlavorQuota {
-                    flavor: ANY_FLAVOR.to_owned(),
-                    nominal: count(fq.nominal),
-                    borrowing_limit: fq.borrowing_limit.map(count),
-                    lending_limit: fq.lending_limit.map(count),
-                },
-                Some(acc) => FlavorQuota {
-                    nominal: acc.nominal + count(fq.nominal),
-                    borrowing_limit: sum(acc.borrowing_limit, fq.borrowing_limit),
-                    lending_limit: sum(acc.lending_limit, fq.lending_limit),
-                    ..acc
-                },
-            });
-            origin.push(j);
-        }
-        let quotas: Vec<FlavorQuota> = quota.into_iter().collect();
+        let (quotas, origin) = local_quota(q.spec.quotas.iter().map(Parts::parts), inventory);
         specs.push(QueueSpec {
             name: name.to_owned(),
             cohort: q.spec.cohort.clone(),
@@ -153,51 +134,188 @@ fn queue_specs(queues: &[Queue], inventory: &Inventory) -> (Vec<QueueSpec>, Vec<
     (specs, origins)
 }
 
-/// Turns a scheduler config error (`queues[i].quotas[j].x`) into one naming the Queue
-/// document and its own field path; also returns that queue's name when there is one.
-fn queue_error<'a>(
-    e: &SchedError,
-    specs: &'a [QueueSpec],
-    origins: &[Vec<usize>],
-) -> (Option<&'a str>, FieldError) {
-    let SchedError::InvalidConfig {
-        field,
-        problem,
-        fix,
-    } = e
-    else {
-        return (None, FieldError::new("spec", e.to_string()));
-    };
-    let parsed = field.strip_prefix("queues[").and_then(|rest| {
-        let (i, tail) = rest.split_once(']')?;
-        Some((i.parse::<usize>().ok()?, tail.trim_start_matches('.')))
-    });
-    let Some((i, tail)) = parsed.filter(|(i, _)| *i < specs.len()) else {
-        return (
-            None,
-            FieldError::new(field.clone(), format!("{problem}; {fix}")),
-        );
-    };
-    let tail = tail.replace("fairShareWeight", "weight");
-    let path = match tail.strip_prefix("quotas[").and_then(|r| r.split_once(']')) {
-        Some((j, rest)) => {
-            let j = j
-                .parse::<usize>()
-                .ok()
-                .and_then(|j| origins[i].get(j).copied());
-            format!(
-                "spec.quotas[{}]{rest}",
-                j.map_or_else(|| "?".into(), |j| j.to_string())
-            )
+/// A Queue's or a Cohort's quota for one flavor, as `local_quota` sums them.
+trait Parts {
+    /// `(flavor, nominal, borrowing limit, lending limit)`.
+    fn parts(&self) -> (&str, i32, Option<i32>, Option<i32>);
+}
+
+impl Parts for ferry_spec::FlavorQuota {
+    fn parts(&self) -> (&str, i32, Option<i32>, Option<i32>) {
+        (
+            &self.flavor,
+            self.nominal,
+            self.borrowing_limit,
+            self.lending_limit,
+        )
+    }
+}
+
+impl Parts for ferry_spec::CohortQuota {
+    fn parts(&self) -> (&str, i32, Option<i32>, Option<i32>) {
+        (
+            &self.flavor,
+            self.nominal,
+            self.borrowing_limit,
+            self.lending_limit,
+        )
+    }
+}
+
+/// Every quota of a document (`(flavor, nominal, borrowing limit, lending limit)`) that
+/// applies to this machine, summed into one `any` quota (one pool here), and the indexes of the
+/// quotas summed; none when no quota applies.
+fn local_quota<'a>(
+    quotas: impl Iterator<Item = (&'a str, i32, Option<i32>, Option<i32>)>,
+    inventory: &Inventory,
+) -> (Vec<FlavorQuota>, Vec<usize>) {
+    let mut quota: Option<FlavorQuota> = None;
+    let mut origin = Vec::new();
+    let count = |v: i32| u32::try_from(v.max(0)).unwrap_or(0);
+    let sum = |a: Option<u32>, b: Option<i32>| Some(a? + count(b?));
+    for (j, (flavor, nominal, borrowing_limit, lending_limit)) in quotas.enumerate() {
+        if !flavor_applies(flavor, inventory) {
+            continue;
         }
-        None if tail.is_empty() || tail == "name" => "metadata.name".to_owned(),
-        None => format!("spec.{tail}"),
-    };
-    let name = specs[i].name.as_str();
-    (
-        Some(name),
-        FieldError::new(path, format!("queue `{name}`: {problem}; fix: {fix}")),
-    )
+        quota = Some(match quota {
+            None => FlavorQuota {
+                flavor: ANY_FLAVOR.to_owned(),
+                nominal: count(nominal),
+                borrowing_limit: borrowing_limit.map(count),
+                lending_limit: lending_limit.map(count),
+            },
+            Some(acc) => FlavorQuota {
+                nominal: acc.nominal + count(nominal),
+                borrowing_limit: sum(acc.borrowing_limit, borrowing_limit),
+                lending_limit: sum(acc.lending_limit, lending_limit),
+                ..acc
+            },
+        });
+        origin.push(j);
+    }
+    (quota.into_iter().collect(), origin)
+}
+
+/// The scheduler's view of the stored cohorts (sorted by name), their quotas that apply here
+/// summed as a queue's are. `origins[i]` maps a sched quota index back to the spec's.
+fn cohort_specs(
+    cohorts: &[Cohort],
+    inventory: &Inventory,
+) -> (Vec<ferry_sched::CohortSpec>, Vec<Vec<usize>>) {
+    let mut by_name: BTreeMap<&str, &Cohort> = BTreeMap::new();
+    for c in cohorts {
+        by_name.entry(c.metadata.name.as_str()).or_insert(c);
+    }
+    by_name
+        .into_iter()
+        .map(|(name, c)| {
+            let (quotas, origin) = local_quota(c.spec.quotas.iter().map(Parts::parts), inventory);
+            let spec = ferry_sched::CohortSpec {
+                name: name.to_owned(),
+                parent: c.spec.parent.clone(),
+                quotas,
+            };
+            (spec, origin)
+        })
+        .unzip()
+}
+
+/// The scheduler's configuration from stored (and applied) objects: its queues and cohorts,
+/// and for each the indexes of the document's quotas its one quota sums.
+struct Config {
+    queues: Vec<QueueSpec>,
+    queue_origins: Vec<Vec<usize>>,
+    cohorts: Vec<ferry_sched::CohortSpec>,
+    cohort_origins: Vec<Vec<usize>>,
+}
+
+impl Config {
+    /// The configuration of `queues` and `cohorts` on this machine.
+    fn of(queues: &[Queue], cohorts: &[Cohort], inventory: &Inventory) -> Config {
+        let (queues, queue_origins) = queue_specs(queues, inventory);
+        let (cohorts, cohort_origins) = cohort_specs(cohorts, inventory);
+        Config {
+            queues,
+            queue_origins,
+            cohorts,
+            cohort_origins,
+        }
+    }
+
+    /// An empty scheduler of this configuration on `cluster`.
+    fn scheduler(
+        &self,
+        cluster: Cluster,
+        priorities: Vec<ferry_sched::PriorityClass>,
+        policy: ferry_sched::Options,
+    ) -> Result<Scheduler, SchedError> {
+        Scheduler::with_cohorts(
+            cluster,
+            self.queues.clone(),
+            &self.cohorts,
+            priorities,
+            policy,
+        )
+    }
+
+    /// Turns a scheduler config error (`queues[i].quotas[j].x`, `cohorts[i].parent`) into one
+    /// naming the Queue or Cohort document and its own field path; also returns that
+    /// document's kind and name when there is one.
+    fn error(&self, e: &SchedError) -> (Option<(ResourceKind, &str)>, FieldError) {
+        let SchedError::InvalidConfig {
+            field,
+            problem,
+            fix,
+        } = e
+        else {
+            return (None, FieldError::new("spec", e.to_string()));
+        };
+        let indexed = |prefix: &str| {
+            let rest = field.strip_prefix(prefix)?;
+            let (i, tail) = rest.split_once(']')?;
+            Some((i.parse::<usize>().ok()?, tail.trim_start_matches('.')))
+        };
+        let (kind, name, noun, origins, tail) = match (indexed("queues["), indexed("cohorts[")) {
+            (Some((i, tail)), _) if i < self.queues.len() => (
+                ResourceKind::Queue,
+                self.queues[i].name.as_str(),
+                "queue",
+                &self.queue_origins[i],
+                tail.replace("fairShareWeight", "weight"),
+            ),
+            (_, Some((i, tail))) if i < self.cohorts.len() => (
+                ResourceKind::Cohort,
+                self.cohorts[i].name.as_str(),
+                "cohort",
+                &self.cohort_origins[i],
+                tail.to_owned(),
+            ),
+            _ => {
+                return (
+                    None,
+                    FieldError::new(field.clone(), format!("{problem}; {fix}")),
+                );
+            }
+        };
+        let path = match tail.strip_prefix("quotas[").and_then(|r| r.split_once(']')) {
+            Some((j, rest)) => {
+                let j = j
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|j| origins.get(j).copied());
+                format!(
+                    "spec.quotas[{}]{rest}",
+                    j.map_or_else(|| "?".into(), |j| j.to_string())
+                )
+            }
+            None if tail.is_empty() || tail == "name" => "metadata.name".to_owned(),
+            None => format!("spec.{tail}"),
+        };
+        (
+            Some((kind, name)),
+            FieldError::new(path, format!("{noun} `{name}`: {problem}; fix: {fix}")),
+        )
+    }
 }
 
 /// The queue `job` waits in: `spec.queue`, else [`DEFAULT_QUEUE`].
@@ -342,6 +460,11 @@ async fn stored_queues(plane: &ControlPlane) -> Result<Vec<Queue>, ApiError> {
     stored(plane, "Queue").await
 }
 
+/// Reads the stored cohorts.
+async fn stored_cohorts(plane: &ControlPlane) -> Result<Vec<Cohort>, ApiError> {
+    stored(plane, "Cohort").await
+}
+
 /// The priorities jobs may name: `ferry up`'s own (`--priority-classes`, else `low`, `normal`,
 /// `high`) with the applied `PriorityClass`es added; an applied class replaces one of the same
 /// name.
@@ -394,11 +517,17 @@ pub(crate) fn built_in_classes(
 /// Refuses to delete a `PriorityClass` that is `ferry up`'s own (not stored: there is nothing to
 /// delete; an applied class of its name may be deleted, the name then falls back to it), or that
 /// an unfinished job still names: the job would otherwise fail as unschedulable at the next pass.
+/// A `Cohort` that queues or child cohorts still name may be deleted, as a Queue jobs name may
+/// (it becomes a root with no GPUs of its own, as a cohort no document defines), unless the
+/// cohort trees left would not build a scheduler: then the scheduler's reason is given.
 pub(crate) async fn check_delete(
     plane: &ControlPlane,
     kind: ResourceKind,
     name: &str,
 ) -> Result<(), ApiError> {
+    if kind == ResourceKind::Cohort {
+        return check_cohort_delete(plane, name).await;
+    }
     if kind != ResourceKind::PriorityClass {
         return Ok(());
     }
@@ -433,9 +562,47 @@ pub(crate) async fn check_delete(
     )))
 }
 
-/// Apply-time checks for a batch: every queue (stored plus the batch's) builds a valid
-/// scheduler, and every GPU job names a known queue and priority and could ever be admitted
-/// there — so no job waits forever for something that cannot happen.
+/// Refuses to delete Cohort `name` when the stored queues and the other cohorts would not build a
+/// scheduler without it (a queue's borrowing limit only its GPUs made possible, a queue left
+/// alone in a tree with no GPUs), naming what names it.
+async fn check_cohort_delete(plane: &ControlPlane, name: &str) -> Result<(), ApiError> {
+    let Some(cluster) = cluster(plane.inventory()) else {
+        return Ok(());
+    };
+    let queues = stored_queues(plane).await?;
+    let mut cohorts = stored_cohorts(plane).await?;
+    let naming: Vec<String> = (queues.iter())
+        .filter(|q| q.spec.cohort.as_deref() == Some(name))
+        .map(|q| format!("Queue {}", q.metadata.name))
+        .chain(
+            (cohorts.iter())
+                .filter(|c| c.spec.parent.as_deref() == Some(name))
+                .map(|c| format!("Cohort {}", c.metadata.name)),
+        )
+        .collect();
+    cohorts.retain(|c| c.metadata.name != name);
+    let config = Config::of(&queues, &cohorts, plane.inventory());
+    let priorities = stored_priorities(plane).await?;
+    match config.scheduler(cluster, priorities, plane.config().scheduler.clone()) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let (_, problem) = config.error(&e);
+            Err(ApiError::conflict(format!(
+                "Cohort {name} is named by {}; without it the cohort trees would not build a \
+                 scheduler ({problem}); change or delete those first",
+                if naming.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    naming.join(", ")
+                },
+            )))
+        }
+    }
+}
+
+/// Apply-time checks for a batch: every queue and cohort (stored plus the batch's) builds a
+/// valid scheduler, and every GPU job names a known queue and priority and could ever be
+/// admitted there — so no job waits forever for something that cannot happen.
 pub(crate) async fn check_batch(
     plane: &ControlPlane,
     resources: &[Resource],
@@ -446,6 +613,14 @@ pub(crate) async fn check_batch(
         .enumerate()
         .filter_map(|(i, r)| match r {
             Resource::Queue(q) => Some((i, q)),
+            _ => None,
+        })
+        .collect();
+    let batch_cohorts: Vec<(usize, &Cohort)> = resources
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| match r {
+            Resource::Cohort(c) => Some((i, c)),
             _ => None,
         })
         .collect();
@@ -484,25 +659,41 @@ pub(crate) async fn check_batch(
             ));
         }
     }
-    if batch_queues.is_empty() && jobs.is_empty() {
+    if batch_queues.is_empty() && batch_cohorts.is_empty() && jobs.is_empty() {
         return Ok(problems);
     }
     let Some(cluster) = cluster(plane.inventory()) else {
-        // No GPUs: GPU jobs are refused by the inventory check; queues are kept for later.
+        // No GPUs: GPU jobs are refused by the inventory check; queues and cohorts are kept
+        // for later.
         return Ok(problems);
     };
     let batch: Vec<&Queue> = batch_queues.iter().map(|&(_, q)| q).collect();
     let queues = stored_and_applied(plane, "Queue", &batch, |q| &q.metadata.name).await?;
-    let (specs, origins) = queue_specs(&queues, plane.inventory());
+    let batch: Vec<&Cohort> = batch_cohorts.iter().map(|&(_, c)| c).collect();
+    let cohorts = stored_and_applied(plane, "Cohort", &batch, |c| &c.metadata.name).await?;
+    let config = Config::of(&queues, &cohorts, plane.inventory());
     let policy = plane.config().scheduler.clone();
-    let mut sched = match Scheduler::with_options(cluster, specs.clone(), priorities, policy) {
+    let mut sched = match config.scheduler(cluster, priorities, policy) {
         Ok(s) => s,
         Err(e) => {
-            let (name, err) = queue_error(&e, &specs, &origins);
-            let doc = batch_queues
-                .iter()
-                .find(|(_, q)| Some(q.metadata.name.as_str()) == name)
-                .map_or(0, |(i, _)| *i);
+            let (culprit, err) = config.error(&e);
+            // The document at fault, else the batch's first queue or cohort (a stored one is
+            // at fault because of what the batch changes).
+            let named = |kind: ResourceKind, name: &str| {
+                (batch_queues
+                    .iter()
+                    .map(|(i, q)| (*i, ResourceKind::Queue, &q.metadata)))
+                .chain((batch_cohorts.iter()).map(|(i, c)| (*i, ResourceKind::Cohort, &c.metadata)))
+                .find(|(_, k, m)| *k == kind && m.name == name)
+                .map(|(i, _, _)| i)
+            };
+            let first = (batch_queues.iter().map(|(i, _)| *i))
+                .chain(batch_cohorts.iter().map(|(i, _)| *i))
+                .min();
+            let doc = culprit
+                .and_then(|(kind, name)| named(kind, name))
+                .or(first)
+                .unwrap_or(0);
             problems.push((doc, err));
             return Ok(problems);
         }
@@ -535,27 +726,23 @@ pub(crate) async fn check_batch(
 }
 
 impl Admission {
-    /// An empty scheduler for `queues` (from [`queue_specs`]) under the control plane's
+    /// An empty scheduler for the queues and cohorts of `wanted` under the control plane's
     /// priorities and policy switches; `sync` then registers the jobs the store says hold GPUs
     /// or wait.
     fn build(
         inventory: &Inventory,
-        queues: Vec<QueueSpec>,
-        origins: &[Vec<usize>],
+        wanted: Config,
         priorities: Vec<ferry_sched::PriorityClass>,
         config: &crate::ServerConfig,
     ) -> Result<Self, String> {
         let cluster = cluster(inventory).ok_or("no GPUs")?;
-        let sched = Scheduler::with_options(
-            cluster,
-            queues.clone(),
-            priorities.clone(),
-            config.scheduler.clone(),
-        )
-        .map_err(|e| queue_error(&e, &queues, origins).1.to_string())?;
+        let sched = wanted
+            .scheduler(cluster, priorities.clone(), config.scheduler.clone())
+            .map_err(|e| wanted.error(&e).1.to_string())?;
         Ok(Self {
             sched,
-            queues,
+            queues: wanted.queues,
+            cohorts: wanted.cohorts,
             priorities,
             tracked: HashMap::new(),
             limits: HashMap::new(),
@@ -574,26 +761,29 @@ pub(crate) async fn schedule(
     if inventory.is_empty() {
         return Ok(());
     }
-    let stored = stored_queues(plane).await?;
-    let (wanted, origins) = queue_specs(&stored, inventory);
+    let wanted = Config::of(
+        &stored_queues(plane).await?,
+        &stored_cohorts(plane).await?,
+        inventory,
+    );
     let priorities = stored_priorities(plane).await?;
-    if slot
-        .as_ref()
-        .is_none_or(|a| a.queues != wanted || a.priorities != priorities)
-    {
-        match Admission::build(inventory, wanted, &origins, priorities, plane.config()) {
+    if slot.as_ref().is_none_or(|a| {
+        a.queues != wanted.queues || a.cohorts != wanted.cohorts || a.priorities != priorities
+    }) {
+        match Admission::build(inventory, wanted, priorities, plane.config()) {
             Ok(a) => {
                 if slot.is_some() {
                     tracing::info!(
-                        "queues or priority classes changed; scheduler rebuilt from the stored jobs"
+                        "queues, cohorts or priority classes changed; scheduler rebuilt from the \
+                         stored jobs"
                     );
                 }
                 *slot = Some(a);
             }
             Err(message) => {
-                // Stored queues no longer build (apply checks make this rare): keep the last
-                // good scheduler, or admit nothing until they are fixed.
-                tracing::error!(%message, "stored queues are invalid");
+                // Stored queues or cohorts no longer build (apply checks make this rare): keep
+                // the last good scheduler, or admit nothing until they are fixed.
+                tracing::error!(%message, "stored queues or cohorts are invalid");
                 if slot.is_none() {
                     return Ok(());
                 }
@@ -1153,17 +1343,88 @@ mod tests {
             "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: b}\nspec: {cohort: c, quotas: [{flavor: H100-80GB, nominal: 0}, {flavor: any, nominal: 2}]}\n",
         );
         let inv = Inventory::virtual_slots(4);
-        let (specs, origins) = queue_specs(&[a, b], &inv);
-        let e = Scheduler::new(
-            cluster(&inv).unwrap(),
-            specs.clone(),
-            PriorityClass::standard(),
-        )
-        .unwrap_err();
-        let (name, fe) = queue_error(&e, &specs, &origins);
-        assert_eq!(name, Some("a"));
+        let config = Config::of(&[a, b], &[], &inv);
+        let e = config
+            .scheduler(
+                cluster(&inv).unwrap(),
+                PriorityClass::standard(),
+                Default::default(),
+            )
+            .unwrap_err();
+        let (name, fe) = config.error(&e);
+        assert_eq!(name, Some((ResourceKind::Queue, "a")));
         assert_eq!(fe.path, "spec.quotas[0].borrowingLimit");
         assert!(fe.message.starts_with("queue `a`:"), "{}", fe.message);
+    }
+
+    fn cohort(yaml: &str) -> Cohort {
+        let text = format!("apiVersion: ferry.dev/v1alpha1\nkind: Cohort\n{yaml}");
+        match ferry_spec::parse_documents(&text, "c.yaml")
+            .unwrap()
+            .remove(0)
+        {
+            Resource::Cohort(c) => c,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A cohort's quotas that apply to this machine are one `any` quota, as a queue's are; a
+    /// quota of another machine's GPUs is left out (virtual slots take every flavor).
+    #[test]
+    fn a_cohorts_quotas_that_apply_here_are_summed() {
+        let c = cohort(
+            "metadata: {name: research}\nspec: {parent: org, quotas: [{flavor: any, nominal: 2, \
+             borrowingLimit: 1}, {flavor: H100-80GB, nominal: 3, borrowingLimit: 2, \
+             lendingLimit: 4}]}\n",
+        );
+        let (specs, origins) = cohort_specs(&[c], &Inventory::virtual_slots(8));
+        assert_eq!(
+            specs,
+            [ferry_sched::CohortSpec {
+                name: "research".into(),
+                parent: Some("org".into()),
+                quotas: vec![FlavorQuota {
+                    flavor: ANY_FLAVOR.into(),
+                    nominal: 5,
+                    borrowing_limit: Some(3),
+                    // One quota lends all it has: so does the sum.
+                    lending_limit: None,
+                }],
+            }]
+        );
+        assert_eq!(origins, [vec![0, 1]]);
+    }
+
+    /// A bad tree's error names the Cohort document and its own field path.
+    #[test]
+    fn a_bad_cohort_tree_names_the_cohort_and_its_field() {
+        let inv = Inventory::virtual_slots(4);
+        let a = queue(
+            "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: a}\nspec: {cohort: research, quotas: [{flavor: any, nominal: 2}]}\n",
+        );
+        let research = cohort(
+            "metadata: {name: research}\nspec: {parent: org, quotas: [{flavor: any, nominal: 1, borrowingLimit: 9}]}\n",
+        );
+        let org = cohort("metadata: {name: org}\nspec: {quotas: [{flavor: any, nominal: 1}]}\n");
+        let config = Config::of(&[a], &[org, research], &inv);
+        let e = config
+            .scheduler(
+                cluster(&inv).unwrap(),
+                PriorityClass::standard(),
+                Default::default(),
+            )
+            .unwrap_err();
+        let (culprit, fe) = config.error(&e);
+        assert_eq!(culprit, Some((ResourceKind::Cohort, "research")));
+        assert_eq!(fe.path, "spec.quotas[0].borrowingLimit");
+        // Research's 1 and queue a's 2 GPUs are lent to org, which has 1 of its own: 1 left.
+        assert!(
+            fe.message
+                .starts_with("cohort `research`: cohort `research` may borrow 9 `")
+                && fe.message.contains("lends only 1"),
+            "{}",
+            fe.message
+        );
     }
 
     #[test]

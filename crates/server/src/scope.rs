@@ -1,6 +1,6 @@
-//! Where objects are kept: queues and priority classes are named across namespaces (a job's
-//! `spec.queue` and `spec.priority` give a name only; `ResourceKind::is_cluster_scoped`), so the
-//! control plane keeps one object of each name, under the one namespace key [`CLUSTER`],
+//! Where objects are kept: queues, priority classes and cohorts are named across namespaces (a
+//! job's `spec.queue` and `spec.priority`, a queue's `spec.cohort`, give a name only;
+//! `ResourceKind::is_cluster_scoped`), so the control plane keeps one object of each name, under the one namespace key [`CLUSTER`],
 //! whatever `metadata.namespace` or the request's path says. Versions before kept them per
 //! namespace; [`gather`] moves such objects at start.
 

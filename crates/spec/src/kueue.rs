@@ -1,7 +1,7 @@
 //! Kueue's own queue objects (`ClusterQueue`, `LocalQueue`, `Cohort`, `ResourceFlavor`, in
 //! `kueue.x-k8s.io/v1beta1` or `v1beta2`, as files or as `kubectl get -o yaml` lists) read as
-//! Ferry queue specs, so a platform team can replay the quotas it runs today (`ferry sim
-//! --queues`) without translating them by hand. Kueue's defaults apply where a field is absent
+//! Ferry queue and cohort specs (cohort trees included), so a platform team can replay the
+//! quotas it runs today (`ferry sim --queues`) without translating them by hand. Kueue's defaults apply where a field is absent
 //! (they differ from Ferry's: Kueue preempts nothing unless told). What Ferry's scheduler does
 //! not model is listed for the user, never dropped silently.
 
@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
+use crate::cohort::{CohortQuota, CohortSpec};
 use crate::error::{FieldError, SpecError};
 use crate::foreign::{Object, finish, kubernetes_objects, unknown_fields};
 use crate::quantity::{quantity, whole_gpus};
@@ -41,6 +42,10 @@ pub const CLUSTER_QUEUE_FIELDS: [&str; 13] = [
     "stopPolicy",
 ];
 
+/// The `spec` fields of a Cohort in Kueue's v1beta1 and v1beta2 (both served): a field outside
+/// them is refused, as for a ClusterQueue.
+pub(crate) const COHORT_FIELDS: [&str; 3] = ["fairSharing", "parentName", "resourceGroups"];
+
 /// The ClusterQueue fields that change admission and that Ferry's scheduler does not model;
 /// each one set is named in [`KueueQueues::not_modelled`].
 const NOT_MODELLED: [&str; 5] = [
@@ -54,9 +59,13 @@ const NOT_MODELLED: [&str; 5] = [
 /// What a file of Kueue objects says about queues.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KueueQueues {
-    /// Each ClusterQueue by name, in file order, as a Ferry queue spec; a Cohort's own quota
-    /// becomes a queue named `cohort/<name>` that runs nothing and lends all of it.
+    /// Each ClusterQueue by name, in file order, as a Ferry queue spec.
     pub cluster_queues: Vec<(String, QueueSpec)>,
+    /// Each Cohort by name, in file order, as a Ferry cohort spec: its parent (`parentName`)
+    /// and its own GPU quotas with their borrowing and lending limits. Cohorts only
+    /// ClusterQueues name need none (roots with no GPUs of their own), nor parents no Cohort
+    /// defines (Kueue makes such a parent a root too).
+    pub cohorts: Vec<(String, CohortSpec)>,
     /// Each LocalQueue: where a team submits, and the ClusterQueue that admits its work.
     pub local_queues: Vec<LocalQueue>,
     /// What was read but is not modelled, one line each, for the user to see beside results.
@@ -120,6 +129,8 @@ pub fn read_kueue_queues(text: &str, source_name: &str) -> Result<KueueQueues, S
 #[derive(Default)]
 struct Reader {
     queues: Vec<(String, QueueSpec)>,
+    /// Each Cohort with where it is in the file (`Cohort/name`) for errors found at the end.
+    cohorts: Vec<(String, String, CohortSpec)>,
     local_queues: Vec<LocalQueue>,
     /// ResourceFlavor name → whether it selects nodes by label (one without labels is every node).
     flavors: BTreeMap<String, bool>,
@@ -235,7 +246,7 @@ impl Reader {
             }
             (a, b) => a.or(b),
         };
-        let quotas = self.resource_groups(at, spec);
+        let quotas = self.resource_groups(at, spec, Owner::ClusterQueue);
         let preemption = self.preemption(at, spec);
         let weight = match spec.get("fairSharing").and_then(|f| f.get("weight")) {
             None | Some(Value::Null) => 1.0,
@@ -386,8 +397,14 @@ impl Reader {
         }
     }
 
-    /// The GPU quota of each flavor in `spec.resourceGroups`; other resources are noted.
-    fn resource_groups(&mut self, at: &str, spec: &Map<String, Value>) -> Vec<FlavorQuota> {
+    /// The GPU quota of each flavor in `spec.resourceGroups` of a ClusterQueue or a Cohort;
+    /// other resources are noted.
+    fn resource_groups(
+        &mut self,
+        at: &str,
+        spec: &Map<String, Value>,
+        owner: Owner,
+    ) -> Vec<FlavorQuota> {
         let mut quotas: Vec<FlavorQuota> = Vec::new();
         let groups = match spec.get("resourceGroups") {
             None | Some(Value::Null) => return quotas,
@@ -441,11 +458,31 @@ impl Reader {
                         }
                         continue;
                     };
-                    if let Some(l) = lending_limit.filter(|l| *l > nominal) {
+                    // A Cohort lends what its subtree's queues lend too: more than its own.
+                    if let Some(l) = lending_limit.filter(|l| *l > nominal)
+                        && owner == Owner::ClusterQueue
+                    {
                         self.problem(
                             &format!("{here}.lendingLimit"),
                             format!("must not exceed nominalQuota ({nominal}) (got {l})"),
                         );
+                    }
+                    if let Owner::Cohort { has_parent: false } = owner {
+                        for (field, limit) in [
+                            ("borrowingLimit", borrowing_limit),
+                            ("lendingLimit", lending_limit),
+                        ] {
+                            if limit.is_some() {
+                                self.problem(
+                                    &format!("{here}.{field}"),
+                                    format!(
+                                        "is only allowed on a Cohort with spec.parentName (Kueue \
+                                         refuses it on a root); set spec.parentName or remove \
+                                         {field}"
+                                    ),
+                                );
+                            }
+                        }
                     }
                     quotas.push(FlavorQuota {
                         flavor: fname.to_owned(),
@@ -512,35 +549,89 @@ impl Reader {
         });
     }
 
-    /// A Cohort: flat cohorts only; its own GPU quota becomes a queue that lends all of it.
+    /// A Cohort: its parent (`parentName`) and its own GPU quota, with the limits on what its
+    /// subtree borrows from and lends to that parent.
     fn cohort(&mut self, at: &str, name: &str, spec: &Map<String, Value>) {
-        if spec.get("parentName").is_some_and(|v| !v.is_null()) {
-            self.problem(
-                &format!("{at}: spec.parentName"),
-                "cohort trees are not modelled; give the ClusterQueues of this tree one cohort",
-            );
-            return;
-        }
+        let before = self.problems.len();
+        self.problems.extend(unknown_fields(
+            &format!("{at}: spec."),
+            spec.keys(),
+            &COHORT_FIELDS,
+            "a Cohort field of Kueue v1beta1 or v1beta2",
+        ));
+        let parent = self.name_field(at, spec, "parentName");
         if spec.get("fairSharing").is_some_and(|v| !is_empty(v)) {
-            self.not_modelled
-                .push(format!("{at}: spec.fairSharing (cohorts are flat here)"));
-        }
-        let quotas = self.resource_groups(at, spec);
-        if !quotas.is_empty() {
-            self.queues.push((
-                format!("cohort/{name}"),
-                QueueSpec {
-                    cohort: Some(name.to_owned()),
-                    quotas,
-                    ..QueueSpec::default()
-                },
+            self.not_modelled.push(format!(
+                "{at}: spec.fairSharing (hierarchical fair-sharing weights are not modelled: \
+                 queues share by their own weights across their whole tree)"
             ));
         }
+        let owner = Owner::Cohort {
+            has_parent: parent.is_some(),
+        };
+        let quotas = self
+            .resource_groups(at, spec, owner)
+            .into_iter()
+            .map(|q| CohortQuota {
+                flavor: q.flavor,
+                nominal: q.nominal,
+                borrowing_limit: q.borrowing_limit,
+                lending_limit: q.lending_limit,
+            })
+            .collect();
+        if self.problems.len() == before {
+            let spec = CohortSpec { parent, quotas };
+            self.cohorts.push((name.to_owned(), at.to_owned(), spec));
+        }
+    }
+
+    /// Problems of the file's cohort tree: a Cohort defined twice, one that is its own
+    /// ancestor (Kueue stops admitting to every queue of such a tree).
+    fn cohort_tree_problems(&self) -> Vec<FieldError> {
+        let mut problems = Vec::new();
+        let mut parent_of: BTreeMap<&str, Option<&str>> = BTreeMap::new();
+        for (name, at, spec) in &self.cohorts {
+            if parent_of
+                .insert(name.as_str(), spec.parent.as_deref())
+                .is_some()
+            {
+                problems.push(FieldError::new(
+                    format!("{at}: metadata.name"),
+                    format!("Cohort `{name}` is defined twice; keep one"),
+                ));
+            }
+        }
+        let mut reported = BTreeSet::new();
+        for (name, at, _) in &self.cohorts {
+            let mut path = vec![name.as_str()];
+            while let Some(Some(p)) = parent_of.get(path[path.len() - 1]) {
+                if let Some(start) = path.iter().position(|c| c == p) {
+                    // Report each loop once, at the first of its Cohorts in the file.
+                    let ring: BTreeSet<&str> = path[start..].iter().copied().collect();
+                    if start == 0 && reported.insert(ring) {
+                        path.push(p);
+                        problems.push(FieldError::new(
+                            format!("{at}: spec.parentName"),
+                            format!(
+                                "Cohort `{name}` is its own ancestor ({}); Kueue admits nothing \
+                                 to the queues of such a tree; remove or change one parentName \
+                                 in the loop",
+                                path.join(" -> ")
+                            ),
+                        ));
+                    }
+                    break;
+                }
+                path.push(p);
+            }
+        }
+        problems
     }
 
     fn finish(mut self, source_name: &str) -> Result<KueueQueues, SpecError> {
         let names: BTreeSet<&str> = self.queues.iter().map(|(n, _)| n.as_str()).collect();
         let mut problems = std::mem::take(&mut self.problems);
+        problems.extend(self.cohort_tree_problems());
         if names.len() < self.queues.len() {
             problems.push(FieldError::new(
                 "",
@@ -568,19 +659,34 @@ impl Reader {
             &mut self.not_modelled,
         )?;
         // A flavor without node labels admits onto every node: Ferry's `any`.
-        for (_, q) in &mut self.queues {
-            for f in &mut q.quotas {
-                if self.flavors.get(&f.flavor) == Some(&false) {
-                    f.flavor = ANY_FLAVOR.to_owned();
-                }
+        let unlabelled = |flavor: &mut String| {
+            if self.flavors.get(flavor.as_str()) == Some(&false) {
+                *flavor = ANY_FLAVOR.to_owned();
             }
+        };
+        for (_, q) in &mut self.queues {
+            q.quotas.iter_mut().for_each(|f| unlabelled(&mut f.flavor));
+        }
+        for (_, _, c) in &mut self.cohorts {
+            c.quotas.iter_mut().for_each(|f| unlabelled(&mut f.flavor));
         }
         Ok(KueueQueues {
+            cohorts: (self.cohorts.into_iter())
+                .map(|(name, _, spec)| (name, spec))
+                .collect(),
             cluster_queues: self.queues,
             local_queues: self.local_queues,
             not_modelled: self.not_modelled,
         })
     }
+}
+
+/// Whose `resourceGroups` are read: a ClusterQueue's, or a Cohort's (which may lend more than
+/// its own nominal quota, and may have limits only under a parent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    ClusterQueue,
+    Cohort { has_parent: bool },
 }
 
 /// A resource Ferry schedules: a device plugin's GPU (`nvidia.com/gpu`, `amd.com/gpu`).

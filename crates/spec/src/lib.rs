@@ -6,6 +6,7 @@
 //! path and the fix.
 #![forbid(unsafe_code)]
 
+mod cohort;
 mod deployment;
 mod error;
 mod foreign;
@@ -28,6 +29,7 @@ mod train_job;
 mod validate;
 mod volcano;
 
+pub use cohort::{Cohort, CohortQuota, CohortSpec};
 pub use deployment::{
     Autoscaling, DEFAULT_SCALE_METRIC, ModelDeployment, ModelDeploymentSpec, ModelDeploymentStatus,
     ScaleProvider, ServeEngine,

@@ -3,6 +3,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::cohort::Cohort;
 use crate::deployment::ModelDeployment;
 use crate::error::{FieldError, SpecError};
 use crate::meta::{API_VERSION, ObjectMeta};
@@ -26,16 +27,19 @@ pub enum ResourceKind {
     PriorityClass = 3,
     /// Many training jobs from one template and a grid of parameters.
     Sweep = 4,
+    /// A cohort of a cohort tree: GPUs its queues share, a parent it borrows from.
+    Cohort = 5,
 }
 
 impl ResourceKind {
     /// Every kind.
-    pub const ALL: [ResourceKind; 5] = [
+    pub const ALL: [ResourceKind; 6] = [
         ResourceKind::TrainJob,
         ResourceKind::ModelDeployment,
         ResourceKind::Queue,
         ResourceKind::PriorityClass,
         ResourceKind::Sweep,
+        ResourceKind::Cohort,
     ];
 
     /// The `kind:` value in documents.
@@ -46,11 +50,12 @@ impl ResourceKind {
             ResourceKind::Queue => "Queue",
             ResourceKind::PriorityClass => "PriorityClass",
             ResourceKind::Sweep => "Sweep",
+            ResourceKind::Cohort => "Cohort",
         }
     }
 
     /// The plural the API's routes and `ferry get` use (`jobs`, `deployments`, `queues`,
-    /// `priorityclasses`, `sweeps`).
+    /// `priorityclasses`, `sweeps`, `cohorts`).
     pub fn plural(self) -> &'static str {
         match self {
             ResourceKind::TrainJob => "jobs",
@@ -58,23 +63,26 @@ impl ResourceKind {
             ResourceKind::Queue => "queues",
             ResourceKind::PriorityClass => "priorityclasses",
             ResourceKind::Sweep => "sweeps",
+            ResourceKind::Cohort => "cohorts",
         }
     }
 
     /// Whether objects of this kind are named across namespaces: a job's `spec.queue` and
-    /// `spec.priority` give a name only, as Kueue's `ClusterQueue` and Kubernetes'
-    /// `PriorityClass` are cluster-scoped. A `ferry up` control plane keeps one object of each
-    /// name, whatever `metadata.namespace` says. (`ferry render` still reads a Queue's
+    /// `spec.priority`, and a queue's `spec.cohort`, give a name only, as Kueue's
+    /// `ClusterQueue` and `Cohort` and Kubernetes' `PriorityClass` are cluster-scoped. A
+    /// `ferry up` control plane keeps one object of each name, whatever `metadata.namespace`
+    /// says. (`ferry render` still reads a Queue's
     /// namespace as its team's, for the `LocalQueue` and quota it gets there.)
     pub fn is_cluster_scoped(self) -> bool {
         match self {
-            ResourceKind::Queue | ResourceKind::PriorityClass => true,
+            ResourceKind::Queue | ResourceKind::PriorityClass | ResourceKind::Cohort => true,
             ResourceKind::TrainJob | ResourceKind::ModelDeployment | ResourceKind::Sweep => false,
         }
     }
 
     /// Parses a kind name, also accepting the plural and lowercase forms the CLI uses
-    /// (`jobs`, `trainjob`, `deployments`, `queues`, `priorityclasses`, `pc`, `sweeps`).
+    /// (`jobs`, `trainjob`, `deployments`, `queues`, `priorityclasses`, `pc`, `sweeps`,
+    /// `cohorts`).
     pub fn from_name(name: &str) -> Option<ResourceKind> {
         match name.to_ascii_lowercase().as_str() {
             "trainjob" | "trainjobs" | "job" | "jobs" => Some(ResourceKind::TrainJob),
@@ -84,6 +92,7 @@ impl ResourceKind {
             "queue" | "queues" => Some(ResourceKind::Queue),
             "priorityclass" | "priorityclasses" | "pc" => Some(ResourceKind::PriorityClass),
             "sweep" | "sweeps" => Some(ResourceKind::Sweep),
+            "cohort" | "cohorts" => Some(ResourceKind::Cohort),
             _ => None,
         }
     }
@@ -105,6 +114,8 @@ pub enum Resource {
     PriorityClass(PriorityClass),
     /// Many training jobs from one template.
     Sweep(Sweep),
+    /// A cohort of a cohort tree.
+    Cohort(Cohort),
 }
 
 impl Resource {
@@ -116,6 +127,7 @@ impl Resource {
             Resource::Queue(_) => ResourceKind::Queue,
             Resource::PriorityClass(_) => ResourceKind::PriorityClass,
             Resource::Sweep(_) => ResourceKind::Sweep,
+            Resource::Cohort(_) => ResourceKind::Cohort,
         }
     }
 
@@ -127,6 +139,7 @@ impl Resource {
             Resource::Queue(r) => &r.metadata,
             Resource::PriorityClass(r) => &r.metadata,
             Resource::Sweep(r) => &r.metadata,
+            Resource::Cohort(r) => &r.metadata,
         }
     }
 
@@ -138,6 +151,7 @@ impl Resource {
             Resource::Queue(r) => &mut r.metadata,
             Resource::PriorityClass(r) => &mut r.metadata,
             Resource::Sweep(r) => &mut r.metadata,
+            Resource::Cohort(r) => &mut r.metadata,
         }
     }
 
@@ -227,7 +241,7 @@ pub fn parse_value(mut doc: Value, source_name: &str) -> Result<Resource, SpecEr
         None => {
             return Err(invalid(vec![FieldError::new(
                 "kind",
-                "is required; one of TrainJob, ModelDeployment, Queue, PriorityClass, Sweep",
+                "is required; one of TrainJob, ModelDeployment, Queue, PriorityClass, Sweep, Cohort",
             )]));
         }
     };
@@ -292,6 +306,7 @@ pub fn parse_value(mut doc: Value, source_name: &str) -> Result<Resource, SpecEr
                     Resource::Queue(r) => r.validate(&mut problems),
                     Resource::PriorityClass(r) => r.validate(&mut problems),
                     Resource::Sweep(r) => r.validate(&mut problems),
+                    Resource::Cohort(r) => r.validate(&mut problems),
                 }
                 if problems.0.is_empty() {
                     return Ok(resource);
@@ -318,6 +333,7 @@ fn typed(kind: ResourceKind, doc: Value) -> Result<Resource, FieldError> {
         ResourceKind::Queue => Resource::Queue(de(doc)?),
         ResourceKind::PriorityClass => Resource::PriorityClass(de(doc)?),
         ResourceKind::Sweep => Resource::Sweep(de(doc)?),
+        ResourceKind::Cohort => Resource::Cohort(de(doc)?),
     })
 }
 

@@ -5,6 +5,7 @@ use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
+use crate::cohort::Cohort;
 use crate::deployment::ModelDeployment;
 use crate::error::FieldError;
 use crate::parse::ResourceKind;
@@ -21,6 +22,7 @@ pub fn json_schema(kind: ResourceKind) -> Value {
         ResourceKind::Queue => schemars::schema_for!(Queue),
         ResourceKind::PriorityClass => schemars::schema_for!(PriorityClass),
         ResourceKind::Sweep => schemars::schema_for!(Sweep),
+        ResourceKind::Cohort => schemars::schema_for!(Cohort),
     };
     let mut value = schema.to_value();
     drop_null_branches(&mut value);

@@ -1,8 +1,42 @@
-//! A Queue's policies as the scheduler takes them (feature `sched`): the server and the
-//! Kubernetes operator both turn Queue documents into scheduler queues, and the values are the
-//! same on both sides, so the mapping lives once, beside the types it reads.
+//! A Queue's policies and a Cohort as the scheduler takes them (feature `sched`): the server,
+//! the Kubernetes operator and `ferry sim` all turn these documents into the scheduler's
+//! configuration, and the values are the same on every side, so the mapping lives once, beside
+//! the types it reads.
 
+use crate::cohort::{Cohort, CohortSpec};
 use crate::queue::{BorrowPolicy, Preemption, ReclaimWithinCohort, StopPolicy, WithinQueue};
+
+impl CohortSpec {
+    /// The scheduler's cohort named `name` with this parent and these quotas (`any` in any
+    /// case is the scheduler's `any`; counts below 0, which validation refuses, as 0).
+    pub fn to_sched(&self, name: &str) -> ferry_sched::CohortSpec {
+        let count = |v: i32| u32::try_from(v).unwrap_or(0);
+        ferry_sched::CohortSpec {
+            name: name.to_owned(),
+            parent: self.parent.clone(),
+            quotas: self
+                .quotas
+                .iter()
+                .map(|q| ferry_sched::FlavorQuota {
+                    flavor: if q.flavor.eq_ignore_ascii_case(ferry_sched::ANY_FLAVOR) {
+                        ferry_sched::ANY_FLAVOR.to_owned()
+                    } else {
+                        q.flavor.clone()
+                    },
+                    nominal: count(q.nominal),
+                    borrowing_limit: q.borrowing_limit.map(count),
+                    lending_limit: q.lending_limit.map(count),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<&Cohort> for ferry_sched::CohortSpec {
+    fn from(c: &Cohort) -> Self {
+        c.spec.to_sched(&c.metadata.name)
+    }
+}
 
 impl From<StopPolicy> for ferry_sched::StopPolicy {
     fn from(policy: StopPolicy) -> Self {
@@ -43,7 +77,57 @@ impl From<Preemption> for ferry_sched::PreemptionPolicy {
 
 #[cfg(test)]
 mod tests {
+    use crate::cohort::{CohortQuota, CohortSpec};
     use crate::queue::{BorrowPolicy, BorrowWithinCohort, Preemption};
+
+    /// A Cohort document becomes the scheduler's cohort of its name: parent, quotas and limits
+    /// kept, `ANY` read as `any`.
+    #[test]
+    fn a_cohort_reaches_the_scheduler() {
+        let docs = crate::parse_documents(
+            "apiVersion: ferry.dev/v1alpha1\nkind: Cohort\nmetadata: {name: nlp}\n\
+             spec: {parent: org, quotas: [{flavor: ANY, nominal: 4, borrowingLimit: 2, \
+             lendingLimit: 6}, {flavor: h100, nominal: 8}]}\n",
+            "c.yaml",
+        )
+        .unwrap();
+        let crate::Resource::Cohort(c) = &docs[0] else {
+            panic!("not a Cohort: {docs:?}")
+        };
+        let sched = ferry_sched::CohortSpec::from(c);
+        assert_eq!(
+            sched,
+            ferry_sched::CohortSpec {
+                name: "nlp".into(),
+                parent: Some("org".into()),
+                quotas: vec![
+                    ferry_sched::FlavorQuota {
+                        flavor: "any".into(),
+                        nominal: 4,
+                        borrowing_limit: Some(2),
+                        lending_limit: Some(6),
+                    },
+                    ferry_sched::FlavorQuota {
+                        flavor: "h100".into(),
+                        nominal: 8,
+                        borrowing_limit: None,
+                        lending_limit: None,
+                    },
+                ],
+            }
+        );
+        let root = CohortSpec {
+            parent: None,
+            quotas: vec![CohortQuota {
+                flavor: "a100".into(),
+                nominal: 3,
+                borrowing_limit: None,
+                lending_limit: None,
+            }],
+        };
+        assert_eq!(root.to_sched("org").parent, None);
+        assert_eq!(root.to_sched("org").quotas[0].nominal, 3);
+    }
 
     /// `borrowWithinCohort: LowerPriority` is the scheduler's `Some`, its threshold kept;
     /// `Never` is `None`.

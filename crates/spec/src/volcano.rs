@@ -617,13 +617,23 @@ fn read_queue(
             notes.push(format!("{at}: spec.{field}"));
         }
     }
-    match spec.get("parent").and_then(Value::as_str) {
-        None | Some("root") => {}
-        Some(parent) => problem(
+    // Volcano's hierarchical queues are not modelled: a parent other than `root` is refused,
+    // never dropped (the replay would share GPUs the tree keeps apart).
+    match spec.get("parent") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(parent)) if parent == "root" => {}
+        Some(Value::String(parent)) => problem(
             "parent",
             format!(
                 "queue trees are not modelled (parent `{parent}`); replay the leaf queues \
                  under root"
+            ),
+        ),
+        Some(other) => problem(
+            "parent",
+            format!(
+                "must be a queue's name (got {other}); queue trees are not modelled, so only \
+                 `root` is read: remove it or write root"
             ),
         ),
     }

@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use ferry_spec::{
-    ClusterPriorityClasses, LocalQueue, MAX_PRIORITY_VALUE, QueueObjects, QueueSpec, Resource,
-    SpecError, parse_documents, parse_metrics_line, parse_value, read_kueue_queues,
+    ClusterPriorityClasses, CohortSpec, LocalQueue, MAX_PRIORITY_VALUE, QueueObjects, QueueSpec,
+    Resource, SpecError, parse_documents, parse_metrics_line, parse_value, read_kueue_queues,
     read_priority_classes, read_resource_quotas, read_volcano_queues, validate_name,
 };
 use proptest::prelude::*;
@@ -360,8 +360,8 @@ fn apply(doc: &mut Value, index: usize, m: &Mutation) {
 }
 
 /// The seeds of the fuzz target `queue_objects` (`crates/spec/fuzz/corpus/queue_objects`: Kueue
-/// objects, ResourceQuotas, Volcano Queues, and priority classes in seeds named
-/// `*priority_classes*`), by name.
+/// objects, ResourceQuotas, Volcano Queues, Ferry Queue and Cohort documents in seeds named
+/// `*ferry*`, and priority classes in seeds named `*priority_classes*`), by name.
 fn queue_object_seeds() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/queue_objects");
     let mut seeds: Vec<(String, String)> = std::fs::read_dir(&root)
@@ -380,8 +380,12 @@ fn queue_object_seeds() -> Vec<(String, String)> {
     seeds
 }
 
-/// Queues by name, and the LocalQueues that lead to them.
-type ReadQueues = (Vec<(String, QueueSpec)>, Vec<LocalQueue>);
+/// Queues by name, cohorts of a cohort tree by name, and the LocalQueues that lead to queues.
+type ReadQueues = (
+    Vec<(String, QueueSpec)>,
+    Vec<(String, CohortSpec)>,
+    Vec<LocalQueue>,
+);
 
 /// Reads `text` as `ferry sim --queues` picks its reader: Kueue objects, ResourceQuotas or
 /// Volcano Queues (these on a 176-GPU cluster).
@@ -389,14 +393,19 @@ fn read_queue_objects(text: &str, source: &str) -> Result<ReadQueues, SpecError>
     match QueueObjects::of(text) {
         Some(QueueObjects::Kueue) => {
             let read = read_kueue_queues(text, source)?;
-            Ok((read.cluster_queues, read.local_queues))
+            Ok((read.cluster_queues, read.cohorts, read.local_queues))
         }
         Some(QueueObjects::Volcano) => Ok((
             read_volcano_queues(text, source)?.queue_specs(176),
             Vec::new(),
+            Vec::new(),
         )),
         // ResourceQuotas, and whatever is neither, which that reader refuses.
-        _ => Ok((read_resource_quotas(text, source)?.queues, Vec::new())),
+        _ => Ok((
+            read_resource_quotas(text, source)?.queues,
+            Vec::new(),
+            Vec::new(),
+        )),
     }
 }
 
@@ -407,13 +416,17 @@ enum Read {
     Queues(ReadQueues),
     /// Priority classes, as `ferry up --priority-classes` reads them.
     Classes(ClusterPriorityClasses),
+    /// Ferry documents, as `ferry apply` and `ferry sim --queues` read Queues and Cohorts.
+    Ferry(Vec<Resource>),
 }
 
 /// Reads `text` as the command its seed (named `seed`) is for: priority classes for seeds named
-/// `*priority_classes*`, else queues.
+/// `*priority_classes*`, Ferry documents for seeds named `*ferry*`, else queues.
 fn read_seed(seed: &str, text: &str, source: &str) -> Result<Read, SpecError> {
     if seed.contains("priority_classes") {
         read_priority_classes(text, source).map(Read::Classes)
+    } else if seed.contains("ferry") {
+        parse_documents(text, source).map(Read::Ferry)
     } else {
         read_queue_objects(text, source).map(Read::Queues)
     }
@@ -424,7 +437,64 @@ fn read_sound(read: &Read) -> Result<(), TestCaseError> {
     match read {
         Read::Queues(queues) => queues_sound(queues),
         Read::Classes(classes) => classes_sound(classes),
+        Read::Ferry(resources) => ferry_sound(resources),
     }
+}
+
+/// Ferry Queues and Cohorts as accepted: quotas the scheduler takes, and each Cohort a valid
+/// node of a tree on its own (a loop across documents is the scheduler's to refuse).
+fn ferry_sound(resources: &[Resource]) -> Result<(), TestCaseError> {
+    for r in resources {
+        match r {
+            Resource::Queue(q) => {
+                let name = q.metadata.name.clone();
+                queues_sound(&(vec![(name, q.spec.clone())], Vec::new(), Vec::new()))?;
+            }
+            Resource::Cohort(c) => {
+                let name = c.metadata.name.as_str();
+                prop_assert!(c.spec.parent.as_deref() != Some(name), "{c:?}");
+                prop_assert!(
+                    c.spec
+                        .parent
+                        .as_deref()
+                        .is_none_or(|p| validate_name(p).is_ok()),
+                    "{c:?}"
+                );
+                tree_sound(&[(name.to_owned(), c.spec.clone())])?;
+            }
+            _ => {}
+        }
+        reads_back(r)?;
+    }
+    Ok(())
+}
+
+/// A cohort tree as read: each cohort once, whole counts, limits only under a parent, and
+/// every walk up the parents ends (no cohort is its own ancestor).
+fn tree_sound(cohorts: &[(String, CohortSpec)]) -> Result<(), TestCaseError> {
+    let mut parent_of = std::collections::BTreeMap::new();
+    for (name, c) in cohorts {
+        prop_assert!(
+            parent_of
+                .insert(name.as_str(), c.parent.as_deref())
+                .is_none(),
+            "{name} twice"
+        );
+        for q in &c.quotas {
+            prop_assert!(q.nominal >= 0, "{name}: {q:?}");
+            for limit in [q.borrowing_limit, q.lending_limit].into_iter().flatten() {
+                prop_assert!(limit >= 0 && c.parent.is_some(), "{name}: {q:?}");
+            }
+        }
+    }
+    for &start in parent_of.keys() {
+        let (mut at, mut steps) = (start, 0);
+        while let Some(Some(p)) = parent_of.get(at) {
+            (at, steps) = (*p, steps + 1);
+            prop_assert!(steps <= parent_of.len(), "{start} is its own ancestor");
+        }
+    }
+    Ok(())
 }
 
 /// What the class reader hands `ferry up`: some class, each once, with a Ferry name that is not
@@ -446,7 +516,7 @@ fn classes_sound(read: &ClusterPriorityClasses) -> Result<(), TestCaseError> {
 
 /// What the readers hand the scheduler holds its rules: whole GPU quotas, lending within
 /// nominal, a positive weight, LocalQueues that lead to a queue of the file.
-fn queues_sound((queues, locals): &ReadQueues) -> Result<(), TestCaseError> {
+fn queues_sound((queues, cohorts, locals): &ReadQueues) -> Result<(), TestCaseError> {
     prop_assert!(!queues.is_empty());
     for (name, spec) in queues {
         prop_assert!(
@@ -468,7 +538,7 @@ fn queues_sound((queues, locals): &ReadQueues) -> Result<(), TestCaseError> {
     for l in locals {
         prop_assert!(queues.iter().any(|(n, _)| *n == l.cluster_queue), "{l:?}");
     }
-    Ok(())
+    tree_sound(cohorts)
 }
 
 /// A refused file of queue objects is named, and every problem says something.
@@ -668,11 +738,25 @@ proptest! {
 #[test]
 fn the_queue_objects_seed_corpus_reads_as_named() {
     let seeds = queue_object_seeds();
-    assert!(seeds.len() >= 14, "{} seeds", seeds.len());
+    assert!(seeds.len() >= 18, "{} seeds", seeds.len());
+    for tree in ["ok_kueue_cohort_tree", "ok_ferry_cohort_tree"] {
+        assert!(seeds.iter().any(|(n, _)| n == tree), "seed {tree}");
+    }
     for (name, text) in seeds {
         match read_seed(&name, &text, &name) {
             Ok(read) if name.starts_with("ok_") => {
-                read_sound(&read).unwrap_or_else(|e| panic!("{name}: {e}"))
+                read_sound(&read).unwrap_or_else(|e| panic!("{name}: {e}"));
+                // The tree seeds hold a cohort under a parent, so the tree checks bite.
+                let under_parent = match &read {
+                    Read::Queues((_, cohorts, _)) => {
+                        cohorts.iter().any(|(_, c)| c.parent.is_some())
+                    }
+                    Read::Ferry(docs) => docs
+                        .iter()
+                        .any(|d| matches!(d, Resource::Cohort(c) if c.spec.parent.is_some())),
+                    Read::Classes(_) => false,
+                };
+                assert_eq!(under_parent, name.contains("cohort_tree"), "{name}");
             }
             Err(e) if name.starts_with("err_") => {
                 queue_objects_refusal(&e, &name).unwrap_or_else(|f| panic!("{name}: {f}"))

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use ferry_k8s::{Claims, Cluster, Images, RenderOptions};
-use ferry_spec::Resource;
 
 /// What the target cluster offers and what pods get (shared by `render` and `operator`).
 #[derive(Debug, clap::Args)]
@@ -138,7 +137,7 @@ pub async fn render(args: RenderArgs) -> anyhow::Result<()> {
         ferry_k8s::cluster::discover(&client, &mut opts.cluster).await?;
         let namespaces: BTreeSet<String> = resources
             .iter()
-            .filter(|r| !matches!(r, Resource::Queue(_) | Resource::PriorityClass(_)))
+            .filter(|r| !r.kind().is_cluster_scoped())
             .map(|r| r.metadata().namespace.clone())
             .collect();
         let namespaces: Vec<String> = namespaces.into_iter().collect();

@@ -93,7 +93,7 @@ fn schema(args: crate::args::SchemaArgs) -> anyhow::Result<()> {
         None => ferry_spec::json_schema_all(),
         Some(name) => {
             let kind = ferry_spec::ResourceKind::from_name(&name).ok_or_else(|| {
-                anyhow::anyhow!("unknown kind {name:?}; use TrainJob, ModelDeployment, Queue, PriorityClass or Sweep")
+                anyhow::anyhow!("unknown kind {name:?}; use TrainJob, ModelDeployment, Queue, PriorityClass, Sweep or Cohort")
             })?;
             ferry_spec::json_schema(kind)
         }

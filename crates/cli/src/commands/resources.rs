@@ -12,8 +12,8 @@ use crate::client::Client;
 use crate::output::{self, age, cell, time_left};
 use crate::table::Table;
 
-/// The API path of one generic object (deployments, queues, priority classes). Queues and
-/// priority classes are named across namespaces, so theirs names none.
+/// The API path of one generic object (deployments, queues, priority classes, cohorts). Queues,
+/// priority classes and cohorts are named across namespaces, so theirs names none.
 fn object_path(kind: ResourceKind, ns: &str, name: &str) -> String {
     if kind.is_cluster_scoped() {
         format!("/api/v1/{}/{name}", kind.plural())
@@ -97,7 +97,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
         "gpus" | "gpu" if args.selector.is_some() || show_labels => {
             bail!(
                 "GPUs carry no labels; -l and --show-labels are for jobs, deployments, queues, \
-                 priorityclasses and models"
+                 priorityclasses, cohorts and models"
             );
         }
         "gpus" | "gpu" => {
@@ -124,7 +124,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
     }
     let kind = ResourceKind::from_name(&args.kind).ok_or_else(|| {
         anyhow!(
-            "unknown resource type {:?}; use jobs, deployments, queues, priorityclasses, sweeps, models or gpus",
+            "unknown resource type {:?}; use jobs, deployments, queues, priorityclasses, sweeps, cohorts, models or gpus",
             args.kind
         )
     })?;
@@ -194,7 +194,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                 .get(&object_path(kind, &args.namespace, name))
                 .await?,
         ],
-        // Every queue and priority class, whatever -n says.
+        // Every queue, priority class and cohort, whatever -n says.
         None => {
             if kind.is_cluster_scoped() {
                 query.retain(|(k, _)| *k != "namespace");
@@ -231,6 +231,14 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
             "PREEMPTION",
             "SOURCE",
             "DESCRIPTION",
+            "AGE",
+        ],
+        ResourceKind::Cohort => &[
+            "NAME",
+            "PARENT",
+            "QUOTAS",
+            "BORROWING LIMIT",
+            "LENDING LIMIT",
             "AGE",
         ],
         _ => &[
@@ -279,6 +287,16 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     created,
                 ]
             }
+            ResourceKind::Cohort => {
+                vec![
+                    name,
+                    cell(&spec["parent"]),
+                    per_flavor(&spec["quotas"], "nominal"),
+                    per_flavor(&spec["quotas"], "borrowingLimit"),
+                    per_flavor(&spec["quotas"], "lendingLimit"),
+                    created,
+                ]
+            }
             ResourceKind::PriorityClass => {
                 vec![
                     name,
@@ -323,10 +341,27 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A cohort's quota `field` per flavor, `flavor=N` comma-separated, those without it left out;
+/// `-` when none has it (no limit: borrows or lends all it may).
+fn per_flavor(quotas: &Value, field: &str) -> String {
+    let set: Vec<String> = quotas
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|q| !q[field].is_null())
+        .map(|q| format!("{}={}", cell(&q["flavor"]), cell(&q[field])))
+        .collect();
+    if set.is_empty() {
+        "-".into()
+    } else {
+        set.join(",")
+    }
+}
+
 pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()> {
     let kind = ResourceKind::from_name(&args.kind).ok_or_else(|| {
         anyhow!(
-            "unknown kind {:?}; use job, deployment, queue, priorityclass or sweep",
+            "unknown kind {:?}; use job, deployment, queue, priorityclass, sweep or cohort",
             args.kind
         )
     })?;
@@ -859,7 +894,7 @@ pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
     }
     let kind = ResourceKind::from_name(&args.kind).ok_or_else(|| {
         anyhow!(
-            "unknown kind {:?}; use job, deployment, queue, priorityclass, sweep or model",
+            "unknown kind {:?}; use job, deployment, queue, priorityclass, sweep, cohort or model",
             args.kind
         )
     })?;

@@ -1187,3 +1187,65 @@ fn a_preempted_job_still_checkpointing_survives_a_restart_and_a_drain() {
     assert_eq!(preempted.len(), 1, "{events:#?}");
     assert!(preempted[0].contains("urgent"), "{preempted:?}");
 }
+
+/// `examples/cohort-tree.yaml` on `ferry up --gpus 4`: `ferry get cohorts` lists the tree;
+/// queue nlp (1 GPU of its own) runs a 2-GPU job by borrowing through its cohort `research`,
+/// whose borrowing limit of 1 then holds a third nlp GPU back: that job waits while a GPU stays
+/// idle beside serving's 1-GPU job, admitted after it. A cohort whose deletion would leave nlp
+/// alone in an empty cohort is refused; its parent may go.
+#[test]
+fn a_cohort_tree_holds_a_queue_to_its_borrowing_limit() {
+    let plane = Plane::start(Some(4));
+    plane.ok(&["apply", "-f", "examples/cohort-tree.yaml"]);
+    let listed = plane.ok(&["get", "cohorts"]);
+    let rows: Vec<Vec<&str>> = listed
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        [
+            "NAME",
+            "PARENT",
+            "QUOTAS",
+            "BORROWING",
+            "LIMIT",
+            "LENDING",
+            "LIMIT",
+            "AGE"
+        ],
+        "{listed}"
+    );
+    assert_eq!(rows[1][..5], ["org", "-", "any=1", "-", "-"], "{listed}");
+    assert_eq!(
+        rows[2][..5],
+        ["research", "org", "any=0", "any=1", "-"],
+        "{listed}"
+    );
+
+    let in_queue = |name: &str, queue: &str, gpus: u32, steps: u32| {
+        sleeper(name, "normal", gpus, steps)
+            .replace("  priority:", &format!("  queue: {queue}\n  priority:"))
+    };
+    plane.apply("wide.yaml", &in_queue("wide", "nlp", 2, 60));
+    plane.wait_phase("wide", "Running", LIMIT);
+    plane.apply("more.yaml", &in_queue("more", "nlp", 1, 1));
+    plane.apply("serve.yaml", &in_queue("serve", "serving", 1, 60));
+    plane.wait_phase("serve", "Running", LIMIT);
+    assert_eq!(plane.job("more")["status"]["phase"], "Queued");
+
+    refused_now(
+        &plane,
+        &["delete", "cohort", "research"],
+        "Cohort research is named by Queue nlp",
+    );
+    plane.ok(&["delete", "cohort", "org"]);
+    let listed = plane.ok(&["get", "cohorts"]);
+    assert!(
+        !listed.contains("\norg ") && listed.contains("\nresearch "),
+        "{listed}"
+    );
+    for job in ["wide", "more", "serve"] {
+        plane.ok(&["cancel", "job", job]);
+    }
+}

@@ -1259,3 +1259,147 @@ fn volcano_scheduler_actions_turn_preemption_on() {
     assert_eq!(preemptions, 0, "{notes}");
     assert!(notes.contains("preempt off"), "{notes}");
 }
+
+/// A Kueue cohort tree replays as one: `nlp` (4 GPUs of its own) sits in cohort `research`
+/// under `org` (8 GPUs of its own), and research's borrowing limit is what nlp's two 4-GPU
+/// jobs meet. Held to 0, the second waits for the first though GPUs are idle; at 4 both run at
+/// once. The notes say which tree was replayed, and the same tree as Ferry `Cohort` documents
+/// replays the same.
+#[test]
+fn a_kueue_cohort_tree_holds_a_queue_to_its_subtrees_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("tree.csv");
+    std::fs::write(
+        &trace,
+        "job_id,submit_s,duration_s,gpus,nodes,team,status\n\
+         1,0,100,4,1,nlp,COMPLETED\n\
+         2,0,100,4,1,nlp,COMPLETED\n\
+         3,1000,100,1,1,serving,COMPLETED\n",
+    )
+    .unwrap();
+    let kueue = |borrowing: u32| {
+        let gpus = |nominal: u32, limits: &str| {
+            format!(
+                "resourceGroups: [{{coveredResources: [nvidia.com/gpu], flavors: [{{name: \
+                 default-flavor, resources: [{{name: nvidia.com/gpu, nominalQuota: {nominal}{limits}}}]}}]}}]"
+            )
+        };
+        let object = |kind: &str, name: &str, spec: String| {
+            format!(
+                "apiVersion: kueue.x-k8s.io/v1beta2\nkind: {kind}\nmetadata: {{name: {name}}}\n\
+                 spec: {{{spec}}}\n"
+            )
+        };
+        [
+            object("ResourceFlavor", "default-flavor", String::new()),
+            object("Cohort", "org", gpus(8, "")),
+            object(
+                "Cohort",
+                "research",
+                format!(
+                    "parentName: org, {}",
+                    gpus(0, &format!(", borrowingLimit: {borrowing}"))
+                ),
+            ),
+            object(
+                "ClusterQueue",
+                "nlp",
+                format!("cohortName: research, {}", gpus(4, "")),
+            ),
+            object(
+                "ClusterQueue",
+                "serving",
+                format!("cohortName: org, {}", gpus(4, "")),
+            ),
+        ]
+        .join("---\n")
+    };
+    let run = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let args = [
+            "--trace",
+            trace.to_str().unwrap(),
+            "--gpus",
+            "16",
+            "--queues",
+            path.to_str().unwrap(),
+            "-o",
+            "json",
+        ];
+        sim_json_with_notes(&args)
+    };
+    let (held, notes) = run("held.yaml", kueue(0));
+    let (free, _) = run("free.yaml", kueue(4));
+    assert!(
+        notes.contains(
+            "cohort trees replayed (ferry and kueue; the other policies share no quota): org (8 \
+             any GPU(s) of its own); research (under org, borrows at most 0 any)"
+        ),
+        "{notes}"
+    );
+    let mean = |reports: &[Value], policy: &str| {
+        reports
+            .iter()
+            .find(|r| r["policy"] == policy)
+            .and_then(|r| r["mean_jct_s"].as_f64())
+            .unwrap_or_else(|| panic!("{policy}: {reports:?}"))
+    };
+    // nlp's jobs: 100 s and 200 s held to its own 4 GPUs, 100 s each borrowing 4 more; the
+    // serving job runs 100 s either way.
+    assert_eq!(mean(&held, "ferry"), (100.0 + 200.0 + 100.0) / 3.0);
+    assert_eq!(mean(&free, "ferry"), 100.0);
+    // FIFO shares no quota: the tree changes nothing there.
+    assert_eq!(mean(&held, "fifo"), mean(&free, "fifo"));
+
+    // Ferry's own documents for the same tree (Kueue's defaults preempt nothing; nothing here
+    // needs to) replay the same.
+    let ferry = |borrowing: u32| {
+        let doc = |kind: &str, name: &str, spec: &str| {
+            format!(
+                "apiVersion: ferry.dev/v1alpha1\nkind: {kind}\nmetadata: {{name: {name}}}\nspec: {spec}\n"
+            )
+        };
+        [
+            doc("Cohort", "org", "{quotas: [{flavor: any, nominal: 8}]}"),
+            doc(
+                "Cohort",
+                "research",
+                &format!(
+                    "{{parent: org, quotas: [{{flavor: any, nominal: 0, borrowingLimit: {borrowing}}}]}}"
+                ),
+            ),
+            doc("Queue", "nlp", "{cohort: research, quotas: [{flavor: any, nominal: 4}]}"),
+            doc("Queue", "serving", "{cohort: org, quotas: [{flavor: any, nominal: 4}]}"),
+        ]
+        .join("---\n")
+    };
+    let (documents, notes) = run("ferry.yaml", ferry(0));
+    assert!(
+        notes.contains("research (under org, borrows at most 0 any)"),
+        "{notes}"
+    );
+    assert_same_figures(&held, &documents);
+    let (documents, _) = run("ferry-free.yaml", ferry(4));
+    assert_same_figures(&free, &documents);
+
+    // A loop is refused before any replay, naming the Cohort.
+    let looped = kueue(4).replace(
+        "kind: Cohort\nmetadata: {name: org}\nspec: {",
+        "kind: Cohort\nmetadata: {name: org}\nspec: {parentName: research, ",
+    );
+    let path = dir.path().join("loop.yaml");
+    std::fs::write(&path, looped).unwrap();
+    let out = sim(&[
+        "--trace",
+        trace.to_str().unwrap(),
+        "--queues",
+        path.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("Cohort/org: spec.parentName: Cohort `org` is its own ancestor"),
+        "{err}"
+    );
+}

@@ -118,6 +118,7 @@ fn admission_on(
     let inputs = SchedulerInputs {
         cluster,
         queues,
+        cohorts: Vec::new(),
         priorities: priority_classes(classes),
     };
     let a = SchedAdmission::new(inputs, options, Some(tx))
@@ -708,16 +709,37 @@ fn input_reads(nodes: &Value, classes: &Value) -> Vec<Step> {
 
 /// `input_reads`, with team-a's queue of `nominal` GPUs, or with no queue at all.
 fn input_reads_with(nodes: &Value, classes: &Value, nominal: Option<u32>) -> Vec<Step> {
-    let items = match nominal {
-        Some(n) => json!([{"apiVersion": "ferry.dev/v1alpha1", "kind": "Queue",
-             "metadata": {"name": "team-a", "namespace": "team-a"},
-             "spec": {"quotas": [{"flavor": "H100-80GB", "nominal": n}]}}]),
+    let queue = nominal.map(|n| json!({"quotas": [{"flavor": "H100-80GB", "nominal": n}]}));
+    input_reads_of(nodes, classes, queue, None)
+}
+
+/// The reads of the scheduler's inputs: team-a's queue with `queue_spec` (none without), the
+/// Ferry Cohorts `cohorts` (`None`: their CRD is not installed, as before Ferry had one).
+fn input_reads_of(
+    nodes: &Value,
+    classes: &Value,
+    queue_spec: Option<Value>,
+    cohorts: Option<Value>,
+) -> Vec<Step> {
+    let items = match queue_spec {
+        Some(spec) => json!([{"apiVersion": "ferry.dev/v1alpha1", "kind": "Queue",
+             "metadata": {"name": "team-a", "namespace": "team-a"}, "spec": spec}]),
         None => json!([]),
     };
     let queues = json!({"apiVersion": "ferry.dev/v1alpha1", "kind": "QueueList", "metadata": {}, "items": items});
+    let cohorts = match cohorts {
+        Some(items) => step(
+            "GET",
+            "/apis/ferry.dev/v1alpha1/cohorts",
+            200,
+            json!({"apiVersion": "ferry.dev/v1alpha1", "kind": "CohortList", "metadata": {}, "items": items}),
+        ),
+        None => not_found("GET", "/apis/ferry.dev/v1alpha1/cohorts"),
+    };
     vec![
         step("GET", "/api/v1/nodes", 200, nodes.clone()),
         step("GET", "/apis/ferry.dev/v1alpha1/queues", 200, queues),
+        cohorts,
         step(
             "GET",
             "/apis/scheduling.k8s.io/v1/priorityclasses",
@@ -735,10 +757,11 @@ fn class_list(classes: &[(&str, i32)]) -> Value {
     json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClassList", "metadata": {}, "items": items})
 }
 
-/// The scheduler is built from the GPU nodes, the Queues and the cluster's PriorityClasses,
-/// re-read every minute: a change rebuilds it in place (a node that joined takes a two-node
-/// gang, a new class is one a job may name); only the last Queue's deletion, which turns
-/// Ferry's scheduler off, ends the operator so its restart admits every job.
+/// The scheduler is built from the GPU nodes, the Queues, the Ferry Cohorts and the cluster's
+/// PriorityClasses, re-read every minute: a change rebuilds it in place (a node that joined
+/// takes a two-node gang, as does a Cohort with GPUs of its own for the queue to borrow; a new
+/// class is one a job may name); only the last Queue's deletion, which turns Ferry's scheduler
+/// off, ends the operator so its restart admits every job.
 #[tokio::test(start_paused = true)]
 async fn a_changed_node_queue_or_priority_class_set_rebuilds_the_scheduler_in_place() {
     let node_list = |nodes: Value| json!({"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": nodes});
@@ -762,6 +785,22 @@ async fn a_changed_node_queue_or_priority_class_set_rebuilds_the_scheduler_in_pl
         (input_reads_with(&two, &classes, Some(16)), &two),
         // A PriorityClass was created: a job may name it.
         (input_reads(&one, &more), &one),
+        // A node joined, and a Cohort with 8 GPUs of its own was created for team-a's queue
+        // (still of 8) to borrow from: the two-node gang now fits.
+        (
+            input_reads_of(
+                &two,
+                &classes,
+                Some(json!({"cohort": "research",
+                    "quotas": [{"flavor": "H100-80GB", "nominal": 8}]})),
+                Some(
+                    json!([{"apiVersion": "ferry.dev/v1alpha1", "kind": "Cohort",
+                    "metadata": {"name": "research"},
+                    "spec": {"quotas": [{"flavor": "any", "nominal": 8}]}}]),
+                ),
+            ),
+            &two,
+        ),
     ] {
         let (client, task) = server(
             [
@@ -849,6 +888,7 @@ fn a_rebuilt_scheduler_keeps_running_gangs_and_waiting_jobs() {
         SchedulerInputs {
             cluster: cluster_from_nodes(nodes, None),
             queues: vec![q],
+            cohorts: Vec::new(),
             priorities: priority_classes(&[]),
         }
     };
@@ -923,6 +963,7 @@ fn a_drained_queue_stops_its_gang_until_it_is_released() {
         SchedulerInputs {
             cluster: cluster_from_nodes(&[node(NODE, "8", gpu.clone())], None),
             queues: vec![queue_spec(NS, "team-a", &spec)],
+            cohorts: Vec::new(),
             priorities: priority_classes(&[]),
         }
     };
@@ -1690,4 +1731,80 @@ async fn a_suspended_job_leaves_the_scheduler_once_its_pods_are_gone_and_resumes
     let low_status = status_of(&seen, "low");
     assert_eq!(low_status.phase, Some(JobPhase::Running));
     assert_eq!((low_status.attempt, low_status.restarts), (0, 0));
+}
+
+/// The cluster's Ferry Cohorts are the scheduler's cohort tree: queue team-a (4 GPUs of its
+/// own, in cohort `research`) borrows from `research`'s parent `org` (8 GPUs of its own) up to
+/// research's borrowing limit of 4. An 8-GPU gang runs, which team-a's own quota never allows;
+/// 4 more GPUs wait though a node is idle. A parent loop is refused naming the Cohort, and the
+/// scheduler that was keeps running.
+#[test]
+fn the_cluster_cohort_tree_holds_a_queue_to_its_subtrees_limit() {
+    let gpu = json!({"nvidia.com/gpu.product": "H100-80GB"});
+    let nodes = [node(NODE, "8", gpu.clone()), node("gpu-node-2", "8", gpu)];
+    let queue: ferry_spec::QueueSpec = serde_json::from_value(json!({
+        "cohort": "research",
+        "quotas": [{"flavor": "H100-80GB", "nominal": 4}],
+    }))
+    .unwrap();
+    let cohort = |name: &str, spec: Value| {
+        serde_json::from_value::<ferry_spec::CohortSpec>(spec)
+            .unwrap()
+            .to_sched(name)
+    };
+    let inputs = |org_parent: Option<&str>, research_borrows: u32| {
+        let mut org = json!({"quotas": [{"flavor": "any", "nominal": 8}]});
+        if let Some(p) = org_parent {
+            org["parent"] = p.into();
+        }
+        SchedulerInputs {
+            cluster: cluster_from_nodes(&nodes, None),
+            queues: vec![queue_spec(NS, "team-a", &queue)],
+            cohorts: vec![
+                cohort("org", org),
+                cohort(
+                    "research",
+                    json!({"parent": "org", "quotas": [{"flavor": "any", "nominal": 0, "borrowingLimit": research_borrows}]}),
+                ),
+            ],
+            priorities: priority_classes(&[]),
+        }
+    };
+    let admission = SchedAdmission::new(inputs(None, 4), Options::default(), None)
+        .unwrap()
+        .with_clock(|| 1_000);
+    let a = resource("a", "low", None);
+    assert!(matches!(
+        admission.decide(&a, &Gang::Absent),
+        Admit::Run(p) if p.len() == 1
+    ));
+    let mut b = resource("b", "low", None);
+    b.spec.resources.gpus_per_node = 4;
+    assert!(matches!(
+        admission.decide(&b, &Gang::Absent),
+        Admit::Wait(_)
+    ));
+    // A loop: refused naming the Cohort; the tree that was still holds team-a.
+    let e = admission.rebuild(inputs(Some("research"), 4)).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.starts_with("Cohort/org: spec: Ferry's scheduler refused the cluster's cohort tree")
+            && text.contains("its own ancestor"),
+        "{text}"
+    );
+    assert!(matches!(
+        admission.decide(&b, &Gang::Absent),
+        Admit::Wait(_)
+    ));
+    // Without the Cohorts, research holds one queue and no GPUs: the queues are refused.
+    let mut flat = inputs(None, 4);
+    flat.cohorts.clear();
+    let e = admission.rebuild(flat).unwrap_err();
+    assert!(e.to_string().starts_with("Queue/*: spec.quotas:"), "{e}");
+    // The limit is what held `b`: raised to 8, it runs beside `a` on the idle node.
+    admission.rebuild(inputs(None, 8)).unwrap();
+    assert!(matches!(
+        admission.decide(&b, &Gang::Absent),
+        Admit::Run(p) if p[0].node == "gpu-node-2"
+    ));
 }

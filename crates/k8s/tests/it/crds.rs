@@ -15,7 +15,7 @@ fn workspace() -> PathBuf {
 #[test]
 fn checked_in_crds_are_fresh() {
     let files = ferry_k8s::crd_files().unwrap();
-    assert_eq!(files.len(), 3);
+    assert_eq!(files.len(), 4);
     let update = std::env::var_os("FERRY_UPDATE_CRDS").is_some();
     let mut stale = Vec::new();
     for dir in ["deploy/crds", "charts/ferry/crds"] {
@@ -59,6 +59,36 @@ fn crds_are_valid_custom_resource_definitions() {
     assert_eq!(
         tj["spec"]["versions"][0]["subresources"],
         json!({"status": {}})
+    );
+    // Queues of every namespace name a cohort by name alone, as with Kueue's Cohort.
+    let scopes: Vec<(&Value, &Value)> = crds
+        .iter()
+        .map(|c| (&c["spec"]["names"]["kind"], &c["spec"]["scope"]))
+        .collect();
+    assert!(
+        scopes.contains(&(&json!("Cohort"), &json!("Cluster"))),
+        "{scopes:?}"
+    );
+    assert!(
+        scopes.contains(&(&json!("Queue"), &json!("Namespaced"))),
+        "{scopes:?}"
+    );
+}
+
+/// A Ferry Cohort document is valid against its CRD, and a misspelt field is not.
+#[test]
+fn cohorts_validate_against_their_crd() {
+    let doc = |spec: Value| {
+        json!({"apiVersion": "ferry.dev/v1alpha1", "kind": "Cohort",
+        "metadata": {"name": "research"}, "spec": spec})
+    };
+    assert_valid(&[doc(json!({"parent": "org", "quotas": [
+        {"flavor": "H100-80GB", "nominal": 8, "borrowingLimit": 16, "lendingLimit": 40}]}))]);
+    assert_valid(&[doc(json!({}))]);
+    let errors = validate(&doc(json!({"parentName": "org"}))).unwrap_err();
+    assert!(
+        errors.iter().any(|e| e.contains("parentName")),
+        "{errors:?}"
     );
 }
 

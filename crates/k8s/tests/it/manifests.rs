@@ -540,3 +540,149 @@ fn rendered_kueue_queues_read_back_as_the_queues() {
         assert_eq!(notes.len(), borrowers, "{:?}", back.not_modelled);
     }
 }
+
+/// A cohort tree under the teams' cohort `research`: `org` with GPUs of its own, `research`
+/// under it held to a borrowing limit and lending more than its own (its queues' GPUs are its
+/// subtree's), and `platform` with no quota.
+const COHORTS: &str = r#"
+apiVersion: ferry.dev/v1alpha1
+kind: Cohort
+metadata: {name: research}
+spec:
+  parent: org
+  quotas:
+  - {flavor: H100-80GB, nominal: 8, borrowingLimit: 40, lendingLimit: 40}
+  - {flavor: any, nominal: 0}
+---
+apiVersion: ferry.dev/v1alpha1
+kind: Cohort
+metadata: {name: org}
+spec:
+  quotas: [{flavor: H100-80GB, nominal: 40}]
+---
+apiVersion: ferry.dev/v1alpha1
+kind: Cohort
+metadata: {name: platform}
+spec: {parent: org}
+"#;
+
+/// Ferry Cohorts render to Kueue's (valid against its CRD, parents before children, before the
+/// ClusterQueues naming them) and read back with the Kueue reader as the same cohort specs;
+/// a team's GPU ResourceQuota counts its tree's GPUs, the cohorts' own included.
+#[test]
+fn rendered_kueue_cohorts_read_back_as_the_cohorts() {
+    let cluster = Cluster {
+        kueue: true,
+        ..Cluster::default()
+    };
+    let objs = rendered(&[QUEUES, COHORTS], cluster.clone());
+    assert_valid(&objs);
+    let k = kinds(&objs);
+    let at = |name: &str| {
+        k.iter()
+            .position(|x| x == name)
+            .unwrap_or_else(|| panic!("{name}: {k:?}"))
+    };
+    assert!(at("Cohort/org") < at("Cohort/research"), "{k:?}");
+    assert!(at("Cohort/org") < at("Cohort/platform"), "{k:?}");
+    assert!(at("Cohort/research") < at("ClusterQueue/team-a"), "{k:?}");
+    let research = &objs[at("Cohort/research")];
+    assert_eq!(research["apiVersion"], ferry_k8s::tenancy::KUEUE_API);
+    assert_eq!(research["spec"]["parentName"], "org");
+    assert_eq!(
+        research["spec"]["resourceGroups"][0]["flavors"][0],
+        json!({"name": "h100-80gb", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "8",
+            "borrowingLimit": "40", "lendingLimit": "40"}]})
+    );
+    assert_eq!(
+        objs[at("Cohort/platform")]["spec"],
+        json!({"parentName": "org"})
+    );
+
+    let back = ferry_spec::read_kueue_queues(&to_yaml(&objs).unwrap(), "rendered.yaml")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut want: Vec<(String, ferry_spec::CohortSpec)> = parse(COHORTS)
+        .into_iter()
+        .filter_map(|r| match r {
+            ferry_spec::Resource::Cohort(c) => Some((c.metadata.name, c.spec)),
+            _ => None,
+        })
+        .collect();
+    for (_, c) in &mut want {
+        for f in &mut c.quotas {
+            f.flavor = ferry_k8s::options::flavor_object_name(&f.flavor);
+        }
+    }
+    let mut got = back.cohorts.clone();
+    want.sort_by(|a, b| a.0.cmp(&b.0));
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(got, want);
+    // What is read back builds the scheduler as the Ferry documents do.
+    let sched = |cohorts: Vec<ferry_sched::CohortSpec>| {
+        let cluster = ferry_sched::Cluster {
+            nodes: (0..64)
+                .map(|i| ferry_sched::Node {
+                    name: format!("n{i}"),
+                    gpus: 8,
+                    flavor: "h100-80gb".into(),
+                    rack: None,
+                    nvlink_domain: None,
+                })
+                .collect(),
+        };
+        let queues = back
+            .cluster_queues
+            .iter()
+            .map(|(n, q)| ferry_k8s::admission::queue_spec("", n, q))
+            .collect();
+        ferry_sched::Scheduler::with_cohorts(
+            cluster,
+            queues,
+            &cohorts,
+            ferry_sched::PriorityClass::standard(),
+            ferry_sched::Options::default(),
+        )
+        .map(|_| ())
+    };
+    sched(got.iter().map(|(n, c)| c.to_sched(n)).collect()).unwrap();
+
+    let gpus = |objs: &[Value], ns: &str| {
+        let rq = objs
+            .iter()
+            .find(|o| o["kind"] == "ResourceQuota" && o["metadata"]["namespace"] == ns)
+            .unwrap();
+        rq["spec"]["hard"]["requests.nvidia.com/gpu"]
+            .as_str()
+            .unwrap()
+            .parse::<i64>()
+            .unwrap()
+    };
+    let flat = rendered(&[QUEUES], cluster);
+    // team-b borrows without a limit in both of its flavors: each may reach the tree's GPUs,
+    // 48 more with the cohorts' own; team-a's borrowing limit caps it either way.
+    assert_eq!(gpus(&objs, "team-b"), gpus(&flat, "team-b") + 2 * 48);
+    assert_eq!(gpus(&objs, "team-a"), gpus(&flat, "team-a"));
+}
+
+/// A Cohort that is its own ancestor through the file is refused before anything renders,
+/// once, at the loop's first Cohort.
+#[test]
+fn a_cohort_loop_is_refused_at_render() {
+    let looped = COHORTS.replace(
+        "metadata: {name: org}\nspec:\n",
+        "metadata: {name: org}\nspec:\n  parent: platform\n",
+    );
+    assert_ne!(looped, COHORTS);
+    let e = render(
+        &parse_all(&[QUEUES, &looped]),
+        &opts(Cluster::default()),
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        e,
+        "Cohort/org: spec.parent: cohort `org` is its own ancestor (org -> platform -> org); \
+         remove or change one spec.parent in the loop"
+    );
+}

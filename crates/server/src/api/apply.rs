@@ -28,7 +28,7 @@ pub(crate) struct ApplyQuery {
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Applied {
     kind: String,
-    /// Absent for kinds named across namespaces (queues, priority classes).
+    /// Absent for kinds named across namespaces (queues, priority classes, cohorts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     namespace: Option<String>,
     name: String,
@@ -159,7 +159,8 @@ pub(crate) async fn apply(
                 crate::sweep::store(&plane, sweep, apply).await?
             }
             (other, _) => {
-                // Queues and priority classes: one of each name, whatever the namespace.
+                // Queues, priority classes and cohorts: one of each name, whatever the
+                // namespace; deployments per namespace.
                 let namespace = scope::namespace_key(scope, &meta.namespace);
                 let existed = plane
                     .store()

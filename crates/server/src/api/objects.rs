@@ -1,5 +1,5 @@
-//! Routes for generic objects (deployments, queues, priority classes, sweeps), models (listed,
-//! read and deleted), GPUs and the version.
+//! Routes for generic objects (deployments, queues, priority classes, sweeps, cohorts), models
+//! (listed, read and deleted), GPUs and the version.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -15,14 +15,15 @@ use crate::state::ControlPlane;
 fn object_kind(kind: &str) -> Result<ResourceKind, ApiError> {
     match ResourceKind::from_name(kind) {
         Some(ResourceKind::TrainJob) | None => Err(ApiError::not_found(format!(
-            "no resource type {kind:?}; use jobs, deployments, queues, priorityclasses or sweeps"
+            "no resource type {kind:?}; use jobs, deployments, queues, priorityclasses, sweeps or \
+             cohorts"
         ))),
         Some(k) => Ok(k),
     }
 }
 
 /// The namespace key of `kind`'s objects for a request naming `namespace` (`None`: the
-/// cluster-wide route). Queues and priority classes ignore it; other kinds need one.
+/// cluster-wide route). Queues, priority classes and cohorts ignore it; other kinds need one.
 fn namespace_key(kind: ResourceKind, namespace: Option<&str>) -> Result<&str, ApiError> {
     match namespace {
         _ if kind.is_cluster_scoped() => Ok(scope::CLUSTER),
@@ -63,7 +64,7 @@ pub(crate) async fn list(
 ) -> Result<Json<Vec<ObjectRecord>>, ApiError> {
     let kind = object_kind(&kind)?;
     let selector = q.selector()?;
-    // Queues and priority classes are named across namespaces: all of them, always.
+    // Queues, priority classes and cohorts are named across namespaces: all of them, always.
     let namespace = q.namespace.as_deref().filter(|_| !kind.is_cluster_scoped());
     let mut records = plane.store().list_objects(kind.as_str(), namespace).await?;
     if kind == ResourceKind::PriorityClass {
@@ -82,7 +83,7 @@ pub(crate) async fn list(
     Ok(Json(out))
 }
 
-/// `GET /api/v1/namespaces/{ns}/{kind}/{name}` (queues and priority classes: any `ns`).
+/// `GET /api/v1/namespaces/{ns}/{kind}/{name}` (queues, priority classes, cohorts: any `ns`).
 pub(crate) async fn get(
     State(plane): State<ControlPlane>,
     Path((ns, kind, name)): Path<(String, String, String)>,
@@ -90,7 +91,7 @@ pub(crate) async fn get(
     find(&plane, &kind, Some(&ns), &name).await
 }
 
-/// `GET /api/v1/{kind}/{name}`: a queue or priority class.
+/// `GET /api/v1/{kind}/{name}`: a queue, priority class or cohort.
 pub(crate) async fn get_cluster_wide(
     State(plane): State<ControlPlane>,
     Path((kind, name)): Path<(String, String)>,
@@ -126,7 +127,8 @@ async fn find(
     }
 }
 
-/// `DELETE /api/v1/namespaces/{ns}/{kind}/{name}` (queues and priority classes: any `ns`).
+/// `DELETE /api/v1/namespaces/{ns}/{kind}/{name}` (queues, priority classes, cohorts: any
+/// `ns`).
 pub(crate) async fn delete(
     State(plane): State<ControlPlane>,
     Path((ns, kind, name)): Path<(String, String, String)>,
@@ -134,7 +136,7 @@ pub(crate) async fn delete(
     remove(&plane, &kind, Some(&ns), &name).await
 }
 
-/// `DELETE /api/v1/{kind}/{name}`: a queue or priority class.
+/// `DELETE /api/v1/{kind}/{name}`: a queue, priority class or cohort.
 pub(crate) async fn delete_cluster_wide(
     State(plane): State<ControlPlane>,
     Path((kind, name)): Path<(String, String)>,

@@ -81,7 +81,7 @@ pub(crate) fn build() -> Value {
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {"oneOf": [
                     {"$ref": "#/components/schemas/TrainJob"}, {"$ref": "#/components/schemas/ModelDeployment"},
                     {"$ref": "#/components/schemas/Queue"}, {"$ref": "#/components/schemas/PriorityClass"},
-                    {"$ref": "#/components/schemas/Sweep"},
+                    {"$ref": "#/components/schemas/Sweep"}, {"$ref": "#/components/schemas/Cohort"},
                     {"type": "array"}]}}}},
                 "responses": {"200": ok("what was applied", json!({"type": "array"})), "400": err, "409": err, "422": err}}},
             "/api/v1/jobs": {"get": {"summary": "List jobs",
@@ -108,20 +108,20 @@ pub(crate) fn build() -> Value {
                 "parameters": [ns, name], "responses": {"200": ok("the suspended job (a suspended one as it is)", job_ref.clone()), "404": err, "409": err}}},
             "/api/v1/namespaces/{ns}/jobs/{name}/resume": {"post": {"summary": "Resume a suspended job (spec.suspend: false): queued again, it resumes from its latest checkpoint",
                 "parameters": [ns, name], "responses": {"200": ok("the queued job", job_ref.clone()), "404": err, "409": err}}},
-            "/api/v1/{kind}": {"get": {"summary": "List deployments, queues or priority classes (these with ferry up's own)",
-                "description": "Queues and priority classes are named across namespaces: all are listed, whatever `namespace` says.",
-                "parameters": [{"name": "kind", "in": "path", "required": true, "schema": {"enum": ["deployments", "queues", "priorityclasses"]}},
+            "/api/v1/{kind}": {"get": {"summary": "List deployments, queues, priority classes (these with ferry up's own) or cohorts",
+                "description": "Queues, priority classes and cohorts are named across namespaces: all are listed, whatever `namespace` says.",
+                "parameters": [{"name": "kind", "in": "path", "required": true, "schema": {"enum": ["deployments", "queues", "priorityclasses", "cohorts"]}},
                                namespace_query, selector],
                 "responses": {"200": ok("objects", json!({"type": "array"})), "400": err, "404": err}}},
             "/api/v1/namespaces/{ns}/{kind}/{name}": {
-                "get": {"summary": "One deployment, queue or priority class (queues and priority classes: any ns)",
+                "get": {"summary": "One deployment, queue, priority class or cohort (queues, priority classes and cohorts: any ns)",
                         "parameters": [ns, object_kind, name], "responses": {"200": ok("the object", json!({"type": "object"})), "404": err}},
-                "delete": {"summary": "Delete a deployment, queue or priority class (queues and priority classes: any ns)",
+                "delete": {"summary": "Delete a deployment, queue, priority class or cohort (queues, priority classes and cohorts: any ns)",
                            "parameters": [ns, object_kind, name], "responses": {"200": ok("deleted", json!({"type": "object"})), "404": err, "409": err}}},
             "/api/v1/{kind}/{name}": {
-                "get": {"summary": "One queue or priority class (named across namespaces; ferry up's own classes too)",
+                "get": {"summary": "One queue, priority class or cohort (named across namespaces; ferry up's own classes too)",
                         "parameters": [cluster_kind, name], "responses": {"200": ok("the object", json!({"type": "object"})), "404": err}},
-                "delete": {"summary": "Delete a queue or priority class (ferry up's own classes cannot be deleted: 409)",
+                "delete": {"summary": "Delete a queue, priority class or cohort (ferry up's own classes cannot be deleted, nor a cohort the trees left would not build without: 409)",
                            "parameters": [cluster_kind, name], "responses": {"200": ok("deleted", json!({"type": "object"})), "404": err, "409": err}}},
             "/api/v1/models": {"get": {"summary": "Registered models",
                 "description": "A model carries the labels of the job that exported it (a sweep's jobs' `ferry.dev/sweep` among them); a labelSelector is matched against those.",
@@ -189,7 +189,7 @@ mod tests {
         let doc = build();
         let kinds =
             &doc["paths"]["/api/v1/{kind}/{name}"]["get"]["parameters"][0]["schema"]["enum"];
-        assert_eq!(kinds, &json!(["queues", "priorityclasses"]));
+        assert_eq!(kinds, &json!(["queues", "priorityclasses", "cohorts"]));
         assert!(doc["paths"]["/api/v1/namespaces/{ns}/{kind}/{name}"]["delete"].is_object());
         assert!(doc["paths"]["/api/v1/models/{name}"]["delete"]["responses"]["409"].is_object());
     }

@@ -314,3 +314,192 @@ async fn a_bad_label_is_refused_at_apply_naming_it() {
     let (_, listed) = call(&app, "GET", "/api/v1/jobs", None).await;
     assert_eq!(listed, json!([]));
 }
+
+fn cohort(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "ferry.dev/v1alpha1", "kind": "Cohort",
+        "metadata": {"name": name, "namespace": "team-a"}, "spec": spec,
+    })
+}
+
+fn queue_in(name: &str, cohort: &str, nominal: u32) -> Value {
+    json!({
+        "apiVersion": "ferry.dev/v1alpha1", "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": {"cohort": cohort, "quotas": [{"flavor": "any", "nominal": nominal}]},
+    })
+}
+
+/// A cohort tree applied with its queues is stored, one Cohort per name across namespaces
+/// (without one), and listed; a job too large for its queue's own quota but not for what the
+/// tree lends it is accepted, and one larger than the tree allows is refused.
+#[tokio::test]
+async fn a_cohort_tree_is_applied_listed_and_holds_jobs_to_it() {
+    let home = tempfile::tempdir().unwrap();
+    let plane = plane_in(home.path()).await;
+    let app = super::router(plane.clone());
+    // 4 GPUs: org has 1 of its own; research under it borrows at most 1 beyond its subtree's.
+    let tree = json!([
+        cohort("org", json!({"quotas": [{"flavor": "any", "nominal": 1}]})),
+        cohort(
+            "research",
+            json!({"parent": "org",
+            "quotas": [{"flavor": "any", "nominal": 0, "borrowingLimit": 1}]})
+        ),
+        queue_in("nlp", "research", 1),
+        queue_in("serving", "org", 2),
+    ]);
+    let (status, applied) = call(&app, "POST", "/api/v1/apply", Some(tree)).await;
+    assert_eq!(status, StatusCode::OK, "{applied}");
+    assert_eq!(applied[0]["kind"], "Cohort", "{applied}");
+    assert_eq!(applied[0]["action"], "created", "{applied}");
+    assert!(applied[0].get("namespace").is_none(), "{applied}");
+
+    let (status, listed) = call(&app, "GET", "/api/v1/cohorts?namespace=x", None).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(names(&listed), ["org", "research"]);
+    let research = &listed.as_array().unwrap()[1];
+    assert_eq!(research["doc"]["spec"]["parent"], "org");
+    assert!(
+        research["doc"]["metadata"].get("namespace").is_none(),
+        "{research}"
+    );
+    for uri in [
+        "/api/v1/cohorts/research",
+        "/api/v1/namespaces/y/cohorts/research",
+    ] {
+        let (status, got) = call(&app, "GET", uri, None).await;
+        assert_eq!(status, StatusCode::OK, "{uri}: {got}");
+    }
+
+    // nlp's 1 GPU, plus 1 borrowed through research: a 2-GPU job fits, a 3-GPU one never does
+    // (without the tree's limit org's and serving's idle GPUs would make it fit).
+    let job = |name: &str, gpus: u32| {
+        json!({"apiVersion": "ferry.dev/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name},
+            "spec": {"engine": "command", "command": ["true"], "queue": "nlp",
+                "resources": {"gpusPerNode": gpus}}})
+    };
+    let dry = "/api/v1/apply?dryRun=true";
+    let (status, ok) = call(&app, "POST", dry, Some(job("two", 2))).await;
+    assert_eq!(status, StatusCode::OK, "{ok}");
+    let (status, err) = call(&app, "POST", dry, Some(job("three", 3))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    assert_eq!(
+        err["error"]["problems"][0]["field"], "spec.resources",
+        "{err}"
+    );
+    // The limit lifted (the Cohort applied again, changed), the same job is accepted.
+    let lifted = cohort("research", json!({"parent": "org"}));
+    let (status, applied) = call(&app, "POST", "/api/v1/apply", Some(lifted)).await;
+    assert_eq!(status, StatusCode::OK, "{applied}");
+    assert_eq!(applied[0]["action"], "configured", "{applied}");
+    let (status, ok) = call(&app, "POST", dry, Some(job("three", 3))).await;
+    assert_eq!(status, StatusCode::OK, "{ok}");
+}
+
+/// A bad tree is refused at apply with the scheduler's field and fix on the Cohort's own
+/// path, and nothing of the batch is stored.
+#[tokio::test]
+async fn a_bad_cohort_tree_is_refused_and_nothing_is_stored() {
+    let home = tempfile::tempdir().unwrap();
+    let plane = plane_in(home.path()).await;
+    let app = super::router(plane.clone());
+    // A parent loop.
+    let looped = json!([
+        cohort("org", json!({"parent": "research"})),
+        cohort("research", json!({"parent": "org"})),
+        queue_in("nlp", "research", 1),
+        queue_in("serving", "org", 1),
+    ]);
+    let (status, err) = call(&app, "POST", "/api/v1/apply", Some(looped)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    let problem = &err["error"]["problems"][0];
+    assert_eq!(problem["field"], "spec.parent", "{err}");
+    let message = problem["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Cohort org: cohort `org`: cohort `org` is its own ancestor")
+            && message.contains("fix: make the parents form a tree"),
+        "{message}"
+    );
+    // A borrowing limit beyond what the rest of the tree lends.
+    let greedy = json!([
+        cohort("org", json!({"quotas": [{"flavor": "any", "nominal": 1}]})),
+        cohort(
+            "research",
+            json!({"parent": "org",
+            "quotas": [{"flavor": "any", "nominal": 0, "borrowingLimit": 3}]})
+        ),
+        queue_in("nlp", "research", 1),
+    ]);
+    let (status, err) = call(&app, "POST", "/api/v1/apply", Some(greedy)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    let problem = &err["error"]["problems"][0];
+    assert_eq!(problem["field"], "spec.quotas[0].borrowingLimit", "{err}");
+    let message = problem["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Cohort research: cohort `research`: ")
+            && message.contains("lends only 1")
+            && message.contains("fix: lower borrowingLimit to at most 1"),
+        "{message}"
+    );
+    for kind in ["Cohort", "Queue"] {
+        let stored = plane.store().list_objects(kind, None).await.unwrap();
+        assert!(stored.is_empty(), "{kind}: {stored:?}");
+    }
+    // A limit on a root is the document's own problem, found before the scheduler's.
+    let (status, err) = call(
+        &app,
+        "POST",
+        "/api/v1/apply",
+        Some(cohort(
+            "org",
+            json!({"quotas": [{"flavor": "any", "nominal": 1, "lendingLimit": 1}]}),
+        )),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    assert_eq!(
+        err["error"]["problems"][0]["field"],
+        "spec.quotas[0].lendingLimit"
+    );
+}
+
+/// A cohort queues still name may be deleted when the trees left build (the queues' cohort
+/// becomes a root with no GPUs of its own); one whose GPUs a queue's borrowing limit needs is
+/// not, naming what names it, and stays.
+#[tokio::test]
+async fn deleting_a_cohort_keeps_the_scheduler_buildable() {
+    let home = tempfile::tempdir().unwrap();
+    let plane = plane_in(home.path()).await;
+    let app = super::router(plane.clone());
+    let tree = json!([
+        cohort("org", json!({"quotas": [{"flavor": "any", "nominal": 2}]})),
+        cohort("research", json!({"parent": "org"})),
+        queue_in("nlp", "research", 1),
+        queue_in("vision", "research", 1),
+        {"apiVersion": "ferry.dev/v1alpha1", "kind": "Queue", "metadata": {"name": "solo"},
+         "spec": {"cohort": "lab", "quotas": [{"flavor": "any", "nominal": 0, "borrowingLimit": 2}]}},
+        cohort("lab", json!({"quotas": [{"flavor": "any", "nominal": 2}]})),
+    ]);
+    let (status, applied) = call(&app, "POST", "/api/v1/apply", Some(tree)).await;
+    assert_eq!(status, StatusCode::OK, "{applied}");
+    // `org` goes: research becomes a root of its own, its two queues lend each other.
+    let (status, deleted) = call(&app, "DELETE", "/api/v1/cohorts/org", None).await;
+    assert_eq!(status, StatusCode::OK, "{deleted}");
+    assert_eq!(deleted["deleted"], "org");
+    // Queue solo is alone in `lab`, whose GPUs are all it may use: without them its cohort
+    // would be a typo's, which the scheduler refuses.
+    let (status, err) = call(&app, "DELETE", "/api/v1/namespaces/x/cohorts/lab", None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "Cohort lab is named by Queue solo; without it the cohort trees would not build a \
+             scheduler (spec.cohort: queue `solo`: cohort `lab` of queue `solo` is unknown"
+        ) && message.ends_with("change or delete those first"),
+        "{message}"
+    );
+    let (status, _) = call(&app, "GET", "/api/v1/cohorts/lab", None).await;
+    assert_eq!(status, StatusCode::OK);
+}

@@ -1,16 +1,19 @@
 //! Fuzz target: `ferry sim --queues` reads other systems' queue objects exported from
-//! clusters (Kueue's ClusterQueues and LocalQueues, Kubernetes ResourceQuotas, Volcano's
-//! Queues) and `ferry up --priority-classes` their priority classes (Kubernetes'
-//! PriorityClasses, Kueue's WorkloadPriorityClasses), so any bytes
-//! must be read or refused without a panic, and what is read holds the rules the scheduler
-//! relies on (whole GPU quotas, lending within nominal, a positive weight, every LocalQueue
-//! leading to a ClusterQueue of the file, caps lending and borrowing nothing; classes named
-//! once with Ferry names, values in the user range, the global default one of them).
+//! clusters (Kueue's ClusterQueues, LocalQueues and Cohort trees, Kubernetes ResourceQuotas,
+//! Volcano's Queues) or Ferry's Queue and Cohort documents, and `ferry up --priority-classes`
+//! their priority classes (Kubernetes' PriorityClasses, Kueue's WorkloadPriorityClasses), so any
+//! bytes must be read or refused without a panic, and what is read holds the rules the
+//! scheduler relies on (whole GPU quotas, lending within nominal, a positive weight, every
+//! LocalQueue leading to a ClusterQueue of the file, caps lending and borrowing nothing; cohorts
+//! named once, no cohort its own ancestor, limits only under a parent; classes named once with
+//! Ferry names, values in the user range, the global default one of them).
 #![no_main]
 
+use std::collections::BTreeMap;
+
 use ferry_spec::{
-    MAX_PRIORITY_VALUE, QueueSpec, read_kueue_queues, read_priority_classes, read_resource_quotas,
-    read_volcano_queues, validate_name,
+    CohortSpec, MAX_PRIORITY_VALUE, QueueSpec, Resource, parse_documents, read_kueue_queues,
+    read_priority_classes, read_resource_quotas, read_volcano_queues, validate_name,
 };
 
 fn sound(name: &str, spec: &QueueSpec) {
@@ -22,6 +25,28 @@ fn sound(name: &str, spec: &QueueSpec) {
     }
 }
 
+/// A cohort tree as read: each cohort once, whole counts, limits only under a parent, and
+/// every walk up the parents ends (no cohort is its own ancestor).
+fn tree_sound<'a>(cohorts: impl IntoIterator<Item = (&'a str, &'a CohortSpec)>) {
+    let mut parent_of: BTreeMap<&str, Option<&str>> = BTreeMap::new();
+    for (name, c) in cohorts {
+        assert!(parent_of.insert(name, c.parent.as_deref()).is_none(), "{name} twice");
+        for q in &c.quotas {
+            assert!(q.nominal >= 0, "{name}: {q:?}");
+            for limit in [q.borrowing_limit, q.lending_limit].into_iter().flatten() {
+                assert!(limit >= 0 && c.parent.is_some(), "{name}: {q:?}");
+            }
+        }
+    }
+    for &start in parent_of.keys() {
+        let (mut at, mut steps) = (start, 0);
+        while let Some(Some(p)) = parent_of.get(at) {
+            (at, steps) = (p, steps + 1);
+            assert!(steps <= parent_of.len(), "{start} is its own ancestor");
+        }
+    }
+}
+
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     if let Ok(read) = read_kueue_queues(&text, "fuzz.yaml") {
@@ -29,9 +54,26 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         for (name, spec) in &read.cluster_queues {
             sound(name, spec);
         }
+        tree_sound(read.cohorts.iter().map(|(n, c)| (n.as_str(), c)));
         for l in &read.local_queues {
             assert!(read.cluster_queues.iter().any(|(n, _)| *n == l.cluster_queue), "{l:?}");
             let _ = read.cluster_queue_of(&l.namespace);
+        }
+    }
+    // Ferry's own Queue and Cohort documents, as `ferry sim --queues` and `ferry apply` take
+    // them: each Cohort valid on its own (a loop across documents is the scheduler's to refuse).
+    if let Ok(resources) = parse_documents(&text, "fuzz.yaml") {
+        for r in &resources {
+            match r {
+                Resource::Queue(q) => sound(&q.metadata.name, &q.spec),
+                Resource::Cohort(c) => {
+                    let name = c.metadata.name.as_str();
+                    assert!(c.spec.parent.as_deref() != Some(name), "{name}: its own parent");
+                    assert!(c.spec.parent.as_deref().is_none_or(|p| validate_name(p).is_ok()));
+                    tree_sound([(name, &c.spec)]);
+                }
+                _ => {}
+            }
         }
     }
     if let Ok(read) = read_resource_quotas(&text, "fuzz.yaml") {

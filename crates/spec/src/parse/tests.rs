@@ -480,13 +480,113 @@ fn a_priority_class_names_each_bad_field_and_the_fix() {
 }
 
 #[test]
-fn queues_and_priority_classes_are_the_cluster_scoped_kinds() {
+fn queues_priority_classes_and_cohorts_are_the_cluster_scoped_kinds() {
     let scoped: Vec<&str> = ResourceKind::ALL
         .into_iter()
         .filter(|k| k.is_cluster_scoped())
         .map(ResourceKind::as_str)
         .collect();
-    assert_eq!(scoped, ["Queue", "PriorityClass"]);
+    assert_eq!(scoped, ["Queue", "PriorityClass", "Cohort"]);
+}
+
+/// A cohort tree in Ferry's documents: a root with GPUs of its own, a child under it with
+/// limits; a Cohort without `spec` is a root with none.
+#[test]
+fn a_cohort_tree_parses() {
+    let docs = parse_documents(
+        r#"
+apiVersion: ferry.dev/v1alpha1
+kind: Cohort
+metadata: {name: org}
+spec:
+  quotas: [{flavor: H100-80GB, nominal: 16}]
+---
+apiVersion: ferry.dev/v1alpha1
+kind: Cohort
+metadata: {name: research}
+spec:
+  parent: org
+  quotas: [{flavor: any, nominal: 4, borrowingLimit: 8, lendingLimit: 10}]
+---
+apiVersion: ferry.dev/v1alpha1
+kind: Cohort
+metadata: {name: empty}
+"#,
+        "cohorts.yaml",
+    )
+    .unwrap();
+    let [
+        Resource::Cohort(org),
+        Resource::Cohort(research),
+        Resource::Cohort(empty),
+    ] = &docs[..]
+    else {
+        panic!("not three Cohorts: {docs:?}")
+    };
+    assert_eq!(org.spec.parent, None);
+    assert_eq!(org.spec.quotas[0].nominal, 16);
+    assert_eq!(research.spec.parent.as_deref(), Some("org"));
+    assert_eq!(research.spec.quotas[0].borrowing_limit, Some(8));
+    // A subtree lends what its queues lend too: more than its own nominal is fine.
+    assert_eq!(research.spec.quotas[0].lending_limit, Some(10));
+    assert_eq!(empty.spec, crate::CohortSpec::default());
+    assert_eq!(docs[1].kind(), ResourceKind::Cohort);
+    assert_eq!(
+        ResourceKind::from_name("cohorts"),
+        Some(ResourceKind::Cohort)
+    );
+    // What is accepted prints back as itself.
+    let again = parse_value(docs[1].to_value(), "again").unwrap();
+    assert_eq!(again, docs[1]);
+}
+
+#[test]
+fn a_cohort_names_each_bad_field_and_the_fix() {
+    let cohort = |spec: &str| {
+        problems(&format!(
+            "apiVersion: ferry.dev/v1alpha1\nkind: Cohort\nmetadata: {{name: nlp}}\nspec: {spec}\n"
+        ))
+    };
+    assert_eq!(
+        cohort("{parnt: org}"),
+        ["spec.parnt: unknown field; did you mean `parent`?"]
+    );
+    assert_eq!(
+        cohort("{parent: org, quotas: [{flavor: any, nominal: 1, borrowLimit: 2}]}"),
+        ["spec.quotas[0].borrowLimit: unknown field; did you mean `borrowingLimit`?"]
+    );
+    assert_eq!(
+        cohort("{parent: nlp}"),
+        [
+            "spec.parent: a cohort cannot be its own parent (got \"nlp\"); name another cohort, \
+             or remove spec.parent to make it a root"
+        ]
+    );
+    assert!(cohort("{parent: Org_1}")[0].starts_with("spec.parent: "));
+    assert_eq!(
+        cohort("{quotas: [{flavor: any, nominal: 4, borrowingLimit: 2, lendingLimit: 1}]}"),
+        [
+            "spec.quotas[0].borrowingLimit: is only allowed on a cohort with a parent (got 2 on \
+             a root); set spec.parent or remove borrowingLimit",
+            "spec.quotas[0].lendingLimit: is only allowed on a cohort with a parent (got 1 on a \
+             root); set spec.parent or remove lendingLimit"
+        ]
+    );
+    assert_eq!(
+        cohort(
+            "{parent: org, quotas: [{flavor: a, nominal: -1}, {flavor: a, nominal: 1, \
+             borrowingLimit: -2}]}"
+        ),
+        [
+            "spec.quotas[0].nominal: must be 0 or more (got -1)",
+            "spec.quotas[1].flavor: \"a\" is listed twice; merge the entries",
+            "spec.quotas[1].borrowingLimit: must be 0 or more (got -2)"
+        ]
+    );
+    assert!(
+        cohort("{quotas: [{nominal: 1}]}")[0].starts_with("spec.quotas[0]"),
+        "a quota without its flavor is named"
+    );
 }
 
 #[test]

@@ -142,6 +142,20 @@ fn bad_queues_are_refused_naming_the_field_and_the_fix() {
     );
     assert!(queue("{weight: 0}").contains("from 1 to 65535"));
     assert!(queue("{parent: org}").contains("queue trees are not modelled"));
+    // A parent that is no name is refused too, not ignored.
+    assert_eq!(
+        queue("{parent: 7}"),
+        "vq.yaml: Queue/q: spec.parent: must be a queue's name (got 7); queue trees are not \
+         modelled, so only `root` is read: remove it or write root"
+    );
+    assert!(
+        read_volcano_queues(
+            "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: q}\n\
+         spec: {parent: root}\n",
+            "vq.yaml"
+        )
+        .is_ok()
+    );
 }
 
 /// A Queue and the scheduler's ConfigMap as `kubectl get -o yaml` prints them, the

@@ -29,9 +29,10 @@ pub struct SimArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=MAX_GPUS))]
     pub gpus: Option<u32>,
     /// Queues YAML, one per trace team: Ferry `Queue` documents (as `ferry apply` takes them,
-    /// named after the team, in lowercase), Kueue's ClusterQueues and LocalQueues (a team's
-    /// work goes to the ClusterQueue of its name, or behind a LocalQueue of its name or in its
-    /// namespace; `kubectl get clusterqueues,localqueues -A -o yaml` as is), Kubernetes
+    /// named after the team, in lowercase) and `Cohort` documents of their cohort trees,
+    /// Kueue's ClusterQueues, LocalQueues and Cohorts (a team's work goes to the ClusterQueue
+    /// of its name, or behind a LocalQueue of its name or in its namespace; `kubectl get
+    /// clusterqueues,localqueues,cohorts -A -o yaml` as is; cohort trees replayed), Kubernetes
     /// ResourceQuotas (each namespace's `requests.nvidia.com/gpu` as a hard cap for the team
     /// of its name), Volcano Queues (one cohort; `deserved`, else a weighted share, as the
     /// nominal quota, `capability` and `guarantee` as limits; a team is the Queue of its name),
@@ -175,6 +176,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
         (None, None) => ferry_sched::default_cluster(&given),
     };
     let mut notes = Vec::new();
+    let mut cohorts = Vec::new();
     let queues = match &args.queues {
         Some(path) => {
             let file = queues::queues_file(path, &given, &cluster)?;
@@ -185,7 +187,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
             }
             notes = file.notes;
             if args.cluster.is_none()
-                && let Some(flavor) = queues::flavor_to_assume(&file.queues)
+                && let Some(flavor) = queues::flavor_to_assume(&file.queues, &file.cohorts)
             {
                 notes.push(format!(
                     "the cluster's nodes are of flavor {flavor}, the one GPU flavor the queues name"
@@ -194,6 +196,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
                     n.flavor.clone_from(&flavor);
                 }
             }
+            cohorts = file.cohorts;
             file.queues
         }
         None if !args.quota.is_empty() => queues::quota_queues(&given, &args.quota)?,
@@ -238,7 +241,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     let site = ferry_sched::Site {
         cluster: &cluster,
         queues: &queues,
-        cohorts: &[],
+        cohorts: &cohorts,
         classes: &classes,
     };
     let mut reports = Vec::new();

@@ -1,7 +1,8 @@
 //! Where `ferry sim`'s queues come from: `--quota` flags, or a `--queues` file of Ferry
-//! `Queue`s, Kueue's ClusterQueues and LocalQueues, Kubernetes ResourceQuotas, Volcano Queues or
-//! plain scheduler queues; for another system's objects, each trace team is sent to the queue
-//! that would admit its work there, and what is not replayed is said.
+//! `Queue`s and `Cohort`s, Kueue's ClusterQueues, LocalQueues and Cohorts, Kubernetes
+//! ResourceQuotas, Volcano Queues or plain scheduler queues; for another system's objects, each
+//! trace team is sent to the queue that would admit its work there, and what is not replayed is
+//! said. Cohort trees (Ferry's and Kueue's) are replayed, and said.
 
 use std::path::Path;
 
@@ -41,21 +42,24 @@ pub(super) fn quota_queues(
         .collect())
 }
 
-/// What `--queues FILE` gives: the scheduler's queues, and for another system's objects where
-/// each trace team's work goes and what is not replayed.
+/// What `--queues FILE` gives: the scheduler's queues and cohort trees, and for another
+/// system's objects where each trace team's work goes and what is not replayed.
 pub(super) struct QueuesFile {
     /// The scheduler's queues.
     pub queues: Vec<ferry_sched::QueueSpec>,
+    /// The cohorts of the file's cohort trees (Ferry's or Kueue's `Cohort`s; none: flat
+    /// cohorts).
+    pub cohorts: Vec<ferry_sched::CohortSpec>,
     /// Trace team → the queue its work goes to (other systems' objects only).
     pub teams: std::collections::BTreeMap<String, String>,
     /// One line each for the user, printed with the setup.
     pub notes: Vec<String>,
 }
 
-/// Queues from `--queues FILE`: Ferry `Queue` documents (what `ferry apply` takes; a queue
-/// serves the trace team of its name, compared ignoring case since Ferry names are lowercase),
-/// Kueue's ClusterQueues and LocalQueues, ResourceQuotas, Volcano Queues, or a plain list of
-/// scheduler queues.
+/// Queues from `--queues FILE`: Ferry `Queue` and `Cohort` documents (what `ferry apply` takes;
+/// a queue serves the trace team of its name, compared ignoring case since Ferry names are
+/// lowercase), Kueue's ClusterQueues, LocalQueues and Cohorts, ResourceQuotas, Volcano Queues,
+/// or a plain list of scheduler queues.
 pub(super) fn queues_file(
     path: &Path,
     trace: &[ferry_sched::TraceJob],
@@ -75,16 +79,23 @@ pub(super) fn queues_file(
         None => {}
     }
     let mut queues = Vec::new();
-    if !text.contains("kind:") {
+    let mut cohorts = Vec::new();
+    // Documents (YAML or JSON) have a `kind`; a plain list of scheduler queues has none.
+    if !ferry_spec::holds_kubernetes_objects(&text) {
         queues = parse_yaml(&text, path, "queues")?;
     } else {
         for doc in ferry_spec::parse_documents(&text, &file)? {
-            let ferry_spec::Resource::Queue(q) = doc else {
-                anyhow::bail!(
-                    "queues file {file}: a {} document; fix: keep only `kind: Queue` documents \
-                     there (or Kueue's ClusterQueues and LocalQueues)",
+            let q = match doc {
+                ferry_spec::Resource::Queue(q) => q,
+                ferry_spec::Resource::Cohort(c) => {
+                    cohorts.push(ferry_sched::CohortSpec::from(&c));
+                    continue;
+                }
+                doc => anyhow::bail!(
+                    "queues file {file}: a {} document; fix: keep only `kind: Queue` and `kind: \
+                     Cohort` documents there (or Kueue's ClusterQueues, LocalQueues and Cohorts)",
                     doc.kind().as_str()
-                );
+                ),
             };
             let mut spec = ferry_k8s::admission::queue_spec("", &q.metadata.name, &q.spec);
             spec.name = trace
@@ -96,15 +107,63 @@ pub(super) fn queues_file(
     }
     Ok(QueuesFile {
         queues,
+        notes: cohort_notes(&cohorts).into_iter().collect(),
+        cohorts,
         teams: Default::default(),
-        notes: Vec::new(),
     })
+}
+
+/// The line saying which cohort trees the replay holds queues to, each cohort with its parent,
+/// its own GPUs and its limits; `None` without cohorts.
+fn cohort_notes(cohorts: &[ferry_sched::CohortSpec]) -> Option<String> {
+    if cohorts.is_empty() {
+        return None;
+    }
+    let per_flavor = |pick: fn(&ferry_sched::FlavorQuota) -> Option<u32>,
+                      c: &ferry_sched::CohortSpec| {
+        (c.quotas.iter())
+            .filter_map(|q| pick(q).map(|n| format!("{n} {}", q.flavor)))
+            .collect::<Vec<_>>()
+            .join(" + ")
+    };
+    let described: Vec<String> = cohorts
+        .iter()
+        .map(|c| {
+            let mut parts = Vec::new();
+            if let Some(p) = &c.parent {
+                parts.push(format!("under {p}"));
+            }
+            let own = per_flavor(|q| Some(q.nominal).filter(|n| *n > 0), c);
+            if !own.is_empty() {
+                parts.push(format!("{own} GPU(s) of its own"));
+            }
+            let borrows = per_flavor(|q| q.borrowing_limit, c);
+            if !borrows.is_empty() {
+                parts.push(format!("borrows at most {borrows}"));
+            }
+            let lends = per_flavor(|q| q.lending_limit, c);
+            if !lends.is_empty() {
+                parts.push(format!("lends at most {lends}"));
+            }
+            if parts.is_empty() {
+                c.name.clone()
+            } else {
+                format!("{} ({})", c.name, parts.join(", "))
+            }
+        })
+        .collect();
+    Some(format!(
+        "cohort trees replayed (ferry and kueue; the other policies share no quota): {}",
+        described.join("; ")
+    ))
 }
 
 /// Where a team's work goes among queues read from another system's objects.
 struct Foreign {
     /// The queues, by their name there.
     queues: Vec<(String, ferry_spec::QueueSpec)>,
+    /// The cohorts of its cohort trees, by their name there (Kueue's only).
+    cohorts: Vec<(String, ferry_spec::CohortSpec)>,
     /// What the queues are called there (`ClusterQueue`, `namespace`).
     noun: &'static str,
     /// What was read but is not replayed.
@@ -121,6 +180,7 @@ fn kueue_queues(
     let kueue = ferry_spec::read_kueue_queues(text, file)?;
     let foreign = Foreign {
         queues: kueue.cluster_queues.clone(),
+        cohorts: kueue.cohorts.clone(),
         noun: "ClusterQueue",
         notes: kueue.not_modelled.clone(),
     };
@@ -143,6 +203,7 @@ fn resource_quota_queues(
     let caps = ferry_spec::read_resource_quotas(text, file)?;
     let foreign = Foreign {
         queues: caps.queues,
+        cohorts: Vec::new(),
         noun: "namespace",
         notes: caps.not_modelled,
     };
@@ -176,6 +237,8 @@ fn volcano_queues(
     let gpus = u32::try_from(cluster.total_gpus()).unwrap_or(u32::MAX);
     let foreign = Foreign {
         queues: volcano.queue_specs(gpus),
+        // Volcano's queue trees (`spec.parent`) are refused by the reader, never replayed.
+        cohorts: Vec::new(),
         noun: "Queue",
         notes: volcano.not_modelled,
     };
@@ -257,8 +320,13 @@ impl Foreign {
                 q
             })
             .collect();
+        let cohorts: Vec<ferry_sched::CohortSpec> = (self.cohorts.iter())
+            .map(|(name, spec)| spec.to_sched(name))
+            .collect();
+        notes.extend(cohort_notes(&cohorts));
         Ok(QueuesFile {
             queues,
+            cohorts,
             teams,
             notes,
         })
@@ -266,11 +334,15 @@ impl Foreign {
 }
 
 /// On a cluster `ferry sim` made up (no `--cluster`), nodes take the one GPU flavor the
-/// queues name, so quotas written for `h100` apply; `None` when they name none or several.
-pub(super) fn flavor_to_assume(queues: &[ferry_sched::QueueSpec]) -> Option<String> {
-    let flavors: std::collections::BTreeSet<&str> = queues
-        .iter()
-        .flat_map(|q| q.quotas.iter().map(|f| f.flavor.as_str()))
+/// queues and cohorts name, so quotas written for `h100` apply; `None` when they name none or
+/// several.
+pub(super) fn flavor_to_assume(
+    queues: &[ferry_sched::QueueSpec],
+    cohorts: &[ferry_sched::CohortSpec],
+) -> Option<String> {
+    let flavors: std::collections::BTreeSet<&str> = (queues.iter().map(|q| &q.quotas))
+        .chain(cohorts.iter().map(|c| &c.quotas))
+        .flat_map(|quotas| quotas.iter().map(|f| f.flavor.as_str()))
         .filter(|f| *f != ferry_sched::ANY_FLAVOR)
         .collect();
     match flavors.into_iter().collect::<Vec<_>>()[..] {
