@@ -1232,7 +1232,14 @@ fn a_cohort_tree_holds_a_queue_to_its_borrowing_limit() {
     plane.apply("more.yaml", &in_queue("more", "nlp", 1, 1));
     plane.apply("serve.yaml", &in_queue("serve", "serving", 1, 60));
     plane.wait_phase("serve", "Running", LIMIT);
-    assert_eq!(plane.job("more")["status"]["phase"], "Queued");
+    let more = plane.job("more");
+    assert_eq!(more["status"]["phase"], "Queued");
+    // The department's limit is nlp's: it may never use more than 2 GPUs, and the reason says so.
+    let why = more["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("queue nlp uses 2 of the 2 it may use"),
+        "{more}"
+    );
 
     refused_now(
         &plane,
