@@ -1041,7 +1041,7 @@ fn a_trees_cohorts_get_the_share_of_the_teams_under_them() {
     let org = &ferry.cohort_share["org"];
     assert_eq!(org.teams.len(), 3);
     assert!((org.share - 1.0).abs() < 1e-9 && org.within_tolerance == Some(true));
-    assert!(table.contains("share/entitled cohort lab"), "{table}");
+    assert!(table.contains("share of cohort lab       "), "{table}");
     // The JSON carries them; without a tree it has no `cohort_share` at all.
     let json = serde_json::to_value(&ferry).unwrap();
     assert_eq!(json["cohort_share"]["lab"]["teams"][1], "small");

@@ -196,7 +196,7 @@ pub fn render_table(reports: &[SimReport]) -> String {
             });
         }
         for cohort in first.cohort_share.keys() {
-            row(&mut s, &format!("share/entitled cohort {cohort}"), &|r| {
+            row(&mut s, &format!("share of cohort {cohort}"), &|r| {
                 r.cohort_share.get(cohort).map_or("-".into(), |c| {
                     let verdict = match c.within_tolerance {
                         Some(true) => "ok",

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::pods::PODS_READY_TIMEOUT_S;
 use super::{GRACE_S, Knowledge, MIN_SATURATED_S, RESUME_OVERHEAD_S, TraceJob};
 use crate::config::{
-    ANY_FLAVOR, Cluster, CohortSpec, FlavorQuota, MAX_NODE_GPUS, QueueSpec, StopPolicy, Topology,
+    Cluster, CohortSpec, FlavorQuota, MAX_NODE_GPUS, QueueSpec, StopPolicy, Topology,
 };
 
 /// GPUs per node assumed for the default contended cluster.
@@ -233,43 +233,45 @@ pub fn describe_setup(
     )
 }
 
-/// One sentence naming a cohort tree's cohorts, each with its parent, its own GPUs and its
-/// limits (empty without cohort specs), to follow `describe_setup`.
-pub fn describe_cohorts(cohorts: &[CohortSpec]) -> String {
+/// The line saying which cohort tree Ferry and the Kueue peers replay, each cohort with its
+/// parent, its own GPUs and its limits per flavor; `None` without cohort specs.
+pub fn describe_cohorts(cohorts: &[CohortSpec]) -> Option<String> {
     if cohorts.is_empty() {
-        return String::new();
+        return None;
     }
-    let each: Vec<String> = cohorts
+    let per_flavor = |pick: fn(&FlavorQuota) -> Option<u32>, c: &CohortSpec| {
+        (c.quotas.iter())
+            .filter_map(|q| pick(q).map(|n| format!("{n} {}", q.flavor)))
+            .collect::<Vec<_>>()
+            .join(" + ")
+    };
+    let described: Vec<String> = cohorts
         .iter()
         .map(|c| {
-            let mut facts: Vec<String> = c.parent.iter().map(|p| format!("under {p}")).collect();
-            for q in &c.quotas {
-                let flavor = if q.flavor == ANY_FLAVOR {
-                    String::new()
-                } else {
-                    format!(" {}", q.flavor)
-                };
-                if q.nominal > 0 {
-                    facts.push(format!("{} own{flavor} GPUs", q.nominal));
-                }
-                if let Some(b) = q.borrowing_limit {
-                    facts.push(format!("borrows at most {b}{flavor}"));
-                }
-                if let Some(l) = q.lending_limit {
-                    facts.push(format!("lends at most {l}{flavor}"));
-                }
+            let mut parts: Vec<String> = c.parent.iter().map(|p| format!("under {p}")).collect();
+            let own = per_flavor(|q| Some(q.nominal).filter(|n| *n > 0), c);
+            if !own.is_empty() {
+                parts.push(format!("{own} GPU(s) of its own"));
             }
-            if facts.is_empty() {
+            let borrows = per_flavor(|q| q.borrowing_limit, c);
+            if !borrows.is_empty() {
+                parts.push(format!("borrows at most {borrows}"));
+            }
+            let lends = per_flavor(|q| q.lending_limit, c);
+            if !lends.is_empty() {
+                parts.push(format!("lends at most {lends}"));
+            }
+            if parts.is_empty() {
                 c.name.clone()
             } else {
-                format!("{} ({})", c.name, facts.join(", "))
+                format!("{} ({})", c.name, parts.join(", "))
             }
         })
         .collect();
-    format!(
-        "cohort tree (Ferry and Kueue; the other policies have no cohorts): {}",
-        each.join(", ")
-    )
+    Some(format!(
+        "cohort trees replayed (ferry and kueue; the other policies share no quota): {}",
+        described.join("; ")
+    ))
 }
 
 /// ` of 8 GPUs` when every node has the same number of GPUs, else ` of 4–8 GPUs`.

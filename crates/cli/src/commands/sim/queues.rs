@@ -107,55 +107,12 @@ pub(super) fn queues_file(
     }
     Ok(QueuesFile {
         queues,
-        notes: cohort_notes(&cohorts).into_iter().collect(),
+        notes: ferry_sched::describe_cohorts(&cohorts)
+            .into_iter()
+            .collect(),
         cohorts,
         teams: Default::default(),
     })
-}
-
-/// The line saying which cohort trees the replay holds queues to, each cohort with its parent,
-/// its own GPUs and its limits; `None` without cohorts.
-fn cohort_notes(cohorts: &[ferry_sched::CohortSpec]) -> Option<String> {
-    if cohorts.is_empty() {
-        return None;
-    }
-    let per_flavor = |pick: fn(&ferry_sched::FlavorQuota) -> Option<u32>,
-                      c: &ferry_sched::CohortSpec| {
-        (c.quotas.iter())
-            .filter_map(|q| pick(q).map(|n| format!("{n} {}", q.flavor)))
-            .collect::<Vec<_>>()
-            .join(" + ")
-    };
-    let described: Vec<String> = cohorts
-        .iter()
-        .map(|c| {
-            let mut parts = Vec::new();
-            if let Some(p) = &c.parent {
-                parts.push(format!("under {p}"));
-            }
-            let own = per_flavor(|q| Some(q.nominal).filter(|n| *n > 0), c);
-            if !own.is_empty() {
-                parts.push(format!("{own} GPU(s) of its own"));
-            }
-            let borrows = per_flavor(|q| q.borrowing_limit, c);
-            if !borrows.is_empty() {
-                parts.push(format!("borrows at most {borrows}"));
-            }
-            let lends = per_flavor(|q| q.lending_limit, c);
-            if !lends.is_empty() {
-                parts.push(format!("lends at most {lends}"));
-            }
-            if parts.is_empty() {
-                c.name.clone()
-            } else {
-                format!("{} ({})", c.name, parts.join(", "))
-            }
-        })
-        .collect();
-    Some(format!(
-        "cohort trees replayed (ferry and kueue; the other policies share no quota): {}",
-        described.join("; ")
-    ))
 }
 
 /// Where a team's work goes among queues read from another system's objects.
@@ -323,7 +280,7 @@ impl Foreign {
         let cohorts: Vec<ferry_sched::CohortSpec> = (self.cohorts.iter())
             .map(|(name, spec)| spec.to_sched(name))
             .collect();
-        notes.extend(cohort_notes(&cohorts));
+        notes.extend(ferry_sched::describe_cohorts(&cohorts));
         Ok(QueuesFile {
             queues,
             cohorts,
