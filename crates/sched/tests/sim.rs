@@ -26,6 +26,14 @@ fn cohort_queue(name: &str, nominal: u32) -> QueueSpec {
     }
 }
 
+/// A queue of `nominal` GPUs of flavor `gpu` in `cohort`.
+fn queue(name: &str, cohort: &str, nominal: u32) -> QueueSpec {
+    QueueSpec {
+        cohort: Some(cohort.into()),
+        ..cohort_queue(name, nominal)
+    }
+}
+
 /// Every policy's report on `trace`, and the table `ferry sim` prints of them (printed too).
 fn every_policy(
     trace: &[TraceJob],
@@ -948,10 +956,6 @@ fn a_cohort_trees_borrowing_limit_holds_in_the_replay_for_ferry_and_kueue() {
     )
     .expect("trace parses");
     let cluster = Cluster::uniform(4, 8, "gpu");
-    let queue = |name: &str, cohort: &str, nominal: u32| QueueSpec {
-        cohort: Some(cohort.into()),
-        ..cohort_queue(name, nominal)
-    };
     let queues = vec![
         queue("a1", "a", 8),
         queue("a2", "a", 8),
@@ -1004,10 +1008,6 @@ fn a_cohort_trees_borrowing_limit_holds_in_the_replay_for_ferry_and_kueue() {
 fn a_trees_cohorts_get_the_share_of_the_teams_under_them() {
     let trace = saturated_trace();
     let cluster = Cluster::uniform(8, 8, "gpu");
-    let queue = |name: &str, cohort: &str, nominal: u32| QueueSpec {
-        cohort: Some(cohort.into()),
-        ..cohort_queue(name, nominal)
-    };
     let queues = vec![
         queue("big", "prod", 32),
         queue("mid", "lab", 16),

@@ -186,24 +186,14 @@ pub fn render_table(reports: &[SimReport]) -> String {
         for team in first.team_share.keys() {
             row(&mut s, &format!("share/entitled {team}"), &|r| {
                 r.team_share.get(team).map_or("-".into(), |t| {
-                    let verdict = match t.within_tolerance {
-                        Some(true) => "ok",
-                        Some(false) => "OUT",
-                        None => "n/a",
-                    };
-                    format!("{:.3}/{:.3} {verdict}", t.share, t.entitlement)
+                    share_cell(t.share, t.entitlement, t.within_tolerance)
                 })
             });
         }
         for cohort in first.cohort_share.keys() {
             row(&mut s, &format!("share of cohort {cohort}"), &|r| {
                 r.cohort_share.get(cohort).map_or("-".into(), |c| {
-                    let verdict = match c.within_tolerance {
-                        Some(true) => "ok",
-                        Some(false) => "OUT",
-                        None => "n/a",
-                    };
-                    format!("{:.3}/{:.3} {verdict}", c.share, c.entitlement)
+                    share_cell(c.share, c.entitlement, c.within_tolerance)
                 })
             });
         }
@@ -360,4 +350,14 @@ pub fn render_svg(reports: &[SimReport], capacity: u64) -> String {
     }
     s.push_str("</svg>\n");
     s
+}
+
+/// `share/entitlement verdict`, as a team's or a cohort's row shows it.
+fn share_cell(share: f64, entitlement: f64, within: Option<bool>) -> String {
+    let verdict = match within {
+        Some(true) => "ok",
+        Some(false) => "OUT",
+        None => "n/a",
+    };
+    format!("{share:.3}/{entitlement:.3} {verdict}")
 }
