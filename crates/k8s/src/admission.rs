@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use ferry_sched::{
-    ANY_FLAVOR, Decision, FORECAST_CYCLES, FlavorQuota, Forecast, PodPlacement, PreemptReason,
-    QueueSpec, Scheduler, Time, Waiting, Workload,
+    Decision, FORECAST_CYCLES, Forecast, PodPlacement, PreemptReason, QueueSpec, Scheduler, Time,
+    Waiting, Workload,
 };
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::core::v1::Node;
@@ -380,20 +380,7 @@ pub fn queue_spec(ns: &str, name: &str, spec: &ferry_spec::QueueSpec) -> QueueSp
     QueueSpec {
         name: workload_id(ns, name),
         cohort: spec.cohort.clone(),
-        quotas: spec
-            .quotas
-            .iter()
-            .map(|q| FlavorQuota {
-                flavor: if q.flavor.eq_ignore_ascii_case(ANY_FLAVOR) {
-                    ANY_FLAVOR.into()
-                } else {
-                    q.flavor.clone()
-                },
-                nominal: q.nominal.max(0) as u32,
-                borrowing_limit: q.borrowing_limit.map(|v| v.max(0) as u32),
-                lending_limit: q.lending_limit.map(|v| v.max(0) as u32),
-            })
-            .collect(),
+        quotas: spec.quotas.iter().map(Into::into).collect(),
         fair_share_weight: spec.weight,
         stop_policy: spec.stop_policy.into(),
         preemption: spec.preemption.into(),

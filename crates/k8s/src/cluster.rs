@@ -78,6 +78,21 @@ pub struct SchedulerInputs {
     pub priorities: Vec<ferry_sched::PriorityClass>,
 }
 
+/// The `spec` of a Ferry object read untyped (the default when it has none); `what` names the
+/// object in an error.
+fn spec_of<T: serde::de::DeserializeOwned + Default>(
+    obj: &DynamicObject,
+    what: impl FnOnce() -> String,
+) -> Result<T> {
+    match obj.data.get("spec") {
+        Some(v) => serde_json::from_value(v.clone()).map_err(|source| K8sError::Json {
+            what: format!("{} spec", what()),
+            source,
+        }),
+        None => Ok(T::default()),
+    }
+}
+
 /// What Ferry's scheduler needs from the cluster: GPU nodes, every Ferry `Queue` and `Cohort`,
 /// and the cluster's `PriorityClass`es.
 pub async fn scheduler_inputs(
@@ -95,13 +110,7 @@ pub async fn scheduler_inputs(
     for q in all_objects(client, &ferry_queue).await? {
         let ns = q.namespace().unwrap_or_default();
         let name = q.name_any();
-        let spec: ferry_spec::QueueSpec = match q.data.get("spec") {
-            Some(v) => serde_json::from_value(v.clone()).map_err(|source| K8sError::Json {
-                what: format!("Queue/{ns}/{name} spec"),
-                source,
-            })?,
-            None => ferry_spec::QueueSpec::default(),
-        };
+        let spec: ferry_spec::QueueSpec = spec_of(&q, || format!("Queue/{ns}/{name}"))?;
         queues.push(crate::admission::queue_spec(&ns, &name, &spec));
     }
     let ferry_cohort = ApiResource::from_gvk_with_plural(
@@ -111,13 +120,7 @@ pub async fn scheduler_inputs(
     let mut cohorts = Vec::new();
     for c in all_objects(client, &ferry_cohort).await? {
         let name = c.name_any();
-        let spec: ferry_spec::CohortSpec = match c.data.get("spec") {
-            Some(v) => serde_json::from_value(v.clone()).map_err(|source| K8sError::Json {
-                what: format!("Cohort/{name} spec"),
-                source,
-            })?,
-            None => ferry_spec::CohortSpec::default(),
-        };
+        let spec: ferry_spec::CohortSpec = spec_of(&c, || format!("Cohort/{name}"))?;
         cohorts.push(spec.to_sched(&name));
     }
     // By name: a list in another order is no change that asks for a rebuild.

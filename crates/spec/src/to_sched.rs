@@ -1,32 +1,51 @@
-//! A Queue's policies and a Cohort as the scheduler takes them (feature `sched`): the server,
+//! A Queue's quotas and policies and a Cohort as the scheduler takes them (feature `sched`): the server,
 //! the Kubernetes operator and `ferry sim` all turn these documents into the scheduler's
 //! configuration, and the values are the same on every side, so the mapping lives once, beside
 //! the types it reads.
 
 use crate::cohort::{Cohort, CohortSpec};
-use crate::queue::{BorrowPolicy, Preemption, ReclaimWithinCohort, StopPolicy, WithinQueue};
+use crate::queue::{
+    BorrowPolicy, FlavorQuota, Preemption, ReclaimWithinCohort, StopPolicy, WithinQueue,
+};
+
+/// A quota of `nominal` GPUs of `flavor` with its limits, as the scheduler takes it (`any` in
+/// any case is the scheduler's `any`; counts below 0, which validation refuses, as 0): a
+/// Queue's and a Cohort's quotas alike.
+fn sched_quota(
+    flavor: &str,
+    nominal: i32,
+    borrowing_limit: Option<i32>,
+    lending_limit: Option<i32>,
+) -> ferry_sched::FlavorQuota {
+    let count = |v: i32| u32::try_from(v).unwrap_or(0);
+    ferry_sched::FlavorQuota {
+        flavor: if flavor.eq_ignore_ascii_case(ferry_sched::ANY_FLAVOR) {
+            ferry_sched::ANY_FLAVOR.to_owned()
+        } else {
+            flavor.to_owned()
+        },
+        nominal: count(nominal),
+        borrowing_limit: borrowing_limit.map(count),
+        lending_limit: lending_limit.map(count),
+    }
+}
+
+impl From<&FlavorQuota> for ferry_sched::FlavorQuota {
+    fn from(q: &FlavorQuota) -> Self {
+        sched_quota(&q.flavor, q.nominal, q.borrowing_limit, q.lending_limit)
+    }
+}
 
 impl CohortSpec {
-    /// The scheduler's cohort named `name` with this parent and these quotas (`any` in any
-    /// case is the scheduler's `any`; counts below 0, which validation refuses, as 0).
+    /// The scheduler's cohort named `name` with this parent and these quotas.
     pub fn to_sched(&self, name: &str) -> ferry_sched::CohortSpec {
-        let count = |v: i32| u32::try_from(v).unwrap_or(0);
         ferry_sched::CohortSpec {
             name: name.to_owned(),
             parent: self.parent.clone(),
             quotas: self
                 .quotas
                 .iter()
-                .map(|q| ferry_sched::FlavorQuota {
-                    flavor: if q.flavor.eq_ignore_ascii_case(ferry_sched::ANY_FLAVOR) {
-                        ferry_sched::ANY_FLAVOR.to_owned()
-                    } else {
-                        q.flavor.clone()
-                    },
-                    nominal: count(q.nominal),
-                    borrowing_limit: q.borrowing_limit.map(count),
-                    lending_limit: q.lending_limit.map(count),
-                })
+                .map(|q| sched_quota(&q.flavor, q.nominal, q.borrowing_limit, q.lending_limit))
                 .collect(),
         }
     }

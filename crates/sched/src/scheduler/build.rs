@@ -23,15 +23,16 @@ fn cfg_err(
     }
 }
 
-/// Each flavor's quota entry of `owner` (`at`: its field path) with the entry's index:
-/// named flavors first, then an `any` entry for every flavor not named.
+/// The quota entry of `owner` (`at`: its field path) for each flavor it covers: the flavor's
+/// index, the entry's index and the entry; named flavors first, then an `any` entry for every
+/// flavor not named.
 fn per_flavor<'a>(
     at: &str,
     owner: &str,
     quotas: &'a [FlavorQuota],
     pools: &[Pool],
     pool_idx: &HashMap<String, u16>,
-) -> Result<Vec<Option<(usize, &'a FlavorQuota)>>> {
+) -> Result<Vec<(usize, usize, &'a FlavorQuota)>> {
     let mut out = vec![None; pools.len()];
     let order = (0..quotas.len())
         .filter(|&j| quotas[j].flavor != ANY_FLAVOR)
@@ -73,7 +74,11 @@ fn per_flavor<'a>(
             ));
         }
     }
-    Ok(out)
+    Ok(out
+        .into_iter()
+        .enumerate()
+        .filter_map(|(f, x)| x.map(|(j, fq)| (f, j, fq)))
+        .collect())
 }
 
 impl Scheduler {
@@ -222,17 +227,13 @@ impl Scheduler {
             }
             let mut quota = vec![None; nf];
             entry_of.push(vec![None; nf]);
-            for (f, (j, fq)) in per_flavor(
+            for (f, j, fq) in per_flavor(
                 &format!("queues[{i}]"),
                 &format!("queue `{}`", q.name),
                 &q.quotas,
                 &pools,
                 &pool_idx,
-            )?
-            .into_iter()
-            .enumerate()
-            .filter_map(|(f, x)| Some((f, x?)))
-            {
+            )? {
                 let field = format!("queues[{i}].quotas[{j}]");
                 let lend = u64::from(fq.lending_limit.unwrap_or(fq.nominal));
                 if lend > u64::from(fq.nominal) {
@@ -333,17 +334,13 @@ impl Scheduler {
         let mut cohort_entry: Vec<Vec<Option<usize>>> = vec![vec![None; nf]; cohorts.len()];
         for (&c, &i) in &specced {
             let cs = &cohort_specs[i];
-            for (f, (j, fq)) in per_flavor(
+            for (f, j, fq) in per_flavor(
                 &format!("cohorts[{i}]"),
                 &format!("cohort `{}`", cs.name),
                 &cs.quotas,
                 &pools,
                 &pool_idx,
-            )?
-            .into_iter()
-            .enumerate()
-            .filter_map(|(f, x)| Some((f, x?)))
-            {
+            )? {
                 if cs.parent.is_none() && fq.borrowing_limit.is_some_and(|b| b > 0) {
                     return Err(cfg_err(
                         format!("cohorts[{i}].quotas[{j}].borrowingLimit"),
