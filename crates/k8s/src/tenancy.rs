@@ -241,7 +241,7 @@ pub fn render(queues: &[&Queue], cohorts: &[&Cohort], opts: &RenderOptions) -> V
                 "withinClusterQueue": q.spec.preemption.within_queue,
                 "reclaimWithinCohort": q.spec.preemption.reclaim_within_cohort,
             },
-            "fairSharing": {"weight": format!("{}", q.spec.weight)},
+            "fairSharing": fair_sharing(q.spec.weight),
         });
         // Kueue's own shape and values; its default (`policy: Never`) is left to Kueue.
         let borrow = q.spec.preemption.borrow_within_cohort;
@@ -292,6 +292,12 @@ fn flavor_quotas<'a>(
         .collect()
 }
 
+/// Kueue's `fairSharing` of a ClusterQueue or a Cohort: the weight as a quantity (a decimal
+/// string, e.g. `"0.5"`).
+fn fair_sharing(weight: f64) -> Value {
+    json!({"weight": format!("{weight}")})
+}
+
 /// How many parents above `c` among `cohorts` (a loop counts until it closes).
 fn depth(c: &Cohort, cohorts: &[&Cohort]) -> usize {
     let mut seen = BTreeSet::from([c.metadata.name.as_str()]);
@@ -308,10 +314,11 @@ fn depth(c: &Cohort, cohorts: &[&Cohort]) -> usize {
 }
 
 /// A Ferry `Cohort` as Kueue's `Cohort` (cluster-scoped, as Ferry's): its parent as
-/// `spec.parentName`, its own GPUs and limits as a `resourceGroups` entry for the GPU resource
-/// (none when it has no quota: Kueue wants at least one flavor in a group).
+/// `spec.parentName`, its weight as `spec.fairSharing.weight` (always, as a ClusterQueue's),
+/// its own GPUs and limits as a `resourceGroups` entry for the GPU resource (none when it has
+/// no quota: Kueue wants at least one flavor in a group).
 pub fn kueue_cohort(c: &Cohort) -> Value {
-    let mut spec = json!({});
+    let mut spec = json!({"fairSharing": fair_sharing(c.spec.weight)});
     if let Some(parent) = &c.spec.parent {
         spec["parentName"] = parent.clone().into();
     }

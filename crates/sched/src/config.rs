@@ -127,7 +127,7 @@ pub struct QueueSpec {
 /// cohorts share before they borrow from its parent, and limits on what it borrows from and
 /// lends to its parent. Cohorts named only by queues need no spec: they are roots with no GPUs
 /// of their own, as before trees existed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CohortSpec {
     /// Cohort name, as queues (`QueueSpec::cohort`) and child cohorts (`parent`) give it.
@@ -140,15 +140,21 @@ pub struct CohortSpec {
     /// to the parent (`lendingLimit`; `None`: all of them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quotas: Vec<FlavorQuota>,
+    /// Its weight against its siblings (queues and cohorts under the same parent) when they
+    /// share what no quota covers (Kueue's `spec.fairSharing.weight`; default 1): fair sharing
+    /// compares two queues of a tree by the cohorts or queues just below the cohort they share.
+    #[serde(default = "one")]
+    pub fair_share_weight: f64,
 }
 
 impl CohortSpec {
-    /// A cohort under `parent` with no GPUs of its own and no limits.
+    /// A cohort under `parent` with no GPUs of its own, no limits and weight 1.
     pub fn under(name: &str, parent: Option<&str>) -> CohortSpec {
         CohortSpec {
             name: name.to_owned(),
             parent: parent.map(str::to_owned),
             quotas: Vec::new(),
+            fair_share_weight: 1.0,
         }
     }
 }
@@ -575,6 +581,14 @@ pub struct Options {
     /// keeps three 8-GPU jobs while one owed 159 waits at 152); this hands it back
     /// (docs/scheduler.md).
     pub fair_preemption_minimax: bool,
+    /// In a cohort tree, fair-sharing preemption between departments (where two queues' paths
+    /// part, one side a cohort) as Kueue's hierarchical fair sharing does it: a queue at or
+    /// over its nominal quota may also take borrowed work of another department whose weighted
+    /// borrowing stays at least its own department's after the move (`LessThanOrEqualToFinalShare`,
+    /// so the move cannot be reversed). Without it only a queue below its nominal quota takes
+    /// borrowed work, and a department at its quota waits for the spare it is owed. No effect
+    /// without trees (docs/scheduler.md, "Fair sharing in a tree").
+    pub tree_fair_preemption: bool,
     /// How much longer (percent) a gang runs when its pods span racks although one rack could
     /// hold it: its collectives cross the slower links between racks. With it set, such a gang
     /// that does not require a rack (`Workload::topology`) waits for one rack to hold it (by
@@ -652,6 +666,7 @@ impl Default for Options {
             drain_overshoot_pct: Some(50),
             reclaim_min_borrowed_pct: 50,
             fair_preemption_minimax: true,
+            tree_fair_preemption: true,
             split_slowdown_pct: 0,
             multifactor: None,
         }

@@ -36,6 +36,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+mod entitlement;
 pub mod error;
 pub mod pace;
 mod pool;

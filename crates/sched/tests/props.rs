@@ -116,7 +116,8 @@ fn case() -> impl Strategy<Value = Case> {
         ),
     );
     // A cohort tree over cohorts c0 and c1: both under a root `r`, c1 under c0, or both under
-    // an `r` with GPUs of its own; each cohort with GPUs of its own and limits per flavor.
+    // an `r` with GPUs of its own; each cohort with GPUs of its own and limits per flavor,
+    // and a fair-share weight.
     let tree = prop::option::of((
         0u8..3,
         prop::collection::vec(
@@ -127,6 +128,7 @@ fn case() -> impl Strategy<Value = Case> {
             ),
             6,
         ),
+        prop::collection::vec(prop::sample::select(vec![1.0, 0.25, 4.0]), 3),
     ));
     (nodes, queues, jobs, opts, stops(), tree).prop_map(
         |(
@@ -214,7 +216,7 @@ fn case() -> impl Strategy<Value = Case> {
                     specs[i].quotas[k].borrowing_limit = queues[i].1[k].1.map(|b| b.min(others));
                 }
             }
-            let mut cohorts = tree.map_or_else(Vec::new, |(shape, quotas)| {
+            let mut cohorts = tree.map_or_else(Vec::new, |(shape, quotas, weights)| {
                 let names = ["c0", "c1", "r"];
                 let parents = match shape {
                     0 => [Some("r"), Some("r"), None],
@@ -237,6 +239,7 @@ fn case() -> impl Strategy<Value = Case> {
                                 }
                             })
                             .collect(),
+                        fair_share_weight: weights[k],
                         ..CohortSpec::under(names[k], parents[k])
                     })
                     .collect()

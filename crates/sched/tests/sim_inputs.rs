@@ -182,6 +182,7 @@ fn cohorts() -> impl Strategy<Value = Vec<CohortSpec>> {
                 name: names[name].into(),
                 parent: parent.map(|p| names[p].into()),
                 quotas,
+                fair_share_weight: 1.0,
             })
             .collect()
     })

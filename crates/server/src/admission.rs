@@ -214,6 +214,7 @@ fn cohort_specs(
                 name: name.to_owned(),
                 parent: c.spec.parent.clone(),
                 quotas,
+                fair_share_weight: c.spec.weight,
             };
             (spec, origin)
         })
@@ -1369,12 +1370,13 @@ mod tests {
     }
 
     /// A cohort's quotas that apply to this machine are one `any` quota, as a queue's are; a
-    /// quota of another machine's GPUs is left out (virtual slots take every flavor).
+    /// quota of another machine's GPUs is left out (virtual slots take every flavor). Its
+    /// weight is the scheduler's.
     #[test]
     fn a_cohorts_quotas_that_apply_here_are_summed() {
         let c = cohort(
-            "metadata: {name: research}\nspec: {parent: org, quotas: [{flavor: any, nominal: 2, \
-             borrowingLimit: 1}, {flavor: H100-80GB, nominal: 3, borrowingLimit: 2, \
+            "metadata: {name: research}\nspec: {parent: org, weight: 3, quotas: [{flavor: any, \
+             nominal: 2, borrowingLimit: 1}, {flavor: H100-80GB, nominal: 3, borrowingLimit: 2, \
              lendingLimit: 4}]}\n",
         );
         let (specs, origins) = cohort_specs(&[c], &Inventory::virtual_slots(8));
@@ -1390,6 +1392,7 @@ mod tests {
                     // One quota lends all it has: so does the sum.
                     lending_limit: None,
                 }],
+                fair_share_weight: 3.0,
             }]
         );
         assert_eq!(origins, [vec![0, 1]]);

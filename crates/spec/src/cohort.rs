@@ -24,8 +24,8 @@ pub struct Cohort {
     pub spec: CohortSpec,
 }
 
-/// Parent and quotas of a [`Cohort`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// Parent, quotas and fair-sharing weight of a [`Cohort`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CohortSpec {
     /// The cohort it borrows from and lends to; a root of its tree when omitted. A parent no
@@ -36,6 +36,23 @@ pub struct CohortSpec {
     /// parent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quotas: Vec<CohortQuota>,
+    /// Its weight against its siblings (the queues and cohorts under the same parent) when they
+    /// share GPUs no quota covers (Kueue's `fairSharing.weight`): fair sharing compares
+    /// subtrees, not teams, so a department of many teams gets no more of its parent's spare
+    /// GPUs than one of few unless weighted so. A positive number; 1 by default.
+    #[serde(default = "crate::queue::one")]
+    pub weight: f64,
+}
+
+/// A cohort with no `spec:` is a root with no GPUs of its own and weight 1 (as serde fills it).
+impl Default for CohortSpec {
+    fn default() -> Self {
+        Self {
+            parent: None,
+            quotas: Vec::new(),
+            weight: crate::queue::one(),
+        }
+    }
 }
 
 /// One GPU flavor's quota of a [`Cohort`].
@@ -66,10 +83,10 @@ impl Cohort {
 }
 
 impl CohortSpec {
-    /// The rules of a cohort named `name`: a valid parent name that is not its own, each flavor
-    /// once, counts of 0 or more, and limits only under a parent (a root has none to borrow
-    /// from or lend to; Kueue refuses them there too, so a Cohort Ferry admits renders to one
-    /// Kueue admits).
+    /// The rules of a cohort named `name`: a valid parent name that is not its own, a positive
+    /// weight (as a Queue's), each flavor once, counts of 0 or more, and limits only under a
+    /// parent (a root has none to borrow from or lend to; Kueue refuses them there too, so a
+    /// Cohort Ferry admits renders to one Kueue admits).
     pub(crate) fn validate(&self, name: &str, p: &mut Problems) {
         if let Some(parent) = &self.parent {
             if let Err(msg) = crate::meta::validate_name(parent) {
@@ -84,6 +101,7 @@ impl CohortSpec {
                 );
             }
         }
+        p.positive_weight("spec.weight", self.weight);
         let mut seen = std::collections::BTreeSet::new();
         for (i, q) in self.quotas.iter().enumerate() {
             let at = format!("spec.quotas[{i}]");

@@ -46,6 +46,10 @@ pub const CLUSTER_QUEUE_FIELDS: [&str; 13] = [
 /// them is refused, as for a ClusterQueue.
 pub(crate) const COHORT_FIELDS: [&str; 3] = ["fairSharing", "parentName", "resourceGroups"];
 
+/// The `spec.fairSharing` fields of a ClusterQueue and of a Cohort in Kueue's v1beta1 and
+/// v1beta2: its weight only.
+pub(crate) const FAIR_SHARING_FIELDS: [&str; 1] = ["weight"];
+
 /// The ClusterQueue fields that change admission and that Ferry's scheduler does not model;
 /// each one set is named in [`KueueQueues::not_modelled`].
 const NOT_MODELLED: [&str; 5] = [
@@ -61,8 +65,9 @@ const NOT_MODELLED: [&str; 5] = [
 pub struct KueueQueues {
     /// Each ClusterQueue by name, in file order, as a Ferry queue spec.
     pub cluster_queues: Vec<(String, QueueSpec)>,
-    /// Each Cohort by name, in file order, as a Ferry cohort spec: its parent (`parentName`)
-    /// and its own GPU quotas with their borrowing and lending limits. Cohorts only
+    /// Each Cohort by name, in file order, as a Ferry cohort spec: its parent (`parentName`),
+    /// its own GPU quotas with their borrowing and lending limits, and its weight
+    /// (`fairSharing.weight`). Cohorts only
     /// ClusterQueues name need none (roots with no GPUs of their own), nor parents no Cohort
     /// defines (Kueue makes such a parent a root too).
     pub cohorts: Vec<(String, CohortSpec)>,
@@ -248,22 +253,7 @@ impl Reader {
         };
         let quotas = self.resource_groups(at, spec, Owner::ClusterQueue);
         let preemption = self.preemption(at, spec);
-        let weight = match spec.get("fairSharing").and_then(|f| f.get("weight")) {
-            None | Some(Value::Null) => 1.0,
-            Some(w) => match quantity(w) {
-                Some(w) if w > 0.0 && w.is_finite() => w,
-                _ => {
-                    self.problem(
-                        &format!("{at}: spec.fairSharing.weight"),
-                        format!(
-                            "must be a positive quantity such as \"1\" or \"500m\" (got {w}); \
-                             ferry gives every queue some share, so write e.g. \"10m\" for almost none"
-                        ),
-                    );
-                    1.0
-                }
-            },
-        };
+        let weight = self.fair_sharing_weight(at, spec);
         let stop_policy = self
             .enum_field(&format!("{at}: spec"), spec, "stopPolicy")
             .unwrap_or_default();
@@ -274,6 +264,47 @@ impl Reader {
             stop_policy,
             preemption,
         })
+    }
+
+    /// `spec.fairSharing.weight` of a ClusterQueue or a Cohort, 1 when unset (Kueue's default):
+    /// a positive quantity. Kueue's 0 (a share only of what nobody else wants) is refused, as
+    /// Ferry gives every queue and cohort some share; a tiny weight is the nearest.
+    fn fair_sharing_weight(&mut self, at: &str, spec: &Map<String, Value>) -> f64 {
+        let at = format!("{at}: spec.fairSharing");
+        let fair = match spec.get("fairSharing") {
+            None | Some(Value::Null) => return 1.0,
+            Some(Value::Object(f)) => f,
+            Some(v) => {
+                self.problem(
+                    &at,
+                    format!("must be a mapping such as {{weight: \"2\"}} (got {v})"),
+                );
+                return 1.0;
+            }
+        };
+        self.problems.extend(unknown_fields(
+            &format!("{at}."),
+            fair.keys(),
+            &FAIR_SHARING_FIELDS,
+            "a fairSharing field of Kueue",
+        ));
+        match fair.get("weight") {
+            None | Some(Value::Null) => 1.0,
+            Some(w) => match quantity(w) {
+                Some(w) if w > 0.0 && w.is_finite() => w,
+                _ => {
+                    self.problem(
+                        &format!("{at}.weight"),
+                        format!(
+                            "must be a positive quantity such as \"1\" or \"500m\" (got {w}); \
+                             ferry gives every queue and cohort some share, so write e.g. \"10m\" \
+                             for almost none"
+                        ),
+                    );
+                    1.0
+                }
+            },
+        }
     }
 
     /// A string field naming a cohort, if set.
@@ -549,8 +580,9 @@ impl Reader {
         });
     }
 
-    /// A Cohort: its parent (`parentName`) and its own GPU quota, with the limits on what its
-    /// subtree borrows from and lends to that parent.
+    /// A Cohort: its parent (`parentName`), its own GPU quota with the limits on what its
+    /// subtree borrows from and lends to that parent, and its fair-sharing weight among its
+    /// siblings (read as a ClusterQueue's).
     fn cohort(&mut self, at: &str, name: &str, spec: &Map<String, Value>) {
         let before = self.problems.len();
         self.problems.extend(unknown_fields(
@@ -560,12 +592,7 @@ impl Reader {
             "a Cohort field of Kueue v1beta1 or v1beta2",
         ));
         let parent = self.name_field(at, spec, "parentName");
-        if spec.get("fairSharing").is_some_and(|v| !is_empty(v)) {
-            self.not_modelled.push(format!(
-                "{at}: spec.fairSharing (hierarchical fair-sharing weights are not modelled: \
-                 queues share by their own weights across their whole tree)"
-            ));
-        }
+        let weight = self.fair_sharing_weight(at, spec);
         let owner = Owner::Cohort {
             has_parent: parent.is_some(),
         };
@@ -580,7 +607,11 @@ impl Reader {
             })
             .collect();
         if self.problems.len() == before {
-            let spec = CohortSpec { parent, quotas };
+            let spec = CohortSpec {
+                parent,
+                quotas,
+                weight,
+            };
             self.cohorts.push((name.to_owned(), at.to_owned(), spec));
         }
     }

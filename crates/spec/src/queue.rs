@@ -179,7 +179,8 @@ impl StopPolicy {
     }
 }
 
-fn one() -> f64 {
+/// The default fair-sharing weight of a Queue and of a Cohort.
+pub(crate) fn one() -> f64 {
     1.0
 }
 
@@ -220,12 +221,7 @@ impl Queue {
         {
             p.push("spec.cohort", msg);
         }
-        if !(self.spec.weight > 0.0 && self.spec.weight.is_finite()) {
-            p.push(
-                "spec.weight",
-                format!("must be a positive number (got {})", self.spec.weight),
-            );
-        }
+        p.positive_weight("spec.weight", self.spec.weight);
         let mut seen = std::collections::BTreeSet::new();
         for (i, q) in self.spec.quotas.iter().enumerate() {
             let at = format!("spec.quotas[{i}]");

@@ -37,7 +37,7 @@ impl From<&FlavorQuota> for ferry_sched::FlavorQuota {
 }
 
 impl CohortSpec {
-    /// The scheduler's cohort named `name` with this parent and these quotas.
+    /// The scheduler's cohort named `name` with this parent, these quotas and this weight.
     pub fn to_sched(&self, name: &str) -> ferry_sched::CohortSpec {
         ferry_sched::CohortSpec {
             name: name.to_owned(),
@@ -47,6 +47,7 @@ impl CohortSpec {
                 .iter()
                 .map(|q| sched_quota(&q.flavor, q.nominal, q.borrowing_limit, q.lending_limit))
                 .collect(),
+            fair_share_weight: self.weight,
         }
     }
 }
@@ -99,13 +100,13 @@ mod tests {
     use crate::cohort::{CohortQuota, CohortSpec};
     use crate::queue::{BorrowPolicy, BorrowWithinCohort, Preemption};
 
-    /// A Cohort document becomes the scheduler's cohort of its name: parent, quotas and limits
-    /// kept, `ANY` read as `any`.
+    /// A Cohort document becomes the scheduler's cohort of its name: parent, quotas, limits and
+    /// weight kept, `ANY` read as `any`; no weight is weight 1.
     #[test]
     fn a_cohort_reaches_the_scheduler() {
         let docs = crate::parse_documents(
             "apiVersion: ferry.dev/v1alpha1\nkind: Cohort\nmetadata: {name: nlp}\n\
-             spec: {parent: org, quotas: [{flavor: ANY, nominal: 4, borrowingLimit: 2, \
+             spec: {parent: org, weight: 0.5, quotas: [{flavor: ANY, nominal: 4, borrowingLimit: 2, \
              lendingLimit: 6}, {flavor: h100, nominal: 8}]}\n",
             "c.yaml",
         )
@@ -133,19 +134,21 @@ mod tests {
                         lending_limit: None,
                     },
                 ],
+                fair_share_weight: 0.5,
             }
         );
         let root = CohortSpec {
-            parent: None,
             quotas: vec![CohortQuota {
                 flavor: "a100".into(),
                 nominal: 3,
                 borrowing_limit: None,
                 lending_limit: None,
             }],
+            ..CohortSpec::default()
         };
         assert_eq!(root.to_sched("org").parent, None);
         assert_eq!(root.to_sched("org").quotas[0].nominal, 3);
+        assert_eq!(root.to_sched("org").fair_share_weight, 1.0);
     }
 
     /// `borrowWithinCohort: LowerPriority` is the scheduler's `Some`, its threshold kept;

@@ -18,4 +18,18 @@ impl Problems {
             self.push(path, format!("must be {min} or more (got {value})"));
         }
     }
+
+    /// Records a problem at `path` unless `weight` (a Queue's or a Cohort's fair-sharing
+    /// `spec.weight`) is a positive, finite number.
+    pub(crate) fn positive_weight(&mut self, path: &str, weight: f64) {
+        if !(weight > 0.0 && weight.is_finite()) {
+            self.push(
+                path,
+                format!(
+                    "must be a positive number such as 1 (the default) or 0.5 (got {weight}); \
+                     for almost no share of what others leave idle, write a small one such as 0.01"
+                ),
+            );
+        }
+    }
 }

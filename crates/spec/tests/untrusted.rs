@@ -469,8 +469,8 @@ fn ferry_sound(resources: &[Resource]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// A cohort tree as read: each cohort once, whole counts, limits only under a parent, and
-/// every walk up the parents ends (no cohort is its own ancestor).
+/// A cohort tree as read: each cohort once, a positive weight, whole counts, limits only under
+/// a parent, and every walk up the parents ends (no cohort is its own ancestor).
 fn tree_sound(cohorts: &[(String, CohortSpec)]) -> Result<(), TestCaseError> {
     let mut parent_of = std::collections::BTreeMap::new();
     for (name, c) in cohorts {
@@ -479,6 +479,11 @@ fn tree_sound(cohorts: &[(String, CohortSpec)]) -> Result<(), TestCaseError> {
                 .insert(name.as_str(), c.parent.as_deref())
                 .is_none(),
             "{name} twice"
+        );
+        prop_assert!(
+            c.weight > 0.0 && c.weight.is_finite(),
+            "{name}: {}",
+            c.weight
         );
         for q in &c.quotas {
             prop_assert!(q.nominal >= 0, "{name}: {q:?}");

@@ -236,6 +236,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
         ResourceKind::Cohort => &[
             "NAME",
             "PARENT",
+            "WEIGHT",
             "QUOTAS",
             "BORROWING LIMIT",
             "LENDING LIMIT",
@@ -291,6 +292,8 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                 vec![
                     name,
                     cell(&spec["parent"]),
+                    // One stored before cohorts had weights has none: weight 1.
+                    cell(spec.get("weight").unwrap_or(&Value::from(1.0))),
                     per_flavor(&spec["quotas"], "nominal"),
                     per_flavor(&spec["quotas"], "borrowingLimit"),
                     per_flavor(&spec["quotas"], "lendingLimit"),

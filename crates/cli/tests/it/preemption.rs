@@ -1188,10 +1188,10 @@ fn a_preempted_job_still_checkpointing_survives_a_restart_and_a_drain() {
     assert!(preempted[0].contains("urgent"), "{preempted:?}");
 }
 
-/// `examples/cohort-tree.yaml` on `ferry up --gpus 4`: `ferry get cohorts` lists the tree;
-/// queue nlp (1 GPU of its own) runs a 2-GPU job by borrowing through its cohort `research`,
-/// whose borrowing limit of 1 then holds a third nlp GPU back: that job waits while a GPU stays
-/// idle beside serving's 1-GPU job, admitted after it. A cohort whose deletion would leave nlp
+/// `examples/cohort-tree.yaml` on `ferry up --gpus 4`: `ferry get cohorts` lists the tree,
+/// weights included; queue nlp (1 GPU of its own) runs a 2-GPU job by borrowing through its
+/// cohort `research`, whose borrowing limit of 1 then holds a third nlp GPU back: that job
+/// waits while a GPU stays idle beside serving's 1-GPU job, admitted after it. A cohort whose deletion would leave nlp
 /// alone in an empty cohort is refused; its parent may go.
 #[test]
 fn a_cohort_tree_holds_a_queue_to_its_borrowing_limit() {
@@ -1207,6 +1207,7 @@ fn a_cohort_tree_holds_a_queue_to_its_borrowing_limit() {
         [
             "NAME",
             "PARENT",
+            "WEIGHT",
             "QUOTAS",
             "BORROWING",
             "LIMIT",
@@ -1216,10 +1217,14 @@ fn a_cohort_tree_holds_a_queue_to_its_borrowing_limit() {
         ],
         "{listed}"
     );
-    assert_eq!(rows[1][..5], ["org", "-", "any=1", "-", "-"], "{listed}");
     assert_eq!(
-        rows[2][..5],
-        ["research", "org", "any=0", "any=1", "-"],
+        rows[1][..6],
+        ["org", "-", "1.0000", "any=1", "-", "-"],
+        "{listed}"
+    );
+    assert_eq!(
+        rows[2][..6],
+        ["research", "org", "2.0000", "any=0", "any=1", "-"],
         "{listed}"
     );
 

@@ -82,7 +82,7 @@ fn cohorts_validate_against_their_crd() {
         json!({"apiVersion": "ferry.dev/v1alpha1", "kind": "Cohort",
         "metadata": {"name": "research"}, "spec": spec})
     };
-    assert_valid(&[doc(json!({"parent": "org", "quotas": [
+    assert_valid(&[doc(json!({"parent": "org", "weight": 2.5, "quotas": [
         {"flavor": "H100-80GB", "nominal": 8, "borrowingLimit": 16, "lendingLimit": 40}]}))]);
     assert_valid(&[doc(json!({}))]);
     let errors = validate(&doc(json!({"parentName": "org"}))).unwrap_err();
@@ -90,6 +90,8 @@ fn cohorts_validate_against_their_crd() {
         errors.iter().any(|e| e.contains("parentName")),
         "{errors:?}"
     );
+    let errors = validate(&doc(json!({"weight": "heavy"}))).unwrap_err();
+    assert!(errors.iter().any(|e| e.contains("weight")), "{errors:?}");
 }
 
 fn as_custom_resource(text: &str) -> Value {

@@ -542,14 +542,15 @@ fn rendered_kueue_queues_read_back_as_the_queues() {
 }
 
 /// A cohort tree under the teams' cohort `research`: `org` with GPUs of its own, `research`
-/// under it held to a borrowing limit and lending more than its own (its queues' GPUs are its
-/// subtree's), and `platform` with no quota.
+/// under it held to a borrowing limit, lending more than its own (its queues' GPUs are its
+/// subtree's) and weighted 2 against its sibling, and `platform` with no quota, weighted 0.5.
 const COHORTS: &str = r#"
 apiVersion: ferry.dev/v1alpha1
 kind: Cohort
 metadata: {name: research}
 spec:
   parent: org
+  weight: 2
   quotas:
   - {flavor: H100-80GB, nominal: 8, borrowingLimit: 40, lendingLimit: 40}
   - {flavor: any, nominal: 0}
@@ -563,11 +564,12 @@ spec:
 apiVersion: ferry.dev/v1alpha1
 kind: Cohort
 metadata: {name: platform}
-spec: {parent: org}
+spec: {parent: org, weight: 0.5}
 "#;
 
 /// Ferry Cohorts render to Kueue's (valid against its CRD, parents before children, before the
-/// ClusterQueues naming them) and read back with the Kueue reader as the same cohort specs;
+/// ClusterQueues naming them, each with its weight as `fairSharing.weight`) and read back with
+/// the Kueue reader as the same cohort specs, weights included;
 /// a team's GPU ResourceQuota counts its tree's GPUs, the cohorts' own included.
 #[test]
 fn rendered_kueue_cohorts_read_back_as_the_cohorts() {
@@ -589,6 +591,11 @@ fn rendered_kueue_cohorts_read_back_as_the_cohorts() {
     let research = &objs[at("Cohort/research")];
     assert_eq!(research["apiVersion"], ferry_k8s::tenancy::KUEUE_API);
     assert_eq!(research["spec"]["parentName"], "org");
+    assert_eq!(research["spec"]["fairSharing"], json!({"weight": "2"}));
+    assert_eq!(
+        objs[at("Cohort/org")]["spec"]["fairSharing"],
+        json!({"weight": "1"})
+    );
     assert_eq!(
         research["spec"]["resourceGroups"][0]["flavors"][0],
         json!({"name": "h100-80gb", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "8",
@@ -596,7 +603,7 @@ fn rendered_kueue_cohorts_read_back_as_the_cohorts() {
     );
     assert_eq!(
         objs[at("Cohort/platform")]["spec"],
-        json!({"parentName": "org"})
+        json!({"parentName": "org", "fairSharing": {"weight": "0.5"}})
     );
 
     let back = ferry_spec::read_kueue_queues(&to_yaml(&objs).unwrap(), "rendered.yaml")
@@ -617,6 +624,8 @@ fn rendered_kueue_cohorts_read_back_as_the_cohorts() {
     want.sort_by(|a, b| a.0.cmp(&b.0));
     got.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(got, want);
+    let weights: Vec<f64> = got.iter().map(|(_, c)| c.weight).collect();
+    assert_eq!(weights, [1.0, 0.5, 2.0], "org, platform, research");
     // What is read back builds the scheduler as the Ferry documents do.
     let sched = |cohorts: Vec<ferry_sched::CohortSpec>| {
         let cluster = ferry_sched::Cluster {

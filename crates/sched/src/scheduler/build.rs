@@ -183,6 +183,9 @@ impl Scheduler {
                     lend: vec![0; nf],
                     borrow: vec![None; nf],
                     used: vec![0; nf],
+                    weight: 1.0,
+                    nominal: vec![0; nf],
+                    usage: vec![0; nf],
                 });
             }
             c
@@ -199,8 +202,20 @@ impl Scheduler {
                     "give each cohort a unique name",
                 ));
             }
+            if !(cs.fair_share_weight.is_finite() && cs.fair_share_weight > 0.0) {
+                return Err(cfg_err(
+                    format!("cohorts[{i}].fairShareWeight"),
+                    format!(
+                        "weight {} of cohort `{}` is not a positive number",
+                        cs.fair_share_weight, cs.name
+                    ),
+                    "set a weight greater than 0 (default 1)",
+                ));
+            }
+            cohorts[c as usize].weight = cs.fair_share_weight;
             if let Some(p) = &cs.parent {
-                cohorts[c as usize].parent = Some(cohort_of(p, &mut cohorts));
+                let p = cohort_of(p, &mut cohorts);
+                cohorts[c as usize].parent = Some(p);
             }
         }
         let mut qs = Vec::new();
@@ -353,10 +368,18 @@ impl Scheduler {
                 }
                 let co = &mut cohorts[c as usize];
                 co.cap[f] += u64::from(fq.nominal);
+                co.nominal[f] += u64::from(fq.nominal);
                 co.borrow[f] = fq.borrowing_limit.map(u64::from);
                 own[c as usize] += u64::from(fq.nominal);
                 lend_limits[c as usize][f] = fq.lending_limit.map(u64::from);
                 cohort_entry[c as usize][f] = Some(j);
+            }
+        }
+        for q in &qs {
+            if let Some(c) = q.pool {
+                for (f, qq) in q.quota.iter().enumerate() {
+                    cohorts[c as usize].nominal[f] += qq.map_or(0, |x| x.nominal);
+                }
             }
         }
         let mut bottom_up: Vec<usize> = (0..cohorts.len()).collect();
@@ -368,6 +391,7 @@ impl Scheduler {
                 cohorts[c].lend[f] = lend;
                 if let Some(p) = cohorts[c].parent {
                     cohorts[p as usize].cap[f] += lend;
+                    cohorts[p as usize].nominal[f] += cohorts[c].nominal[f];
                 }
             }
         }
@@ -449,46 +473,31 @@ impl Scheduler {
                 }
             }
         }
-        // Entitlement in GPUs when the whole cohort is saturated: the nominal quota, plus a
-        // weighted part of the cohort's GPUs no quota covers, scaled down alike when quotas add
-        // up to more than the cohort's GPUs (the simulator's `entitlements`, per cohort).
-        for co in cohorts.iter().filter(|co| !co.members.is_empty()) {
+        // Entitlement in GPUs when the whole tree is saturated, of the GPUs of the flavors its
+        // queues have quota in (the simulator's `entitlements`, per tree).
+        for r in (0..cohorts.len()).filter(|&c| !cohorts[c].members.is_empty()) {
             let capacity: f64 = (0..nf)
                 .filter(|&f| {
-                    co.members
+                    cohorts[r]
+                        .members
                         .iter()
                         .any(|&m| qs[m as usize].quota[f].is_some())
                 })
                 .map(|f| pools[f].nodes.iter().map(|n| f64::from(n.cap)).sum::<f64>())
                 .sum();
-            let nominal = |m: u32| -> f64 {
-                qs[m as usize]
-                    .quota
-                    .iter()
-                    .flatten()
-                    .map(|x| x.nominal as f64)
-                    .sum()
-            };
-            let total: f64 = co.members.iter().map(|&m| nominal(m)).sum();
-            let weights: f64 = co.members.iter().map(|&m| qs[m as usize].weight).sum();
-            let scale = if total > capacity && total > 0.0 {
-                capacity / total
-            } else {
-                1.0
-            };
-            let spare = (capacity - total).max(0.0);
-            let owed: Vec<(u32, f64)> = co
-                .members
+            let members = &cohorts[r].members;
+            let in_tree: Vec<QueueSpec> = members
                 .iter()
-                .map(|&m| {
-                    (
-                        m,
-                        (nominal(m) + qs[m as usize].weight / weights * spare) * scale,
-                    )
-                })
+                .map(|&m| queues[m as usize].clone())
                 .collect();
-            for (m, e) in owed {
-                qs[m as usize].entitled = e;
+            let tree: Vec<CohortSpec> = cohort_specs
+                .iter()
+                .filter(|cs| roots[cohort_idx[&cs.name] as usize] == r as u32)
+                .cloned()
+                .collect();
+            let owed = crate::entitlement::entitlements_in(&in_tree, &tree, capacity);
+            for (&m, e) in members.iter().zip(owed) {
+                qs[m as usize].entitled = e * capacity;
             }
         }
         Ok(Scheduler {

@@ -5,6 +5,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::ops::Bound;
 
+use super::fairness::not_richer;
 use super::preempt::Attempt;
 use super::{Fit, Job, PKey, Reservation, Scheduler, St, stretched};
 use crate::config::{Decision, Time, WithinQueue};
@@ -42,7 +43,7 @@ impl Scheduler {
             self.try_one(j, now, &mut resv, &mut preempt_budget, &mut out, None);
         }
         // Merge queue heads: fair share, then priority, then age.
-        let mut heap: BinaryHeap<Reverse<(u64, PKey, u32)>> = BinaryHeap::new();
+        let mut heap: BinaryHeap<Reverse<(Vec<u64>, PKey, u32)>> = BinaryHeap::new();
         let mut cursor: Vec<Option<PKey>> = vec![None; self.queues.len()];
         for q in 0..self.queues.len() as u32 {
             if self.queues[q as usize].dirty {
@@ -50,7 +51,15 @@ impl Scheduler {
             }
         }
         let mut stopped = false;
-        while let Some(Reverse((_, key, q))) = heap.pop() {
+        while let Some(Reverse((order, key, q))) = heap.pop() {
+            if self.in_subtree(q) {
+                // Admissions since it was pushed may have moved its cohorts' shares.
+                let now_order = self.head_order(q, &key, now);
+                if now_order != order {
+                    heap.push(Reverse((now_order, key, q)));
+                    continue;
+                }
+            }
             if budget == 0 {
                 stopped = true;
                 break;
@@ -119,7 +128,7 @@ impl Scheduler {
         q: u32,
         after: Option<PKey>,
         now: Time,
-        heap: &mut BinaryHeap<Reverse<(u64, PKey, u32)>>,
+        heap: &mut BinaryHeap<Reverse<(Vec<u64>, PKey, u32)>>,
     ) {
         let qs = &self.queues[q as usize];
         if !qs.stop.is_none() {
@@ -134,16 +143,43 @@ impl Scheduler {
                 .next(),
         };
         if let Some(k) = next {
-            let share = if self.opts.multifactor.is_some() {
-                // Highest priority first; within a queue age order is the priority order.
-                u64::MAX - (self.multifactor_priority(k.3, now) * 1e6) as u64
-            } else if self.opts.fair_sharing {
-                self.share(q)
-            } else {
-                0
-            };
-            heap.push(Reverse((share, *k, q)));
+            heap.push(Reverse((self.head_order(q, k, now), *k, q)));
         }
+    }
+
+    /// Where queue `q`'s head `k` goes among the other queues' heads (lowest first; ties by
+    /// priority, then age).
+    fn head_order(&self, q: u32, k: &PKey, now: Time) -> Vec<u64> {
+        if self.opts.multifactor.is_some() {
+            // Highest priority first; within a queue age order is the priority order.
+            vec![u64::MAX - (self.multifactor_priority(k.3, now) * 1e6) as u64]
+        } else if self.opts.fair_sharing {
+            // Fair share; in a tree, compared where two queues' paths part.
+            self.fair_path(q).into_iter().map(|(_, s)| s).collect()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Whether queue `q`'s tree has departments: cohorts below its root, one of which may
+    /// stand for `q` or for the other side in a fair-sharing comparison.
+    fn in_department(&self, q: u32) -> bool {
+        self.queues[q as usize].cohort.is_some_and(|r| {
+            self.cohorts[r as usize]
+                .members
+                .iter()
+                .any(|&m| self.queues[m as usize].pool != Some(r))
+        })
+    }
+
+    /// Whether queue `q` is in a cohort below a tree's root, whose share other queues'
+    /// admissions move (a queue's own share moves only with its own admissions).
+    fn in_subtree(&self, q: u32) -> bool {
+        self.opts.fair_sharing
+            && self.opts.multifactor.is_none()
+            && self.queues[q as usize]
+                .pool
+                .is_some_and(|c| self.cohorts[c as usize].parent.is_some())
     }
 
     /// Whether pending job `j` would start in flavor `f` within `patience` seconds of `now`
@@ -250,7 +286,10 @@ impl Scheduler {
                                     && self.shares_quota(hq, q)
                                     && (rv.quota_guaranteed
                                         || (self.opts.fair_sharing
-                                            && rv.holder_share <= self.share(q)))) =>
+                                            && not_richer(
+                                                &rv.holder_path,
+                                                &self.fair_path(q),
+                                            )))) =>
                         {
                             if ends_by(rv.quota_shadow) {
                                 (true, false)
@@ -304,7 +343,7 @@ impl Scheduler {
                     rv.quota_queue = Some(q);
                     rv.quota_guaranteed = qs.quota[f].is_some_and(|x| qs.usage[f] + r <= x.nominal);
                     rv.quota_shadow = self.quota_shadow(j, f, now);
-                    rv.holder_share = self.share(q);
+                    rv.holder_path = self.fair_path(q);
                 }
                 // It starts when both its nodes and its quota are free.
                 let nodes_at = if needs_nodes { rv.shadow } else { Some(now) };
@@ -473,7 +512,10 @@ impl Scheduler {
             && self.fair_tried.get(q as usize) == Some(&false)
             && self.queues[q as usize].quota[f].is_some_and(|qq| {
                 let u = self.queues[q as usize].usage[f];
-                u < qq.nominal && u + r > qq.nominal
+                // Below its nominal quota; in a tree, also at or over it, against other
+                // departments (`Options::tree_fair_preemption`).
+                (u < qq.nominal || (self.opts.tree_fair_preemption && self.in_department(q)))
+                    && u + r > qq.nominal
             });
         let may_preempt = self.opts.preemption
             && *preempt_budget > 0

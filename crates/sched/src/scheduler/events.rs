@@ -410,8 +410,17 @@ impl Scheduler {
             .checked_add_signed(delta)
             .expect("usage stays non-negative");
         qs.usage[f] = new;
-        if let Some((c, qq)) = qs.pool.zip(qs.quota[f]) {
+        let pool = qs.pool;
+        if let Some((c, qq)) = pool.zip(qs.quota[f]) {
             self.pool_change(f, c, qq.pooled(old), qq.pooled(new));
+        }
+        let mut up = pool;
+        while let Some(c) = up {
+            let co = &mut self.cohorts[c as usize];
+            co.usage[f] = co.usage[f]
+                .checked_add_signed(delta)
+                .expect("usage stays non-negative");
+            up = co.parent;
         }
     }
 

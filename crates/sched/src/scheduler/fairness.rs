@@ -1,18 +1,166 @@
 //! Fair-share order of queue heads and the opt-in time-averaged fairness deficits.
 
-use super::{Job, Scheduler};
+use super::{Job, QueueState, Scheduler};
 use crate::config::Time;
 
+/// One side of a fair-sharing comparison in a cohort tree: a queue, or a cohort standing for
+/// every queue under it (Kueue's hierarchical fair sharing compares two queues by the children
+/// of the lowest cohort both are under).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Side {
+    Queue(u32),
+    Cohort(u32),
+}
+
+/// A queue's path from the top of its tree down to itself (`Scheduler::fair_path`): each
+/// side with its weighted borrowed share.
+pub(super) type FairPath = Vec<(Side, u64)>;
+
+/// Whether the first path's owner is not ahead of the second's in fair-share order: the
+/// shares compared where the paths part (equal paths: the queue's own, then and now).
+pub(super) fn not_richer(a: &[(Side, u64)], b: &[(Side, u64)]) -> bool {
+    let at = a
+        .iter()
+        .zip(b)
+        .position(|(x, y)| x.0 != y.0)
+        .unwrap_or(a.len().min(b.len()).saturating_sub(1));
+    match (a.get(at), b.get(at)) {
+        (Some(x), Some(y)) => x.1 <= y.1,
+        _ => true,
+    }
+}
+
 impl Scheduler {
-    pub(super) fn share(&self, q: u32) -> u64 {
-        let qs = &self.queues[q as usize];
-        let borrowed: u64 = qs
-            .quota
-            .iter()
-            .zip(&qs.usage)
-            .map(|(qq, u)| u.saturating_sub(qq.map_or(0, |x| x.nominal)))
+    /// A side's GPUs in use of flavor `f`, its nominal GPUs there (0 without a quota) and its
+    /// fair-share weight.
+    fn side_load(&self, s: Side, f: usize) -> (u64, u64, f64) {
+        match s {
+            Side::Queue(q) => {
+                let qs: &QueueState = &self.queues[q as usize];
+                (qs.usage[f], qs.quota[f].map_or(0, |x| x.nominal), qs.weight)
+            }
+            Side::Cohort(c) => {
+                let co = &self.cohorts[c as usize];
+                (co.usage[f], co.nominal[f], co.weight)
+            }
+        }
+    }
+
+    /// A side's weighted GPUs in use beyond its nominal quota, all flavors (in thousandths):
+    /// the lower, the sooner its work is tried.
+    fn side_share(&self, s: Side) -> u64 {
+        let borrowed: u64 = (0..self.pools.len())
+            .map(|f| {
+                let (u, n, _) = self.side_load(s, f);
+                u.saturating_sub(n)
+            })
             .sum();
-        ((borrowed as f64 / qs.weight) * 1000.0) as u64
+        let (_, _, weight) = self.side_load(s, 0);
+        ((borrowed as f64 / weight) * 1000.0) as u64
+    }
+
+    /// A side's GPUs of flavor `f` in use, changed by `delta`, over its nominal GPUs there
+    /// (weighted); `None` without nominal GPUs.
+    pub(super) fn side_ratio(&self, s: Side, f: usize, delta: i64) -> Option<f64> {
+        let (u, n, w) = self.side_load(s, f);
+        (n > 0).then(|| (u as i64 + delta).max(0) as f64 / n as f64 / w)
+    }
+
+    /// How far over their quotas side `a` (its GPUs changed by `da`) and side `b` (by `db`)
+    /// are, for fair-sharing preemption between them: between two queues by use over nominal
+    /// GPUs (weighted), Ferry's measure; between departments (a side is a cohort) by GPUs
+    /// borrowed beyond nominal (weighted), as Kueue's hierarchical fair sharing measures, as
+    /// heads are ordered and as entitlements split spare GPUs.
+    pub(super) fn side_shares(
+        &self,
+        (a, b): (Side, Side),
+        f: usize,
+        da: i64,
+        db: i64,
+    ) -> Option<(f64, f64)> {
+        if !Self::across((a, b)) {
+            return self.side_ratio(a, f, da).zip(self.side_ratio(b, f, db));
+        }
+        let borrowed = |s: Side, d: i64| {
+            let (u, n, w) = self.side_load(s, f);
+            ((u as i64 + d).max(0) as u64).saturating_sub(n) as f64 / w
+        };
+        Some((borrowed(a, da), borrowed(b, db)))
+    }
+
+    /// Whether two sides (`apart`) are departments rather than two queues of one cohort.
+    pub(super) fn across((a, b): (Side, Side)) -> bool {
+        !matches!((a, b), (Side::Queue(_), Side::Queue(_)))
+    }
+
+    /// How far a side's GPUs of flavor `f` in use, changed by `delta`, are from its nominal
+    /// GPUs there, relative to them (0 without nominal GPUs).
+    pub(super) fn side_gap(&self, s: Side, f: usize, delta: i64) -> f64 {
+        let (u, n, _) = self.side_load(s, f);
+        if n == 0 {
+            return 0.0;
+        }
+        ((u as i64 + delta).max(0) as f64 / n as f64 - 1.0).abs()
+    }
+
+    /// Whether queue `q` is side `s` or under it.
+    pub(super) fn under(&self, q: u32, s: Side) -> bool {
+        match s {
+            Side::Queue(x) => x == q,
+            Side::Cohort(c) => {
+                let mut up = self.queues[q as usize].pool;
+                while let Some(x) = up {
+                    if x == c {
+                        return true;
+                    }
+                    up = self.cohorts[x as usize].parent;
+                }
+                false
+            }
+        }
+    }
+
+    /// The sides standing for queues `a` and `b` where their paths up the tree part: each the
+    /// child, on its own path, of the lowest cohort both are under (the queues themselves when
+    /// they share their direct cohort or are in different trees).
+    pub(super) fn apart(&self, a: u32, b: u32) -> (Side, Side) {
+        let flat = (Side::Queue(a), Side::Queue(b));
+        let (Some(mut ca), Some(mut cb)) =
+            (self.queues[a as usize].pool, self.queues[b as usize].pool)
+        else {
+            return flat;
+        };
+        let (mut sa, mut sb) = flat;
+        while ca != cb {
+            let (x, y) = (&self.cohorts[ca as usize], &self.cohorts[cb as usize]);
+            if x.depth >= y.depth {
+                sa = Side::Cohort(ca);
+                let Some(p) = x.parent else { return flat };
+                ca = p;
+            } else {
+                sb = Side::Cohort(cb);
+                let Some(p) = y.parent else { return flat };
+                cb = p;
+            }
+        }
+        (sa, sb)
+    }
+
+    /// Queue `q`'s path from below its tree's root down to itself, each side with its share
+    /// (`side_share`): fair sharing orders two queues by the shares where their paths part.
+    pub(super) fn fair_path(&self, q: u32) -> FairPath {
+        let mut path = vec![(Side::Queue(q), self.side_share(Side::Queue(q)))];
+        let mut up = self.queues[q as usize].pool;
+        while let Some(c) = up {
+            let co = &self.cohorts[c as usize];
+            if co.parent.is_none() {
+                break;
+            }
+            path.push((Side::Cohort(c), self.side_share(Side::Cohort(c))));
+            up = co.parent;
+        }
+        path.reverse();
+        path
     }
 
     /// Brings every queue's fairness deficit up to `now`, from the state the last cycle left

@@ -22,6 +22,7 @@ use crate::config::{
     Decision, Options, PodPlacement, PreemptionPolicy, StopPolicy, Time, Topology,
 };
 use crate::pool::{Pool, bits};
+use fairness::FairPath;
 use tree::{Cohort, room};
 
 pub(crate) use forecast::CYCLES_PER_INSTANT;
@@ -166,8 +167,8 @@ struct Reservation {
     quota_shadow: Option<Time>,
     /// The holder asks only for its own nominal quota, which the cohort must give back.
     quota_guaranteed: bool,
-    /// The holder queue's weighted borrowed share when the reservation was made.
-    holder_share: u64,
+    /// The holder queue's fair-share path when the reservation was made.
+    holder_path: FairPath,
     /// The holder's claim binds the whole cohort (see `Scheduler::drains`).
     drain: bool,
 }

@@ -4,7 +4,8 @@
 use std::cmp::Reverse;
 use std::collections::{HashMap, HashSet};
 
-use super::{Fit, Kind, QueueState, Scheduler, St};
+use super::fairness::Side;
+use super::{Fit, Kind, Scheduler, St};
 
 /// Victims chosen for a preemptor and where it will run.
 struct Pick {
@@ -141,7 +142,7 @@ impl Scheduler {
             // preemptor's will be (checked again on the final victim set, see
             // `would_be_preempted_back`).
             let fair_after = (self.opts.fair_preemption && !within_nominal)
-                .then(|| Self::ratio(qs, f, r as i64))
+                .then(|| self.side_ratio(Side::Queue(q), f, r as i64))
                 .flatten()
                 .filter(|_| qs.quota[f].is_some_and(|qq| qs.usage[f] < qq.nominal));
             // Kueue's `borrowWithinCohort`: a job that must borrow may take lower-class
@@ -162,7 +163,10 @@ impl Scheduler {
                     }
                 }
             }
-            if (within_nominal || fair_after.is_some())
+            // In a tree, between departments, also a queue at or over its nominal quota.
+            let tree_fair =
+                self.opts.fair_preemption && self.opts.tree_fair_preemption && !within_nominal;
+            if (within_nominal || fair_after.is_some() || tree_fair)
                 && let Some(c) = qs.cohort
             {
                 for &m in &self.cohorts[c as usize].members {
@@ -170,11 +174,18 @@ impl Scheduler {
                     if m == q || ms.quota[f].is_none_or(|qq| ms.usage[f] <= qq.nominal) {
                         continue;
                     }
-                    let richer = fair_after
-                        .is_none_or(|after| Self::ratio(ms, f, 0).is_some_and(|v| v > after));
+                    // In a tree, compared where the two queues' paths part.
+                    let sides = self.apart(q, m);
+                    let fair = fair_after.is_some() || (tree_fair && Self::across(sides));
+                    let richer = within_nominal
+                        || (fair
+                            && self
+                                .side_shares(sides, f, r as i64, 0)
+                                .is_some_and(|(after, v)| v > after));
                     // With `fair_preemption_minimax`, single-node jobs of any member above its
                     // quota may do too, if the final set brings the queues closer to their quotas.
-                    if !richer && !self.opts.fair_preemption_minimax {
+                    let minimax = self.opts.fair_preemption_minimax && fair_after.is_some();
+                    if !(richer || minimax) {
                         continue;
                     }
                     for &(_, v) in &ms.running {
@@ -367,24 +378,48 @@ impl Scheduler {
         if self.opts.fair_preemption
             && !loans_only
             && qs.quota[f].is_some_and(|qq| qs.usage[f] as i64 + delta > qq.nominal as i64)
-            && let Some(after) = Self::ratio(qs, f, delta)
+            && self.side_ratio(Side::Queue(q), f, delta).is_some()
         {
             let mut kueue_ok = true;
+            // Between departments, a preemptor not below its nominal quota needs Kueue's rule.
+            let below = qs.quota[f].is_some_and(|qq| qs.usage[f] < qq.nominal);
+            let mut across_ok = true;
             // The largest relative gap to nominal quota among the queues involved, before and
-            // after: the preemptor's and each victim queue's.
-            let mut gap_before = Self::gap(qs, f, 0);
-            let mut gap_after = Self::gap(qs, f, delta);
+            // after: the preemptor's and each victim queue's (in a tree, of the sides where
+            // their paths part).
+            let mut gap_before = self.side_gap(Side::Queue(q), f, 0);
+            let mut gap_after = self.side_gap(Side::Queue(q), f, delta);
             let mut reclaims = false;
+            // What a side's GPUs change by: the preemptor in, the victims out.
+            let change = |x: Side| -> i64 {
+                let gone: u64 = freed
+                    .iter()
+                    .filter(|&&(y, _)| self.under(y, x))
+                    .map(|(_, g)| g)
+                    .sum();
+                let came = if self.under(q, x) { r as i64 } else { 0 };
+                came - gone as i64
+            };
             for (&(vq, _), &(_, kind)) in freed.iter().zip(keep) {
                 if vq == q || kind != Kind::Reclaim {
                     continue;
                 }
                 reclaims = true;
-                let vs = &self.queues[vq as usize];
-                let left = -(left_in(vq) as i64);
-                kueue_ok &= Self::ratio(vs, f, left).is_some_and(|v| v >= after);
-                gap_before = gap_before.max(Self::gap(vs, f, 0));
-                gap_after = gap_after.max(Self::gap(vs, f, left));
+                let (a, b) = self.apart(q, vq);
+                let (da, db) = (change(a), change(b));
+                let ok = self
+                    .side_shares((a, b), f, da, db)
+                    .is_some_and(|(after, v)| v >= after);
+                kueue_ok &= ok;
+                if !below && Self::across((a, b)) {
+                    across_ok &= ok;
+                }
+                gap_before = gap_before
+                    .max(self.side_gap(a, f, 0))
+                    .max(self.side_gap(b, f, 0));
+                gap_after = gap_after
+                    .max(self.side_gap(a, f, da))
+                    .max(self.side_gap(b, f, db));
             }
             let closer = self.opts.fair_preemption_minimax
                 && gap_after + 1e-9 < gap_before
@@ -393,7 +428,7 @@ impl Scheduler {
                         .as_ref()
                         .is_some_and(|vj| vj.pods == 1)
                 });
-            if reclaims && !kueue_ok && !closer {
+            if !across_ok || (reclaims && !kueue_ok && !closer) {
                 return true;
             }
         }
@@ -604,22 +639,6 @@ impl Scheduler {
                 && (ms.usage[f] + hj.gpus() <= qq.nominal || owed)
                 // `m` would not reclaim from `q` if `q` is owed more GPU-time (see `try_preempt`).
                 && !self.deficit_ahead(q, m, hj.gpus())
-        })
-    }
-
-    /// A queue's usage of flavor `f`, changed by `delta` GPUs, over its nominal quota there
-    /// (weighted); `None` without a nominal quota.
-    pub(super) fn ratio(qs: &QueueState, f: usize, delta: i64) -> Option<f64> {
-        let qq = qs.quota[f].filter(|x| x.nominal > 0)?;
-        let u = (qs.usage[f] as i64 + delta).max(0) as f64;
-        Some(u / qq.nominal as f64 / qs.weight)
-    }
-
-    /// How far a queue's usage of flavor `f`, changed by `delta` GPUs, is from its nominal
-    /// quota, relative to it (0 without a nominal quota).
-    fn gap(qs: &QueueState, f: usize, delta: i64) -> f64 {
-        qs.quota[f].filter(|x| x.nominal > 0).map_or(0.0, |qq| {
-            ((qs.usage[f] as i64 + delta).max(0) as f64 / qq.nominal as f64 - 1.0).abs()
         })
     }
 

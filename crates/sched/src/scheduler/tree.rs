@@ -23,6 +23,12 @@ pub(super) struct Cohort {
     pub(super) borrow: Vec<Option<u64>>,
     /// GPUs its queues and child cohorts use beyond what each keeps to itself.
     pub(super) used: Vec<u64>,
+    /// Its fair-share weight against its siblings (`CohortSpec::fair_share_weight`).
+    pub(super) weight: f64,
+    /// Nominal GPUs of its subtree: its own, its child cohorts' and its queues'.
+    pub(super) nominal: Vec<u64>,
+    /// GPUs its subtree's queues use.
+    pub(super) usage: Vec<u64>,
 }
 
 impl Cohort {
@@ -366,5 +372,114 @@ mod tests {
         let (field, problem, _) = refused(&[flavored, cohort("b", Some("r"), &[])]);
         assert_eq!(field, "cohorts[0].quotas[0].flavor");
         assert!(problem.contains("cohort `a`"), "{problem}");
+    }
+
+    /// Departments `a` (three queues of 4 GPUs) and `b` (one queue of `b_nominal`) under a
+    /// root with `root_own` GPUs of its own; `a` has fair-share weight `wa`, `b` weight `wb`.
+    fn departments(gpus: u32, b_nominal: u32, root_own: u32, wa: f64, wb: f64) -> Scheduler {
+        build(
+            gpus,
+            vec![
+                queue("a1", "a", 4),
+                queue("a2", "a", 4),
+                queue("a3", "a", 4),
+                queue("b1", "b", b_nominal),
+            ],
+            &[
+                cohort("root", None, &[(root_own, None, None)]),
+                CohortSpec {
+                    fair_share_weight: wa,
+                    ..cohort("a", Some("root"), &[])
+                },
+                CohortSpec {
+                    fair_share_weight: wb,
+                    ..cohort("b", Some("root"), &[])
+                },
+            ],
+        )
+        .unwrap()
+    }
+
+    /// How many of `d`'s admissions went to department `a` and to `b`.
+    fn by_department(d: &[Decision]) -> (usize, usize) {
+        let ids = admitted(d);
+        let a = ids.iter().filter(|id| id.starts_with('a')).count();
+        (a, ids.len() - a)
+    }
+
+    #[test]
+    fn departments_share_spare_gpus_by_their_weights_not_by_their_queue_counts() {
+        for (wb, want) in [(1.0, (2, 2)), (4.0, (1, 3))] {
+            // 16 nominal GPUs used, then 16 of the root's own to share.
+            let mut s = departments(32, 4, 16, 1.0, wb);
+            for q in ["a1", "a2", "a3", "b1"] {
+                s.submit(job(&format!("{q}-own"), q, 1, 0)).unwrap();
+            }
+            assert_eq!(admitted(&s.cycle(0)).len(), 4);
+            for q in ["a1", "a2", "a3", "b1"] {
+                for k in 0..4 {
+                    s.submit(job(&format!("{q}-{k}"), q, 1, 1)).unwrap();
+                }
+            }
+            // Queue by queue, a's three queues would take three of the four jobs' GPUs.
+            let d = s.cycle(1);
+            assert_eq!(by_department(&d), want, "b's weight {wb}: {d:?}");
+        }
+    }
+
+    #[test]
+    fn fair_preemption_compares_the_departments_not_the_queues() {
+        for (wa, preempts) in [(1.0, true), (4.0, false)] {
+            let mut s = departments(32, 8, 12, wa, 1.0);
+            // Kueue's rule alone (the minimax rule evens use against nominal quota, unweighted).
+            s.opts.fair_preemption_minimax = false;
+            // Each of a's queues borrows 4 (a at 24 of its 12), b1 uses 4 of its 8.
+            for q in ["a1", "a2", "a3", "b1"] {
+                s.submit(job(&format!("{q}-0"), q, 1, 0)).unwrap();
+            }
+            assert_eq!(admitted(&s.cycle(0)).len(), 4);
+            for q in ["a1", "a2", "a3"] {
+                s.submit(job(&format!("{q}-1"), q, 1, 1)).unwrap();
+            }
+            assert_eq!(admitted(&s.cycle(1)).len(), 3);
+            // b1's 8-GPU job takes it from 4 to 12 of its 8: its department would end at 1.5
+            // of its quota, a is at 2 (weight 1, ahead of b) or 0.5 (weight 4, behind).
+            s.submit(job("b1-big", "b1", 2, 10)).unwrap();
+            let d = s.cycle(10);
+            let preempted = d
+                .iter()
+                .any(|x| matches!(x, Decision::Preempt { id, .. } if id.starts_with('a')));
+            assert_eq!(preempted, preempts, "a's weight {wa}: {d:?}");
+        }
+    }
+
+    #[test]
+    fn a_department_at_its_quota_takes_back_the_spare_it_is_owed() {
+        // At weight 0.25, b's 4 borrowed GPUs weigh 16: more than a's 12 after the move.
+        for (across, wb, preempts) in [(true, 1.0, true), (false, 1.0, false), (true, 0.25, false)]
+        {
+            // a's queues have 12 GPUs, b1 4, the root 16 that the departments share by weight.
+            let mut s = departments(32, 4, 16, 1.0, wb);
+            s.opts.tree_fair_preemption = across;
+            for q in ["a1", "a2", "a3", "b1"] {
+                s.submit(job(&format!("{q}-0"), q, 1, 0)).unwrap();
+            }
+            assert_eq!(admitted(&s.cycle(0)).len(), 4);
+            // While b is idle, a borrows all 16 of the root's.
+            for (k, q) in ["a1", "a2", "a3", "a1"].into_iter().enumerate() {
+                s.submit(job(&format!("{q}-x{k}"), q, 1, 1)).unwrap();
+            }
+            assert_eq!(admitted(&s.cycle(1)).len(), 4);
+            // b1, at its own 4, asks for 4 more: b would borrow 4, a keeps 12 after.
+            s.submit(job("b1-more", "b1", 1, 10)).unwrap();
+            let d = s.cycle(10);
+            let preempted = d
+                .iter()
+                .any(|x| matches!(x, Decision::Preempt { id, .. } if id.starts_with('a')));
+            assert_eq!(
+                preempted, preempts,
+                "tree_fair_preemption {across}, b's weight {wb}: {d:?}"
+            );
+        }
     }
 }

@@ -1008,7 +1008,12 @@ pub fn simulate_probing(
     let t0 = now;
     let mut busy: u64 = 0;
     let mut teams = Teams::new(queues.len());
-    let mut fair = Fairness::new(entitlements(queues, cluster), capacity, &jobs, queues);
+    let mut fair = Fairness::new(
+        entitlements(queues, cohorts, cluster),
+        capacity,
+        &jobs,
+        queues,
+    );
     let mut waiting_busy = 0f64;
     let last_submit = trace.iter().map(|t| t.submit_s).max().unwrap_or(0);
     let mut window_busy = 0f64;

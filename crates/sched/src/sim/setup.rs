@@ -289,26 +289,8 @@ fn node_sizes(cluster: &Cluster) -> String {
 /// weight; when the quotas add up to more than the cluster, every quota is scaled down alike.
 /// In symbols, with `n` a queue's nominal GPUs (all flavors), `N` their sum, `w` its weight, `W`
 /// the sum of weights and `C` the cluster's GPUs: `(n + w / W * max(0, C - N)) / max(C, N)`.
-pub fn entitlements(queues: &[QueueSpec], cluster: &Cluster) -> Vec<f64> {
-    let nominal: Vec<f64> = queues
-        .iter()
-        .map(|q| q.quotas.iter().map(|x| f64::from(x.nominal)).sum::<f64>())
-        .collect();
-    let n: f64 = nominal.iter().sum();
-    let c = cluster.total_gpus() as f64;
-    let w: f64 = queues.iter().map(|q| q.fair_share_weight).sum::<f64>();
-    let spare = (c - n).max(0.0);
-    let denom = c.max(n).max(1e-9);
-    queues
-        .iter()
-        .zip(&nominal)
-        .map(|(q, nom)| {
-            let extra = if w > 0.0 {
-                q.fair_share_weight / w * spare
-            } else {
-                0.0
-            };
-            (nom + extra) / denom
-        })
-        .collect()
+/// In a cohort tree the same split is made at each cohort, between its queues and child cohorts
+/// (by their own weights), of what the cohort is owed.
+pub fn entitlements(queues: &[QueueSpec], cohorts: &[CohortSpec], cluster: &Cluster) -> Vec<f64> {
+    crate::entitlement::entitlements_in(queues, cohorts, cluster.total_gpus() as f64)
 }

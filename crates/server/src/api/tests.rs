@@ -465,6 +465,59 @@ async fn a_bad_cohort_tree_is_refused_and_nothing_is_stored() {
     );
 }
 
+/// A Cohort's weight that is not a positive number is refused at apply naming `spec.weight`
+/// and the fix, and nothing of the batch is stored; a good one is stored and listed.
+#[tokio::test]
+async fn a_bad_cohort_weight_is_refused_at_apply_naming_it() {
+    let home = tempfile::tempdir().unwrap();
+    let plane = plane_in(home.path()).await;
+    let app = super::router(plane.clone());
+    for bad in [json!(0), json!(-2)] {
+        let batch = json!([
+            cohort("org", json!({"quotas": [{"flavor": "any", "nominal": 1}]})),
+            cohort("research", json!({"parent": "org", "weight": bad})),
+            queue_in("nlp", "research", 1),
+        ]);
+        let (status, err) = call(&app, "POST", "/api/v1/apply", Some(batch)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+        let problems = err["error"]["problems"].as_array().unwrap();
+        assert_eq!(problems.len(), 1, "{err}");
+        assert_eq!(problems[0]["field"], "spec.weight", "{err}");
+        let message = problems[0]["message"].as_str().unwrap();
+        assert!(
+            message.contains("must be a positive number such as 1 (the default)")
+                && message.contains("write a small one such as 0.01"),
+            "{message}"
+        );
+        for kind in ["Cohort", "Queue"] {
+            let stored = plane.store().list_objects(kind, None).await.unwrap();
+            assert!(stored.is_empty(), "{kind}: {stored:?}");
+        }
+    }
+    let (status, err) = call(
+        &app,
+        "POST",
+        "/api/v1/apply",
+        Some(cohort("org", json!({"weight": "heavy"}))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    assert_eq!(err["error"]["problems"][0]["field"], "spec.weight", "{err}");
+
+    let good = json!([
+        cohort("org", json!({"quotas": [{"flavor": "any", "nominal": 1}]})),
+        cohort("research", json!({"parent": "org", "weight": 2.5})),
+        queue_in("nlp", "research", 1),
+    ]);
+    let (status, applied) = call(&app, "POST", "/api/v1/apply", Some(good)).await;
+    assert_eq!(status, StatusCode::OK, "{applied}");
+    let (_, listed) = call(&app, "GET", "/api/v1/cohorts", None).await;
+    let weights: Vec<&Value> = (listed.as_array().unwrap().iter())
+        .map(|c| &c["doc"]["spec"]["weight"])
+        .collect();
+    assert_eq!(weights, [&json!(1.0), &json!(2.5)], "{listed}");
+}
+
 /// A cohort queues still name may be deleted when the trees left build (the queues' cohort
 /// becomes a root with no GPUs of its own); one whose GPUs a queue's borrowing limit needs is
 /// not, naming what names it, and stays.

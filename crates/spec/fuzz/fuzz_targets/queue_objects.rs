@@ -5,8 +5,9 @@
 //! bytes must be read or refused without a panic, and what is read holds the rules the
 //! scheduler relies on (whole GPU quotas, lending within nominal, a positive weight, every
 //! LocalQueue leading to a ClusterQueue of the file, caps lending and borrowing nothing; cohorts
-//! named once, no cohort its own ancestor, limits only under a parent; classes named once with
-//! Ferry names, values in the user range, the global default one of them).
+//! named once with a positive weight, no cohort its own ancestor, limits only under a parent;
+//! classes named once with Ferry names, values in the user range, the global default one of
+//! them).
 #![no_main]
 
 use std::collections::BTreeMap;
@@ -25,12 +26,13 @@ fn sound(name: &str, spec: &QueueSpec) {
     }
 }
 
-/// A cohort tree as read: each cohort once, whole counts, limits only under a parent, and
-/// every walk up the parents ends (no cohort is its own ancestor).
+/// A cohort tree as read: each cohort once, a positive weight, whole counts, limits only under
+/// a parent, and every walk up the parents ends (no cohort is its own ancestor).
 fn tree_sound<'a>(cohorts: impl IntoIterator<Item = (&'a str, &'a CohortSpec)>) {
     let mut parent_of: BTreeMap<&str, Option<&str>> = BTreeMap::new();
     for (name, c) in cohorts {
         assert!(parent_of.insert(name, c.parent.as_deref()).is_none(), "{name} twice");
+        assert!(c.weight > 0.0 && c.weight.is_finite(), "{name}: {}", c.weight);
         for q in &c.quotas {
             assert!(q.nominal >= 0, "{name}: {q:?}");
             for limit in [q.borrowing_limit, q.lending_limit].into_iter().flatten() {

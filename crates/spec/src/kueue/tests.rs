@@ -313,6 +313,7 @@ spec: {cohortName: all}
                     borrowing_limit: None,
                     lending_limit: None,
                 }],
+                weight: 1.0,
             }
         )]
     );
@@ -354,7 +355,7 @@ spec:
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: Cohort
 metadata: {name: prod}
-spec: {parentName: org}
+spec: {parentName: org, fairSharing: {weight: 500m}}
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: ClusterQueue
@@ -392,6 +393,7 @@ fn a_cohort_tree_reads_with_parents_and_limits() {
                 CohortSpec {
                     parent: None,
                     quotas: vec![gpus(8, None, None)],
+                    weight: 1.0,
                 }
             ),
             (
@@ -400,6 +402,8 @@ fn a_cohort_tree_reads_with_parents_and_limits() {
                     parent: Some("org".into()),
                     // Lending more than its own 4: its queue's GPUs are its subtree's too.
                     quotas: vec![gpus(4, Some(2), Some(10))],
+                    // Twice prod's share of org's spare GPUs.
+                    weight: 2.0,
                 }
             ),
             (
@@ -407,19 +411,17 @@ fn a_cohort_tree_reads_with_parents_and_limits() {
                 CohortSpec {
                     parent: Some("org".into()),
                     quotas: vec![],
+                    weight: 0.5,
                 }
             ),
         ]
     );
     let names: Vec<&str> = q.cluster_queues.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["nlp", "serving"]);
+    // The weights are modelled: only the CPU quota is noted.
     assert_eq!(
         q.not_modelled,
-        [
-            "Cohort/org: quotas of cpu (the trace asks for GPUs only)",
-            "Cohort/research: spec.fairSharing (hierarchical fair-sharing weights are not \
-             modelled: queues share by their own weights across their whole tree)",
-        ]
+        ["Cohort/org: quotas of cpu (the trace asks for GPUs only)"]
     );
 }
 
@@ -512,6 +514,71 @@ fn a_bad_cohort_tree_is_refused_naming_the_cohort_and_the_fix() {
     );
 }
 
+/// A Cohort's `fairSharing` is read as a ClusterQueue's, through the same code: a positive
+/// quantity, Kueue's 0 refused with the nearest weight Ferry takes, a misspelt field or a
+/// weight that is no quantity refused by its path, on either kind alike.
+#[test]
+fn a_bad_fair_sharing_weight_is_refused_on_a_cohort_as_on_a_cluster_queue() {
+    let cq = "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: a}\n\
+              spec: {cohortName: x}\n";
+    let cohort = |fair_sharing: &str| {
+        format!(
+            "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Cohort\nmetadata: {{name: x}}\n\
+             spec: {{fairSharing: {fair_sharing}}}\n---\n{cq}"
+        )
+    };
+    let weights = |fair_sharing: &str| {
+        read_kueue_queues(&cohort(fair_sharing), "q.yaml")
+            .map(|q| (q.cohorts[0].1.weight, q.not_modelled))
+    };
+    for (fair_sharing, weight) in [
+        ("{weight: 3}", 3.0),
+        ("{weight: \"1.5\"}", 1.5),
+        ("{weight: 250m}", 0.25),
+        ("{}", 1.0),
+        ("{weight: null}", 1.0),
+    ] {
+        let (got, notes) = weights(fair_sharing).unwrap_or_else(|e| panic!("{fair_sharing}: {e}"));
+        assert_eq!(got, weight, "{fair_sharing}");
+        assert!(notes.is_empty(), "{fair_sharing}: {notes:?}");
+    }
+    let refused = |fair_sharing: &str| {
+        let on_cohort = problems(&cohort(fair_sharing));
+        let on_queue = problems(&format!(
+            "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {{name: x}}\n\
+             spec: {{fairSharing: {fair_sharing}}}\n"
+        ));
+        // The same problem, at the same path of either kind.
+        let at_queue: Vec<String> = on_queue
+            .iter()
+            .map(|p| p.replacen("ClusterQueue/x", "Cohort/x", 1))
+            .collect();
+        assert_eq!(on_cohort, at_queue, "{fair_sharing}");
+        on_cohort
+    };
+    for zero in ["{weight: 0}", "{weight: \"0\"}", "{weight: -2}"] {
+        let p = refused(zero);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with("Cohort/x: spec.fairSharing.weight: must be a positive quantity")
+                && p[0].ends_with("write e.g. \"10m\" for almost none"),
+            "{p:?}"
+        );
+    }
+    assert!(refused("{weight: heavy}")[0].contains("(got \"heavy\")"));
+    assert_eq!(
+        refused("{wieght: 2}"),
+        [
+            "Cohort/x: spec.fairSharing.wieght: not a fairSharing field of Kueue; did you mean \
+             `weight`?"
+        ]
+    );
+    assert_eq!(
+        refused("2"),
+        [r#"Cohort/x: spec.fairSharing: must be a mapping such as {weight: "2"} (got 2)"#]
+    );
+}
+
 /// Every Cohort `spec` field of the Kueue release in the fixtures (both served versions) is
 /// one this reader knows.
 #[test]
@@ -529,6 +596,13 @@ fn the_known_cohort_fields_are_kueues() {
         for field in ["nominalQuota", "borrowingLimit", "lendingLimit", "name"] {
             assert!(resource.get(field).is_some(), "{field}");
         }
+        // As a ClusterQueue's: the weight alone.
+        let fair: Vec<&String> = spec["fairSharing"]["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(fair, FAIR_SHARING_FIELDS);
     }
     let known: BTreeSet<String> = COHORT_FIELDS.iter().map(|f| f.to_string()).collect();
     assert_eq!(fields, known);
@@ -628,6 +702,12 @@ fn the_known_fields_are_kueues() {
     for version in crd["spec"]["versions"].as_array().unwrap() {
         let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
         fields.extend(spec.as_object().unwrap().keys().cloned());
+        let fair: Vec<&String> = spec["fairSharing"]["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(fair, FAIR_SHARING_FIELDS);
     }
     let known: BTreeSet<String> = CLUSTER_QUEUE_FIELDS.iter().map(|f| f.to_string()).collect();
     assert_eq!(fields, known);

@@ -490,7 +490,7 @@ fn queues_priority_classes_and_cohorts_are_the_cluster_scoped_kinds() {
 }
 
 /// A cohort tree in Ferry's documents: a root with GPUs of its own, a child under it with
-/// limits; a Cohort without `spec` is a root with none.
+/// limits and a weight; a Cohort without `spec` is a root with none, of weight 1.
 #[test]
 fn a_cohort_tree_parses() {
     let docs = parse_documents(
@@ -506,6 +506,7 @@ kind: Cohort
 metadata: {name: research}
 spec:
   parent: org
+  weight: 2.5
   quotas: [{flavor: any, nominal: 4, borrowingLimit: 8, lendingLimit: 10}]
 ---
 apiVersion: ferry.dev/v1alpha1
@@ -529,7 +530,9 @@ metadata: {name: empty}
     assert_eq!(research.spec.quotas[0].borrowing_limit, Some(8));
     // A subtree lends what its queues lend too: more than its own nominal is fine.
     assert_eq!(research.spec.quotas[0].lending_limit, Some(10));
+    assert_eq!((org.spec.weight, research.spec.weight), (1.0, 2.5));
     assert_eq!(empty.spec, crate::CohortSpec::default());
+    assert_eq!(empty.spec.weight, 1.0);
     assert_eq!(docs[1].kind(), ResourceKind::Cohort);
     assert_eq!(
         ResourceKind::from_name("cohorts"),
@@ -586,6 +589,28 @@ fn a_cohort_names_each_bad_field_and_the_fix() {
     assert!(
         cohort("{quotas: [{nominal: 1}]}")[0].starts_with("spec.quotas[0]"),
         "a quota without its flavor is named"
+    );
+    // A weight is positive, as a Queue's: the fix names the default and a small one.
+    for bad in ["0", "-1", "-0.5"] {
+        let p = cohort(&format!("{{parent: org, weight: {bad}}}"));
+        assert_eq!(p.len(), 1, "{bad}: {p:?}");
+        assert!(
+            p[0].starts_with("spec.weight: must be a positive number such as 1 (the default)")
+                && p[0].ends_with("write a small one such as 0.01"),
+            "{bad}: {p:?}"
+        );
+    }
+    assert!(
+        cohort("{weight: heavy}")[0].starts_with("spec.weight: "),
+        "a weight that is no number is named"
+    );
+    // The rule and its words are a Queue's weight's.
+    assert_eq!(
+        problems(
+            "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: nlp}\n\
+             spec: {weight: 0}\n"
+        ),
+        cohort("{weight: 0}")
     );
 }
 
