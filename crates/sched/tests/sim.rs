@@ -1057,3 +1057,55 @@ fn a_trees_cohorts_get_the_share_of_the_teams_under_them() {
             .is_none()
     );
 }
+
+/// On the saturated trace, department `lab` (teams mid and small, 8 GPUs each) and cohort
+/// `prod` (team big, 16) share their organisation's own 32 GPUs by their weights: `lab` at
+/// weight 3 is owed three quarters of them, and Ferry gives it more than at weight 1.
+#[test]
+fn a_cohorts_weight_sets_its_entitlement_and_ferry_follows_it() {
+    let trace = saturated_trace();
+    let cluster = Cluster::uniform(8, 8, "gpu");
+    let queues = vec![
+        queue("big", "prod", 16),
+        queue("mid", "lab", 8),
+        queue("small", "lab", 8),
+    ];
+    let run = |lab_weight: f64| {
+        let cohorts = vec![
+            CohortSpec {
+                quotas: vec![FlavorQuota::unlimited("gpu", 32)],
+                ..CohortSpec::under("org", None)
+            },
+            CohortSpec::under("prod", Some("org")),
+            CohortSpec {
+                fair_share_weight: lab_weight,
+                ..CohortSpec::under("lab", Some("org"))
+            },
+        ];
+        let site = Site {
+            cluster: &cluster,
+            queues: &queues,
+            cohorts: &cohorts,
+            classes: &PriorityClass::standard(),
+        };
+        simulate_probing(
+            &trace,
+            site,
+            Policy::Ferry,
+            Policy::Ferry.options(),
+            Knowledge::exact(),
+            Probes::default(),
+        )
+        .expect("simulation runs")
+        .cohort_share["lab"]
+            .clone()
+    };
+    let (even, heavy) = (run(1.0), run(3.0));
+    // 16 nominal + 16 of the spare 32, then 16 + 24, of 64 GPUs.
+    assert!((even.entitlement - 0.5).abs() < 1e-12, "{even:?}");
+    assert!((heavy.entitlement - 0.625).abs() < 1e-12, "{heavy:?}");
+    // Ferry holds the department within 10% of either, so its share moves with the weight.
+    assert_eq!(even.within_tolerance, Some(true), "{even:?}");
+    assert_eq!(heavy.within_tolerance, Some(true), "{heavy:?}");
+    assert!(heavy.share > even.share + 0.05, "{even:?} {heavy:?}");
+}
