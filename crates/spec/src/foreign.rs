@@ -3,7 +3,7 @@
 //! errors, unknown fields refused with a "did you mean", and the one way a read ends, every
 //! problem in one error or the skipped objects counted into the notes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -152,6 +152,53 @@ pub(crate) fn finish(
             .map(|(what, n)| format!("{n} {what} object(s) skipped")),
     );
     Ok(())
+}
+
+/// One node of a tree of objects read from a file (Kueue's Cohorts, Volcano's Queues): its
+/// name, how errors name it (`Cohort/org`), and its parent's name (`None`: a root).
+pub(crate) type TreeNode<'a> = (&'a str, &'a str, Option<&'a str>);
+
+/// Problems of a tree of `kind` objects (`Cohort`, `Queue`) read from a file: one defined twice,
+/// and one that is its own ancestor, each loop reported once, at the first of its objects in the
+/// file, at its `parent_field` (`spec.parentName`) with the objects of the loop and `why_and_fix`.
+pub(crate) fn tree_problems(
+    nodes: &[TreeNode<'_>],
+    kind: &str,
+    parent_field: &str,
+    why_and_fix: &str,
+) -> Vec<FieldError> {
+    let mut problems = Vec::new();
+    let mut parent_of: BTreeMap<&str, Option<&str>> = BTreeMap::new();
+    for &(name, at, parent) in nodes {
+        if parent_of.insert(name, parent).is_some() {
+            problems.push(FieldError::new(
+                format!("{at}: metadata.name"),
+                format!("{kind} `{name}` is defined twice; keep one"),
+            ));
+        }
+    }
+    let mut reported = BTreeSet::new();
+    for &(name, at, _) in nodes {
+        let mut path = vec![name];
+        while let Some(Some(p)) = parent_of.get(path[path.len() - 1]) {
+            if let Some(start) = path.iter().position(|c| c == p) {
+                let ring: BTreeSet<&str> = path[start..].iter().copied().collect();
+                if start == 0 && reported.insert(ring) {
+                    path.push(p);
+                    problems.push(FieldError::new(
+                        format!("{at}: {parent_field}"),
+                        format!(
+                            "{kind} `{name}` is its own ancestor ({}); {why_and_fix}",
+                            path.join(" -> ")
+                        ),
+                    ));
+                }
+                break;
+            }
+            path.push(p);
+        }
+    }
+    problems
 }
 
 /// Whose queue objects a file holds, for a caller that takes several formats.

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use crate::cohort::{CohortQuota, CohortSpec};
 use crate::error::{FieldError, SpecError};
-use crate::foreign::{Object, finish, kubernetes_objects, unknown_fields};
+use crate::foreign::{Object, TreeNode, finish, kubernetes_objects, tree_problems, unknown_fields};
 use crate::quantity::{quantity, whole_gpus};
 use crate::queue::{
     BorrowPolicy, BorrowWithinCohort, FlavorQuota, Preemption, QueueSpec, ReclaimWithinCohort,
@@ -619,44 +619,16 @@ impl Reader {
     /// Problems of the file's cohort tree: a Cohort defined twice, one that is its own
     /// ancestor (Kueue stops admitting to every queue of such a tree).
     fn cohort_tree_problems(&self) -> Vec<FieldError> {
-        let mut problems = Vec::new();
-        let mut parent_of: BTreeMap<&str, Option<&str>> = BTreeMap::new();
-        for (name, at, spec) in &self.cohorts {
-            if parent_of
-                .insert(name.as_str(), spec.parent.as_deref())
-                .is_some()
-            {
-                problems.push(FieldError::new(
-                    format!("{at}: metadata.name"),
-                    format!("Cohort `{name}` is defined twice; keep one"),
-                ));
-            }
-        }
-        let mut reported = BTreeSet::new();
-        for (name, at, _) in &self.cohorts {
-            let mut path = vec![name.as_str()];
-            while let Some(Some(p)) = parent_of.get(path[path.len() - 1]) {
-                if let Some(start) = path.iter().position(|c| c == p) {
-                    // Report each loop once, at the first of its Cohorts in the file.
-                    let ring: BTreeSet<&str> = path[start..].iter().copied().collect();
-                    if start == 0 && reported.insert(ring) {
-                        path.push(p);
-                        problems.push(FieldError::new(
-                            format!("{at}: spec.parentName"),
-                            format!(
-                                "Cohort `{name}` is its own ancestor ({}); Kueue admits nothing \
-                                 to the queues of such a tree; remove or change one parentName \
-                                 in the loop",
-                                path.join(" -> ")
-                            ),
-                        ));
-                    }
-                    break;
-                }
-                path.push(p);
-            }
-        }
-        problems
+        let nodes: Vec<TreeNode> = (self.cohorts.iter())
+            .map(|(name, at, spec)| (name.as_str(), at.as_str(), spec.parent.as_deref()))
+            .collect();
+        tree_problems(
+            &nodes,
+            "Cohort",
+            "spec.parentName",
+            "Kueue admits nothing to the queues of such a tree; remove or change one parentName \
+             in the loop",
+        )
     }
 
     fn finish(mut self, source_name: &str) -> Result<KueueQueues, SpecError> {

@@ -62,6 +62,6 @@ pub use train_job::{
     ResumePolicy, Task, Topology, TrainJob, TrainJobSpec, TrainJobStatus, TrainParams,
 };
 pub use volcano::{
-    VOLCANO_COHORT, VOLCANO_GROUP, VOLCANO_QUEUE_FIELDS, VolcanoQueue, VolcanoQueues,
+    VOLCANO_COHORT, VOLCANO_GROUP, VOLCANO_QUEUE_FIELDS, VOLCANO_ROOT, VolcanoQueue, VolcanoQueues,
     read_volcano_queues,
 };

@@ -388,18 +388,17 @@ type ReadQueues = (
 );
 
 /// Reads `text` as `ferry sim --queues` picks its reader: Kueue objects, ResourceQuotas or
-/// Volcano Queues (these on a 176-GPU cluster).
+/// Volcano Queues and the cohorts of their tree (these on a 176-GPU cluster).
 fn read_queue_objects(text: &str, source: &str) -> Result<ReadQueues, SpecError> {
     match QueueObjects::of(text) {
         Some(QueueObjects::Kueue) => {
             let read = read_kueue_queues(text, source)?;
             Ok((read.cluster_queues, read.cohorts, read.local_queues))
         }
-        Some(QueueObjects::Volcano) => Ok((
-            read_volcano_queues(text, source)?.queue_specs(176),
-            Vec::new(),
-            Vec::new(),
-        )),
+        Some(QueueObjects::Volcano) => {
+            let read = read_volcano_queues(text, source)?;
+            Ok((read.queue_specs(176), read.cohort_specs(176), Vec::new()))
+        }
         // ResourceQuotas, and whatever is neither, which that reader refuses.
         _ => Ok((
             read_resource_quotas(text, source)?.queues,
@@ -744,7 +743,11 @@ proptest! {
 fn the_queue_objects_seed_corpus_reads_as_named() {
     let seeds = queue_object_seeds();
     assert!(seeds.len() >= 18, "{} seeds", seeds.len());
-    for tree in ["ok_kueue_cohort_tree", "ok_ferry_cohort_tree"] {
+    for tree in [
+        "ok_kueue_cohort_tree",
+        "ok_ferry_cohort_tree",
+        "ok_volcano_cohort_tree",
+    ] {
         assert!(seeds.iter().any(|(n, _)| n == tree), "seed {tree}");
     }
     for (name, text) in seeds {

@@ -1099,6 +1099,133 @@ fn volcano_queues_replay_as_one_cohort() {
     assert_same_figures(&from_volcano, &from_queues);
 }
 
+/// A Volcano queue tree (`spec.parent`, as `kubectl get queues -o yaml` exports it, the root
+/// queue included) replays as a cohort tree: the leaf queue vcvgl in cohort `research`, the
+/// parent queue, which owns the 40 GPUs it deserves beyond vcvgl's 120 and may borrow 8 more
+/// (capability 168), and vcvly, owed the 16 GPUs no queue deserves, under the root. It replays
+/// exactly as the same tree written as Ferry Cohort and Queue documents; the setup says which
+/// tree was replayed and the table has a share row per cohort. A team sent to a parent queue
+/// is refused before any replay.
+#[test]
+fn a_volcano_queue_tree_replays_as_a_cohort_tree() {
+    let trace = repo_root().join("crates/sched/tests/data/helios_venus_2vc_2020-09b.csv");
+    let trace = trace.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let queue = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {{name: \
+             {name}}}\nspec: {spec}\n"
+        )
+    };
+    let tree = [
+        queue("root", "{weight: 1, reclaimable: false}"),
+        queue(
+            "research",
+            "{parent: root, weight: 2, deserved: {nvidia.com/gpu: \"160\"}, capability: \
+             {nvidia.com/gpu: \"168\"}}",
+        ),
+        queue(
+            "vcvgl",
+            "{parent: research, weight: 10, deserved: {nvidia.com/gpu: \"120\"}}",
+        ),
+        queue(
+            "vcvly",
+            "{parent: root, capability: {nvidia.com/gpu: \"64\"}}",
+        ),
+    ];
+    let volcano = dir.path().join("volcano.yaml");
+    std::fs::write(&volcano, tree.join("---\n")).unwrap();
+    let doc = |kind: &str, name: &str, spec: &str| {
+        format!(
+            "apiVersion: ferry.dev/v1alpha1\nkind: {kind}\nmetadata: {{name: {name}}}\nspec: \
+             {spec}\n"
+        )
+    };
+    let never = "preemption: {withinQueue: Never, reclaimWithinCohort: Never}";
+    let ferry = dir.path().join("ferry.yaml");
+    std::fs::write(
+        &ferry,
+        [
+            doc(
+                "Cohort",
+                "research",
+                "{parent: root, weight: 2, quotas: [{flavor: any, nominal: 40, borrowingLimit: \
+                 8}]}",
+            ),
+            doc(
+                "Queue",
+                "vcvgl",
+                &format!(
+                    "{{cohort: research, weight: 10, {never}, quotas: [{{flavor: any, nominal: \
+                     120}}]}}"
+                ),
+            ),
+            doc(
+                "Queue",
+                "vcvly",
+                &format!(
+                    "{{cohort: root, {never}, quotas: [{{flavor: any, nominal: 16, \
+                     borrowingLimit: 48}}]}}"
+                ),
+            ),
+        ]
+        .join("---\n"),
+    )
+    .unwrap();
+    let args = ["--trace", trace, "--gpus", "176"];
+    let json = [&args[..], &["-o", "json"]].concat();
+    let (from_volcano, notes) =
+        sim_json_with_notes(&[&json[..], &["--queues", volcano.to_str().unwrap()]].concat());
+    let described = "cohort trees replayed (ferry and kueue; the other policies share no \
+                     quota): research (under root, 40 any GPU(s) of its own, borrows at most 8 \
+                     any)";
+    assert!(notes.contains(described), "{notes}");
+    let (from_documents, notes) =
+        sim_json_with_notes(&[&json[..], &["--queues", ferry.to_str().unwrap()]].concat());
+    assert!(notes.contains(described), "{notes}");
+    let from_documents: Vec<Value> = serde_json::from_str(
+        &serde_json::to_string(&from_documents)
+            .unwrap()
+            .replace("\"vcvGl\"", "\"vcvgl\"")
+            .replace("\"vcvlY\"", "\"vcvly\""),
+    )
+    .unwrap();
+    assert_same_figures(&from_volcano, &from_documents);
+    for (a, b) in from_volcano.iter().zip(&from_documents) {
+        assert_eq!(a["cohort_share"], b["cohort_share"], "{}", a["policy"]);
+    }
+    let ferry_report = &from_volcano[0];
+    for cohort in ["research", "root"] {
+        assert!(
+            ferry_report["cohort_share"][cohort].is_object(),
+            "{cohort}: {ferry_report}"
+        );
+    }
+    let table = sim_ok(&[&args[..], &["--queues", volcano.to_str().unwrap()]].concat());
+    for row in ["share of cohort research", "share of cohort root"] {
+        assert!(table.contains(row), "{row}: {table}");
+    }
+
+    // vcvly with a child queue is no leaf: its team's work has nowhere to run.
+    let parent = dir.path().join("parent.yaml");
+    std::fs::write(
+        &parent,
+        [tree.join("---\n"), queue("vcvly-dev", "{parent: vcvly}")].join("---\n"),
+    )
+    .unwrap();
+    let out = sim(&["--trace", trace, "--queues", parent.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains(
+                "trace team `vcvlY`: Queue/vcvly is a parent queue (Queue/vcvly-dev names it in \
+                 spec.parent) and Volcano runs jobs only in leaf queues; fix: rename the team \
+                 in the trace to a leaf queue under it (vcvly-dev)"
+            ),
+        "{err}"
+    );
+}
+
 /// A trace's `priority` column replays with the cluster's own classes, read from what
 /// `kubectl get priorityclasses -o yaml` prints: Ferry and Kueue preempt a lower class for
 /// work of a higher one (unless it is `Never`), the Slurm peer orders by them as QOS, FIFO and

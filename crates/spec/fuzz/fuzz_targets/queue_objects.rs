@@ -6,23 +6,32 @@
 //! scheduler relies on (whole GPU quotas, lending within nominal, a positive weight, every
 //! LocalQueue leading to a ClusterQueue of the file, caps lending and borrowing nothing; cohorts
 //! named once with a positive weight, no cohort its own ancestor, limits only under a parent;
-//! classes named once with Ferry names, values in the user range, the global default one of
-//! them).
+//! a Volcano queue tree's cohorts and queues under cohorts it defines or its root, and the
+//! scheduler taking the whole of it; classes named once with Ferry names, values in the user
+//! range, the global default one of them).
 #![no_main]
 
 use std::collections::BTreeMap;
 
 use ferry_spec::{
-    CohortSpec, MAX_PRIORITY_VALUE, QueueSpec, Resource, parse_documents, read_kueue_queues,
-    read_priority_classes, read_resource_quotas, read_volcano_queues, validate_name,
+    CohortSpec, MAX_PRIORITY_VALUE, QueueSpec, Resource, VOLCANO_COHORT, VOLCANO_ROOT,
+    VolcanoQueues, parse_documents, read_kueue_queues, read_priority_classes, read_resource_quotas,
+    read_volcano_queues, validate_name,
 };
 
 fn sound(name: &str, spec: &QueueSpec) {
-    assert!(spec.weight > 0.0 && spec.weight.is_finite(), "{name}: {}", spec.weight);
+    assert!(
+        spec.weight > 0.0 && spec.weight.is_finite(),
+        "{name}: {}",
+        spec.weight
+    );
     for q in &spec.quotas {
         assert!(q.nominal >= 0, "{name}: {q:?}");
         assert!(q.borrowing_limit.is_none_or(|b| b >= 0), "{name}: {q:?}");
-        assert!(q.lending_limit.is_none_or(|l| (0..=q.nominal).contains(&l)), "{name}: {q:?}");
+        assert!(
+            q.lending_limit.is_none_or(|l| (0..=q.nominal).contains(&l)),
+            "{name}: {q:?}"
+        );
     }
 }
 
@@ -31,8 +40,15 @@ fn sound(name: &str, spec: &QueueSpec) {
 fn tree_sound<'a>(cohorts: impl IntoIterator<Item = (&'a str, &'a CohortSpec)>) {
     let mut parent_of: BTreeMap<&str, Option<&str>> = BTreeMap::new();
     for (name, c) in cohorts {
-        assert!(parent_of.insert(name, c.parent.as_deref()).is_none(), "{name} twice");
-        assert!(c.weight > 0.0 && c.weight.is_finite(), "{name}: {}", c.weight);
+        assert!(
+            parent_of.insert(name, c.parent.as_deref()).is_none(),
+            "{name} twice"
+        );
+        assert!(
+            c.weight > 0.0 && c.weight.is_finite(),
+            "{name}: {}",
+            c.weight
+        );
         for q in &c.quotas {
             assert!(q.nominal >= 0, "{name}: {q:?}");
             for limit in [q.borrowing_limit, q.lending_limit].into_iter().flatten() {
@@ -58,7 +74,12 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         }
         tree_sound(read.cohorts.iter().map(|(n, c)| (n.as_str(), c)));
         for l in &read.local_queues {
-            assert!(read.cluster_queues.iter().any(|(n, _)| *n == l.cluster_queue), "{l:?}");
+            assert!(
+                read.cluster_queues
+                    .iter()
+                    .any(|(n, _)| *n == l.cluster_queue),
+                "{l:?}"
+            );
             let _ = read.cluster_queue_of(&l.namespace);
         }
     }
@@ -70,8 +91,16 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                 Resource::Queue(q) => sound(&q.metadata.name, &q.spec),
                 Resource::Cohort(c) => {
                     let name = c.metadata.name.as_str();
-                    assert!(c.spec.parent.as_deref() != Some(name), "{name}: its own parent");
-                    assert!(c.spec.parent.as_deref().is_none_or(|p| validate_name(p).is_ok()));
+                    assert!(
+                        c.spec.parent.as_deref() != Some(name),
+                        "{name}: its own parent"
+                    );
+                    assert!(
+                        c.spec
+                            .parent
+                            .as_deref()
+                            .is_none_or(|p| validate_name(p).is_ok())
+                    );
                     tree_sound([(name, &c.spec)]);
                 }
                 _ => {}
@@ -89,28 +118,91 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         assert!(!read.classes.is_empty());
         let mut names = std::collections::BTreeSet::new();
         for c in &read.classes {
-            assert!(validate_name(&c.name).is_ok() && !c.name.starts_with("system-"), "{c:?}");
+            assert!(
+                validate_name(&c.name).is_ok() && !c.name.starts_with("system-"),
+                "{c:?}"
+            );
             assert!(c.value.abs() <= MAX_PRIORITY_VALUE, "{c:?}");
             assert!(names.insert(c.name.as_str()), "{} twice", c.name);
         }
-        assert!(read.global_default.as_deref().is_none_or(|d| names.contains(d)));
+        assert!(
+            read.global_default
+                .as_deref()
+                .is_none_or(|d| names.contains(d))
+        );
     }
     if let Ok(read) = read_volcano_queues(&text, "fuzz.yaml") {
         assert!(!read.queues.is_empty());
-        // On clusters of every size the shares add up to no more than the cluster, unless the
-        // queues' own `deserved` already do.
         for gpus in [0, 1, 7, 176, 1 << 20, u32::MAX] {
-            let specs = read.queue_specs(gpus);
-            let owed: i64 = specs.iter().map(|(_, s)| i64::from(s.quotas[0].nominal)).sum();
-            let fixed: i64 = read
-                .queues
-                .iter()
-                .map(|q| i64::from(q.deserved.or(q.guarantee).unwrap_or(0)))
-                .sum();
-            assert!(owed <= i64::from(gpus).max(fixed), "{owed} of {gpus}");
-            for (name, spec) in &specs {
-                sound(name, spec);
-            }
+            volcano_sound(&read, gpus);
         }
     }
 });
+
+/// Volcano's Queues on a cluster of `gpus` GPUs: the GPUs owed (the leaf queues', and the
+/// parent queues' own) add up to no more than the cluster, unless the `deserved` of the queues
+/// under the root already do; every leaf queue is under a cohort of the tree (a parent queue)
+/// or its root, every cohort under another or the root, once and no loop; and on clusters the
+/// simulator builds, the scheduler takes the queues and cohorts as they are.
+fn volcano_sound(read: &VolcanoQueues, gpus: u32) {
+    let specs = read.queue_specs(gpus);
+    let cohorts = read.cohort_specs(gpus);
+    let owed: i64 = (specs.iter().map(|(_, s)| i64::from(s.quotas[0].nominal)))
+        .chain(cohorts.iter().map(|(_, c)| i64::from(c.quotas[0].nominal)))
+        .sum();
+    let fixed: i64 = (read.queues.iter())
+        .filter(|q| q.parent.is_none())
+        .map(|q| i64::from(q.deserved.or(q.guarantee).unwrap_or(0)))
+        .sum();
+    assert!(owed <= i64::from(gpus).max(fixed), "{owed} of {gpus}");
+    assert_eq!(
+        specs.len() + cohorts.len(),
+        if cohorts.is_empty() {
+            specs.len()
+        } else {
+            read.queues.len()
+        },
+        "in a tree every queue is a leaf queue or a cohort"
+    );
+    let defined = |c: &str| c == VOLCANO_ROOT || cohorts.iter().any(|(n, _)| n == c);
+    for (name, spec) in &specs {
+        sound(name, spec);
+        let cohort = spec.cohort.as_deref();
+        if cohorts.is_empty() {
+            assert!(
+                cohort.is_none_or(|c| c == VOLCANO_COHORT),
+                "{name}: {cohort:?}"
+            );
+        } else {
+            assert!(cohort.is_some_and(defined), "{name}: {cohort:?}");
+        }
+    }
+    for (name, c) in &cohorts {
+        assert!(c.parent.as_deref().is_some_and(defined), "{name}: {c:?}");
+    }
+    tree_sound(cohorts.iter().map(|(n, c)| (n.as_str(), c)));
+    if !(1..=4096).contains(&gpus) {
+        return;
+    }
+    let queues = (specs.iter())
+        .map(|(name, s)| ferry_sched::QueueSpec {
+            name: name.clone(),
+            cohort: s.cohort.clone(),
+            quotas: s.quotas.iter().map(Into::into).collect(),
+            fair_share_weight: s.weight,
+            stop_policy: s.stop_policy.into(),
+            preemption: s.preemption.into(),
+        })
+        .collect();
+    let cohorts: Vec<ferry_sched::CohortSpec> =
+        cohorts.iter().map(|(n, c)| c.to_sched(n)).collect();
+    if let Err(e) = ferry_sched::Scheduler::with_cohorts(
+        ferry_sched::cluster_with_gpus(gpus),
+        queues,
+        &cohorts,
+        ferry_sched::PriorityClass::standard(),
+        ferry_sched::Options::default(),
+    ) {
+        panic!("the scheduler refuses what was read on {gpus} GPUs: {e}");
+    }
+}

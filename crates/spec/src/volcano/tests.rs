@@ -27,6 +27,7 @@ metadata: {name: j}
 "#;
     let q = read_volcano_queues(text, "vq.yaml").unwrap();
     let specs = q.queue_specs(160);
+    assert_eq!(q.cohort_specs(160), [], "no tree, no cohort specs");
     let research = &specs[0].1;
     assert_eq!(specs[0].0, "research");
     assert_eq!(research.cohort.as_deref(), Some(VOLCANO_COHORT));
@@ -70,6 +71,7 @@ metadata: {name: j}
 fn weights_divide_what_no_queue_deserves() {
     let q = |name: &str, weight: u32, capability: Option<i32>| VolcanoQueue {
         name: name.into(),
+        parent: None,
         deserved: None,
         capability,
         guarantee: None,
@@ -141,21 +143,334 @@ fn bad_queues_are_refused_naming_the_field_and_the_fix() {
             .contains("lower it")
     );
     assert!(queue("{weight: 0}").contains("from 1 to 65535"));
-    assert!(queue("{parent: org}").contains("queue trees are not modelled"));
     // A parent that is no name is refused too, not ignored.
     assert_eq!(
         queue("{parent: 7}"),
-        "vq.yaml: Queue/q: spec.parent: must be a queue's name (got 7); queue trees are not \
-         modelled, so only `root` is read: remove it or write root"
+        "vq.yaml: Queue/q: spec.parent: must be its parent queue's name, or root (got 7); quote \
+         a name YAML reads as a number or a boolean"
+    );
+    for root in ["root", "\"\""] {
+        let text = format!(
+            "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {{name: q}}\n\
+             spec: {{parent: {root}}}\n"
+        );
+        let read = read_volcano_queues(&text, "vq.yaml").unwrap();
+        assert_eq!(read.queues[0].parent, None, "{root}");
+    }
+}
+
+/// `Queue` objects of `(name, spec)`, one YAML document each.
+fn queues(specs: &[(&str, &str)]) -> String {
+    (specs.iter())
+        .map(|(name, spec)| {
+            format!(
+                "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {{name: \
+                 {name}}}\nspec: {spec}\n"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// Quotas of `any` GPUs: nominal, borrowing limit, lending limit.
+fn any(nominal: i32, borrowing_limit: Option<i32>, lending_limit: Option<i32>) -> FlavorQuota {
+    FlavorQuota {
+        flavor: "any".into(),
+        nominal,
+        borrowing_limit,
+        lending_limit,
+    }
+}
+
+/// A tree under the root queue (exported too, as Volcano creates it): `research` deserves 96
+/// GPUs, 80 of them its leaf queues' (16 its own, which they share), holds at most 128 and
+/// keeps 16; `infra` deserves nothing, so it is owed a weighted share of what the root's
+/// children do not deserve (half of 64, beside `default`), which its leaves divide by weight
+/// up to their capabilities. Leaves are queues in their parent's cohort, parents cohorts under
+/// theirs.
+#[test]
+fn a_two_level_tree_reads_as_cohorts_and_leaf_queues() {
+    let text = queues(&[
+        ("root", "{weight: 1, reclaimable: false}"),
+        (
+            "research",
+            "{parent: root, weight: 2, deserved: {nvidia.com/gpu: 96}, capability: \
+             {nvidia.com/gpu: 128}, guarantee: {resource: {nvidia.com/gpu: 16}}}",
+        ),
+        (
+            "nlp",
+            "{parent: research, deserved: {nvidia.com/gpu: 48}, capability: {nvidia.com/gpu: \
+             96}, guarantee: {resource: {nvidia.com/gpu: 8}}}",
+        ),
+        (
+            "vision",
+            "{parent: research, deserved: {nvidia.com/gpu: 32}}",
+        ),
+        ("infra", "{}"),
+        ("ci", "{parent: infra, weight: 3}"),
+        (
+            "batch",
+            "{parent: infra, weight: 1, capability: {nvidia.com/gpu: 6}}",
+        ),
+        ("default", "{parent: root}"),
+    ]);
+    let q = read_volcano_queues(&text, "vq.yaml").unwrap();
+    assert!(
+        q.queues.iter().all(|q| q.name != "root"),
+        "the root is no queue"
+    );
+    let specs = q.queue_specs(160);
+    let got: Vec<(&str, Option<&str>, &FlavorQuota)> = (specs.iter())
+        .map(|(n, s)| (n.as_str(), s.cohort.as_deref(), &s.quotas[0]))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            // 48 owed, 8 kept; it may hold 96: 48 more, which research's pool can lend.
+            ("nlp", Some("research"), &any(48, Some(48), Some(40))),
+            ("vision", Some("research"), &any(32, None, None)),
+            // infra's 32 by weight 3 to 1, batch capped at 6.
+            ("ci", Some("infra"), &any(26, None, None)),
+            ("batch", Some("infra"), &any(6, Some(0), None)),
+            ("default", Some("root"), &any(32, None, None)),
+        ]
+    );
+    assert_eq!(specs[0].1.weight, 1.0);
+    assert_eq!(
+        q.cohort_specs(160),
+        [
+            (
+                "research".to_owned(),
+                CohortSpec {
+                    parent: Some("root".into()),
+                    // 16 of its own; it holds at most 128 (32 borrowed beyond its 96) and
+                    // lends all but the 16 its subtree keeps.
+                    quotas: vec![CohortQuota {
+                        flavor: "any".into(),
+                        nominal: 16,
+                        borrowing_limit: Some(32),
+                        lending_limit: Some(80),
+                    }],
+                    weight: 2.0,
+                }
+            ),
+            (
+                "infra".to_owned(),
+                CohortSpec {
+                    parent: Some("root".into()),
+                    quotas: vec![CohortQuota {
+                        flavor: "any".into(),
+                        nominal: 0,
+                        borrowing_limit: None,
+                        lending_limit: None,
+                    }],
+                    weight: 1.0,
+                }
+            ),
+        ]
+    );
+    // Jobs go to leaves only: a parent queue, or the root, is refused with the leaves to use.
+    assert_eq!(q.queue_of("NLP"), Ok(Some("nlp")));
+    assert_eq!(q.queue_of("nobody"), Ok(None));
+    assert_eq!(
+        q.queue_of("Research"),
+        Err(
+            "Queue/research is a parent queue (Queue/nlp and Queue/vision name it in \
+             spec.parent) and Volcano runs jobs only in leaf queues; fix: rename the team in \
+             the trace to a leaf queue under it (nlp, vision)"
+                .into()
+        )
+    );
+    assert_eq!(
+        q.queue_of("root"),
+        Err(
+            "Queue/root is the top of Volcano's queue tree and runs no job; fix: rename the \
+             team in the trace to a leaf queue (batch, ci, default, nlp, vision)"
+                .into()
+        )
+    );
+    // The root's `reclaimable: false` (as Volcano creates it) says nothing of a queue.
+    assert_eq!(
+        q.not_modelled,
+        [
+            "preemption and reclaim (volcano-scheduler.conf actions, off by default) are replayed \
+          off: no queue preempts"
+        ]
+    );
+}
+
+/// A file whose queues are all under the root reads as before trees: one cohort, no cohort
+/// specs, the same shares; so does a tree of one leaf and no GPUs of a parent's own (nobody to
+/// borrow from), while one whose parent has GPUs of its own is a tree.
+#[test]
+fn flat_files_and_a_lone_leaf_read_as_before() {
+    let flat = queues(&[
+        ("a", "{parent: root, deserved: {nvidia.com/gpu: 8}}"),
+        ("b", "{weight: 3, capability: {nvidia.com/gpu: 100}}"),
+    ]);
+    let read = read_volcano_queues(&flat, "vq.yaml").unwrap();
+    assert_eq!(read.cohort_specs(40), []);
+    let cohort = Some(VOLCANO_COHORT.to_owned());
+    assert_eq!(
+        read.queue_specs(40)
+            .into_iter()
+            .map(|(n, s)| (n, s.cohort, s.quotas[0].clone()))
+            .collect::<Vec<_>>(),
+        [
+            ("a".to_owned(), cohort.clone(), any(8, None, None)),
+            // Owed the 32 no queue deserves; may hold 100, but a lends only 8.
+            ("b".to_owned(), cohort, any(32, Some(8), None)),
+        ]
+    );
+    let lone = |org_gpus: u32| {
+        let text = queues(&[
+            (
+                "org",
+                &format!("{{deserved: {{nvidia.com/gpu: {org_gpus}}}}}"),
+            ),
+            ("a", "{parent: org, deserved: {nvidia.com/gpu: 8}}"),
+        ]);
+        read_volcano_queues(&text, "vq.yaml").unwrap()
+    };
+    let read = lone(8);
+    assert_eq!(read.cohort_specs(16), []);
+    assert_eq!(read.queue_specs(16)[0].1.cohort, None);
+    let read = lone(12);
+    assert_eq!(read.cohort_specs(16)[0].1.quotas[0].nominal, 4);
+    assert_eq!(read.queue_specs(16)[0].1.cohort.as_deref(), Some("org"));
+}
+
+/// What Volcano refuses of a tree is refused, naming the queue, the field and the fix.
+#[test]
+fn bad_trees_are_refused_naming_the_field_and_the_fix() {
+    let refused = |specs: &[(&str, &str)]| {
+        read_volcano_queues(&queues(specs), "vq.yaml")
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        refused(&[("q", "{parent: org}")]),
+        "vq.yaml: Queue/q: spec.parent: names queue `org`, which no Queue of the file defines \
+         (Volcano refuses a queue whose parent does not exist); fix: add Queue `org`, correct \
+         the name, or write root"
+    );
+    let loop_of = |path: &str| {
+        format!(
+            "vq.yaml: Queue/a: spec.parent: Queue `a` is its own ancestor ({path}); Volcano's \
+             capacity plugin schedules nothing while the tree has a loop; fix: remove or change \
+             one spec.parent in the loop"
+        )
+    };
+    assert_eq!(
+        refused(&[
+            ("a", "{parent: b}"),
+            ("b", "{parent: a}"),
+            ("c", "{parent: b}")
+        ]),
+        loop_of("a -> b -> a")
+    );
+    assert_eq!(refused(&[("a", "{parent: a}")]), loop_of("a -> a"));
+    assert_eq!(
+        refused(&[("a", "{}"), ("a", "{}")]),
+        "vq.yaml: Queue/a: metadata.name: Queue `a` is defined twice; keep one"
+    );
+    let gpus = |n: u32| format!("{{nvidia.com/gpu: {n}}}");
+    assert_eq!(
+        refused(&[
+            ("org", &format!("{{deserved: {}}}", gpus(8))),
+            ("a", &format!("{{parent: org, deserved: {}}}", gpus(6))),
+            ("b", &format!("{{parent: org, deserved: {}}}", gpus(4))),
+            ("c", "{parent: org}"),
+        ]),
+        "vq.yaml: Queue/org: spec.deserved: 8 GPUs, fewer than what its child queues deserve \
+         together (a 6 + b 4 = 10), which Volcano's webhook refuses; fix: raise it to at least \
+         10 GPUs, or lower theirs"
     );
     assert!(
-        read_volcano_queues(
-            "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: q}\n\
-         spec: {parent: root}\n",
-            "vq.yaml"
-        )
-        .is_ok()
+        refused(&[
+            ("org", "{}"),
+            ("a", &format!("{{parent: org, deserved: {}}}", gpus(6))),
+        ])
+        .starts_with("vq.yaml: Queue/org: spec.deserved: is unset, less than what its child")
     );
+    assert_eq!(
+        refused(&[
+            (
+                "org",
+                &format!(
+                    "{{deserved: {}, guarantee: {{resource: {}}}}}",
+                    gpus(8),
+                    gpus(2)
+                ),
+            ),
+            (
+                "a",
+                &format!(
+                    "{{parent: org, deserved: {}, guarantee: {{resource: {}}}}}",
+                    gpus(6),
+                    gpus(3)
+                ),
+            ),
+        ]),
+        "vq.yaml: Queue/org: spec.guarantee.resource: 2 GPUs, fewer than what its child queues \
+         are guaranteed together (a 3 = 3), which Volcano's webhook refuses; fix: raise it to \
+         at least 3 GPUs, or lower theirs"
+    );
+    // The nearest ancestor with a capability bounds its descendants'.
+    assert_eq!(
+        refused(&[
+            ("org", &format!("{{capability: {}}}", gpus(16))),
+            ("team", "{parent: org}"),
+            ("a", &format!("{{parent: team, capability: {}}}", gpus(24))),
+            ("b", "{parent: team}"),
+        ]),
+        "vq.yaml: Queue/a: spec.capability: 24 GPUs, more than its ancestor queue `org` may \
+         hold (16); Volcano's webhook refuses it; fix: lower it to at most 16"
+    );
+    assert_eq!(
+        refused(&[("root", "{weight: 1}")]),
+        "vq.yaml: only the root queue found (Volcano runs no job in it); the file needs at least \
+         one other scheduling.volcano.sh Queue"
+    );
+    assert_eq!(
+        refused(&[("root", "{parent: org}"), ("org", "{}")]),
+        "vq.yaml: Queue/root: spec.parent: the root queue is the top of the tree and has no \
+         parent (got `org`); remove spec.parent"
+    );
+}
+
+/// A tree replayed though the scheduler's configuration leaves trees off is said, and the
+/// `capacity` plugin's option that turns them on is not listed as not modelled.
+#[test]
+fn a_tree_without_enable_hierarchy_is_said() {
+    let tree = "{}\n---\napiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n\
+                metadata: {name: b}\nspec: {parent: a}\n---\napiVersion: \
+                scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {name: c}\nspec: \
+                {parent: a}";
+    let conf = |capacity: &str| {
+        format!(
+            "actions: \"enqueue, allocate, reclaim\"\ntiers:\n- plugins:\n  - name: capacity\n{capacity}"
+        )
+    };
+    let off = read_volcano_queues(&with_conf(tree, &conf("")), "vq.yaml").unwrap();
+    assert!(
+        off.not_modelled[0].starts_with("volcano-scheduler.conf leaves queue trees off"),
+        "{:?}",
+        off.not_modelled
+    );
+    let on = read_volcano_queues(
+        &with_conf(tree, &conf("    enableHierarchy: true\n")),
+        "vq.yaml",
+    )
+    .unwrap();
+    assert_eq!(
+        on.not_modelled,
+        [
+            "volcano-scheduler.conf: plugins capacity (the deserved, capability and guarantee read \
+          from the Queues)"
+        ]
+    );
+    assert_eq!(on.cohort_specs(8).len(), 1);
 }
 
 /// A Queue and the scheduler's ConfigMap as `kubectl get -o yaml` prints them, the

@@ -34,9 +34,9 @@ pub struct SimArgs {
     /// of its name, or behind a LocalQueue of its name or in its namespace; `kubectl get
     /// clusterqueues,localqueues,cohorts -A -o yaml` as is; cohort trees replayed), Kubernetes
     /// ResourceQuotas (each namespace's `requests.nvidia.com/gpu` as a hard cap for the team
-    /// of its name), Volcano Queues (one cohort; `deserved`, else a weighted share, as the
-    /// nominal quota, `capability` and `guarantee` as limits; a team is the Queue of its name),
-    /// or a list of
+    /// of its name), Volcano Queues (one cohort, or a `spec.parent` tree with a cohort per
+    /// parent queue; `deserved`, else a weighted share, as the nominal quota, `capability` and
+    /// `guarantee` as limits; a team is the leaf Queue of its name), or a list of
     /// `{name, cohort?, quotas: [{flavor, nominal, borrowingLimit?, lendingLimit?}],
     /// fairShareWeight?}`; quotas from GPU-hours when omitted.
     #[arg(long)]

@@ -2,7 +2,7 @@
 //! `Queue`s and `Cohort`s, Kueue's ClusterQueues, LocalQueues and Cohorts, Kubernetes
 //! ResourceQuotas, Volcano Queues or plain scheduler queues; for another system's objects, each
 //! trace team is sent to the queue that would admit its work there, and what is not replayed is
-//! said. Cohort trees (Ferry's and Kueue's) are replayed, and said.
+//! said. Cohort trees (Ferry's, Kueue's and Volcano's queue trees) are replayed, and said.
 
 use std::path::Path;
 
@@ -47,8 +47,8 @@ pub(super) fn quota_queues(
 pub(super) struct QueuesFile {
     /// The scheduler's queues.
     pub queues: Vec<ferry_sched::QueueSpec>,
-    /// The cohorts of the file's cohort trees (Ferry's or Kueue's `Cohort`s; none: flat
-    /// cohorts).
+    /// The cohorts of the file's cohort trees (Ferry's or Kueue's `Cohort`s, Volcano's parent
+    /// queues; none: flat cohorts).
     pub cohorts: Vec<ferry_sched::CohortSpec>,
     /// Trace team → the queue its work goes to (other systems' objects only).
     pub teams: std::collections::BTreeMap<String, String>,
@@ -119,7 +119,8 @@ pub(super) fn queues_file(
 struct Foreign {
     /// The queues, by their name there.
     queues: Vec<(String, ferry_spec::QueueSpec)>,
-    /// The cohorts of its cohort trees, by their name there (Kueue's only).
+    /// The cohorts of its cohort trees, by their name there (Kueue's Cohorts, Volcano's parent
+    /// queues).
     cohorts: Vec<(String, ferry_spec::CohortSpec)>,
     /// What the queues are called there (`ClusterQueue`, `namespace`).
     noun: &'static str,
@@ -181,9 +182,11 @@ fn resource_quota_queues(
     Ok(queues)
 }
 
-/// Queues from Volcano's Queues: all in one cohort, each owed its `deserved` GPUs (or its
-/// weight's share of the rest of the cluster), preempting as the scheduler's ConfigMap in the
-/// file says (said first among the notes); a trace team is the Queue of its name.
+/// Queues from Volcano's Queues: all in one cohort, or, when they form a tree (`spec.parent`),
+/// the leaf queues in cohorts of their parent queues; each owed its `deserved` GPUs (or its
+/// weight's share of what its parent is owed), preempting as the scheduler's ConfigMap in the
+/// file says (said first among the notes); a trace team is the leaf Queue of its name (see
+/// `ferry_spec::VolcanoQueues::queue_of`).
 fn volcano_queues(
     text: &str,
     file: &str,
@@ -194,17 +197,15 @@ fn volcano_queues(
     let gpus = u32::try_from(cluster.total_gpus()).unwrap_or(u32::MAX);
     let foreign = Foreign {
         queues: volcano.queue_specs(gpus),
-        // Volcano's queue trees (`spec.parent`) are refused by the reader, never replayed.
-        cohorts: Vec::new(),
+        cohorts: volcano.cohort_specs(gpus),
         noun: "Queue",
-        notes: volcano.not_modelled,
+        notes: volcano.not_modelled.clone(),
     };
-    let names: Vec<String> = volcano.queues.iter().map(|q| q.name.clone()).collect();
     let mut queues = foreign.serving(
         trace,
         file,
         "volcano",
-        |team| Ok(names.iter().find(|n| n.eq_ignore_ascii_case(team)).cloned()),
+        |team| volcano.queue_of(team).map(|q| q.map(str::to_owned)),
         "add a Volcano Queue named as the team, or rename the team in the trace",
     )?;
     let replayed = volcano
