@@ -51,8 +51,8 @@ pub use config::{
 };
 pub use error::{Result, SchedError};
 pub use scheduler::{
-    ExpectedStart, FORECAST_CYCLES, Forecast, ForecastStart, Forecasted, InLine, QueueUsage,
-    Scheduler, WaitCause, Waiting,
+    CohortUsage, ExpectedStart, FORECAST_CYCLES, Forecast, ForecastStart, Forecasted, InLine,
+    QueueUsage, Scheduler, WaitCause, Waiting,
 };
 pub use sim::{
     ClassStats, CohortShare, Estimates, FAIRNESS_TOLERANCE, ForecastAccuracy, GenSpec, JOB_COLUMNS,

@@ -854,7 +854,7 @@ pub(crate) async fn schedule(
         }
     }
     note_waiting(plane, adm, active, &names, now).await?;
-    plane.set_queue_views(crate::queue_view::queue_views(&adm.sched, &names));
+    plane.set_views(crate::queue_view::views(&adm.sched, &names));
     if acted {
         plane.wake();
     }

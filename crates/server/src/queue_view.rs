@@ -2,11 +2,13 @@
 //! against its nominal quota and what it borrows, and its waiting jobs in the order the
 //! scheduler tries them, each with its expected start, and whether it admits work
 //! (`spec.stopPolicy`) — Kueue's ClusterQueue status and pending-workloads view in one place.
+//! A cohort's status (`ferry get cohorts`, `ferry describe cohort`) is built by the same
+//! helpers: its subtree's GPUs against its nominal ones and its weighted share.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use ferry_sched::{QueueUsage, Scheduler, StopPolicy};
+use ferry_sched::{CohortUsage, QueueUsage, Scheduler, StopPolicy};
 use ferry_spec::{JobPhase, ResourceKind};
 use ferry_store::{JobRecord, ObjectRecord};
 use serde_json::{Value, json};
@@ -17,6 +19,23 @@ use crate::state::{ControlPlane, Waiting};
 /// At most this many of a queue's waiting jobs are listed in its status (the count is always
 /// whole): enough to find one's own job, few enough to read.
 pub(crate) const LISTED_PENDING: usize = 50;
+
+/// The scheduler's queues and cohorts as the last scheduling cycle left them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Views {
+    /// Every queue the scheduler knows.
+    pub(crate) queues: Vec<QueueView>,
+    /// Every cohort the scheduler knows (`Scheduler::cohort_usage`).
+    pub(crate) cohorts: Vec<CohortUsage>,
+}
+
+/// Every queue and cohort of `sched` after a cycle (see [`queue_views`]).
+pub(crate) fn views(sched: &Scheduler, jobs: &HashMap<&str, &JobRecord>) -> Views {
+    Views {
+        queues: queue_views(sched, jobs),
+        cohorts: sched.cohort_usage(),
+    }
+}
 
 /// A queue as the last scheduling cycle left it.
 #[derive(Debug, Clone)]
@@ -85,25 +104,23 @@ pub(crate) fn queue_views(sched: &Scheduler, jobs: &HashMap<&str, &JobRecord>) -
         .collect()
 }
 
-/// A stored queue with what it holds now under `status`, as of the last scheduling cycle:
-/// GPUs used and borrowed (in all and per flavor, against its quota), jobs running and
-/// waiting, and the first [`LISTED_PENDING`] waiting jobs in order with their expected starts.
+/// A stored queue or cohort with what it holds now under `status`, as of the last scheduling
+/// cycle. A queue: GPUs used and borrowed (in all and per flavor, against its quota), its
+/// weighted share, jobs running and waiting, and the first [`LISTED_PENDING`] waiting jobs in
+/// order with their expected starts. A cohort: its subtree's GPUs used and borrowed against
+/// its nominal ones (in all and per flavor) and its weighted share.
 pub(crate) fn with_status(plane: &ControlPlane, mut record: ObjectRecord) -> ObjectRecord {
-    if record.kind != "Queue" {
-        return record;
-    }
-    let views = plane.queue_views();
-    let status = match views.iter().find(|v| v.usage.name == record.name) {
-        Some(view) => status(view, |uid| plane.waiting(uid)),
-        None => {
-            // Not scheduled here (no GPUs): what it was applied with.
-            let applied: ferry_spec::StopPolicy =
-                serde_json::from_value(record.doc["spec"]["stopPolicy"].clone())
-                    .unwrap_or_default();
-            let policy = StopPolicy::from(applied);
-            json!({"state": state(policy, false), "usedGpus": 0, "borrowedGpus": 0, "running": 0,
-                "pending": 0})
+    let status = match record.kind.as_str() {
+        "Queue" => queue_status(plane, &record),
+        "Cohort" => {
+            let views = plane.views();
+            match views.cohorts.iter().find(|c| c.name == record.name) {
+                Some(c) => cohort_status(c),
+                // Not scheduled here (no GPUs): nothing used.
+                None => usage_status(Vec::new(), 0.0),
+            }
         }
+        _ => return record,
     };
     let built_in = record.doc["status"]["builtIn"].as_bool() == Some(true);
     record.doc["status"] = status;
@@ -111,6 +128,62 @@ pub(crate) fn with_status(plane: &ControlPlane, mut record: ObjectRecord) -> Obj
         record.doc["status"]["builtIn"] = Value::Bool(true);
     }
     record
+}
+
+/// `status` of a stored queue: from its view, or what it was applied with when the scheduler
+/// does not have it.
+fn queue_status(plane: &ControlPlane, record: &ObjectRecord) -> Value {
+    let views = plane.views();
+    match views.queues.iter().find(|v| v.usage.name == record.name) {
+        Some(view) => status(view, |uid| plane.waiting(uid)),
+        None => {
+            // Not scheduled here (no GPUs): what it was applied with.
+            let applied: ferry_spec::StopPolicy =
+                serde_json::from_value(record.doc["spec"]["stopPolicy"].clone())
+                    .unwrap_or_default();
+            let policy = StopPolicy::from(applied);
+            let mut status = usage_status(Vec::new(), 0.0);
+            status["state"] = json!(state(policy, false));
+            status["running"] = json!(0);
+            status["pending"] = json!(0);
+            status
+        }
+    }
+}
+
+/// `status` of a cohort: its subtree's GPUs per flavor against its nominal ones.
+fn cohort_status(c: &CohortUsage) -> Value {
+    let flavors = c
+        .usage
+        .iter()
+        .zip(&c.nominal)
+        .map(|((flavor, used), (_, nominal))| flavor_entry(flavor, *used, *nominal))
+        .collect();
+    usage_status(flavors, c.weighted_share)
+}
+
+/// One flavor's entry of a queue's or cohort's `status.flavors`: GPUs used against the
+/// nominal ones, and those used beyond them (borrowed).
+fn flavor_entry(flavor: &str, used: u64, nominal: u64) -> Value {
+    json!({
+        "flavor": flavor,
+        "nominal": nominal,
+        "usedGpus": used,
+        "borrowedGpus": used.saturating_sub(nominal),
+    })
+}
+
+/// What a queue's and a cohort's `status` share: GPUs used, nominal and borrowed over all
+/// `flavors` (entries of [`flavor_entry`]), its weighted share, and the flavors themselves.
+fn usage_status(flavors: Vec<Value>, weighted_share: f64) -> Value {
+    let sum = |key: &str| flavors.iter().filter_map(|f| f[key].as_u64()).sum::<u64>();
+    json!({
+        "usedGpus": sum("usedGpus"),
+        "nominalGpus": sum("nominal"),
+        "borrowedGpus": sum("borrowedGpus"),
+        "weightedShare": weighted_share,
+        "flavors": flavors,
+    })
 }
 
 /// Whether a queue under `policy` admits work: `Active`, `Held` (its waiting jobs do not
@@ -126,23 +199,18 @@ fn state(policy: StopPolicy, holding: bool) -> &'static str {
 
 /// `status` of a queue from its view; `waiting` tells a waiting job's reason and start.
 fn status(view: &QueueView, waiting: impl Fn(&str) -> Option<Waiting>) -> Value {
-    let flavors: Vec<Value> = view
+    let flavors = view
         .usage
         .usage
         .iter()
         .zip(&view.limits)
         .map(|((flavor, used), limits)| {
             let (nominal, max) = limits.unwrap_or((0, 0));
-            json!({
-                "flavor": flavor,
-                "nominal": nominal,
-                "maxGpus": max,
-                "usedGpus": used,
-                "borrowedGpus": used.saturating_sub(nominal),
-            })
+            let mut entry = flavor_entry(flavor, *used, nominal);
+            entry["maxGpus"] = json!(max);
+            entry
         })
         .collect();
-    let sum = |key: &str| flavors.iter().filter_map(|f| f[key].as_u64()).sum::<u64>();
     let pending: Vec<Value> = view
         .pending
         .iter()
@@ -170,15 +238,12 @@ fn status(view: &QueueView, waiting: impl Fn(&str) -> Option<Waiting>) -> Value 
         })
         .collect();
     let holding = view.usage.running + view.stopping > 0;
-    json!({
-        "state": state(view.usage.stop_policy, holding),
-        "usedGpus": sum("usedGpus"),
-        "borrowedGpus": sum("borrowedGpus"),
-        "running": view.usage.running,
-        "pending": view.usage.pending,
-        "flavors": flavors,
-        "pendingWorkloads": pending,
-    })
+    let mut status = usage_status(flavors, view.usage.weighted_share);
+    status["state"] = json!(state(view.usage.stop_policy, holding));
+    status["running"] = json!(view.usage.running);
+    status["pending"] = json!(view.usage.pending);
+    status["pendingWorkloads"] = json!(pending);
+    status
 }
 
 /// The `default` queue jobs without `spec.queue` use, when no stored `Queue` defines it: a
@@ -286,6 +351,8 @@ mod tests {
             "{a:#}"
         );
         assert_eq!(a["flavors"][0]["nominal"], 2, "{a:#}");
+        // 1 GPU borrowed over weight 1.
+        assert_eq!(a["weightedShare"], 1.0, "{a:#}");
         assert_eq!(a["flavors"][0]["maxGpus"], 4, "{a:#}");
         let b = status(&views[1], told);
         let listed = b["pendingWorkloads"].as_array().unwrap();

@@ -45,7 +45,7 @@ struct Inner {
     waiting: Mutex<HashMap<String, Waiting>>,
     deployments: Mutex<Deployments>,
     gateway: std::sync::OnceLock<GatewayLink>,
-    queue_views: Mutex<Vec<crate::queue_view::QueueView>>,
+    views: Mutex<crate::queue_view::Views>,
     exports: Mutex<HashMap<String, ExportState>>,
     /// Taken shared while an apply stores what it was given, and exclusively while a model
     /// is deleted: a job or deployment naming the model is either seen by the delete's
@@ -124,7 +124,7 @@ impl ControlPlane {
                 waiting: Mutex::new(HashMap::new()),
                 deployments: Mutex::new(HashMap::new()),
                 gateway: std::sync::OnceLock::new(),
-                queue_views: Mutex::new(Vec::new()),
+                views: Mutex::new(Default::default()),
                 exports: Mutex::new(HashMap::new()),
                 model_users: tokio::sync::RwLock::new(()),
             }),
@@ -231,22 +231,19 @@ impl ControlPlane {
         waiting.get(uid).cloned()
     }
 
-    /// What each queue holds and who waits in it, as of the last scheduling cycle (for
-    /// `ferry get queues` and `ferry describe queue`).
-    pub(crate) fn queue_views(&self) -> Vec<crate::queue_view::QueueView> {
+    /// What each queue and cohort holds and who waits in each queue, as of the last
+    /// scheduling cycle (for `ferry get queues`, `ferry get cohorts` and `ferry describe`).
+    pub(crate) fn views(&self) -> crate::queue_view::Views {
         self.inner
-            .queue_views
+            .views
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
 
-    pub(crate) fn set_queue_views(&self, views: Vec<crate::queue_view::QueueView>) {
-        *self
-            .inner
-            .queue_views
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = views;
+    /// Keeps what the last scheduling cycle left (see [`Self::views`]).
+    pub(crate) fn set_views(&self, views: crate::queue_view::Views) {
+        *self.inner.views.lock().unwrap_or_else(|p| p.into_inner()) = views;
     }
 
     /// Exports by job uid (see `reconcile::store_succeeded`).

@@ -240,10 +240,12 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
             "QUOTAS",
             "BORROWING LIMIT",
             "LENDING LIMIT",
+            "USED",
+            "SHARE",
             "AGE",
         ],
         _ => &[
-            "NAME", "STATE", "COHORT", "QUOTAS", "WEIGHT", "USED", "BORROWED", "RUNNING",
+            "NAME", "STATE", "COHORT", "QUOTAS", "WEIGHT", "USED", "BORROWED", "SHARE", "RUNNING",
             "PENDING", "AGE",
         ],
     };
@@ -297,6 +299,8 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     per_flavor(&spec["quotas"], "nominal"),
                     per_flavor(&spec["quotas"], "borrowingLimit"),
                     per_flavor(&spec["quotas"], "lendingLimit"),
+                    used_of_nominal(&o["doc"]["status"]),
+                    share(&o["doc"]["status"]),
                     created,
                 ]
             }
@@ -329,6 +333,7 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
                     cell(&spec["weight"]),
                     cell(&o["doc"]["status"]["usedGpus"]),
                     cell(&o["doc"]["status"]["borrowedGpus"]),
+                    share(&o["doc"]["status"]),
                     cell(&o["doc"]["status"]["running"]),
                     cell(&o["doc"]["status"]["pending"]),
                     created,
@@ -342,6 +347,23 @@ pub async fn get(client: &Client, args: GetArgs) -> anyhow::Result<()> {
     }
     print!("{}", t.render());
     Ok(())
+}
+
+/// `3/4`: a cohort's subtree's (or a queue's) GPUs in use over its nominal GPUs (all flavors).
+fn used_of_nominal(status: &Value) -> String {
+    format!(
+        "{}/{}",
+        cell(&status["usedGpus"]),
+        cell(&status["nominalGpus"])
+    )
+}
+
+/// A queue's or cohort's weighted share (GPUs borrowed over its weight), 1 decimal; `-` when
+/// the server reports none.
+fn share(status: &Value) -> String {
+    status["weightedShare"]
+        .as_f64()
+        .map_or_else(|| "-".into(), |s| format!("{s:.1}"))
 }
 
 /// A cohort's quota `field` per flavor, `flavor=N` comma-separated, those without it left out;
@@ -374,6 +396,10 @@ pub async fn describe(client: &Client, args: DescribeArgs) -> anyhow::Result<()>
             .await?;
         if kind == ResourceKind::Queue {
             print!("{}", describe_queue(&o["doc"]));
+        } else if kind == ResourceKind::Cohort {
+            let cohorts: Vec<Value> = client.get("/api/v1/cohorts").await?;
+            let queues: Vec<Value> = client.get("/api/v1/queues").await?;
+            print!("{}", describe_cohort(&o["doc"], &cohorts, &queues));
         } else if kind == ResourceKind::Sweep {
             print!("{}", describe_sweep(&o["doc"]));
         } else {
@@ -562,6 +588,63 @@ fn describe_queue(doc: &Value) -> String {
             cell(&p["message"]),
         ]);
     }
+    for line in t.render().lines() {
+        let _ = writeln!(out, "  {line}");
+    }
+    out
+}
+
+/// `ferry describe cohort`: its parent, weight, what its subtree uses and borrows and its
+/// weighted share, then its child cohorts and queues (from `cohorts` and `queues`, as listed)
+/// with the same figures: the child with the lowest share is offered spare GPUs first.
+fn describe_cohort(doc: &Value, cohorts: &[Value], queues: &[Value]) -> String {
+    use std::fmt::Write as _;
+    let (spec, status) = (&doc["spec"], &doc["status"]);
+    let name = cell(&doc["metadata"]["name"]);
+    let weight = |spec: &Value| spec["weight"].as_f64().unwrap_or(1.0).to_string();
+    let mut out = String::new();
+    let mut field = |k: &str, v: String| {
+        let _ = writeln!(out, "{:<14}{v}", format!("{k}:"));
+    };
+    field("Name", name.clone());
+    field("Parent", cell(&spec["parent"]));
+    field("Weight", weight(spec));
+    field(
+        "GPUs",
+        format!(
+            "{} used of {} nominal (its own, its child cohorts' and its queues'), {} borrowed",
+            cell(&status["usedGpus"]),
+            cell(&status["nominalGpus"]),
+            cell(&status["borrowedGpus"])
+        ),
+    );
+    field(
+        "Share",
+        format!("{} (GPUs borrowed over its weight)", share(status)),
+    );
+    let mut t = Table::new(&["KIND", "NAME", "WEIGHT", "USED", "BORROWED", "SHARE"]);
+    let children = cohorts
+        .iter()
+        .filter(|c| c["doc"]["spec"]["parent"] == name.as_str())
+        .map(|c| ("Cohort", c))
+        .chain(
+            queues
+                .iter()
+                .filter(|q| q["doc"]["spec"]["cohort"] == name.as_str())
+                .map(|q| ("Queue", q)),
+        );
+    for (kind, o) in children {
+        let status = &o["doc"]["status"];
+        t.row(vec![
+            kind.into(),
+            cell(&o["name"]),
+            weight(&o["doc"]["spec"]),
+            used_of_nominal(status),
+            cell(&status["borrowedGpus"]),
+            share(status),
+        ]);
+    }
+    out.push_str("Children (spare GPUs go to the lowest SHARE first; USED: used/nominal GPUs):\n");
     for line in t.render().lines() {
         let _ = writeln!(out, "  {line}");
     }

@@ -1189,7 +1189,8 @@ fn a_preempted_job_still_checkpointing_survives_a_restart_and_a_drain() {
 }
 
 /// `examples/cohort-tree.yaml` on `ferry up --gpus 4`: `ferry get cohorts` lists the tree,
-/// weights included; queue nlp (1 GPU of its own) runs a 2-GPU job by borrowing through its
+/// weights included, and while jobs run what each subtree uses and its weighted share (as
+/// `ferry get queues` and `ferry describe cohort` do); queue nlp (1 GPU of its own) runs a 2-GPU job by borrowing through its
 /// cohort `research`, whose borrowing limit of 1 then holds a third nlp GPU back: that job
 /// waits while a GPU stays idle beside serving's 1-GPU job, admitted after it. A cohort whose deletion would leave nlp
 /// alone in an empty cohort is refused; its parent may go.
@@ -1213,6 +1214,8 @@ fn a_cohort_tree_holds_a_queue_to_its_borrowing_limit() {
             "LIMIT",
             "LENDING",
             "LIMIT",
+            "USED",
+            "SHARE",
             "AGE"
         ],
         "{listed}"
@@ -1239,6 +1242,40 @@ fn a_cohort_tree_holds_a_queue_to_its_borrowing_limit() {
     plane.wait_phase("serve", "Running", LIMIT);
     let more = plane.job("more");
     assert_eq!(more["status"]["phase"], "Queued");
+    // While they run: research's subtree uses 2 GPUs on its 1 nominal (nlp's), 1 borrowed over
+    // its weight 2; org's whole tree 3 of its 4 (its own 1, nlp's 1, serving's 2).
+    let listed = plane.ok(&["get", "cohorts"]);
+    let row = |listed: &str, name: &str, at: std::ops::Range<usize>| -> Vec<String> {
+        let line = listed.lines().find(|l| l.starts_with(&format!("{name} ")));
+        let cells: Vec<&str> = line.unwrap_or_default().split_whitespace().collect();
+        cells
+            .get(at)
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.to_string())
+            .collect()
+    };
+    assert_eq!(row(&listed, "org", 6..8), ["3/4", "0.0"], "{listed}");
+    assert_eq!(row(&listed, "research", 6..8), ["2/1", "0.5"], "{listed}");
+    // nlp itself borrows the same GPU over its weight 1; serving borrows none.
+    let queues = plane.ok(&["get", "queues"]);
+    assert!(queues.starts_with("NAME "), "{queues}");
+    assert_eq!(row(&queues, "nlp", 5..8), ["2", "1", "1.0"], "{queues}");
+    assert_eq!(row(&queues, "serving", 5..8), ["1", "0", "0.0"], "{queues}");
+    let described = plane.ok(&["describe", "cohort", "org"]);
+    for line in ["GPUs:         3 used of 4 nominal", "Share:        0.0"] {
+        assert!(described.contains(line), "{line:?} in {described}");
+    }
+    assert_eq!(
+        row(&described.replace("  Cohort", "Cohort"), "Cohort", 1..6),
+        ["research", "2", "2/1", "1", "0.5"],
+        "{described}"
+    );
+    assert_eq!(
+        row(&described.replace("  Queue", "Queue"), "Queue", 1..6),
+        ["serving", "1", "1/2", "0", "0.0"],
+        "{described}"
+    );
     // The department's limit is nlp's: it may never use more than 2 GPUs, and the reason says so.
     let why = more["status"]["message"].as_str().unwrap_or_default();
     assert!(

@@ -59,6 +59,11 @@ impl Scheduler {
         ((borrowed as f64 / weight) * 1000.0) as u64
     }
 
+    /// `side_share` in GPUs: what `QueueUsage` and `CohortUsage` report.
+    pub(super) fn weighted_share(&self, s: Side) -> f64 {
+        self.side_share(s) as f64 / 1000.0
+    }
+
     /// A side's GPUs of flavor `f` in use, changed by `delta`, over its nominal GPUs there
     /// (weighted); `None` without nominal GPUs.
     pub(super) fn side_ratio(&self, s: Side, f: usize, delta: i64) -> Option<f64> {

@@ -22,7 +22,7 @@ use crate::config::{
     Decision, Options, PodPlacement, PreemptionPolicy, StopPolicy, Time, Topology,
 };
 use crate::pool::{Pool, bits};
-use fairness::FairPath;
+use fairness::{FairPath, Side};
 use tree::{Cohort, room};
 
 pub(crate) use forecast::CYCLES_PER_INSTANT;
@@ -174,7 +174,7 @@ struct Reservation {
 }
 
 /// What one queue holds right now (for `ferry get queues` and tests).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct QueueUsage {
     /// Queue name.
     pub name: String,
@@ -186,6 +186,29 @@ pub struct QueueUsage {
     pub running: usize,
     /// Whether it admits work (`QueueSpec::stop_policy`).
     pub stop_policy: StopPolicy,
+    /// GPUs it uses beyond its nominal quota (all flavors) over its fair-share weight: the
+    /// lower, the sooner its work is tried against its siblings' (Kueue's `weightedShare`,
+    /// in GPUs rather than a fraction of what the cohort lends).
+    pub weighted_share: f64,
+}
+
+/// What one cohort's subtree holds right now (for `ferry get cohorts` and tests): how a
+/// department stands against its siblings in fair sharing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CohortUsage {
+    /// Cohort name.
+    pub name: String,
+    /// The cohort it borrows from (`None`: a root).
+    pub parent: Option<String>,
+    /// GPUs its subtree's queues use, per flavor.
+    pub usage: Vec<(String, u64)>,
+    /// Nominal GPUs of its subtree (its own, its child cohorts' and its queues'), per flavor.
+    pub nominal: Vec<(String, u64)>,
+    /// Its fair-share weight against its siblings.
+    pub weight: f64,
+    /// GPUs its subtree uses beyond its nominal GPUs (all flavors) over its weight, as
+    /// [`QueueUsage::weighted_share`].
+    pub weighted_share: f64,
 }
 
 /// A blocked workload first in line for a flavor's GPUs, and when the scheduler expects it
@@ -459,7 +482,8 @@ impl Scheduler {
     pub fn queue_usage(&self) -> Vec<QueueUsage> {
         self.queues
             .iter()
-            .map(|q| QueueUsage {
+            .enumerate()
+            .map(|(i, q)| QueueUsage {
                 name: q.name.clone(),
                 usage: self
                     .pools
@@ -470,6 +494,30 @@ impl Scheduler {
                 pending: q.pending.len(),
                 running: q.running.len(),
                 stop_policy: q.stop,
+                weighted_share: self.weighted_share(Side::Queue(i as u32)),
+            })
+            .collect()
+    }
+
+    /// What every cohort's subtree holds (a flat cohort's: its queues').
+    pub fn cohort_usage(&self) -> Vec<CohortUsage> {
+        let per_flavor = |v: &[u64]| -> Vec<(String, u64)> {
+            self.pools
+                .iter()
+                .zip(v)
+                .map(|(p, &u)| (p.name.clone(), u))
+                .collect()
+        };
+        self.cohorts
+            .iter()
+            .enumerate()
+            .map(|(c, co)| CohortUsage {
+                name: co.name.clone(),
+                parent: co.parent.map(|p| self.cohorts[p as usize].name.clone()),
+                usage: per_flavor(&co.usage),
+                nominal: per_flavor(&co.nominal),
+                weight: co.weight,
+                weighted_share: self.weighted_share(Side::Cohort(c as u32)),
             })
             .collect()
     }

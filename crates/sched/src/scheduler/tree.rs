@@ -482,4 +482,37 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn each_department_reports_its_use_against_its_quota_and_weight() {
+        let mut s = departments(32, 4, 16, 1.0, 2.0);
+        for (k, q) in ["a1", "a2", "a3", "b1", "a1", "b1"].into_iter().enumerate() {
+            s.submit(job(&format!("{q}-{k}"), q, 1, 0)).unwrap();
+        }
+        s.cycle(0);
+        let cohorts = s.cohort_usage();
+        let get = |name: &str| cohorts.iter().find(|c| c.name == name).unwrap();
+        // a: 16 GPUs on a nominal 12, weight 1; b: 8 on 4, weight 2.
+        let (a, b, root) = (get("a"), get("b"), get("root"));
+        assert_eq!(
+            (a.usage[0].1, a.nominal[0].1, a.weighted_share),
+            (16, 12, 4.0)
+        );
+        assert_eq!(
+            (b.usage[0].1, b.nominal[0].1, b.weighted_share),
+            (8, 4, 2.0)
+        );
+        assert_eq!(
+            (b.parent.as_deref(), root.parent.as_deref()),
+            (Some("root"), None)
+        );
+        // The root's own 16 count in its nominal: nothing is borrowed from outside the tree.
+        assert_eq!(
+            (root.usage[0].1, root.nominal[0].1, root.weighted_share),
+            (24, 32, 0.0)
+        );
+        let queues = s.queue_usage();
+        let a1 = queues.iter().find(|q| q.name == "a1").unwrap();
+        assert_eq!(a1.weighted_share, 4.0);
+    }
 }

@@ -556,3 +556,126 @@ async fn deleting_a_cohort_keeps_the_scheduler_buildable() {
     let (status, _) = call(&app, "GET", "/api/v1/cohorts/lab", None).await;
     assert_eq!(status, StatusCode::OK);
 }
+
+/// A weighted department's status shows what its subtree uses against its nominal GPUs and
+/// its weighted share, and its queue's status shows its own: read before any scheduling
+/// cycle, a Cohort shows zeros. Jobs are queued and admitted by one admission step (no rank
+/// process is launched).
+#[tokio::test]
+async fn a_cohort_and_its_queue_show_their_use_and_weighted_share() {
+    use ferry_spec::JobPhase;
+    use ferry_store::{JobFilter, StatusPatch};
+
+    let home = tempfile::tempdir().unwrap();
+    let plane = plane_in(home.path()).await;
+    let app = super::router(plane.clone());
+    // 4 GPUs: org has 2 of its own; research (weight 2) and product each hold a 1-GPU queue.
+    let tree = json!([
+        cohort("org", json!({"quotas": [{"flavor": "any", "nominal": 2}]})),
+        cohort("research", json!({"parent": "org", "weight": 2})),
+        cohort("product", json!({"parent": "org"})),
+        queue_in("nlp", "research", 1),
+        queue_in("web", "product", 1),
+    ]);
+    let (status, applied) = call(&app, "POST", "/api/v1/apply", Some(tree)).await;
+    assert_eq!(status, StatusCode::OK, "{applied}");
+    let (_, before) = call(&app, "GET", "/api/v1/cohorts/research", None).await;
+    let s = &before["doc"]["status"];
+    assert_eq!(
+        [
+            &s["usedGpus"],
+            &s["nominalGpus"],
+            &s["borrowedGpus"],
+            &s["weightedShare"]
+        ],
+        [&json!(0), &json!(0), &json!(0), &json!(0.0)],
+        "{before}"
+    );
+
+    let job = |name: &str, queue: &str, gpus: u32| {
+        json!({"apiVersion": "ferry.dev/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name},
+            "spec": {"engine": "command", "command": ["true"], "queue": queue,
+                "resources": {"gpusPerNode": gpus}}})
+    };
+    let jobs = json!([job("big", "nlp", 3), job("small", "web", 1)]);
+    let (status, applied) = call(&app, "POST", "/api/v1/apply", Some(jobs)).await;
+    assert_eq!(status, StatusCode::OK, "{applied}");
+    let store = plane.store();
+    let mut active = store.list_jobs(&JobFilter::unfinished()).await.unwrap();
+    for job in &mut active {
+        *job = store
+            .transition(
+                &job.uid,
+                JobPhase::Pending,
+                JobPhase::Queued,
+                "Queued",
+                "queued by the test",
+                StatusPatch::default(),
+            )
+            .await
+            .unwrap();
+    }
+    let mut admission = None;
+    crate::admission::schedule(&plane, &mut admission, &active)
+        .await
+        .unwrap();
+    let admitted = store.list_jobs(&JobFilter::unfinished()).await.unwrap();
+    assert!(
+        admitted.iter().all(|j| j.phase == JobPhase::Admitted),
+        "{admitted:?}"
+    );
+
+    // (usedGpus, nominalGpus, borrowedGpus, weightedShare) of a Cohort's or a Queue's status.
+    let figures = |record: &Value| {
+        let s = &record["doc"]["status"];
+        (
+            s["usedGpus"].as_u64().unwrap(),
+            s["nominalGpus"].as_u64().unwrap(),
+            s["borrowedGpus"].as_u64().unwrap(),
+            s["weightedShare"].as_f64().unwrap(),
+        )
+    };
+    let (status, cohorts) = call(&app, "GET", "/api/v1/cohorts", None).await;
+    assert_eq!(status, StatusCode::OK, "{cohorts}");
+    let by_name = |listed: &Value, name: &str| {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    // research: nlp's 3 GPUs on its 1 nominal, 2 borrowed over weight 2; product: its own 1;
+    // org: all 4 of its subtree's 4 (its 2 and its queues' 2), nothing borrowed.
+    let research = by_name(&cohorts, "research");
+    assert_eq!(figures(&research), (3, 1, 2, 1.0), "{research}");
+    assert_eq!(figures(&by_name(&cohorts, "product")), (1, 1, 0, 0.0));
+    assert_eq!(figures(&by_name(&cohorts, "org")), (4, 4, 0, 0.0));
+    let flavors = research["doc"]["status"]["flavors"].as_array().unwrap();
+    let used: Vec<&Value> = flavors
+        .iter()
+        .filter(|f| f["usedGpus"].as_u64() > Some(0))
+        .collect();
+    assert_eq!(used.len(), 1, "{research}");
+    assert_eq!(
+        [&used[0]["nominal"], &used[0]["borrowedGpus"]],
+        [&json!(1), &json!(2)],
+        "{research}"
+    );
+    let (_, got) = call(&app, "GET", "/api/v1/cohorts/research", None).await;
+    assert_eq!(figures(&got), (3, 1, 2, 1.0), "{got}");
+    // nlp: the same 2 borrowed over its weight 1.
+    let (_, queues) = call(&app, "GET", "/api/v1/queues", None).await;
+    assert_eq!(
+        figures(&by_name(&queues, "nlp")),
+        (3, 1, 2, 2.0),
+        "{queues}"
+    );
+    assert_eq!(
+        figures(&by_name(&queues, "web")),
+        (1, 1, 0, 0.0),
+        "{queues}"
+    );
+}
