@@ -6,7 +6,7 @@
 //! it, the other half of the cluster owned by the root cohort `org`. Department `big` holds
 //! every team but the last, department `small` the last, each under `org` with fair-share
 //! weight 1: the organisation's spare GPUs are owed half to each department, however many
-//! teams each has (`entitlements`). Each trace runs under Ferry, Ferry without preemption
+//! teams each has (`entitlements`; `SMALL_WEIGHT=W` gives `small` weight `W`). Each trace runs under Ferry, Ferry without preemption
 //! between departments (`ferry-no-dept`: `tree_fair_preemption` off) and Kueue StrictFIFO on
 //! the tree, and under EASY backfill (one queue, no tree); every run is judged against the
 //! tree's entitlements. `DUMP=DIR` writes each trace and its Kueue queues file (ClusterQueues and
@@ -61,9 +61,21 @@ fn tree(queues: &[QueueSpec], gpus: u32) -> (Vec<QueueSpec>, Vec<CohortSpec>) {
     let cohorts = vec![
         org,
         CohortSpec::under("big", Some("org")),
-        CohortSpec::under("small", Some("org")),
+        CohortSpec {
+            fair_share_weight: small_weight(),
+            ..CohortSpec::under("small", Some("org"))
+        },
     ];
     (queues, cohorts)
+}
+
+/// Department `small`'s fair-share weight: `SMALL_WEIGHT`, else 1.
+fn small_weight() -> f64 {
+    std::env::var("SMALL_WEIGHT")
+        .ok()
+        .and_then(|w| w.parse().ok())
+        .filter(|w: &f64| w.is_finite() && *w > 0.0)
+        .unwrap_or(1.0)
 }
 
 /// The Kueue objects `ferry sim --queues` reads for this tree.
@@ -82,6 +94,13 @@ fn kueue_yaml(queues: &[QueueSpec], cohorts: &[CohortSpec]) -> String {
         );
         if let Some(p) = &c.parent {
             let _ = writeln!(out, "  parentName: {p}");
+        }
+        if c.fair_share_weight != 1.0 {
+            let _ = writeln!(
+                out,
+                "  fairSharing: {{weight: \"{}\"}}",
+                c.fair_share_weight
+            );
         }
         if let Some(q) = c.quotas.first() {
             out.push_str(&group(&q.flavor, q.nominal));
