@@ -14,6 +14,10 @@ use ferry_spec::{
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 
+#[path = "support/sound.rs"]
+mod sound;
+use sound::{queue_sound, tree_sound};
+
 /// Every document of every example file, as the JSON values parsing starts from.
 fn example_documents() -> Vec<Value> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
@@ -459,44 +463,11 @@ fn ferry_sound(resources: &[Resource]) -> Result<(), TestCaseError> {
                         .is_none_or(|p| validate_name(p).is_ok()),
                     "{c:?}"
                 );
-                tree_sound(&[(name.to_owned(), c.spec.clone())])?;
+                tree_sound([(name, &c.spec)]).map_err(TestCaseError::fail)?;
             }
             _ => {}
         }
         reads_back(r)?;
-    }
-    Ok(())
-}
-
-/// A cohort tree as read: each cohort once, a positive weight, whole counts, limits only under
-/// a parent, and every walk up the parents ends (no cohort is its own ancestor).
-fn tree_sound(cohorts: &[(String, CohortSpec)]) -> Result<(), TestCaseError> {
-    let mut parent_of = std::collections::BTreeMap::new();
-    for (name, c) in cohorts {
-        prop_assert!(
-            parent_of
-                .insert(name.as_str(), c.parent.as_deref())
-                .is_none(),
-            "{name} twice"
-        );
-        prop_assert!(
-            c.weight > 0.0 && c.weight.is_finite(),
-            "{name}: {}",
-            c.weight
-        );
-        for q in &c.quotas {
-            prop_assert!(q.nominal >= 0, "{name}: {q:?}");
-            for limit in [q.borrowing_limit, q.lending_limit].into_iter().flatten() {
-                prop_assert!(limit >= 0 && c.parent.is_some(), "{name}: {q:?}");
-            }
-        }
-    }
-    for &start in parent_of.keys() {
-        let (mut at, mut steps) = (start, 0);
-        while let Some(Some(p)) = parent_of.get(at) {
-            (at, steps) = (*p, steps + 1);
-            prop_assert!(steps <= parent_of.len(), "{start} is its own ancestor");
-        }
     }
     Ok(())
 }
@@ -523,26 +494,12 @@ fn classes_sound(read: &ClusterPriorityClasses) -> Result<(), TestCaseError> {
 fn queues_sound((queues, cohorts, locals): &ReadQueues) -> Result<(), TestCaseError> {
     prop_assert!(!queues.is_empty());
     for (name, spec) in queues {
-        prop_assert!(
-            spec.weight > 0.0 && spec.weight.is_finite(),
-            "{name}: {}",
-            spec.weight
-        );
-        for q in &spec.quotas {
-            prop_assert!(
-                q.nominal >= 0 && q.borrowing_limit.is_none_or(|b| b >= 0),
-                "{name}: {q:?}"
-            );
-            prop_assert!(
-                q.lending_limit.is_none_or(|l| (0..=q.nominal).contains(&l)),
-                "{name}: {q:?}"
-            );
-        }
+        queue_sound(name, spec).map_err(TestCaseError::fail)?;
     }
     for l in locals {
         prop_assert!(queues.iter().any(|(n, _)| *n == l.cluster_queue), "{l:?}");
     }
-    tree_sound(cohorts)
+    tree_sound(cohorts.iter().map(|(n, c)| (n.as_str(), c))).map_err(TestCaseError::fail)
 }
 
 /// A refused file of queue objects is named, and every problem says something.

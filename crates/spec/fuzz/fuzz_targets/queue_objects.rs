@@ -11,58 +11,23 @@
 //! range, the global default one of them).
 #![no_main]
 
-use std::collections::BTreeMap;
-
 use ferry_spec::{
     CohortSpec, MAX_PRIORITY_VALUE, QueueSpec, Resource, VOLCANO_COHORT, VOLCANO_ROOT,
     VolcanoQueues, parse_documents, read_kueue_queues, read_priority_classes, read_resource_quotas,
     read_volcano_queues, validate_name,
 };
 
+#[path = "../../tests/support/sound.rs"]
+mod check;
+
+/// `check::queue_sound`, failing the run.
 fn sound(name: &str, spec: &QueueSpec) {
-    assert!(
-        spec.weight > 0.0 && spec.weight.is_finite(),
-        "{name}: {}",
-        spec.weight
-    );
-    for q in &spec.quotas {
-        assert!(q.nominal >= 0, "{name}: {q:?}");
-        assert!(q.borrowing_limit.is_none_or(|b| b >= 0), "{name}: {q:?}");
-        assert!(
-            q.lending_limit.is_none_or(|l| (0..=q.nominal).contains(&l)),
-            "{name}: {q:?}"
-        );
-    }
+    check::queue_sound(name, spec).unwrap();
 }
 
-/// A cohort tree as read: each cohort once, a positive weight, whole counts, limits only under
-/// a parent, and every walk up the parents ends (no cohort is its own ancestor).
+/// `check::tree_sound`, failing the run.
 fn tree_sound<'a>(cohorts: impl IntoIterator<Item = (&'a str, &'a CohortSpec)>) {
-    let mut parent_of: BTreeMap<&str, Option<&str>> = BTreeMap::new();
-    for (name, c) in cohorts {
-        assert!(
-            parent_of.insert(name, c.parent.as_deref()).is_none(),
-            "{name} twice"
-        );
-        assert!(
-            c.weight > 0.0 && c.weight.is_finite(),
-            "{name}: {}",
-            c.weight
-        );
-        for q in &c.quotas {
-            assert!(q.nominal >= 0, "{name}: {q:?}");
-            for limit in [q.borrowing_limit, q.lending_limit].into_iter().flatten() {
-                assert!(limit >= 0 && c.parent.is_some(), "{name}: {q:?}");
-            }
-        }
-    }
-    for &start in parent_of.keys() {
-        let (mut at, mut steps) = (start, 0);
-        while let Some(Some(p)) = parent_of.get(at) {
-            (at, steps) = (p, steps + 1);
-            assert!(steps <= parent_of.len(), "{start} is its own ancestor");
-        }
-    }
+    check::tree_sound(cohorts).unwrap();
 }
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
