@@ -371,17 +371,33 @@ fn fair_case() -> impl Strategy<Value = Case> {
             any::<bool>(),
         ),
     );
-    (2usize..4, quotas, jobs, switches, stops()).prop_map(
+    // Half the cases in departments: queues split between cohorts `d0` and `d1` under a root
+    // `r` that owns a part of the cluster no queue has (the spare the departments share), the
+    // departments weighted 0.25, 1 or 4.
+    let departments = prop::option::of((
+        1usize..4,
+        prop::sample::select(vec![0.25f64, 1.0, 4.0]),
+        prop::sample::select(vec![0.25f64, 1.0, 4.0]),
+        1u32..3,
+    ));
+    (2usize..4, quotas, jobs, switches, stops(), departments).prop_map(
         |(
             nodes,
             quotas,
             jobs,
             (backfill, hold, deficit, (through, overshoot, borrowed, minimax, restart, by_key)),
             stops,
+            departments,
         )| {
             let cluster = Cluster::uniform(nodes, 4, flavors()[0]);
             let cap = cluster.total_gpus() as u32;
             let total: u32 = quotas.iter().map(|(n, _)| n).sum();
+            // With departments the queues hold a quarter or a half of the cluster (some of them
+            // nothing), the root the rest.
+            let (cap, spare) = match departments {
+                Some((_, _, _, part)) => (cap * part / 4, cap - cap * part / 4),
+                None => (cap, 0),
+            };
             let mut left = cap;
             let queues: Vec<QueueSpec> = quotas
                 .iter()
@@ -393,9 +409,13 @@ fn fair_case() -> impl Strategy<Value = Case> {
                         (n * cap / total).min(left)
                     };
                     left -= nominal;
+                    let cohort = match departments {
+                        Some((split, ..)) => format!("d{}", usize::from(i >= split)),
+                        None => "all".into(),
+                    };
                     QueueSpec {
                         name: format!("q{i}"),
-                        cohort: Some("all".into()),
+                        cohort: Some(cohort),
                         quotas: vec![FlavorQuota {
                             flavor: flavors()[0].into(),
                             nominal,
@@ -431,10 +451,32 @@ fn fair_case() -> impl Strategy<Value = Case> {
                     (w, dur)
                 })
                 .collect();
+            let cohorts = match departments {
+                Some((_, w0, w1, _)) => vec![
+                    CohortSpec {
+                        quotas: vec![FlavorQuota {
+                            flavor: flavors()[0].into(),
+                            nominal: spare,
+                            borrowing_limit: None,
+                            lending_limit: None,
+                        }],
+                        ..CohortSpec::under("r", None)
+                    },
+                    CohortSpec {
+                        fair_share_weight: w0,
+                        ..CohortSpec::under("d0", Some("r"))
+                    },
+                    CohortSpec {
+                        fair_share_weight: w1,
+                        ..CohortSpec::under("d1", Some("r"))
+                    },
+                ],
+                None => Vec::new(),
+            };
             Case {
                 cluster,
                 queues,
-                cohorts: Vec::new(),
+                cohorts,
                 jobs,
                 opts: Options {
                     backfill,
@@ -779,7 +821,9 @@ fn run(case: &Case) -> Result<(), TestCaseError> {
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
             expected.insert(w.id.clone(), changed);
         }
+        let before = s.queue_usage();
         let decisions = s.cycle(t);
+        check_department_preemption(case, &s, &before, &decisions, &placements)?;
         let mut admitted_now: HashSet<&str> = HashSet::new();
         for d in &decisions {
             match d {
@@ -1001,6 +1045,140 @@ fn check_policy_allows(
         v.queue,
         v.priority
     );
+    Ok(())
+}
+
+/// One side of a fair-sharing comparison in `case`'s cohort tree, by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side<'a> {
+    Queue(&'a str),
+    Cohort(&'a str),
+}
+
+/// Queue `q` and the cohorts above it, from the queue up to its tree's root.
+fn path_up<'a>(case: &'a Case, q: &'a str) -> Vec<Side<'a>> {
+    let mut path = vec![Side::Queue(q)];
+    let spec = case.queues.iter().find(|x| x.name == q).expect("a queue");
+    let mut up = spec.cohort.as_deref();
+    while let Some(c) = up {
+        path.push(Side::Cohort(c));
+        up = case
+            .cohorts
+            .iter()
+            .find(|x| x.name == c)
+            .and_then(|x| x.parent.as_deref());
+    }
+    path
+}
+
+/// Where the paths of queues `a` and `b` part: on each, the child of the lowest cohort both are
+/// under (`None`: no cohort in common).
+fn parting<'a>(case: &'a Case, a: &'a str, b: &'a str) -> Option<(Side<'a>, Side<'a>)> {
+    let (pa, pb) = (path_up(case, a), path_up(case, b));
+    let i = pa
+        .iter()
+        .position(|x| matches!(x, Side::Cohort(_)) && pb.contains(x))?;
+    let j = pb.iter().position(|x| *x == pa[i]).expect("common cohort");
+    Some((pa[i - 1], pb[j - 1]))
+}
+
+/// Fair sharing between departments, by a model apart from the scheduler's: when a queue at or
+/// over its nominal quota takes borrowed work of another department (where the two queues'
+/// paths part, one side is a cohort), the victim's department still borrows at least as much
+/// as the preemptor's after the move, each over its weight, in the victims' flavor (Kueue's
+/// `LessThanOrEqualToFinalShare`: the move could not be made back). Judged on cycles whose
+/// only decisions are one preemptor's reclaims, so the state after the cycle is the state
+/// after the move (a preemptor is charged when its victims are told to stop).
+fn check_department_preemption(
+    case: &Case,
+    s: &Scheduler,
+    before: &[QueueUsage],
+    decisions: &[Decision],
+    placements: &HashMap<String, Vec<PodPlacement>>,
+) -> Result<(), TestCaseError> {
+    let mut preemptor = None;
+    let mut victims = Vec::new();
+    for d in decisions {
+        let Decision::Preempt {
+            id,
+            reason: PreemptReason::Reclaim { preemptor: p },
+        } = d
+        else {
+            return Ok(());
+        };
+        if preemptor.is_some_and(|x| x != p) {
+            return Ok(());
+        }
+        preemptor = Some(p);
+        victims.push(id);
+    }
+    let Some(p) = preemptor else { return Ok(()) };
+    let queue_of = |id: &str| {
+        case.jobs
+            .iter()
+            .find(|(w, _)| w.id == id)
+            .map(|(w, _)| w.queue.as_str())
+            .expect("a known job")
+    };
+    let pq = queue_of(p);
+    let flavor_of = |id: &str| {
+        let node = &placements[id][0].node;
+        case.cluster
+            .nodes
+            .iter()
+            .find(|n| &n.name == node)
+            .map(|n| n.flavor.as_str())
+            .expect("a node")
+    };
+    let used = |usage: &[QueueUsage], q: &str, f: &str| {
+        usage
+            .iter()
+            .find(|u| u.name == q)
+            .and_then(|u| u.usage.iter().find(|(x, _)| x == f))
+            .map_or(0, |(_, n)| *n)
+    };
+    let after = s.queue_usage();
+    let cohorts = s.cohort_usage();
+    // GPUs a side borrows beyond its nominal ones in flavor `f`, over its weight.
+    let borrowed = |side: Side, f: &str| -> f64 {
+        let (u, n, w) = match side {
+            Side::Queue(q) => {
+                let nominal = s.quota_limits(q, f).map_or(0, |(n, _)| n);
+                let w = case
+                    .queues
+                    .iter()
+                    .find(|x| x.name == q)
+                    .expect("a queue")
+                    .fair_share_weight;
+                (used(&after, q, f), nominal, w)
+            }
+            Side::Cohort(c) => {
+                let cu = cohorts.iter().find(|x| x.name == c).expect("a cohort");
+                let of = |v: &[(String, u64)]| v.iter().find(|(x, _)| x == f).map_or(0, |x| x.1);
+                (of(&cu.usage), of(&cu.nominal), cu.weight)
+            }
+        };
+        u.saturating_sub(n) as f64 / w
+    };
+    for v in victims {
+        let f = flavor_of(v);
+        let at_quota = s
+            .quota_limits(pq, f)
+            .is_some_and(|(n, _)| used(before, pq, f) >= n);
+        let Some((a, b)) = parting(case, pq, queue_of(v)) else {
+            continue;
+        };
+        if !at_quota || matches!((a, b), (Side::Queue(_), Side::Queue(_))) {
+            continue;
+        }
+        prop_assert!(
+            borrowed(b, f) + 1e-9 >= borrowed(a, f),
+            "{p} ({pq}, at or over its quota of {f}) took {v} from {b:?}, which then borrows \
+             {} against {a:?}'s {} (weighted)",
+            borrowed(b, f),
+            borrowed(a, f)
+        );
+    }
     Ok(())
 }
 

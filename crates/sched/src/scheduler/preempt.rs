@@ -378,7 +378,6 @@ impl Scheduler {
         if self.opts.fair_preemption
             && !loans_only
             && qs.quota[f].is_some_and(|qq| qs.usage[f] as i64 + delta > qq.nominal as i64)
-            && self.side_ratio(Side::Queue(q), f, delta).is_some()
         {
             let mut kueue_ok = true;
             // Between departments, a preemptor not below its nominal quota needs Kueue's rule.

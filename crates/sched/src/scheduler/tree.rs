@@ -484,6 +484,41 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_without_gpus_of_its_own_takes_only_what_leaves_the_other_department_richer() {
+        // a's queues have 12 GPUs, b1 none, the root 20; a borrows all 20 of the root's.
+        for (gang, preempts) in [(true, false), (false, true)] {
+            let mut s = departments(32, 0, 20, 1.0, 1.0);
+            if gang {
+                s.submit(job("a1-gang", "a1", 8, 0)).unwrap();
+            } else {
+                for (k, q) in ["a1", "a2", "a3", "a1"]
+                    .into_iter()
+                    .cycle()
+                    .take(8)
+                    .enumerate()
+                {
+                    s.submit(job(&format!("{q}-{k}"), q, 1, 0)).unwrap();
+                }
+            }
+            s.cycle(0);
+            let a = s
+                .cohort_usage()
+                .into_iter()
+                .find(|c| c.name == "a")
+                .unwrap();
+            assert_eq!(a.usage[0].1, 32);
+            // b1 asks for 4: b would borrow 4. Taking a 4-GPU job leaves a borrowing 16; taking
+            // the gang leaves it 0, less than b, so b could never be asked to give it back.
+            s.submit(job("b1-0", "b1", 1, 10)).unwrap();
+            let d = s.cycle(10);
+            let preempted = d
+                .iter()
+                .any(|x| matches!(x, Decision::Preempt { id, .. } if id.starts_with('a')));
+            assert_eq!(preempted, preempts, "a runs a gang: {gang}: {d:?}");
+        }
+    }
+
+    #[test]
     fn each_department_reports_its_use_against_its_quota_and_weight() {
         let mut s = departments(32, 4, 16, 1.0, 2.0);
         for (k, q) in ["a1", "a2", "a3", "b1", "a1", "b1"].into_iter().enumerate() {
