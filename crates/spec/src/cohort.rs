@@ -104,20 +104,13 @@ impl CohortSpec {
         p.positive_weight("spec.weight", self.weight);
         let mut seen = std::collections::BTreeSet::new();
         for (i, q) in self.quotas.iter().enumerate() {
-            let at = format!("spec.quotas[{i}]");
-            if !seen.insert(q.flavor.as_str()) {
-                p.push(
-                    format!("{at}.flavor"),
-                    format!("{:?} is listed twice; merge the entries", q.flavor),
-                );
-            }
-            p.at_least(&format!("{at}.nominal"), i64::from(q.nominal), 0);
-            for (field, limit) in [
+            let limits = [
                 ("borrowingLimit", q.borrowing_limit),
                 ("lendingLimit", q.lending_limit),
-            ] {
+            ];
+            let at = p.quota_row(i, &mut seen, &q.flavor, q.nominal, limits);
+            for (field, limit) in limits {
                 let Some(limit) = limit else { continue };
-                p.at_least(&format!("{at}.{field}"), i64::from(limit), 0);
                 if self.parent.is_none() {
                     p.push(
                         format!("{at}.{field}"),

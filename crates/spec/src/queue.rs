@@ -224,25 +224,23 @@ impl Queue {
         p.positive_weight("spec.weight", self.spec.weight);
         let mut seen = std::collections::BTreeSet::new();
         for (i, q) in self.spec.quotas.iter().enumerate() {
-            let at = format!("spec.quotas[{i}]");
-            if !seen.insert(q.flavor.as_str()) {
+            let at = p.quota_row(
+                i,
+                &mut seen,
+                &q.flavor,
+                q.nominal,
+                [
+                    ("borrowingLimit", q.borrowing_limit),
+                    ("lendingLimit", q.lending_limit),
+                ],
+            );
+            if let Some(l) = q.lending_limit
+                && l > q.nominal
+            {
                 p.push(
-                    format!("{at}.flavor"),
-                    format!("{:?} is listed twice; merge the entries", q.flavor),
+                    format!("{at}.lendingLimit"),
+                    format!("must not exceed nominal ({}) (got {l})", q.nominal),
                 );
-            }
-            p.at_least(&format!("{at}.nominal"), i64::from(q.nominal), 0);
-            if let Some(b) = q.borrowing_limit {
-                p.at_least(&format!("{at}.borrowingLimit"), i64::from(b), 0);
-            }
-            if let Some(l) = q.lending_limit {
-                p.at_least(&format!("{at}.lendingLimit"), i64::from(l), 0);
-                if l > q.nominal {
-                    p.push(
-                        format!("{at}.lendingLimit"),
-                        format!("must not exceed nominal ({}) (got {l})", q.nominal),
-                    );
-                }
             }
         }
         self.spec.preemption.validate(p);

@@ -19,6 +19,33 @@ impl Problems {
         }
     }
 
+    /// Records what every row of a quota list (a Queue's or a Cohort's `spec.quotas`) must
+    /// hold: its flavor named once in the list (`seen` holds the rows before it), and GPU
+    /// counts of 0 or more. Returns the row's path, for the kind's own rules.
+    pub(crate) fn quota_row<'a>(
+        &mut self,
+        i: usize,
+        seen: &mut std::collections::BTreeSet<&'a str>,
+        flavor: &'a str,
+        nominal: i32,
+        limits: [(&str, Option<i32>); 2],
+    ) -> String {
+        let at = format!("spec.quotas[{i}]");
+        if !seen.insert(flavor) {
+            self.push(
+                format!("{at}.flavor"),
+                format!("{flavor:?} is listed twice; merge the entries"),
+            );
+        }
+        self.at_least(&format!("{at}.nominal"), i64::from(nominal), 0);
+        for (field, limit) in limits {
+            if let Some(limit) = limit {
+                self.at_least(&format!("{at}.{field}"), i64::from(limit), 0);
+            }
+        }
+        at
+    }
+
     /// Records a problem at `path` unless `weight` (a Queue's or a Cohort's fair-sharing
     /// `spec.weight`) is a positive, finite number.
     pub(crate) fn positive_weight(&mut self, path: &str, weight: f64) {

@@ -400,6 +400,12 @@ mod tests {
         .unwrap()
     }
 
+    /// Whether `d` preempts work of department `a`.
+    fn preempts_a(d: &[Decision]) -> bool {
+        d.iter()
+            .any(|x| matches!(x, Decision::Preempt { id, .. } if id.starts_with('a')))
+    }
+
     /// How many of `d`'s admissions went to department `a` and to `b`.
     fn by_department(d: &[Decision]) -> (usize, usize) {
         let ids = admitted(d);
@@ -446,9 +452,7 @@ mod tests {
             // of its quota, a is at 2 (weight 1, ahead of b) or 0.5 (weight 4, behind).
             s.submit(job("b1-big", "b1", 2, 10)).unwrap();
             let d = s.cycle(10);
-            let preempted = d
-                .iter()
-                .any(|x| matches!(x, Decision::Preempt { id, .. } if id.starts_with('a')));
+            let preempted = preempts_a(&d);
             assert_eq!(preempted, preempts, "a's weight {wa}: {d:?}");
         }
     }
@@ -473,9 +477,7 @@ mod tests {
             // b1, at its own 4, asks for 4 more: b would borrow 4, a keeps 12 after.
             s.submit(job("b1-more", "b1", 1, 10)).unwrap();
             let d = s.cycle(10);
-            let preempted = d
-                .iter()
-                .any(|x| matches!(x, Decision::Preempt { id, .. } if id.starts_with('a')));
+            let preempted = preempts_a(&d);
             assert_eq!(
                 preempted, preempts,
                 "tree_fair_preemption {across}, b's weight {wb}: {d:?}"
@@ -511,9 +513,7 @@ mod tests {
             // the gang leaves it 0, less than b, so b could never be asked to give it back.
             s.submit(job("b1-0", "b1", 1, 10)).unwrap();
             let d = s.cycle(10);
-            let preempted = d
-                .iter()
-                .any(|x| matches!(x, Decision::Preempt { id, .. } if id.starts_with('a')));
+            let preempted = preempts_a(&d);
             assert_eq!(preempted, preempts, "a runs a gang: {gang}: {d:?}");
         }
     }
