@@ -452,8 +452,7 @@ mod tests {
             // of its quota, a is at 2 (weight 1, ahead of b) or 0.5 (weight 4, behind).
             s.submit(job("b1-big", "b1", 2, 10)).unwrap();
             let d = s.cycle(10);
-            let preempted = preempts_a(&d);
-            assert_eq!(preempted, preempts, "a's weight {wa}: {d:?}");
+            assert_eq!(preempts_a(&d), preempts, "a's weight {wa}: {d:?}");
         }
     }
 
@@ -477,9 +476,9 @@ mod tests {
             // b1, at its own 4, asks for 4 more: b would borrow 4, a keeps 12 after.
             s.submit(job("b1-more", "b1", 1, 10)).unwrap();
             let d = s.cycle(10);
-            let preempted = preempts_a(&d);
             assert_eq!(
-                preempted, preempts,
+                preempts_a(&d),
+                preempts,
                 "tree_fair_preemption {across}, b's weight {wb}: {d:?}"
             );
         }
@@ -513,8 +512,7 @@ mod tests {
             // the gang leaves it 0, less than b, so b could never be asked to give it back.
             s.submit(job("b1-0", "b1", 1, 10)).unwrap();
             let d = s.cycle(10);
-            let preempted = preempts_a(&d);
-            assert_eq!(preempted, preempts, "a runs a gang: {gang}: {d:?}");
+            assert_eq!(preempts_a(&d), preempts, "a runs a gang: {gang}: {d:?}");
         }
     }
 
