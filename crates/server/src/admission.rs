@@ -312,10 +312,35 @@ impl Config {
             None if tail.is_empty() || tail == "name" => "metadata.name".to_owned(),
             None => format!("spec.{tail}"),
         };
+        // Named once: most problems already say which queue or cohort they are about.
+        let own = format!("{noun} `{name}`");
+        let about = if problem.contains(&own) {
+            String::new()
+        } else {
+            format!("{own}: ")
+        };
         (
             Some((kind, name)),
-            FieldError::new(path, format!("{noun} `{name}`: {problem}; fix: {fix}")),
+            FieldError::new(path, format!("{about}{problem}; fix: {fix}")),
         )
+    }
+
+    /// `spec.queue`'s problem when `job` names a queue this configuration lacks, as
+    /// `Scheduler::submit` words it: for when no scheduler can be built to ask.
+    fn unknown_queue(&self, job: &TrainJob) -> Option<FieldError> {
+        let name = queue_of(job);
+        if self.queues.iter().any(|q| q.name == name) {
+            return None;
+        }
+        let mut known: Vec<&str> = self.queues.iter().map(|q| q.name.as_str()).collect();
+        known.sort_unstable();
+        Some(FieldError::new(
+            "spec.queue",
+            format!(
+                "queue `{name}` does not exist; create the queue or use one of: {}",
+                known.join(", ")
+            ),
+        ))
     }
 }
 
@@ -675,7 +700,7 @@ pub(crate) async fn check_batch(
     let config = Config::of(&queues, &cohorts, plane.inventory());
     let policy = plane.config().scheduler.clone();
     let mut sched = match config.scheduler(cluster, priorities, policy) {
-        Ok(s) => s,
+        Ok(s) => Some(s),
         Err(e) => {
             let (culprit, err) = config.error(&e);
             // The document at fault, else the batch's first queue or cohort (a stored one is
@@ -696,13 +721,23 @@ pub(crate) async fn check_batch(
                 .or(first)
                 .unwrap_or(0);
             problems.push((doc, err));
-            return Ok(problems);
+            None
         }
     };
+    let gpus = plane.inventory().len();
     for (i, job) in jobs {
         if problems.iter().any(|(d, _)| *d == i) {
             continue;
         }
+        // Without a scheduler, or for a job larger than the machine (refused for its size
+        // before this check), only the queue's name can be checked.
+        let Some(sched) = sched
+            .as_mut()
+            .filter(|_| job.spec.resources.total_gpus() as usize <= gpus)
+        else {
+            problems.extend(config.unknown_queue(job).map(|p| (i, p)));
+            continue;
+        };
         let w = workload_of(&format!("apply-check-{i}"), job, 0, 0);
         if let Err(e) = sched.submit(w) {
             let SchedError::InvalidWorkload {
@@ -1355,7 +1390,12 @@ mod tests {
         let (name, fe) = config.error(&e);
         assert_eq!(name, Some((ResourceKind::Queue, "a")));
         assert_eq!(fe.path, "spec.quotas[0].borrowingLimit");
-        assert!(fe.message.starts_with("queue `a`:"), "{}", fe.message);
+        // Named once: the scheduler's problem already says which queue.
+        assert!(
+            fe.message.starts_with("queue `a` may borrow 9 "),
+            "{}",
+            fe.message
+        );
     }
 
     fn cohort(yaml: &str) -> Cohort {
@@ -1422,8 +1462,7 @@ mod tests {
         assert_eq!(fe.path, "spec.quotas[0].borrowingLimit");
         // Research's 1 and queue a's 2 GPUs are lent to org, which has 1 of its own: 1 left.
         assert!(
-            fe.message
-                .starts_with("cohort `research`: cohort `research` may borrow 9 `")
+            fe.message.starts_with("cohort `research` may borrow 9 `")
                 && fe.message.contains("lends only 1"),
             "{}",
             fe.message

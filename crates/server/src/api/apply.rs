@@ -58,6 +58,8 @@ pub(crate) async fn apply(
     let mut resources = Vec::with_capacity(docs.len());
     // Each sweep's jobs, by the sweep's place in `resources`.
     let mut sweep_jobs: Vec<(usize, Vec<SweepJob>)> = Vec::new();
+    // Every document's problems, by its place, so a batch reports them all at once.
+    let mut problems: Vec<(usize, FieldError)> = Vec::new();
     for doc in docs {
         let resource = parse_value(doc, &source)?;
         if let Resource::Sweep(sweep) = &resource {
@@ -66,7 +68,12 @@ pub(crate) async fn apply(
                 .map_err(|problems| ApiError::invalid(&source, problems))?;
             sweep_jobs.push((resources.len(), jobs));
         }
-        check_against_cluster(&plane, &resource, &sweep_jobs, &source)?;
+        let doc = resources.len();
+        problems.extend(
+            against_cluster(&plane, &resource, &sweep_jobs)
+                .into_iter()
+                .map(|p| (doc, p)),
+        );
         resources.push(resource);
     }
     check_names(&resources, &sweep_jobs)?;
@@ -81,7 +88,6 @@ pub(crate) async fn apply(
         }
     }
     let found = crate::admission::check_batch(&plane, &checked).await?;
-    let mut problems: Vec<(usize, FieldError)> = Vec::new();
     let mut of_sweeps: BTreeMap<usize, Vec<(usize, FieldError)>> = BTreeMap::new();
     for (i, p) in found {
         match i.checked_sub(resources.len()).map(|j| origins[j]) {
@@ -187,15 +193,14 @@ pub(crate) async fn apply(
     Ok(Json(out))
 }
 
-/// Checks that need the control plane's view: engines this build has, GPUs that exist; for a
-/// sweep (the last of `sweep_jobs`), of each of its jobs.
-fn check_against_cluster(
+/// Problems that need the control plane's view: engines this build has, GPUs that exist; for
+/// a sweep (the last of `sweep_jobs`), of each of its jobs.
+fn against_cluster(
     plane: &ControlPlane,
     resource: &Resource,
     sweep_jobs: &[(usize, Vec<SweepJob>)],
-    source: &str,
-) -> Result<(), ApiError> {
-    let problems = match (resource, sweep_jobs.last()) {
+) -> Vec<FieldError> {
+    match (resource, sweep_jobs.last()) {
         (Resource::TrainJob(job), _) => job_problems(plane, job),
         (Resource::Sweep(sweep), Some((_, jobs))) => {
             sweep.job_problems(jobs.iter().flat_map(|j| {
@@ -205,11 +210,6 @@ fn check_against_cluster(
             }))
         }
         _ => Vec::new(),
-    };
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(source, problems))
     }
 }
 

@@ -418,7 +418,7 @@ async fn a_bad_cohort_tree_is_refused_and_nothing_is_stored() {
     assert_eq!(problem["field"], "spec.parent", "{err}");
     let message = problem["message"].as_str().unwrap();
     assert!(
-        message.starts_with("Cohort org: cohort `org`: cohort `org` is its own ancestor")
+        message.starts_with("Cohort org: cohort `org` is its own ancestor")
             && message.contains("fix: make the parents form a tree"),
         "{message}"
     );
@@ -438,7 +438,7 @@ async fn a_bad_cohort_tree_is_refused_and_nothing_is_stored() {
     assert_eq!(problem["field"], "spec.quotas[0].borrowingLimit", "{err}");
     let message = problem["message"].as_str().unwrap();
     assert!(
-        message.starts_with("Cohort research: cohort `research`: ")
+        message.starts_with("Cohort research: cohort `research` may borrow 3 ")
             && message.contains("lends only 1")
             && message.contains("fix: lower borrowingLimit to at most 1"),
         "{message}"
@@ -463,6 +463,91 @@ async fn a_bad_cohort_tree_is_refused_and_nothing_is_stored() {
         err["error"]["problems"][0]["field"],
         "spec.quotas[0].lendingLimit"
     );
+}
+
+/// A GPU job with its queue and size, as `ferry apply` sends one.
+fn gpu_job(name: &str, queue: &str, gpus: u32) -> Value {
+    json!({
+        "apiVersion": "ferry.dev/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"engine": "command", "command": ["true"], "queue": queue,
+                 "resources": {"nodes": 1, "procsPerNode": 1, "gpusPerNode": gpus}},
+    })
+}
+
+/// A batch with several bad documents is refused with every document's problems at once,
+/// each named once: the queue's unknown cohort (which keeps any scheduler from being built),
+/// a job's missing queue, and a job both too large and in a missing queue.
+#[tokio::test]
+async fn every_bad_document_of_a_batch_is_reported_at_once() {
+    let home = tempfile::tempdir().unwrap();
+    let plane = plane_in(home.path()).await;
+    let app = super::router(plane.clone());
+    let batch = json!([
+        queue_in("q-a", "nowhere", 2),
+        gpu_job("lost", "no-such-queue", 1),
+        gpu_job("huge", "also-missing", 16),
+    ]);
+    let (status, err) = call(&app, "POST", "/api/v1/apply", Some(batch)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    let problems: Vec<(String, String)> = err["error"]["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["field"].as_str().unwrap().to_owned(),
+                p["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let fields: Vec<&str> = problems.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.cohort",
+            "spec.queue",
+            "spec.resources.gpusPerNode",
+            "spec.queue"
+        ],
+        "{err}"
+    );
+    assert!(
+        problems[0]
+            .1
+            .starts_with("Queue q-a: cohort `nowhere` of queue `q-a` is unknown"),
+        "{}",
+        problems[0].1
+    );
+    assert!(
+        problems[1]
+            .1
+            .starts_with("TrainJob lost: queue `no-such-queue` does not exist; create the queue")
+            && problems[1].1.contains("default"),
+        "{}",
+        problems[1].1
+    );
+    assert!(
+        problems[2].1.contains("needs 16 GPUs") && problems[3].1.contains("`also-missing`"),
+        "{problems:?}"
+    );
+    let stored = plane.store().list_objects("Queue", None).await.unwrap();
+    assert!(stored.is_empty(), "{stored:?}");
+    let (_, listed) = call(&app, "GET", "/api/v1/jobs", None).await;
+    assert_eq!(listed, json!([]));
+    // With the scheduler buildable, a job too large for the machine in a queue that exists
+    // is refused once, for its size.
+    let (status, err) = call(
+        &app,
+        "POST",
+        "/api/v1/apply",
+        Some(gpu_job("huge", "default", 16)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    let problems = err["error"]["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{err}");
+    assert_eq!(problems[0]["field"], "spec.resources.gpusPerNode", "{err}");
 }
 
 /// A Cohort's weight that is not a positive number is refused at apply naming `spec.weight`
@@ -549,7 +634,7 @@ async fn deleting_a_cohort_keeps_the_scheduler_buildable() {
     assert!(
         message.starts_with(
             "Cohort lab is named by Queue solo; without it the cohort trees would not build a \
-             scheduler (spec.cohort: queue `solo`: cohort `lab` of queue `solo` is unknown"
+             scheduler (spec.cohort: cohort `lab` of queue `solo` is unknown"
         ) && message.ends_with("change or delete those first"),
         "{message}"
     );
