@@ -88,6 +88,12 @@ impl From<SpecError> for ApiError {
                 source_name,
                 problems,
             } => ApiError::invalid(&source_name, problems),
+            SpecError::Documents(_) => {
+                let problems = e.problems().into_iter().cloned().collect();
+                let mut api = ApiError::invalid("", problems);
+                api.message = e.to_string();
+                api
+            }
         }
     }
 }

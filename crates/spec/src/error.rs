@@ -52,14 +52,19 @@ pub enum SpecError {
         /// Every problem found, in document order.
         problems: Vec<FieldError>,
     },
+    /// More than one document of an input is refused: each one's error, in order, so a
+    /// multi-document file is fixed in one pass rather than one document per try.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Documents(Vec<SpecError>),
 }
 
 impl SpecError {
-    /// The field problems, empty for a syntax error.
-    pub fn problems(&self) -> &[FieldError] {
+    /// The field problems of every refused document, empty for syntax errors.
+    pub fn problems(&self) -> Vec<&FieldError> {
         match self {
-            SpecError::Syntax { .. } => &[],
-            SpecError::Invalid { problems, .. } => problems,
+            SpecError::Syntax { .. } => Vec::new(),
+            SpecError::Invalid { problems, .. } => problems.iter().collect(),
+            SpecError::Documents(errors) => errors.iter().flat_map(SpecError::problems).collect(),
         }
     }
 }

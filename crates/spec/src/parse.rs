@@ -177,18 +177,30 @@ pub fn parse_documents(text: &str, source_name: &str) -> Result<Vec<Resource>, S
             )],
         });
     }
+    parse_values(docs, source_name)
+}
+
+/// Turns each of `docs` into a validated resource, labelled `SOURCE (document N)` when there
+/// are several; every refused document is reported, not only the first.
+pub fn parse_values(docs: Vec<Value>, source_name: &str) -> Result<Vec<Resource>, SpecError> {
     let many = docs.len() > 1;
-    docs.into_iter()
-        .enumerate()
-        .map(|(i, doc)| {
-            let label = if many {
-                format!("{source_name} (document {})", i + 1)
-            } else {
-                source_name.to_owned()
-            };
-            parse_value(doc, &label)
-        })
-        .collect()
+    let (mut resources, mut errors) = (Vec::with_capacity(docs.len()), Vec::new());
+    for (i, doc) in docs.into_iter().enumerate() {
+        let label = if many {
+            format!("{source_name} (document {})", i + 1)
+        } else {
+            source_name.to_owned()
+        };
+        match parse_value(doc, &label) {
+            Ok(r) => resources.push(r),
+            Err(e) => errors.push(e),
+        }
+    }
+    match errors.len() {
+        0 => Ok(resources),
+        1 => Err(errors.remove(0)),
+        _ => Err(SpecError::Documents(errors)),
+    }
 }
 
 /// The documents of `text` as JSON values: YAML with `---` separators, a JSON object, or a

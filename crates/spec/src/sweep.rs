@@ -324,7 +324,7 @@ impl Sweep {
                     held,
                 }),
                 Ok(_) => unreachable!("a TrainJob document parses as a TrainJob"),
-                Err(e) => found.extend(e.problems().iter().map(|p| (index, p.clone()))),
+                Err(e) => found.extend(e.problems().into_iter().map(|p| (index, p.clone()))),
             }
         }
         p.0.extend(self.job_problems(found));

@@ -6,7 +6,7 @@ use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use std::collections::BTreeMap;
 
-use ferry_spec::{FieldError, Resource, SweepJob, parse_value};
+use ferry_spec::{FieldError, Resource, SweepJob, parse_values};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -60,8 +60,7 @@ pub(crate) async fn apply(
     let mut sweep_jobs: Vec<(usize, Vec<SweepJob>)> = Vec::new();
     // Every document's problems, by its place, so a batch reports them all at once.
     let mut problems: Vec<(usize, FieldError)> = Vec::new();
-    for doc in docs {
-        let resource = parse_value(doc, &source)?;
+    for resource in parse_values(docs, &source)? {
         if let Resource::Sweep(sweep) = &resource {
             let jobs = sweep
                 .expand()

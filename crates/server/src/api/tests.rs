@@ -535,6 +535,39 @@ async fn every_bad_document_of_a_batch_is_reported_at_once() {
     assert!(stored.is_empty(), "{stored:?}");
     let (_, listed) = call(&app, "GET", "/api/v1/jobs", None).await;
     assert_eq!(listed, json!([]));
+    // Documents that do not parse are all reported too, each labelled with its number.
+    let mut typo = gpu_job("typo", "default", 1);
+    typo["spec"]["resources"]["gpusPerNod"] = json!(1);
+    let mut negative = queue_in("q-b", "lab", 1);
+    negative["spec"]["quotas"][0]["nominal"] = json!(-1);
+    let (status, err) = call(
+        &app,
+        "POST",
+        "/api/v1/apply",
+        Some(json!([typo, gpu_job("fine", "default", 1), negative])),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    let fields: Vec<&Value> = err["error"]["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["field"])
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            &json!("spec.resources.gpusPerNod"),
+            &json!("spec.quotas[0].nominal")
+        ],
+        "{err}"
+    );
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("(document 1): spec.resources.gpusPerNod")
+            && message.contains("(document 3): spec.quotas[0].nominal"),
+        "{message}"
+    );
     // With the scheduler buildable, a job too large for the machine in a queue that exists
     // is refused once, for its size.
     let (status, err) = call(

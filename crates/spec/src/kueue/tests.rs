@@ -59,7 +59,7 @@ spec: {clusterQueue: vision-cq}
 fn problems(text: &str) -> Vec<String> {
     match read_kueue_queues(text, "q.yaml") {
         Ok(q) => panic!("accepted: {q:?}"),
-        Err(e) => e.problems().iter().map(ToString::to_string).collect(),
+        Err(e) => e.problems().into_iter().map(ToString::to_string).collect(),
     }
 }
 

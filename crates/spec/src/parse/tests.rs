@@ -15,7 +15,7 @@ spec:
 fn problems(text: &str) -> Vec<String> {
     match parse_documents(text, "job.yaml") {
         Ok(r) => panic!("expected an error, parsed {r:?}"),
-        Err(e) => e.problems().iter().map(ToString::to_string).collect(),
+        Err(e) => e.problems().into_iter().map(ToString::to_string).collect(),
     }
 }
 
@@ -646,4 +646,28 @@ fn every_example_parses() {
         "only {checked} example files in {}",
         dir.display()
     );
+}
+
+#[test]
+fn every_refused_document_of_a_file_is_reported_with_its_number() {
+    let bad_queue = "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: q}\n\
+                     spec: {quotas: [{flavor: any, nominal: -2}], wieght: 2}\n";
+    let text = format!(
+        "{bad_queue}---\n{HELLO}---\n{}",
+        HELLO.replace("nodes:", "nodez:")
+    );
+    let err = parse_documents(&text, "all.yaml").unwrap_err();
+    let shown = err.to_string();
+    let (first, third) = shown.split_once("; all.yaml (document 3): ").expect(&shown);
+    assert!(
+        first.starts_with("all.yaml (document 1): ")
+            && first.contains("spec.wieght: unknown field; did you mean `weight`?")
+            && first.contains("spec.quotas[0].nominal: must be 0 or more (got -2)"),
+        "{shown}"
+    );
+    assert!(third.starts_with("spec.resources.nodez"), "{shown}");
+    assert_eq!(err.problems().len(), 3, "{shown}");
+    // One refused document is reported as before, on its own.
+    let one = parse_documents(&format!("{bad_queue}---\n{HELLO}"), "one.yaml").unwrap_err();
+    assert!(matches!(one, SpecError::Invalid { .. }), "{one}");
 }

@@ -82,7 +82,7 @@ fn classes(text: &str) -> Vec<ClusterPriorityClass> {
 fn problems(text: &str) -> Vec<String> {
     match read_priority_classes(text, "pc.yaml") {
         Ok(read) => panic!("accepted: {read:?}"),
-        Err(e) => e.problems().iter().map(ToString::to_string).collect(),
+        Err(e) => e.problems().into_iter().map(ToString::to_string).collect(),
     }
 }
 

@@ -31,7 +31,7 @@ fn sweep(text: &str) -> Sweep {
 fn problems(text: &str) -> Vec<String> {
     match parse_documents(text, "sweep.yaml") {
         Ok(r) => panic!("expected an error, parsed {r:?}"),
-        Err(e) => e.problems().iter().map(ToString::to_string).collect(),
+        Err(e) => e.problems().into_iter().map(ToString::to_string).collect(),
     }
 }
 
