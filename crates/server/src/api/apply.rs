@@ -61,18 +61,24 @@ pub(crate) async fn apply(
     // Every document's problems, by its place, so a batch reports them all at once.
     let mut problems: Vec<(usize, FieldError)> = Vec::new();
     for resource in parse_values(docs, &source)? {
-        if let Resource::Sweep(sweep) = &resource {
-            let jobs = sweep
-                .expand()
-                .map_err(|problems| ApiError::invalid(&source, problems))?;
-            sweep_jobs.push((resources.len(), jobs));
-        }
         let doc = resources.len();
-        problems.extend(
-            against_cluster(&plane, &resource, &sweep_jobs)
-                .into_iter()
-                .map(|p| (doc, p)),
-        );
+        let found = match &resource {
+            Resource::TrainJob(job) => job_problems(&plane, job),
+            Resource::Sweep(sweep) => match sweep.expand() {
+                Ok(jobs) => {
+                    let found = sweep.job_problems(jobs.iter().flat_map(|j| {
+                        job_problems(&plane, &j.job)
+                            .into_iter()
+                            .map(|p| (j.index, p))
+                    }));
+                    sweep_jobs.push((doc, jobs));
+                    found
+                }
+                Err(expanding) => expanding,
+            },
+            _ => Vec::new(),
+        };
+        problems.extend(found.into_iter().map(|p| (doc, p)));
         resources.push(resource);
     }
     check_names(&resources, &sweep_jobs)?;
@@ -192,26 +198,6 @@ pub(crate) async fn apply(
     Ok(Json(out))
 }
 
-/// Problems that need the control plane's view: engines this build has, GPUs that exist; for
-/// a sweep (the last of `sweep_jobs`), of each of its jobs.
-fn against_cluster(
-    plane: &ControlPlane,
-    resource: &Resource,
-    sweep_jobs: &[(usize, Vec<SweepJob>)],
-) -> Vec<FieldError> {
-    match (resource, sweep_jobs.last()) {
-        (Resource::TrainJob(job), _) => job_problems(plane, job),
-        (Resource::Sweep(sweep), Some((_, jobs))) => {
-            sweep.job_problems(jobs.iter().flat_map(|j| {
-                job_problems(plane, &j.job)
-                    .into_iter()
-                    .map(|p| (j.index, p))
-            }))
-        }
-        _ => Vec::new(),
-    }
-}
-
 /// Refuses a batch that names one job twice, itself or through its sweeps' jobs (`a-1` and
 /// sweep `a`'s second job), before anything is stored.
 fn check_names(
@@ -243,7 +229,8 @@ fn check_names(
     Ok(())
 }
 
-/// The problems of one job against the control plane: its engine's own checks, and GPUs.
+/// The problems of one job that need the control plane's view: its engine's own checks
+/// (engines this build has), and GPUs that exist.
 fn job_problems(plane: &ControlPlane, job: &ferry_spec::TrainJob) -> Vec<FieldError> {
     let mut problems: Vec<FieldError> = Vec::new();
     match adapter_for(job) {
