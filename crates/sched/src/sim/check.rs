@@ -100,9 +100,9 @@ pub fn check_replayable(trace: &[TraceJob], site: Site<'_>, file: &str) -> Resul
     let mut alone =
         Scheduler::with_options(cluster.clone(), vec![whole], Vec::new(), Options::default())?;
     // One probe per distinct shape, team and topology; the probes only ever wait.
-    let mut verdicts: BTreeMap<(&str, u32, u32, Option<Topology>), Option<String>> =
+    let mut verdicts: BTreeMap<(&str, u32, u32, Option<Topology>), Option<Refusal>> =
         BTreeMap::new();
-    let mut refused: Vec<(&TraceJob, String)> = Vec::new();
+    let mut refused: Vec<(&TraceJob, Refusal)> = Vec::new();
     for t in trace {
         let (pods, per) = t.shape();
         for topology in [None, t.topology] {
@@ -123,23 +123,29 @@ pub fn check_replayable(trace: &[TraceJob], site: Site<'_>, file: &str) -> Resul
                 topology,
                 split_slowdown_pct: None,
             };
-            let why = by_team
-                .submit(probe(format!("team-{n}"), &t.team))
-                .and_then(|()| alone.submit(probe(format!("all-{n}"), &all)))
-                .err()
-                .map(|e| match e {
-                    SchedError::InvalidWorkload { problem, .. } => problem,
-                    other => other.to_string(),
-                });
+            let problem = |e: SchedError| match e {
+                SchedError::InvalidWorkload { problem, .. } => problem,
+                other => other.to_string(),
+            };
+            // The cluster's own limit first; else the team's quota is what refuses it.
+            let why = match (
+                alone.submit(probe(format!("all-{n}"), &all)),
+                by_team.submit(probe(format!("team-{n}"), &t.team)),
+            ) {
+                (Err(e), _) => Some(Refusal::Cluster(problem(e))),
+                (Ok(()), Err(e)) => Some(Refusal::Quota(problem(e))),
+                (Ok(()), Ok(())) => None,
+            };
             verdicts.insert(key, why);
         }
         if let Some(why) = &verdicts[&(t.team.as_str(), pods, per, t.topology)] {
             refused.push((t, why.clone()));
         }
     }
-    let Some((first, why)) = refused.first() else {
+    let Some((first, refusal)) = refused.first() else {
         return Ok(());
     };
+    let (Refusal::Cluster(why) | Refusal::Quota(why)) = refusal;
     let largest_pod = refused.iter().map(|(t, _)| t.shape().1).max().unwrap_or(0);
     let largest = refused.iter().map(|(t, _)| t.gpus).max().unwrap_or(0);
     let node_max = cluster.nodes.iter().map(|n| n.gpus).max().unwrap_or(0);
@@ -152,6 +158,22 @@ pub fn check_replayable(trace: &[TraceJob], site: Site<'_>, file: &str) -> Resul
              clear the job's `topology` column",
             level.noun(),
             level.name()
+        )
+    } else if refused.iter().all(|(_, r)| matches!(r, Refusal::Quota(_))) {
+        // The cluster holds every one: their teams' queues may not reach them.
+        let mut short: BTreeMap<&str, u64> = BTreeMap::new();
+        for (t, _) in &refused {
+            let most = short.entry(t.team.as_str()).or_default();
+            *most = (*most).max(u64::from(t.gpus));
+        }
+        let teams: Vec<String> = short
+            .iter()
+            .map(|(team, gpus)| format!("`{team}` to {gpus}"))
+            .collect();
+        format!(
+            "let each queue reach its largest job ({}) with a larger nominal quota, borrowing \
+             limit or cohort, or leave those jobs out of the trace",
+            teams.join(", ")
         )
     } else if largest_pod > node_max {
         format!(
@@ -182,6 +204,15 @@ pub fn check_replayable(trace: &[TraceJob], site: Site<'_>, file: &str) -> Resul
         ),
         fix,
     ))
+}
+
+/// What keeps a trace job from ever starting, with the scheduler's words for it: the cluster
+/// itself (too few GPUs, nodes too small), or only its team's queue (the quota it may reach
+/// with borrowing).
+#[derive(Debug, Clone)]
+enum Refusal {
+    Cluster(String),
+    Quota(String),
 }
 
 #[cfg(test)]
@@ -282,6 +313,12 @@ mod tests {
             "{msg}"
         );
         assert!(msg.contains("queue `b` can use at most 4"), "{msg}");
+        // The cluster holds the job, so the fix is the quota, not a larger cluster.
+        assert!(
+            msg.contains("fix: let each queue reach its largest job (`b` to 8)")
+                && !msg.contains("simulate at least"),
+            "{msg}"
+        );
     }
 
     #[test]
