@@ -42,7 +42,10 @@ pub use meta::{API_VERSION, ObjectMeta, validate_name};
 pub use metrics_line::{MAX_METRICS_LINE, parse_metrics_line};
 pub use parse::{Resource, ResourceKind, parse_documents, parse_value, parse_values};
 pub use priority_class::{MAX_PRIORITY_VALUE, PreemptionPolicy, PriorityClass, PriorityClassSpec};
-pub use priority_classes::{ClusterPriorityClass, ClusterPriorityClasses, read_priority_classes};
+pub use priority_classes::{
+    ClusterPriorityClass, ClusterPriorityClasses, holds_foreign_priority_classes,
+    read_priority_classes,
+};
 pub use quantity::quantity;
 pub use queue::{
     BorrowPolicy, BorrowWithinCohort, FlavorQuota, Preemption, Queue, QueueSpec,

@@ -30,11 +30,49 @@ fn read(path: &Path) -> anyhow::Result<(String, String)> {
     Ok((text, path.display().to_string()))
 }
 
+/// A file that is not Ferry's documents but a cluster's priority classes (Kubernetes'
+/// `scheduling.k8s.io/v1` PriorityClasses, as `kubectl get priorityclasses -o yaml` prints
+/// them, or Kueue's WorkloadPriorityClasses): Ferry's `PriorityClass` of each, with what is not
+/// taken over said on standard error, or why the file is refused. `None` when the file holds
+/// no such class.
+fn foreign_classes(text: &str, source: &str) -> Option<anyhow::Result<Vec<Resource>>> {
+    if !ferry_spec::holds_foreign_priority_classes(text) {
+        return None;
+    }
+    let read = match ferry_spec::read_priority_classes(text, source) {
+        Ok(read) => read,
+        Err(e) => return Some(Err(e.into())),
+    };
+    for note in &read.notes {
+        eprintln!("note: {note}");
+    }
+    if let Some(default) = read
+        .global_default
+        .filter(|d| d != ferry_sched::DEFAULT_PRIORITY)
+    {
+        eprintln!(
+            "note: `{default}` is the cluster's globalDefault; a Ferry job without \
+             spec.priority gets `{}` (apply a PriorityClass of that name with `{default}`'s \
+             value to make them the same)",
+            ferry_sched::DEFAULT_PRIORITY
+        );
+    }
+    Some(
+        read.classes
+            .iter()
+            .map(|c| c.to_resource().map_err(anyhow::Error::from))
+            .collect(),
+    )
+}
+
 pub async fn run(client: &Client, args: ApplyArgs) -> anyhow::Result<()> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     for path in &args.files {
         let (text, source) = read(path)?;
-        let mut resources = ferry_spec::parse_documents(&text, &source)?;
+        let mut resources = match ferry_spec::parse_documents(&text, &source) {
+            Ok(resources) => resources,
+            Err(e) => foreign_classes(&text, &source).ok_or(e)??,
+        };
         // Relative commands and paths resolve where `ferry apply` ran, as with a shell (a
         // sweep's jobs too, through its template).
         for r in &mut resources {

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::Plane;
+use crate::harness::{OutputText, Plane};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -430,6 +430,74 @@ fn a_clusters_priority_class_objects_are_read_as_exported() {
             && err.contains("also defines `normal` (value 0); fix: "),
         "{err}"
     );
+}
+
+/// `kubectl get priorityclasses -o yaml` (and Kueue's WorkloadPriorityClasses) piped to
+/// `ferry apply`: each class becomes Ferry's `PriorityClass`, Kubernetes' `system-` classes are
+/// left out and the global default is said, on standard error; a job may then name a class.
+/// A file with a class Ferry cannot take is refused as a whole, naming it.
+#[test]
+fn a_clusters_priority_classes_are_applied_as_exported() {
+    let plane = Plane::start(Some(1));
+    let exported = "apiVersion: v1\nkind: List\nitems:\n\
+        - apiVersion: scheduling.k8s.io/v1\n  kind: PriorityClass\n  metadata: {name: \
+          system-node-critical}\n  value: 2000001000\n\
+        - apiVersion: scheduling.k8s.io/v1\n  kind: PriorityClass\n  metadata: {name: standard, \
+          uid: 5e1f}\n  value: 500\n  globalDefault: true\n\
+        - apiVersion: scheduling.k8s.io/v1\n  kind: PriorityClass\n  metadata: {name: \
+          production}\n  value: 1000\n  preemptionPolicy: Never\n  description: paid work\n\
+        - apiVersion: kueue.x-k8s.io/v1beta1\n  kind: WorkloadPriorityClass\n  metadata: {name: \
+          batch}\n  value: -50\n";
+    let path = plane.write("classes.yaml", exported);
+    let out = plane.ferry(&["apply", "-f", &path]);
+    let (stdout, stderr) = (out.stdout_text(), out.stderr_text());
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [
+            "priorityclass/standard created",
+            "priorityclass/production created",
+            "priorityclass/batch created"
+        ],
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("note: skipped Kubernetes' own system-node-critical")
+            && stderr.contains("note: `standard` is the cluster's globalDefault"),
+        "{stderr}"
+    );
+    let listed = plane.ok(&["get", "priorityclasses"]);
+    let line = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|| panic!("no {name} in {listed}"))
+    };
+    assert!(
+        line("production").starts_with("production 1000 Never applied paid work"),
+        "{listed}"
+    );
+    assert!(
+        line("batch").starts_with("batch -50 PreemptLowerPriority applied"),
+        "{listed}"
+    );
+    assert!(!listed.contains("system-node-critical"), "{listed}");
+    plane.ok(&[
+        "apply",
+        "--dry-run",
+        "-f",
+        &plane.write("j.yaml", &sleeper("paid", "production", 1, 1)),
+    ]);
+
+    refused(
+        &plane,
+        "bad-classes.yaml",
+        "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: Huge}\nvalue: 5\n",
+        &["Huge"],
+    );
+    let listed = plane.ok(&["get", "priorityclasses"]);
+    assert!(!listed.to_lowercase().contains("huge"), "{listed}");
 }
 
 /// A `PriorityClass` applied to a running `ferry up` takes effect without a restart: a job
