@@ -6,6 +6,7 @@
 //! path and the fix.
 #![forbid(unsafe_code)]
 
+mod adopt;
 mod cohort;
 mod deployment;
 mod error;
@@ -29,6 +30,7 @@ mod train_job;
 mod validate;
 mod volcano;
 
+pub use adopt::{Adopted, adopt};
 pub use cohort::{Cohort, CohortQuota, CohortSpec};
 pub use deployment::{
     Autoscaling, DEFAULT_SCALE_METRIC, ModelDeployment, ModelDeploymentSpec, ModelDeploymentStatus,
@@ -42,10 +44,7 @@ pub use meta::{API_VERSION, ObjectMeta, validate_name};
 pub use metrics_line::{MAX_METRICS_LINE, parse_metrics_line};
 pub use parse::{Resource, ResourceKind, parse_documents, parse_value, parse_values};
 pub use priority_class::{MAX_PRIORITY_VALUE, PreemptionPolicy, PriorityClass, PriorityClassSpec};
-pub use priority_classes::{
-    ClusterPriorityClass, ClusterPriorityClasses, holds_foreign_priority_classes,
-    read_priority_classes,
-};
+pub use priority_classes::{ClusterPriorityClass, ClusterPriorityClasses, read_priority_classes};
 pub use quantity::quantity;
 pub use queue::{
     BorrowPolicy, BorrowWithinCohort, FlavorQuota, Preemption, Queue, QueueSpec,

@@ -63,14 +63,16 @@ pub struct ClusterPriorityClass {
     pub description: Option<String>,
 }
 
-/// Whether `text` holds a priority class of Kubernetes (`scheduling.k8s.io/v1`) or Kueue,
-/// which `ferry apply` reads with [`read_priority_classes`] rather than as Ferry's documents.
-pub fn holds_foreign_priority_classes(text: &str) -> bool {
+/// Whether `text` holds only priority classes, one of them Kubernetes' (`scheduling.k8s.io/v1`)
+/// or Kueue's, which `ferry apply` adopts (`crate::adopt`) rather than reads as Ferry's
+/// documents.
+pub(crate) fn holds_foreign_priority_classes(text: &str) -> bool {
     kubernetes_objects(text, "").is_ok_and(|objects| {
-        objects.iter().any(|o| {
+        let foreign = |o: &Object| {
             (o.kind == "PriorityClass" && o.api_version == KUBERNETES_API_VERSION)
                 || o.kind == "WorkloadPriorityClass"
-        })
+        };
+        objects.iter().any(foreign) && objects.iter().all(|o| KINDS.contains(&o.kind.as_str()))
     })
 }
 

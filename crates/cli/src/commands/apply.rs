@@ -30,23 +30,18 @@ fn read(path: &Path) -> anyhow::Result<(String, String)> {
     Ok((text, path.display().to_string()))
 }
 
-/// A file that is not Ferry's documents but a cluster's priority classes (Kubernetes'
-/// `scheduling.k8s.io/v1` PriorityClasses, as `kubectl get priorityclasses -o yaml` prints
-/// them, or Kueue's WorkloadPriorityClasses): Ferry's `PriorityClass` of each, with what is not
-/// taken over said on standard error, or why the file is refused. `None` when the file holds
-/// no such class.
-fn foreign_classes(text: &str, source: &str) -> Option<anyhow::Result<Vec<Resource>>> {
-    if !ferry_spec::holds_foreign_priority_classes(text) {
-        return None;
-    }
-    let read = match ferry_spec::read_priority_classes(text, source) {
-        Ok(read) => read,
+/// A file that is not Ferry's documents but another system's (Kueue's queues, ResourceQuotas,
+/// a cluster's priority classes): Ferry's resources for it, with what does not carry over said
+/// on standard error, or why the file is refused. `None` when it holds none of those.
+fn adopted(text: &str, source: &str) -> Option<anyhow::Result<Vec<Resource>>> {
+    let adopted = match ferry_spec::adopt(text, source)? {
+        Ok(adopted) => adopted,
         Err(e) => return Some(Err(e.into())),
     };
-    for note in &read.notes {
+    for note in &adopted.notes {
         eprintln!("note: {note}");
     }
-    if let Some(default) = read
+    if let Some(default) = adopted
         .global_default
         .filter(|d| d != ferry_sched::DEFAULT_PRIORITY)
     {
@@ -57,12 +52,7 @@ fn foreign_classes(text: &str, source: &str) -> Option<anyhow::Result<Vec<Resour
             ferry_sched::DEFAULT_PRIORITY
         );
     }
-    Some(
-        read.classes
-            .iter()
-            .map(|c| c.to_resource().map_err(anyhow::Error::from))
-            .collect(),
-    )
+    Some(Ok(adopted.resources))
 }
 
 pub async fn run(client: &Client, args: ApplyArgs) -> anyhow::Result<()> {
@@ -71,7 +61,7 @@ pub async fn run(client: &Client, args: ApplyArgs) -> anyhow::Result<()> {
         let (text, source) = read(path)?;
         let mut resources = match ferry_spec::parse_documents(&text, &source) {
             Ok(resources) => resources,
-            Err(e) => foreign_classes(&text, &source).ok_or(e)??,
+            Err(e) => adopted(&text, &source).ok_or(e)??,
         };
         // Relative commands and paths resolve where `ferry apply` ran, as with a shell (a
         // sweep's jobs too, through its template).

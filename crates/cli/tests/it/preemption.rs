@@ -500,6 +500,72 @@ fn a_clusters_priority_classes_are_applied_as_exported() {
     assert!(!listed.to_lowercase().contains("huge"), "{listed}");
 }
 
+/// A platform team's Kueue ClusterQueues and Cohort, and a namespace's ResourceQuota, as
+/// `kubectl get -o yaml` prints them, piped to `ferry apply`: each becomes Ferry's Queue (or
+/// Cohort) with the same quota, cohort and limits, what has no counterpart (a LocalQueue) is
+/// said, and a job naming the queue runs.
+#[test]
+fn kueue_queues_and_resource_quotas_are_applied_as_queues() {
+    let plane = Plane::start(Some(4));
+    let cluster_queue = |name: &str, nominal: u32| {
+        format!(
+            "- apiVersion: kueue.x-k8s.io/v1beta2\n  kind: ClusterQueue\n  metadata: {{name: \
+             {name}}}\n  spec:\n    cohortName: lab\n    resourceGroups:\n    - \
+             coveredResources: [nvidia.com/gpu]\n      flavors:\n      - name: any\n        \
+             resources:\n        - {{name: nvidia.com/gpu, nominalQuota: {nominal}}}\n"
+        )
+    };
+    let exported = format!(
+        "apiVersion: v1\nkind: List\nitems:\n{}{}- apiVersion: kueue.x-k8s.io/v1beta2\n  \
+         kind: LocalQueue\n  metadata: {{name: main, namespace: research}}\n  spec: \
+         {{clusterQueue: research}}\n",
+        cluster_queue("research", 2),
+        cluster_queue("product", 2)
+    );
+    let path = plane.write("kueue.yaml", &exported);
+    let out = plane.ferry(&["apply", "-f", &path]);
+    let (stdout, stderr) = (out.stdout_text(), out.stderr_text());
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["queue/research created", "queue/product created"],
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains(
+            "note: LocalQueue research/main: a Ferry job names its queue itself (spec.queue: \
+             research)"
+        ),
+        "{stderr}"
+    );
+    let queues: Vec<Value> =
+        serde_json::from_str(&plane.ok(&["get", "queues", "-o", "json"])).unwrap();
+    let research = queues
+        .iter()
+        .find(|q| q["metadata"]["name"] == "research")
+        .unwrap_or_else(|| panic!("{queues:?}"));
+    assert_eq!(research["spec"]["cohort"], "lab", "{research}");
+    assert_eq!(research["spec"]["quotas"][0]["nominal"], 2, "{research}");
+
+    let quota = "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: gpus, namespace: \
+                 vision}\nspec: {hard: {requests.nvidia.com/gpu: \"1\"}}\n";
+    let path = plane.write("quota.yaml", quota);
+    let out = plane.ferry(&["apply", "-f", &path]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    assert_eq!(out.stdout_text().trim(), "queue/vision created");
+    assert!(
+        out.stderr_text().contains("hard caps"),
+        "{}",
+        out.stderr_text()
+    );
+
+    plane.apply(
+        "job.yaml",
+        &sleeper("r", "normal", 2, 1).replace("  priority:", "  queue: research\n  priority:"),
+    );
+    plane.wait_phase("r", "Succeeded", LIMIT);
+}
+
 /// A `PriorityClass` applied to a running `ferry up` takes effect without a restart: a job
 /// naming it is refused until it exists, then preempts a `high` job; `ferry get
 /// priorityclasses` lists it beside `ferry up`'s own classes; it cannot be deleted while a job

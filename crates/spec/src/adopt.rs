@@ -1,0 +1,242 @@
+//! Another system's objects as Ferry's resources, for `ferry apply`: a platform team's Kueue
+//! ClusterQueues and Cohorts, its namespaces' ResourceQuotas, or its cluster's priority classes,
+//! as `kubectl get … -o yaml` prints them, become the Queues, Cohorts and PriorityClasses that
+//! run the same policy here, read by the same readers `ferry sim --queues` and `ferry up
+//! --priority-classes` use. What does not carry over is said, never dropped silently.
+
+use serde::Serialize;
+use serde_json::json;
+
+use crate::error::{FieldError, SpecError};
+use crate::foreign::QueueObjects;
+use crate::meta::API_VERSION;
+use crate::parse::{Resource, parse_value};
+use crate::priority_classes::holds_foreign_priority_classes;
+use crate::{read_kueue_queues, read_priority_classes, read_resource_quotas};
+
+/// Ferry's resources for a file of another system's objects, and what did not carry over.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Adopted {
+    /// The resources, in the file's order (queues before cohorts for Kueue's).
+    pub resources: Vec<Resource>,
+    /// What was read but is not taken over, one line each, for the user to see.
+    pub notes: Vec<String>,
+    /// The priority class marked `globalDefault: true`, which Ferry does not make its default.
+    pub global_default: Option<String>,
+}
+
+/// Ferry's resources for `text` when it holds Kueue's queue objects, Kubernetes ResourceQuotas,
+/// or Kubernetes / Kueue priority classes (`None` for anything else, Ferry's own documents
+/// included); `Err` with every problem when such a file cannot be taken over whole.
+pub fn adopt(text: &str, source_name: &str) -> Option<Result<Adopted, SpecError>> {
+    // A file of classes alone is classes, Kueue's WorkloadPriorityClasses included.
+    if holds_foreign_priority_classes(text) {
+        return Some(priority_classes(text, source_name));
+    }
+    let adopted = match QueueObjects::of(text) {
+        Some(QueueObjects::Kueue) => kueue(text, source_name),
+        Some(QueueObjects::ResourceQuotas) => resource_quotas(text, source_name),
+        Some(QueueObjects::Volcano) => Err(SpecError::Invalid {
+            source_name: source_name.to_owned(),
+            problems: vec![FieldError::new(
+                "",
+                "Volcano Queues are replayed by `ferry sim --queues` but not applied: their \
+                 `deserved` share depends on the cluster's size; write Ferry Queues (spec.quotas, \
+                 spec.cohort) for `ferry apply`",
+            )],
+        }),
+        None => return None,
+    };
+    Some(adopted)
+}
+
+/// One of Ferry's documents of `kind`, named `name`, with `spec`, checked as `ferry apply`
+/// checks any document (a name Ferry cannot use is refused here).
+fn document(kind: &str, name: &str, spec: &impl Serialize) -> Result<Resource, SpecError> {
+    let spec = serde_json::to_value(spec).expect("specs serialize");
+    let doc = json!({
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    });
+    parse_value(doc, &format!("{kind} {name}"))
+}
+
+/// Every document of `made`, or one error with every refused document's problems.
+fn all(made: Vec<Result<Resource, SpecError>>) -> Result<Vec<Resource>, SpecError> {
+    let (ok, errors): (Vec<_>, Vec<_>) = made.into_iter().partition(Result::is_ok);
+    let mut errors: Vec<SpecError> = errors.into_iter().filter_map(Result::err).collect();
+    match errors.len() {
+        0 => Ok(ok.into_iter().filter_map(Result::ok).collect()),
+        1 => Err(errors.remove(0)),
+        _ => Err(SpecError::Documents(errors)),
+    }
+}
+
+/// A Queue per ClusterQueue and a Cohort per Kueue Cohort; a LocalQueue has no counterpart
+/// (a Ferry job names its queue), so each is said with the queue its jobs should name.
+fn kueue(text: &str, source_name: &str) -> Result<Adopted, SpecError> {
+    let read = read_kueue_queues(text, source_name)?;
+    let made = (read.cluster_queues.iter())
+        .map(|(name, spec)| document("Queue", name, spec))
+        .chain((read.cohorts.iter()).map(|(name, spec)| document("Cohort", name, spec)))
+        .collect();
+    let mut notes = read.not_modelled;
+    notes.extend(read.local_queues.iter().map(|lq| {
+        format!(
+            "LocalQueue {}/{}: a Ferry job names its queue itself (spec.queue: {})",
+            lq.namespace, lq.name, lq.cluster_queue
+        )
+    }));
+    Ok(Adopted {
+        resources: all(made)?,
+        notes,
+        global_default: None,
+    })
+}
+
+/// A Queue per namespace with a GPU cap, its nominal quota the cap, in no cohort: a hard cap
+/// as before, which the note says how to turn into shared quota.
+fn resource_quotas(text: &str, source_name: &str) -> Result<Adopted, SpecError> {
+    let read = read_resource_quotas(text, source_name)?;
+    let made = (read.queues.iter())
+        .map(|(name, spec)| document("Queue", name, spec))
+        .collect();
+    let mut notes = read.not_modelled;
+    notes.push(
+        "ResourceQuotas are hard caps: each namespace's queue neither lends nor borrows; give \
+         the queues one spec.cohort to share idle GPUs (jobs name the queue of their namespace \
+         in spec.queue)"
+            .to_owned(),
+    );
+    Ok(Adopted {
+        resources: all(made)?,
+        notes,
+        global_default: None,
+    })
+}
+
+/// A PriorityClass per class of the file, Kubernetes' `system-` classes left out.
+fn priority_classes(text: &str, source_name: &str) -> Result<Adopted, SpecError> {
+    let read = read_priority_classes(text, source_name)?;
+    let made = read.classes.iter().map(|c| c.to_resource()).collect();
+    Ok(Adopted {
+        resources: all(made)?,
+        notes: read.notes,
+        global_default: read.global_default,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    /// A resource's spec as JSON, to read its fields back.
+    fn spec_of(r: &Resource) -> Value {
+        r.to_value()["spec"].clone()
+    }
+
+    fn adopted(text: &str) -> Adopted {
+        adopt(text, "f.yaml")
+            .expect("a foreign file")
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn kueue_cluster_queues_and_cohorts_become_queues_and_cohorts() {
+        let text = "\
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: team-a}
+spec:
+  cohort: org
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: h100
+      resources:
+      - {name: nvidia.com/gpu, nominalQuota: 16, borrowingLimit: 8}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: team-b}
+spec:
+  cohort: org
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: h100
+      resources:
+      - {name: nvidia.com/gpu, nominalQuota: 8}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: main, namespace: research}
+spec: {clusterQueue: team-a}
+";
+        let a = adopted(text);
+        let kinds: Vec<(&str, &str)> = a
+            .resources
+            .iter()
+            .map(|r| (r.kind().as_str(), r.metadata().name.as_str()))
+            .collect();
+        assert_eq!(kinds, [("Queue", "team-a"), ("Queue", "team-b")]);
+        let spec = spec_of(&a.resources[0]);
+        assert_eq!(spec["cohort"], "org");
+        assert_eq!(spec["quotas"][0]["nominal"], 16);
+        assert_eq!(spec["quotas"][0]["borrowingLimit"], 8);
+        assert!(
+            a.notes.iter().any(|n| n
+                == "LocalQueue research/main: a Ferry job names its queue itself \
+                            (spec.queue: team-a)"),
+            "{:?}",
+            a.notes
+        );
+    }
+
+    #[test]
+    fn resource_quotas_become_capped_queues() {
+        let text = "\
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: gpus, namespace: nlp}
+spec: {hard: {requests.nvidia.com/gpu: \"12\"}}
+";
+        let a = adopted(text);
+        assert_eq!(a.resources.len(), 1);
+        assert_eq!(a.resources[0].metadata().name, "nlp");
+        let spec = spec_of(&a.resources[0]);
+        assert_eq!(spec["quotas"][0]["nominal"], 12);
+        assert!(spec.get("cohort").is_none_or(Value::is_null), "{spec}");
+        assert!(
+            a.notes.iter().any(|n| n.contains("hard caps")),
+            "{:?}",
+            a.notes
+        );
+    }
+
+    #[test]
+    fn ferry_documents_and_volcano_queues_are_not_adopted() {
+        let ferry = "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: a}\n\
+                     spec: {quotas: [{flavor: any, nominal: 1}]}\n";
+        assert!(adopt(ferry, "f.yaml").is_none());
+        let volcano = "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n\
+                       metadata: {name: a}\nspec: {weight: 1}\n";
+        let err = adopt(volcano, "v.yaml").unwrap().unwrap_err().to_string();
+        assert!(err.contains("write Ferry Queues"), "{err}");
+    }
+
+    #[test]
+    fn a_name_ferry_cannot_use_refuses_the_whole_file() {
+        let text = "\
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: gpus, namespace: NLP_Team}
+spec: {hard: {requests.nvidia.com/gpu: \"4\"}}
+";
+        let err = adopt(text, "q.yaml").unwrap().unwrap_err().to_string();
+        assert!(err.contains("NLP_Team"), "{err}");
+    }
+}
