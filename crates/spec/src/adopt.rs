@@ -63,14 +63,29 @@ fn document(kind: &str, name: &str, spec: &impl Serialize) -> Result<Resource, S
     parse_value(doc, &format!("{kind} {name}"))
 }
 
-/// Every document of `made`, or one error with every refused document's problems.
-fn all(made: Vec<Result<Resource, SpecError>>) -> Result<Vec<Resource>, SpecError> {
-    let (ok, errors): (Vec<_>, Vec<_>) = made.into_iter().partition(Result::is_ok);
-    let mut errors: Vec<SpecError> = errors.into_iter().filter_map(Result::err).collect();
-    match errors.len() {
-        0 => Ok(ok.into_iter().filter_map(Result::ok).collect()),
-        1 => Err(errors.remove(0)),
-        _ => Err(SpecError::Documents(errors)),
+impl Adopted {
+    /// Every document of `made` with `notes`, or one error with every refused document's
+    /// problems.
+    fn of(
+        made: Vec<Result<Resource, SpecError>>,
+        notes: Vec<String>,
+        global_default: Option<String>,
+    ) -> Result<Adopted, SpecError> {
+        let (mut resources, mut errors) = (Vec::new(), Vec::new());
+        for r in made {
+            match r {
+                Ok(r) => resources.push(r),
+                Err(e) => errors.push(e),
+            }
+        }
+        match SpecError::gathered(errors) {
+            None => Ok(Adopted {
+                resources,
+                notes,
+                global_default,
+            }),
+            Some(e) => Err(e),
+        }
     }
 }
 
@@ -89,11 +104,7 @@ fn kueue(text: &str, source_name: &str) -> Result<Adopted, SpecError> {
             lq.namespace, lq.name, lq.cluster_queue
         )
     }));
-    Ok(Adopted {
-        resources: all(made)?,
-        notes,
-        global_default: None,
-    })
+    Adopted::of(made, notes, None)
 }
 
 /// A Queue per namespace with a GPU cap, its nominal quota the cap, in no cohort: a hard cap
@@ -110,22 +121,14 @@ fn resource_quotas(text: &str, source_name: &str) -> Result<Adopted, SpecError> 
          in spec.queue)"
             .to_owned(),
     );
-    Ok(Adopted {
-        resources: all(made)?,
-        notes,
-        global_default: None,
-    })
+    Adopted::of(made, notes, None)
 }
 
 /// A PriorityClass per class of the file, Kubernetes' `system-` classes left out.
 fn priority_classes(text: &str, source_name: &str) -> Result<Adopted, SpecError> {
     let read = read_priority_classes(text, source_name)?;
     let made = read.classes.iter().map(|c| c.to_resource()).collect();
-    Ok(Adopted {
-        resources: all(made)?,
-        notes: read.notes,
-        global_default: read.global_default,
-    })
+    Adopted::of(made, read.notes, read.global_default)
 }
 
 #[cfg(test)]

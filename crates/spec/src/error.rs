@@ -59,6 +59,16 @@ pub enum SpecError {
 }
 
 impl SpecError {
+    /// One error for the refused documents of an input: none, the one as it is, or
+    /// [`SpecError::Documents`] with each.
+    pub fn gathered(mut errors: Vec<SpecError>) -> Option<SpecError> {
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(SpecError::Documents(errors)),
+        }
+    }
+
     /// The field problems of every refused document, empty for syntax errors.
     pub fn problems(&self) -> Vec<&FieldError> {
         match self {

@@ -196,10 +196,9 @@ pub fn parse_values(docs: Vec<Value>, source_name: &str) -> Result<Vec<Resource>
             Err(e) => errors.push(e),
         }
     }
-    match errors.len() {
-        0 => Ok(resources),
-        1 => Err(errors.remove(0)),
-        _ => Err(SpecError::Documents(errors)),
+    match SpecError::gathered(errors) {
+        None => Ok(resources),
+        Some(e) => Err(e),
     }
 }
 

@@ -37,6 +37,14 @@ fn refused(plane: &Plane, file: &str, text: &str, needles: &[&str]) {
     }
 }
 
+/// The line of `listed` (a `ferry get` table) for `name`, its cells joined by single spaces.
+fn listing_line(listed: &str, name: &str) -> Option<String> {
+    listed
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
 /// Position of the first event matching `pred`, with a readable failure.
 fn find(events: &[Value], what: &str, pred: impl Fn(&Value) -> bool) -> usize {
     events
@@ -392,12 +400,7 @@ fn a_clusters_priority_class_objects_are_read_as_exported() {
     ];
     let plane = Plane::start_with(Some(1), &[("--priority-classes", &list(&classes))]);
     let listed = plane.ok(&["get", "priorityclasses"]);
-    let line = |name: &str| {
-        listed
-            .lines()
-            .find(|l| l.split_whitespace().next() == Some(name))
-            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-    };
+    let line = |name: &str| listing_line(&listed, name);
     for (name, listing) in [
         ("normal", "normal 500 PreemptLowerPriority ferry up"),
         ("standard", "standard 500 PreemptLowerPriority ferry up"),
@@ -467,13 +470,8 @@ fn a_clusters_priority_classes_are_applied_as_exported() {
         "{stderr}"
     );
     let listed = plane.ok(&["get", "priorityclasses"]);
-    let line = |name: &str| {
-        listed
-            .lines()
-            .find(|l| l.split_whitespace().next() == Some(name))
-            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-            .unwrap_or_else(|| panic!("no {name} in {listed}"))
-    };
+    let line =
+        |name: &str| listing_line(&listed, name).unwrap_or_else(|| panic!("no {name} in {listed}"));
     assert!(
         line("production").starts_with("production 1000 Never applied paid work"),
         "{listed}"
@@ -594,15 +592,8 @@ fn a_priority_class_applied_to_a_running_control_plane_takes_effect() {
     );
     assert_eq!(applied.trim(), "priorityclass/urgent created");
     let listed = plane.ok(&["get", "priorityclasses", "-n", "other"]);
-    let line = |name: &str| {
-        listed
-            .lines()
-            .find(|l| l.split_whitespace().next() == Some(name))
-            .unwrap_or_else(|| panic!("no {name} in {listed}"))
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    let line =
+        |name: &str| listing_line(&listed, name).unwrap_or_else(|| panic!("no {name} in {listed}"));
     assert!(
         line("urgent").starts_with("urgent 1000 PreemptLowerPriority applied deadline work"),
         "{listed}"

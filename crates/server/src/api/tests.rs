@@ -297,12 +297,7 @@ async fn a_bad_label_is_refused_at_apply_naming_it() {
     let job = labelled_job("a", "default", json!({"bad key": "x", "team": "-nlp"}));
     let (status, err) = call(&app, "POST", "/api/v1/apply", Some(job)).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
-    let fields: Vec<&Value> = err["error"]["problems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| &p["field"])
-        .collect();
+    let fields = problem_fields(&err);
     assert_eq!(
         fields,
         [
@@ -313,6 +308,16 @@ async fn a_bad_label_is_refused_at_apply_naming_it() {
     );
     let (_, listed) = call(&app, "GET", "/api/v1/jobs", None).await;
     assert_eq!(listed, json!([]));
+}
+
+/// The `field` of each problem of an `invalid` answer, in order.
+fn problem_fields(err: &Value) -> Vec<&Value> {
+    err["error"]["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| &p["field"])
+        .collect()
 }
 
 fn cohort(name: &str, spec: Value) -> Value {
@@ -548,12 +553,7 @@ async fn every_bad_document_of_a_batch_is_reported_at_once() {
     )
     .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
-    let fields: Vec<&Value> = err["error"]["problems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| &p["field"])
-        .collect();
+    let fields = problem_fields(&err);
     assert_eq!(
         fields,
         [

@@ -16,6 +16,10 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         assert_eq!(again.as_ref().ok(), Some(r), "{again:?}");
         let yaml = serde_saphyr::to_string(&r.to_value()).expect("a resource prints as YAML");
         let printed = parse_documents(&yaml, "printed.yaml");
-        assert_eq!(printed.as_deref().ok(), Some(std::slice::from_ref(r)), "{yaml}");
+        assert_eq!(
+            printed.as_deref().ok(),
+            Some(std::slice::from_ref(r)),
+            "{yaml}"
+        );
     }
 });

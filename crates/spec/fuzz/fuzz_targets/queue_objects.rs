@@ -8,13 +8,14 @@
 //! named once with a positive weight, no cohort its own ancestor, limits only under a parent;
 //! a Volcano queue tree's cohorts and queues under cohorts it defines or its root, and the
 //! scheduler taking the whole of it; classes named once with Ferry names, values in the user
-//! range, the global default one of them).
+//! range, the global default one of them). What `ferry apply` adopts from those objects
+//! (`adopt`) is Ferry's documents, each reading back as itself.
 #![no_main]
 
 use ferry_spec::{
     CohortSpec, MAX_PRIORITY_VALUE, QueueSpec, Resource, VOLCANO_COHORT, VOLCANO_ROOT,
-    VolcanoQueues, parse_documents, read_kueue_queues, read_priority_classes, read_resource_quotas,
-    read_volcano_queues, validate_name,
+    VolcanoQueues, adopt, parse_documents, parse_value, read_kueue_queues, read_priority_classes,
+    read_resource_quotas, read_volcano_queues, validate_name,
 };
 
 #[path = "../../tests/support/sound.rs"]
@@ -95,6 +96,16 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                 .as_deref()
                 .is_none_or(|d| names.contains(d))
         );
+    }
+    if let Some(Ok(adopted)) = adopt(&text, "fuzz.yaml") {
+        assert!(!adopted.resources.is_empty());
+        for r in &adopted.resources {
+            let again = parse_value(r.to_value(), "again").expect("an adopted document reads back");
+            assert_eq!(&again, r);
+            if let Resource::Queue(q) = r {
+                sound(&q.metadata.name, &q.spec);
+            }
+        }
     }
     if let Ok(read) = read_volcano_queues(&text, "fuzz.yaml") {
         assert!(!read.queues.is_empty());
