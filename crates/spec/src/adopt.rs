@@ -1,8 +1,9 @@
 //! Another system's objects as Ferry's resources, for `ferry apply`: a platform team's Kueue
 //! ClusterQueues and Cohorts, its namespaces' ResourceQuotas, or its cluster's priority classes,
-//! as `kubectl get … -o yaml` prints them, become the Queues, Cohorts and PriorityClasses that
-//! run the same policy here, read by the same readers `ferry sim --queues` and `ferry up
-//! --priority-classes` use. What does not carry over is said, never dropped silently.
+//! or Volcano's Queues, as `kubectl get … -o yaml` prints them, become the Queues, Cohorts and
+//! PriorityClasses that run the same policy here, read by the same readers `ferry sim --queues`
+//! and `ferry up --priority-classes` use. What does not carry over is said, never dropped
+//! silently.
 
 use serde::Serialize;
 use serde_json::json;
@@ -12,7 +13,7 @@ use crate::foreign::QueueObjects;
 use crate::meta::API_VERSION;
 use crate::parse::{Resource, parse_value};
 use crate::priority_classes::holds_foreign_priority_classes;
-use crate::{read_kueue_queues, read_priority_classes, read_resource_quotas};
+use crate::{read_kueue_queues, read_priority_classes, read_resource_quotas, read_volcano_queues};
 
 /// Ferry's resources for a file of another system's objects, and what did not carry over.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,9 +27,14 @@ pub struct Adopted {
 }
 
 /// Ferry's resources for `text` when it holds Kueue's queue objects, Kubernetes ResourceQuotas,
-/// or Kubernetes / Kueue priority classes (`None` for anything else, Ferry's own documents
-/// included); `Err` with every problem when such a file cannot be taken over whole.
-pub fn adopt(text: &str, source_name: &str) -> Option<Result<Adopted, SpecError>> {
+/// Volcano Queues (their shares fixed at `cluster_gpus`, which Volcano's depend on; refused
+/// without it), or Kubernetes / Kueue priority classes (`None` for anything else, Ferry's own
+/// documents included); `Err` with every problem when such a file cannot be taken over whole.
+pub fn adopt(
+    text: &str,
+    source_name: &str,
+    cluster_gpus: Option<u32>,
+) -> Option<Result<Adopted, SpecError>> {
     // A file of classes alone is classes, Kueue's WorkloadPriorityClasses included.
     if holds_foreign_priority_classes(text) {
         return Some(priority_classes(text, source_name));
@@ -36,15 +42,18 @@ pub fn adopt(text: &str, source_name: &str) -> Option<Result<Adopted, SpecError>
     let adopted = match QueueObjects::of(text) {
         Some(QueueObjects::Kueue) => kueue(text, source_name),
         Some(QueueObjects::ResourceQuotas) => resource_quotas(text, source_name),
-        Some(QueueObjects::Volcano) => Err(SpecError::Invalid {
-            source_name: source_name.to_owned(),
-            problems: vec![FieldError::new(
-                "",
-                "Volcano Queues are replayed by `ferry sim --queues` but not applied: their \
-                 `deserved` share depends on the cluster's size; write Ferry Queues (spec.quotas, \
-                 spec.cohort) for `ferry apply`",
-            )],
-        }),
+        Some(QueueObjects::Volcano) => match cluster_gpus {
+            Some(gpus) => volcano(text, source_name, gpus),
+            None => Err(SpecError::Invalid {
+                source_name: source_name.to_owned(),
+                problems: vec![FieldError::new(
+                    "",
+                    "Volcano Queues are owed shares of the cluster's GPUs, and its size is not \
+                     known here; apply them to a running control plane, or write Ferry Queues \
+                     (spec.quotas, spec.cohort)",
+                )],
+            }),
+        },
         None => return None,
     };
     Some(adopted)
@@ -124,6 +133,24 @@ fn resource_quotas(text: &str, source_name: &str) -> Result<Adopted, SpecError> 
     Adopted::of(made, notes, None)
 }
 
+/// Volcano's Queues on a cluster of `gpus` GPUs as `ferry sim --queues` replays them (one cohort,
+/// or a cohort per parent queue), each owed what it deserves there: fixed quotas, which the
+/// note says.
+fn volcano(text: &str, source_name: &str, gpus: u32) -> Result<Adopted, SpecError> {
+    let read = read_volcano_queues(text, source_name)?;
+    let made = (read.queue_specs(gpus).iter())
+        .map(|(name, spec)| document("Queue", name, spec))
+        .chain((read.cohort_specs(gpus).iter()).map(|(name, spec)| document("Cohort", name, spec)))
+        .collect();
+    let mut notes = read.replayed;
+    notes.extend(read.not_modelled);
+    notes.push(format!(
+        "Volcano's shares are fixed here as quotas on this control plane's {gpus} GPUs: apply \
+         the queues again if that changes"
+    ));
+    Adopted::of(made, notes, None)
+}
+
 /// A PriorityClass per class of the file, Kubernetes' `system-` classes left out.
 fn priority_classes(text: &str, source_name: &str) -> Result<Adopted, SpecError> {
     let read = read_priority_classes(text, source_name)?;
@@ -142,7 +169,7 @@ mod tests {
     }
 
     fn adopted(text: &str) -> Adopted {
-        adopt(text, "f.yaml")
+        adopt(text, "f.yaml", None)
             .expect("a foreign file")
             .unwrap_or_else(|e| panic!("{e}"))
     }
@@ -221,14 +248,48 @@ spec: {hard: {requests.nvidia.com/gpu: \"12\"}}
     }
 
     #[test]
-    fn ferry_documents_and_volcano_queues_are_not_adopted() {
+    fn ferry_documents_are_not_adopted_and_volcano_queues_need_the_cluster_size() {
         let ferry = "apiVersion: ferry.dev/v1alpha1\nkind: Queue\nmetadata: {name: a}\n\
                      spec: {quotas: [{flavor: any, nominal: 1}]}\n";
-        assert!(adopt(ferry, "f.yaml").is_none());
+        assert!(adopt(ferry, "f.yaml", Some(8)).is_none());
         let volcano = "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n\
                        metadata: {name: a}\nspec: {weight: 1}\n";
-        let err = adopt(volcano, "v.yaml").unwrap().unwrap_err().to_string();
+        let err = adopt(volcano, "v.yaml", None)
+            .unwrap()
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("write Ferry Queues"), "{err}");
+        // On a control plane of 16 GPUs, a second queue of twice the weight: 16 GPUs shared
+        // 1:2 in one cohort.
+        let two = format!(
+            "{volcano}---\napiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\n\
+             metadata: {{name: b}}\nspec: {{weight: 2}}\n"
+        );
+        let a = adopt(&two, "v.yaml", Some(16)).unwrap().unwrap();
+        let owed: Vec<(String, Value, Value)> = a
+            .resources
+            .iter()
+            .map(|r| {
+                let spec = spec_of(r);
+                (
+                    r.metadata().name.clone(),
+                    spec["quotas"][0]["nominal"].clone(),
+                    spec["cohort"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(owed.len(), 2, "{owed:?}");
+        let total: i64 = owed.iter().map(|(_, n, _)| n.as_i64().unwrap()).sum();
+        assert!(
+            total <= 16 && owed[1].1.as_i64() > owed[0].1.as_i64(),
+            "{owed:?}"
+        );
+        assert_eq!(owed[0].2, owed[1].2, "{owed:?}");
+        assert!(
+            a.notes.iter().any(|n| n.contains("16 GPUs")),
+            "{:?}",
+            a.notes
+        );
     }
 
     #[test]
@@ -239,7 +300,10 @@ kind: ResourceQuota
 metadata: {name: gpus, namespace: NLP_Team}
 spec: {hard: {requests.nvidia.com/gpu: \"4\"}}
 ";
-        let err = adopt(text, "q.yaml").unwrap().unwrap_err().to_string();
+        let err = adopt(text, "q.yaml", None)
+            .unwrap()
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("NLP_Team"), "{err}");
     }
 }

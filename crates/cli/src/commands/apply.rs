@@ -30,11 +30,26 @@ fn read(path: &Path) -> anyhow::Result<(String, String)> {
     Ok((text, path.display().to_string()))
 }
 
-/// A file that is not Ferry's documents but another system's (Kueue's queues, ResourceQuotas,
-/// a cluster's priority classes): Ferry's resources for it, with what does not carry over said
+/// A file that is not Ferry's documents but another system's (Kueue's or Volcano's queues,
+/// ResourceQuotas, a cluster's priority classes): Ferry's resources for it, with what does not carry over said
 /// on standard error, or why the file is refused. `None` when it holds none of those.
-fn adopted(text: &str, source: &str) -> Option<anyhow::Result<Vec<Resource>>> {
-    let adopted = match ferry_spec::adopt(text, source)? {
+async fn adopted(
+    client: &Client,
+    text: &str,
+    source: &str,
+) -> Option<anyhow::Result<Vec<Resource>>> {
+    // Volcano's queues are owed shares of the cluster: asked of the control plane.
+    let gpus = if ferry_spec::QueueObjects::of(text) == Some(ferry_spec::QueueObjects::Volcano) {
+        match client.get::<Value>("/api/v1/gpus").await {
+            Ok(inv) => inv["gpus"]
+                .as_array()
+                .map(|g| u32::try_from(g.len()).unwrap_or(u32::MAX)),
+            Err(e) => return Some(Err(e)),
+        }
+    } else {
+        None
+    };
+    let adopted = match ferry_spec::adopt(text, source, gpus)? {
         Ok(adopted) => adopted,
         Err(e) => return Some(Err(e.into())),
     };
@@ -61,7 +76,7 @@ pub async fn run(client: &Client, args: ApplyArgs) -> anyhow::Result<()> {
         let (text, source) = read(path)?;
         let mut resources = match ferry_spec::parse_documents(&text, &source) {
             Ok(resources) => resources,
-            Err(e) => adopted(&text, &source).ok_or(e)??,
+            Err(e) => adopted(client, &text, &source).await.ok_or(e)??,
         };
         // Relative commands and paths resolve where `ferry apply` ran, as with a shell (a
         // sweep's jobs too, through its template).

@@ -498,10 +498,11 @@ fn a_clusters_priority_classes_are_applied_as_exported() {
     assert!(!listed.to_lowercase().contains("huge"), "{listed}");
 }
 
-/// A platform team's Kueue ClusterQueues and Cohort, and a namespace's ResourceQuota, as
-/// `kubectl get -o yaml` prints them, piped to `ferry apply`: each becomes Ferry's Queue (or
-/// Cohort) with the same quota, cohort and limits, what has no counterpart (a LocalQueue) is
-/// said, and a job naming the queue runs.
+/// A platform team's Kueue ClusterQueues and Cohort, a namespace's ResourceQuota and Volcano
+/// Queues, as `kubectl get -o yaml` prints them, piped to `ferry apply`: each becomes Ferry's
+/// Queue (or Cohort) with the same quota, cohort and limits (Volcano's weighted shares of the
+/// control plane's GPUs), what has no counterpart (a LocalQueue) is said, and a job naming the
+/// queue runs.
 #[test]
 fn kueue_queues_and_resource_quotas_are_applied_as_queues() {
     let plane = Plane::start(Some(4));
@@ -555,6 +556,38 @@ fn kueue_queues_and_resource_quotas_are_applied_as_queues() {
         out.stderr_text().contains("hard caps"),
         "{}",
         out.stderr_text()
+    );
+
+    // Volcano's queues are owed shares of the control plane's 4 GPUs, weighted 1:3.
+    let volcano = |name: &str, weight: u32| {
+        format!(
+            "apiVersion: scheduling.volcano.sh/v1beta1\nkind: Queue\nmetadata: {{name: \
+             {name}}}\nspec: {{weight: {weight}, reclaimable: true}}\n"
+        )
+    };
+    let path = plane.write(
+        "volcano.yaml",
+        &format!("{}---\n{}", volcano("small", 1), volcano("large", 3)),
+    );
+    let out = plane.ferry(&["apply", "-f", &path]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    assert!(
+        out.stderr_text().contains("4 GPUs"),
+        "{}",
+        out.stderr_text()
+    );
+    let queues: Vec<Value> =
+        serde_json::from_str(&plane.ok(&["get", "queues", "-o", "json"])).unwrap();
+    let nominal = |name: &str| {
+        queues
+            .iter()
+            .find(|q| q["metadata"]["name"] == name)
+            .map(|q| q["spec"]["quotas"][0]["nominal"].clone())
+    };
+    assert_eq!(
+        (nominal("small"), nominal("large")),
+        (Some(1.into()), Some(3.into())),
+        "{queues:?}"
     );
 
     plane.apply(

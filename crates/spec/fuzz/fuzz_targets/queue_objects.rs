@@ -97,13 +97,15 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                 .is_none_or(|d| names.contains(d))
         );
     }
-    if let Some(Ok(adopted)) = adopt(&text, "fuzz.yaml") {
-        assert!(!adopted.resources.is_empty());
-        for r in &adopted.resources {
-            let again = parse_value(r.to_value(), "again").expect("an adopted document reads back");
-            assert_eq!(&again, r);
-            if let Resource::Queue(q) = r {
-                sound(&q.metadata.name, &q.spec);
+    for gpus in [None, Some(0), Some(176)] {
+        if let Some(Ok(adopted)) = adopt(&text, "fuzz.yaml", gpus) {
+            for r in &adopted.resources {
+                let again =
+                    parse_value(r.to_value(), "again").expect("an adopted document reads back");
+                assert_eq!(&again, r);
+                if let Resource::Queue(q) = r {
+                    sound(&q.metadata.name, &q.spec);
+                }
             }
         }
     }
