@@ -1,6 +1,6 @@
 //! Another system's objects as Ferry's resources, for `ferry apply`: a platform team's Kueue
-//! ClusterQueues and Cohorts, its namespaces' ResourceQuotas, or its cluster's priority classes,
-//! or Volcano's Queues, as `kubectl get … -o yaml` prints them, become the Queues, Cohorts and
+//! ClusterQueues and Cohorts, Volcano Queues, its namespaces' ResourceQuotas or its cluster's
+//! priority classes, as `kubectl get … -o yaml` prints them, become the Queues, Cohorts and
 //! PriorityClasses that run the same policy here, read by the same readers `ferry sim --queues`
 //! and `ferry up --priority-classes` use. What does not carry over is said, never dropped
 //! silently.

@@ -1,6 +1,7 @@
 //! `ferry apply -f FILE`: validate locally (every problem at once, naming the file),
 //! then send everything to the control plane, which validates again against the
-//! cluster and stores all or nothing.
+//! cluster and stores all or nothing. A file of another system's queues or priority classes
+//! (`ferry_spec::adopt`) is sent as Ferry's own.
 
 use std::io::Read;
 use std::path::Path;
@@ -31,8 +32,9 @@ fn read(path: &Path) -> anyhow::Result<(String, String)> {
 }
 
 /// A file that is not Ferry's documents but another system's (Kueue's or Volcano's queues,
-/// ResourceQuotas, a cluster's priority classes): Ferry's resources for it, with what does not carry over said
-/// on standard error, or why the file is refused. `None` when it holds none of those.
+/// ResourceQuotas, a cluster's priority classes): Ferry's resources for it, with what does not
+/// carry over said on standard error, or why the file is refused. `None` when it holds none of
+/// those.
 async fn adopted(
     client: &Client,
     text: &str,
