@@ -107,6 +107,23 @@ fn kueue(text: &str, source_name: &str) -> Result<Adopted, SpecError> {
         .chain((read.cohorts.iter()).map(|(name, spec)| document("Cohort", name, spec)))
         .collect();
     let mut notes = read.not_modelled;
+    // A flavor with node labels keeps its ResourceFlavor's name, which a control plane's GPUs
+    // may not carry.
+    let named: std::collections::BTreeSet<&str> = (read.cluster_queues.iter())
+        .flat_map(|(_, spec)| spec.quotas.iter().map(|q| q.flavor.as_str()))
+        .filter(|f| !f.eq_ignore_ascii_case(crate::kueue::ANY_FLAVOR))
+        .collect();
+    if !named.is_empty() {
+        notes.push(format!(
+            "flavors {} keep their ResourceFlavor names: a control plane applies a quota whose \
+             flavor names its GPUs (`ferry get gpus`) or `any`, so rename them to match",
+            named
+                .iter()
+                .map(|f| format!("`{f}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     notes.extend(read.local_queues.iter().map(|lq| {
         format!(
             "LocalQueue {}/{}: a Ferry job names its queue itself (spec.queue: {})",
@@ -221,6 +238,12 @@ spec: {clusterQueue: team-a}
             a.notes.iter().any(|n| n
                 == "LocalQueue research/main: a Ferry job names its queue itself \
                             (spec.queue: team-a)"),
+            "{:?}",
+            a.notes
+        );
+        // No ResourceFlavor in the file: `h100` is kept by name, and said.
+        assert!(
+            a.notes.iter().any(|n| n.starts_with("flavors `h100` keep")),
             "{:?}",
             a.notes
         );

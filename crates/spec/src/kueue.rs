@@ -22,7 +22,7 @@ use crate::queue::{
 pub const KUEUE_GROUP: &str = "kueue.x-k8s.io";
 
 /// Ferry's flavor that matches every node, what a ResourceFlavor without node labels is.
-const ANY_FLAVOR: &str = "any";
+pub(crate) const ANY_FLAVOR: &str = "any";
 
 /// The `spec` fields of a ClusterQueue in Kueue's v1beta1 and v1beta2 (both served): a
 /// field outside them is a typo or a newer Kueue, refused either way.
