@@ -228,9 +228,10 @@ pub struct DeleteArgs {
     /// with it), cohort (refused while the cohort trees left would not build the scheduler) or
     /// model (a registered model, with the files Ferry exported for it; refused while a
     /// deployment or an unfinished job uses it); `jobs` with -l.
-    pub kind: String,
+    #[arg(required_unless_present = "files")]
+    pub kind: Option<String>,
     /// Name (none with -l).
-    #[arg(required_unless_present = "selector")]
+    #[arg(required_unless_present_any = ["selector", "files"])]
     pub name: Option<String>,
     /// Namespace.
     #[arg(short, long, default_value = "default")]
@@ -238,6 +239,10 @@ pub struct DeleteArgs {
     /// Jobs by label instead of by name.
     #[command(flatten)]
     pub select: JobSelection,
+    /// Every resource a file defines, as `ferry apply -f` read it (`-` for standard input),
+    /// last document first; instead of KIND and NAME.
+    #[arg(short = 'f', long = "filename", conflicts_with_all = ["kind", "selector"])]
+    pub files: Vec<PathBuf>,
 }
 
 /// `ferry schema`.

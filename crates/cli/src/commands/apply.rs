@@ -14,7 +14,8 @@ use crate::args::ApplyArgs;
 use crate::client::Client;
 use crate::output;
 
-fn read(path: &Path) -> anyhow::Result<(String, String)> {
+/// The text of `path` (`-`: standard input) and how errors name it.
+pub(crate) fn read(path: &Path) -> anyhow::Result<(String, String)> {
     if path == Path::new("-") {
         let mut text = String::new();
         std::io::stdin()
@@ -72,14 +73,24 @@ async fn adopted(
     Some(Ok(adopted.resources))
 }
 
+/// The resources a file defines: Ferry's documents, else what another system's objects in it
+/// become (`adopted`), else the documents' own error.
+pub(crate) async fn resources(
+    client: &Client,
+    text: &str,
+    source: &str,
+) -> anyhow::Result<Vec<Resource>> {
+    match ferry_spec::parse_documents(text, source) {
+        Ok(resources) => Ok(resources),
+        Err(e) => adopted(client, text, source).await.ok_or(e)?,
+    }
+}
+
 pub async fn run(client: &Client, args: ApplyArgs) -> anyhow::Result<()> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     for path in &args.files {
         let (text, source) = read(path)?;
-        let mut resources = match ferry_spec::parse_documents(&text, &source) {
-            Ok(resources) => resources,
-            Err(e) => adopted(client, &text, &source).await.ok_or(e)??,
-        };
+        let mut resources = resources(client, &text, &source).await?;
         // Relative commands and paths resolve where `ferry apply` ran, as with a shell (a
         // sweep's jobs too, through its template).
         for r in &mut resources {

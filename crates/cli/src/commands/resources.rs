@@ -972,28 +972,45 @@ async fn delete_job_when_stopped(client: &Client, job: &Value) -> anyhow::Result
     delete_when_stopped(client, &path, grace_of(&job["spec"])).await
 }
 
-/// `ferry delete KIND NAME`, or `ferry delete jobs -l SELECTOR`: a job not finished is
-/// cancelled first (all selected ones before any is waited for).
+/// `ferry delete KIND NAME`, `ferry delete jobs -l SELECTOR`, or `ferry delete -f FILE`: a job
+/// not finished is cancelled first (all selected ones before any is waited for).
 pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
-    if matches!(args.kind.to_ascii_lowercase().as_str(), "model" | "models") {
+    if !args.files.is_empty() {
+        return delete_defined(client, &args.files).await;
+    }
+    let Some(kind_name) = args.kind.as_deref() else {
+        bail!("give the kind and name to delete: `ferry delete KIND NAME`, or -f FILE");
+    };
+    if matches!(kind_name.to_ascii_lowercase().as_str(), "model" | "models") {
         return delete_model(client, &args).await;
     }
-    let kind = ResourceKind::from_name(&args.kind).ok_or_else(|| {
+    let kind = ResourceKind::from_name(kind_name).ok_or_else(|| {
         anyhow!(
-            "unknown kind {:?}; use job, deployment, queue, priorityclass, sweep, cohort or model",
-            args.kind
+            "unknown kind {kind_name:?}; use job, deployment, queue, priorityclass, sweep, cohort \
+             or model"
         )
     })?;
     let ns = &args.namespace;
     if let Some(selector) = &args.select.selector {
-        let mut target = vec![args.kind.as_str()];
+        let mut target = vec![kind_name];
         target.extend(args.name.as_deref());
         check_selected_target("delete", &target)?;
         return delete_selected(client, selector, ns, args.select.all_namespaces).await;
     }
     let Some(name) = &args.name else {
-        bail!("give the name to delete: `ferry delete {} NAME`", args.kind);
+        bail!("give the name to delete: `ferry delete {kind_name} NAME`");
     };
+    delete_one(client, kind, ns, name).await
+}
+
+/// Deletes one resource, saying so: a job cancelled and its ranks stopped first, a sweep's
+/// jobs with it.
+async fn delete_one(
+    client: &Client,
+    kind: ResourceKind,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<()> {
     if kind == ResourceKind::TrainJob {
         let job: Value = client.get(&job_path(ns, name)).await?;
         cancel_before_delete(client, &job).await?;
@@ -1011,6 +1028,44 @@ pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
         client.delete(&path).await?;
     }
     println!("{}/{name} deleted", kind.as_str().to_lowercase());
+    Ok(())
+}
+
+/// `ferry delete -f FILE`: every resource the files define, as `ferry apply -f` reads them:
+/// work first (jobs, sweeps, deployments), then queues, cohorts and priority classes, each the
+/// last defined first, so nothing is deleted while something left names it; one line per
+/// resource, failing at the end if any was not deleted.
+async fn delete_defined(client: &Client, files: &[std::path::PathBuf]) -> anyhow::Result<()> {
+    let mut defined = Vec::new();
+    for path in files {
+        let (text, source) = super::apply::read(path)?;
+        defined.extend(super::apply::resources(client, &text, &source).await?);
+    }
+    defined.reverse();
+    defined.sort_by_key(|r| match r.kind() {
+        ResourceKind::TrainJob | ResourceKind::Sweep | ResourceKind::ModelDeployment => 0,
+        ResourceKind::Queue => 1,
+        ResourceKind::Cohort => 2,
+        ResourceKind::PriorityClass => 3,
+    });
+    let mut failed = 0;
+    for r in &defined {
+        let meta = r.metadata();
+        if let Err(e) = delete_one(client, r.kind(), &meta.namespace, &meta.name).await {
+            eprintln!(
+                "error: {}/{}: {e:#}",
+                r.kind().as_str().to_lowercase(),
+                meta.name
+            );
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        bail!(
+            "{failed} of the {} resources defined were not deleted",
+            defined.len()
+        );
+    }
     Ok(())
 }
 

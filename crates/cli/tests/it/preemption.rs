@@ -590,11 +590,38 @@ fn kueue_queues_and_resource_quotas_are_applied_as_queues() {
         "{queues:?}"
     );
 
-    plane.apply(
+    let job = plane.write(
         "job.yaml",
         &sleeper("r", "normal", 2, 1).replace("  priority:", "  queue: research\n  priority:"),
     );
+    plane.ok(&["apply", "-f", &job]);
     plane.wait_phase("r", "Succeeded", LIMIT);
+
+    // `ferry delete -f` takes away what the same files made, the job before its queue.
+    let kueue = plane.home.path().join("kueue.yaml");
+    let deleted = plane.ok(&["delete", "-f", kueue.to_str().unwrap(), "-f", &job]);
+    assert_eq!(
+        deleted.lines().collect::<Vec<_>>(),
+        [
+            "trainjob/r deleted",
+            "queue/product deleted",
+            "queue/research deleted"
+        ],
+        "{deleted}"
+    );
+    let listed = plane.ok(&["get", "queues"]);
+    assert!(
+        !listed.contains("research") && listed.contains("vision"),
+        "{listed}"
+    );
+    let out = plane.ferry(&["delete", "-f", kueue.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        out.stderr_text()
+            .contains("2 of the 2 resources defined were not deleted"),
+        "{}",
+        out.stderr_text()
+    );
 }
 
 /// A `PriorityClass` applied to a running `ferry up` takes effect without a restart: a job
