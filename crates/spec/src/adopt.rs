@@ -8,11 +8,13 @@
 use serde::Serialize;
 use serde_json::json;
 
+use crate::cohort::CohortSpec;
 use crate::error::{FieldError, SpecError};
 use crate::foreign::QueueObjects;
 use crate::meta::API_VERSION;
 use crate::parse::{Resource, parse_value};
 use crate::priority_classes::holds_foreign_priority_classes;
+use crate::queue::QueueSpec;
 use crate::{read_kueue_queues, read_priority_classes, read_resource_quotas, read_volcano_queues};
 
 /// Ferry's resources for a file of another system's objects, and what did not carry over.
@@ -72,6 +74,17 @@ fn document(kind: &str, name: &str, spec: &impl Serialize) -> Result<Resource, S
     parse_value(doc, &format!("{kind} {name}"))
 }
 
+/// A Queue document per queue and a Cohort document per cohort, in that order.
+fn queues_and_cohorts(
+    queues: &[(String, QueueSpec)],
+    cohorts: &[(String, CohortSpec)],
+) -> Vec<Result<Resource, SpecError>> {
+    (queues.iter())
+        .map(|(name, spec)| document("Queue", name, spec))
+        .chain((cohorts.iter()).map(|(name, spec)| document("Cohort", name, spec)))
+        .collect()
+}
+
 impl Adopted {
     /// Every document of `made` with `notes`, or one error with every refused document's
     /// problems.
@@ -102,10 +115,7 @@ impl Adopted {
 /// (a Ferry job names its queue), so each is said with the queue its jobs should name.
 fn kueue(text: &str, source_name: &str) -> Result<Adopted, SpecError> {
     let read = read_kueue_queues(text, source_name)?;
-    let made = (read.cluster_queues.iter())
-        .map(|(name, spec)| document("Queue", name, spec))
-        .chain((read.cohorts.iter()).map(|(name, spec)| document("Cohort", name, spec)))
-        .collect();
+    let made = queues_and_cohorts(&read.cluster_queues, &read.cohorts);
     let mut notes = read.not_modelled;
     // A flavor with node labels keeps its ResourceFlavor's name, which a control plane's GPUs
     // may not carry.
@@ -137,9 +147,7 @@ fn kueue(text: &str, source_name: &str) -> Result<Adopted, SpecError> {
 /// as before, which the note says how to turn into shared quota.
 fn resource_quotas(text: &str, source_name: &str) -> Result<Adopted, SpecError> {
     let read = read_resource_quotas(text, source_name)?;
-    let made = (read.queues.iter())
-        .map(|(name, spec)| document("Queue", name, spec))
-        .collect();
+    let made = queues_and_cohorts(&read.queues, &[]);
     let mut notes = read.not_modelled;
     notes.push(
         "ResourceQuotas are hard caps: each namespace's queue neither lends nor borrows; give \
@@ -155,10 +163,7 @@ fn resource_quotas(text: &str, source_name: &str) -> Result<Adopted, SpecError> 
 /// note says.
 fn volcano(text: &str, source_name: &str, gpus: u32) -> Result<Adopted, SpecError> {
     let read = read_volcano_queues(text, source_name)?;
-    let made = (read.queue_specs(gpus).iter())
-        .map(|(name, spec)| document("Queue", name, spec))
-        .chain((read.cohort_specs(gpus).iter()).map(|(name, spec)| document("Cohort", name, spec)))
-        .collect();
+    let made = queues_and_cohorts(&read.queue_specs(gpus), &read.cohort_specs(gpus));
     let mut notes = read.replayed;
     notes.extend(read.not_modelled);
     notes.push(format!(
