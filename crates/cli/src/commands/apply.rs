@@ -34,12 +34,13 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<(String, String)> {
 
 /// A file that is not Ferry's documents but another system's (Kueue's or Volcano's queues,
 /// ResourceQuotas, a cluster's priority classes): Ferry's resources for it, with what does not
-/// carry over said on standard error, or why the file is refused. `None` when it holds none of
-/// those.
+/// carry over said on standard error when `tell`, or why the file is refused. `None` when it
+/// holds none of those.
 async fn adopted(
     client: &Client,
     text: &str,
     source: &str,
+    tell: bool,
 ) -> Option<anyhow::Result<Vec<Resource>>> {
     // Volcano's queues are owed shares of the cluster: asked of the control plane.
     let gpus = if ferry_spec::QueueObjects::of(text) == Some(ferry_spec::QueueObjects::Volcano) {
@@ -56,6 +57,9 @@ async fn adopted(
         Ok(adopted) => adopted,
         Err(e) => return Some(Err(e.into())),
     };
+    if !tell {
+        return Some(Ok(adopted.resources));
+    }
     for note in &adopted.notes {
         eprintln!("note: {note}");
     }
@@ -74,15 +78,16 @@ async fn adopted(
 }
 
 /// The resources a file defines: Ferry's documents, else what another system's objects in it
-/// become (`adopted`), else the documents' own error.
+/// become (`adopted`, its notes on standard error when `tell`), else the documents' own error.
 pub(crate) async fn resources(
     client: &Client,
     text: &str,
     source: &str,
+    tell: bool,
 ) -> anyhow::Result<Vec<Resource>> {
     match ferry_spec::parse_documents(text, source) {
         Ok(resources) => Ok(resources),
-        Err(e) => adopted(client, text, source).await.ok_or(e)?,
+        Err(e) => adopted(client, text, source, tell).await.ok_or(e)?,
     }
 }
 
@@ -90,7 +95,7 @@ pub async fn run(client: &Client, args: ApplyArgs) -> anyhow::Result<()> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     for path in &args.files {
         let (text, source) = read(path)?;
-        let mut resources = resources(client, &text, &source).await?;
+        let mut resources = resources(client, &text, &source, true).await?;
         // Relative commands and paths resolve where `ferry apply` ran, as with a shell (a
         // sweep's jobs too, through its template).
         for r in &mut resources {

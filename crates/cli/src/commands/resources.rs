@@ -1039,7 +1039,7 @@ async fn delete_defined(client: &Client, files: &[std::path::PathBuf]) -> anyhow
     let mut defined = Vec::new();
     for path in files {
         let (text, source) = super::apply::read(path)?;
-        defined.extend(super::apply::resources(client, &text, &source).await?);
+        defined.extend(super::apply::resources(client, &text, &source, false).await?);
     }
     defined.reverse();
     defined.sort_by_key(|r| match r.kind() {
