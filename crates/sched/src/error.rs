@@ -62,3 +62,18 @@ fn at_line(line: usize) -> String {
 
 /// Shorthand for results in this crate.
 pub type Result<T, E = SchedError> = std::result::Result<T, E>;
+
+/// The problem and the fix for a workload that names `queue` when only `known` exist, in one
+/// wording for the scheduler's `submit` and for checks made without a scheduler (an apply whose
+/// queues cannot build one).
+pub fn unknown_queue<'a>(
+    queue: &str,
+    known: impl IntoIterator<Item = &'a str>,
+) -> (String, String) {
+    let mut known: Vec<&str> = known.into_iter().collect();
+    known.sort_unstable();
+    (
+        format!("queue `{queue}` does not exist"),
+        format!("create the queue or use one of: {}", known.join(", ")),
+    )
+}

@@ -332,15 +332,9 @@ impl Config {
         if self.queues.iter().any(|q| q.name == name) {
             return None;
         }
-        let mut known: Vec<&str> = self.queues.iter().map(|q| q.name.as_str()).collect();
-        known.sort_unstable();
-        Some(FieldError::new(
-            "spec.queue",
-            format!(
-                "queue `{name}` does not exist; create the queue or use one of: {}",
-                known.join(", ")
-            ),
-        ))
+        let (problem, fix) =
+            ferry_sched::unknown_queue(name, self.queues.iter().map(|q| q.name.as_str()));
+        Some(FieldError::new("spec.queue", format!("{problem}; {fix}")))
     }
 }
 

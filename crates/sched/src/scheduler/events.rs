@@ -24,13 +24,9 @@ impl Scheduler {
             ));
         }
         let Some(&q) = self.queue_idx.get(&w.queue) else {
-            let mut known: Vec<_> = self.queues.iter().map(|q| q.name.as_str()).collect();
-            known.sort();
-            return Err(bad(
-                "workload.queue",
-                format!("queue `{}` does not exist", w.queue),
-                format!("create the queue or use one of: {}", known.join(", ")),
-            ));
+            let (problem, fix) =
+                crate::error::unknown_queue(&w.queue, self.queues.iter().map(|q| q.name.as_str()));
+            return Err(bad("workload.queue", problem, fix));
         };
         let (prio, preempts) = match &w.priority {
             // Unnamed is `normal`, whatever value the cluster gives that class.
