@@ -13,6 +13,7 @@ use crate::error::{FieldError, SpecError};
 use crate::foreign::QueueObjects;
 use crate::meta::API_VERSION;
 use crate::parse::{Resource, parse_value};
+use crate::priority_class::{PreemptionPolicy, PriorityClassSpec};
 use crate::priority_classes::holds_foreign_priority_classes;
 use crate::queue::QueueSpec;
 use crate::{read_kueue_queues, read_priority_classes, read_resource_quotas, read_volcano_queues};
@@ -176,7 +177,20 @@ fn volcano(text: &str, source_name: &str, gpus: u32) -> Result<Adopted, SpecErro
 /// A PriorityClass per class of the file, Kubernetes' `system-` classes left out.
 fn priority_classes(text: &str, source_name: &str) -> Result<Adopted, SpecError> {
     let read = read_priority_classes(text, source_name)?;
-    let made = read.classes.iter().map(|c| c.to_resource()).collect();
+    let made = (read.classes.iter())
+        .map(|c| {
+            let spec = PriorityClassSpec {
+                value: c.value,
+                preemption_policy: if c.preempting {
+                    PreemptionPolicy::PreemptLowerPriority
+                } else {
+                    PreemptionPolicy::Never
+                },
+                description: c.description.clone(),
+            };
+            document("PriorityClass", &c.name, &spec)
+        })
+        .collect();
     Adopted::of(made, read.notes, read.global_default)
 }
 
@@ -184,6 +198,14 @@ fn priority_classes(text: &str, source_name: &str) -> Result<Adopted, SpecError>
 mod tests {
     use super::*;
     use serde_json::Value;
+
+    /// A ResourceQuota capping `namespace` at `gpus` GPUs, as `kubectl get -o yaml` prints one.
+    fn resource_quota(namespace: &str, gpus: u32) -> String {
+        format!(
+            "apiVersion: v1\nkind: ResourceQuota\nmetadata: {{name: gpus, namespace: \
+             {namespace}}}\nspec: {{hard: {{requests.nvidia.com/gpu: \"{gpus}\"}}}}\n"
+        )
+    }
 
     /// A resource's spec as JSON, to read its fields back.
     fn spec_of(r: &Resource) -> Value {
@@ -256,13 +278,7 @@ spec: {clusterQueue: team-a}
 
     #[test]
     fn resource_quotas_become_capped_queues() {
-        let text = "\
-apiVersion: v1
-kind: ResourceQuota
-metadata: {name: gpus, namespace: nlp}
-spec: {hard: {requests.nvidia.com/gpu: \"12\"}}
-";
-        let a = adopted(text);
+        let a = adopted(&resource_quota("nlp", 12));
         assert_eq!(a.resources.len(), 1);
         assert_eq!(a.resources[0].metadata().name, "nlp");
         let spec = spec_of(&a.resources[0]);
@@ -322,13 +338,7 @@ spec: {hard: {requests.nvidia.com/gpu: \"12\"}}
 
     #[test]
     fn a_name_ferry_cannot_use_refuses_the_whole_file() {
-        let text = "\
-apiVersion: v1
-kind: ResourceQuota
-metadata: {name: gpus, namespace: NLP_Team}
-spec: {hard: {requests.nvidia.com/gpu: \"4\"}}
-";
-        let err = adopt(text, "q.yaml", None)
+        let err = adopt(&resource_quota("NLP_Team", 4), "q.yaml", None)
             .unwrap()
             .unwrap_err()
             .to_string();

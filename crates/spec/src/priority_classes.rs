@@ -76,28 +76,6 @@ pub(crate) fn holds_foreign_priority_classes(text: &str) -> bool {
     })
 }
 
-impl ClusterPriorityClass {
-    /// Ferry's `PriorityClass` document of this class: what `ferry apply` stores for a
-    /// Kubernetes PriorityClass or a Kueue WorkloadPriorityClass, checked as any applied
-    /// document is.
-    pub fn to_resource(&self) -> Result<Resource, SpecError> {
-        let mut spec = serde_json::json!({
-            "value": self.value,
-            "preemptionPolicy": if self.preempting { "PreemptLowerPriority" } else { "Never" },
-        });
-        if let Some(d) = &self.description {
-            spec["description"] = Value::String(d.clone());
-        }
-        let doc = serde_json::json!({
-            "apiVersion": API_VERSION,
-            "kind": "PriorityClass",
-            "metadata": {"name": self.name},
-            "spec": spec,
-        });
-        parse_value(doc, &format!("PriorityClass {}", self.name))
-    }
-}
-
 /// Reads every priority class in `text` (YAML documents, JSON, or a `kubectl get -o yaml`
 /// `List`): Kubernetes' `scheduling.k8s.io/v1` PriorityClasses, Kueue's `WorkloadPriorityClass`es
 /// (v1beta1 or v1beta2) and Ferry's own `PriorityClass` documents; `source_name` labels errors.
