@@ -70,6 +70,9 @@ struct Verdict {
     /// Ferry ends at the shortest makespan any policy could reach (`SimReport::bound`): its
     /// utilization is the ceiling, which a peer can at most tie.
     util_ceiling: bool,
+    /// Ferry's mean JCT equals FIFO's and EASY's (a lost comparison nothing could win: the
+    /// schedules end every job at the same time).
+    jct_tie: [bool; 2],
     /// `None`: no all-saturated window long enough to judge.
     fair: Option<bool>,
     /// The same check for EASY backfill (for context: whether the band is held at all).
@@ -100,6 +103,37 @@ impl Verdict {
             && self.util_easy
             && self.fair == Some(true)
     }
+
+    /// Why a trace misses `all five`, or that it does not: whether any comparison with FIFO
+    /// or EASY is strictly lost (not a tie of equal mean JCTs, nor a utilization at the
+    /// ceiling a peer can only equal), else whether a team is out of the band, else whether
+    /// only ties and an unjudged band stand in the way.
+    fn miss(&self) -> Miss {
+        let jct_lost = (!self.jct_fifo && !self.jct_tie[0]) || (!self.jct_easy && !self.jct_tie[1]);
+        let util_lost = !(self.util_ceiling || (self.util_fifo && self.util_easy));
+        if jct_lost || util_lost {
+            Miss::Loss
+        } else if self.fair == Some(false) {
+            Miss::Fairness
+        } else if self.all_five() {
+            Miss::None
+        } else {
+            Miss::Unjudgeable
+        }
+    }
+}
+
+/// The reason a trace misses `all five` (`Verdict::miss`), from the hardest to the softest.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Miss {
+    /// Every comparison won and every team in the band.
+    None,
+    /// Only ties no policy could win, or shares with no all-saturated window to judge them.
+    Unjudgeable,
+    /// Every comparison won or tied, a team out of the band.
+    Fairness,
+    /// A comparison with FIFO or EASY strictly lost.
+    Loss,
 }
 
 /// What every policy is told about run times: `ESTIMATES=limits:2` (`ferry sim --estimates`)
@@ -223,6 +257,7 @@ fn run(case: &Case, opts: &[Options; 2]) -> (Verdict, String) {
         causes,
         jct_fifo: f.mean_jct_s < fifo.mean_jct_s,
         jct_easy: f.mean_jct_s < easy.mean_jct_s,
+        jct_tie: [fifo, easy].map(|r| f.mean_jct_s == r.mean_jct_s),
         util_fifo: f.utilization > fifo.utilization,
         util_easy: f.utilization > easy.utilization,
         util_ceiling: f
@@ -746,6 +781,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // Utilization comparisons not won although Ferry ends at the shortest possible
             // makespan: the trace's tail, not the policy, sets them.
             count(&|v| v.util_ceiling && !(v.util_fifo && v.util_easy)),
+        );
+    }
+    // What stands between each trace and `all five`: a strict loss, the band alone, or only
+    // what no policy can win (equal mean JCTs, a utilization at the ceiling, no window to judge
+    // shares in).
+    println!(
+        "{:<10} {:>6} {:>9} {:>18} {:>14} {:>12}",
+        "set", "traces", "all five", "only ties or n/a", "only the band", "a loss"
+    );
+    for (g, vs) in &rows {
+        let count = |m: Miss| vs.iter().filter(|v| v.miss() == m).count();
+        println!(
+            "{g:<10} {:>6} {:>9} {:>18} {:>14} {:>12}",
+            vs.len(),
+            count(Miss::None),
+            count(Miss::Unjudgeable),
+            count(Miss::Fairness),
+            count(Miss::Loss),
         );
     }
     // Against Slurm's multifactor priority (age + fair-share) with backfill, the peer the
