@@ -3,25 +3,29 @@
 //! priority classes, as `kubectl get … -o yaml` prints them, become the Queues, Cohorts and
 //! PriorityClasses that run the same policy here, read by the same readers `ferry sim --queues`
 //! and `ferry up --priority-classes` use. What does not carry over is said, never dropped
-//! silently.
+//! silently; Ferry's own documents in the same file are read as `ferry apply` reads them and
+//! applied beside what is adopted.
 
 use serde::Serialize;
 use serde_json::json;
 
 use crate::cohort::CohortSpec;
 use crate::error::{FieldError, SpecError};
-use crate::foreign::QueueObjects;
+use crate::foreign::{Object, QueueObjects, kubernetes_objects};
+use crate::kueue::kueue_queues_of;
 use crate::meta::API_VERSION;
 use crate::parse::{Resource, parse_value};
 use crate::priority_class::{PreemptionPolicy, PriorityClassSpec};
-use crate::priority_classes::holds_foreign_priority_classes;
+use crate::priority_classes::{holds_foreign_priority_classes, priority_classes_of};
 use crate::queue::QueueSpec;
-use crate::{read_kueue_queues, read_priority_classes, read_resource_quotas, read_volcano_queues};
+use crate::resource_quota::resource_quotas_of;
+use crate::volcano::volcano_queues_of;
 
 /// Ferry's resources for a file of another system's objects, and what did not carry over.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Adopted {
-    /// The resources, in the file's order (queues before cohorts for Kueue's).
+    /// The resources, in the file's order (queues before cohorts for Kueue's), then Ferry's own
+    /// documents of the file in theirs.
     pub resources: Vec<Resource>,
     /// What was read but is not taken over, one line each, for the user to see.
     pub notes: Vec<String>,
@@ -31,22 +35,54 @@ pub struct Adopted {
 
 /// Ferry's resources for `text` when it holds Kueue's queue objects, Kubernetes ResourceQuotas,
 /// Volcano Queues (their shares fixed at `cluster_gpus`, which Volcano's depend on; refused
-/// without it), or Kubernetes / Kueue priority classes (`None` for anything else, Ferry's own
-/// documents included); `Err` with every problem when such a file cannot be taken over whole.
+/// without it), or Kubernetes / Kueue priority classes, with Ferry's own documents beside them
+/// (`None` for anything else, a file of Ferry's documents alone included); `Err` with every
+/// problem when such a file cannot be taken over whole.
 pub fn adopt(
     text: &str,
     source_name: &str,
     cluster_gpus: Option<u32>,
 ) -> Option<Result<Adopted, SpecError>> {
+    let (own, objects): (Vec<Object>, Vec<Object>) = kubernetes_objects(text, source_name)
+        .ok()?
+        .into_iter()
+        .partition(Object::is_ferrys);
     // A file of classes alone is classes, Kueue's WorkloadPriorityClasses included.
-    if holds_foreign_priority_classes(text) {
-        return Some(priority_classes(text, source_name));
-    }
-    let adopted = match QueueObjects::of(text) {
-        Some(QueueObjects::Kueue) => kueue(text, source_name),
-        Some(QueueObjects::ResourceQuotas) => resource_quotas(text, source_name),
+    let adopted = if holds_foreign_priority_classes(&objects) {
+        priority_classes(&objects, source_name)
+    } else {
+        foreign_queues(objects, source_name, cluster_gpus)?
+    };
+    // Ferry's own documents, each named by where it is in the file as `parse_values` does.
+    let own = own.into_iter().map(|o| {
+        let at = format!("{source_name} ({})", o.at);
+        parse_value(o.body, &at)
+    });
+    Some(match adopted {
+        Ok(a) => {
+            let made = a.resources.into_iter().map(Ok).chain(own).collect();
+            Adopted::of(made, a.notes, a.global_default)
+        }
+        Err(e) => {
+            let errors = std::iter::once(e)
+                .chain(own.filter_map(Result::err))
+                .collect();
+            Err(SpecError::gathered(errors).expect("one error at least"))
+        }
+    })
+}
+
+/// [`adopt`] of a file's queue objects: Kueue's, ResourceQuotas or Volcano's (`None`: none).
+fn foreign_queues(
+    objects: Vec<Object>,
+    source_name: &str,
+    cluster_gpus: Option<u32>,
+) -> Option<Result<Adopted, SpecError>> {
+    let adopted = match QueueObjects::among(&objects) {
+        Some(QueueObjects::Kueue) => kueue(objects, source_name),
+        Some(QueueObjects::ResourceQuotas) => resource_quotas(objects, source_name),
         Some(QueueObjects::Volcano) => match cluster_gpus {
-            Some(gpus) => volcano(text, source_name, gpus),
+            Some(gpus) => volcano(objects, source_name, gpus),
             None => Err(SpecError::Invalid {
                 source_name: source_name.to_owned(),
                 problems: vec![FieldError::new(
@@ -114,8 +150,8 @@ impl Adopted {
 
 /// A Queue per ClusterQueue and a Cohort per Kueue Cohort; a LocalQueue has no counterpart
 /// (a Ferry job names its queue), so each is said with the queue its jobs should name.
-fn kueue(text: &str, source_name: &str) -> Result<Adopted, SpecError> {
-    let read = read_kueue_queues(text, source_name)?;
+fn kueue(objects: Vec<Object>, source_name: &str) -> Result<Adopted, SpecError> {
+    let read = kueue_queues_of(objects, source_name)?;
     let made = queues_and_cohorts(&read.cluster_queues, &read.cohorts);
     let mut notes = read.not_modelled;
     // A flavor with node labels keeps its ResourceFlavor's name, which a control plane's GPUs
@@ -146,8 +182,8 @@ fn kueue(text: &str, source_name: &str) -> Result<Adopted, SpecError> {
 
 /// A Queue per namespace with a GPU cap, its nominal quota the cap, in no cohort: a hard cap
 /// as before, which the note says how to turn into shared quota.
-fn resource_quotas(text: &str, source_name: &str) -> Result<Adopted, SpecError> {
-    let read = read_resource_quotas(text, source_name)?;
+fn resource_quotas(objects: Vec<Object>, source_name: &str) -> Result<Adopted, SpecError> {
+    let read = resource_quotas_of(objects, source_name)?;
     let made = queues_and_cohorts(&read.queues, &[]);
     let mut notes = read.not_modelled;
     notes.push(
@@ -162,8 +198,8 @@ fn resource_quotas(text: &str, source_name: &str) -> Result<Adopted, SpecError> 
 /// Volcano's Queues on a cluster of `gpus` GPUs as `ferry sim --queues` replays them (one cohort,
 /// or a cohort per parent queue), each owed what it deserves there: fixed quotas, which the
 /// note says.
-fn volcano(text: &str, source_name: &str, gpus: u32) -> Result<Adopted, SpecError> {
-    let read = read_volcano_queues(text, source_name)?;
+fn volcano(objects: Vec<Object>, source_name: &str, gpus: u32) -> Result<Adopted, SpecError> {
+    let read = volcano_queues_of(objects, source_name)?;
     let made = queues_and_cohorts(&read.queue_specs(gpus), &read.cohort_specs(gpus));
     let mut notes = read.replayed;
     notes.extend(read.not_modelled);
@@ -175,8 +211,8 @@ fn volcano(text: &str, source_name: &str, gpus: u32) -> Result<Adopted, SpecErro
 }
 
 /// A PriorityClass per class of the file, Kubernetes' `system-` classes left out.
-fn priority_classes(text: &str, source_name: &str) -> Result<Adopted, SpecError> {
-    let read = read_priority_classes(text, source_name)?;
+fn priority_classes(objects: &[Object], source_name: &str) -> Result<Adopted, SpecError> {
+    let read = priority_classes_of(objects, source_name)?;
     let made = (read.classes.iter())
         .map(|c| {
             let spec = PriorityClassSpec {
@@ -333,6 +369,47 @@ spec: {clusterQueue: team-a}
             a.notes.iter().any(|n| n.contains("16 GPUs")),
             "{:?}",
             a.notes
+        );
+    }
+
+    #[test]
+    fn ferrys_own_documents_beside_foreign_objects_are_applied_with_them() {
+        assert!(API_VERSION.starts_with(&format!("{}/", crate::meta::API_GROUP)));
+        let job = |name: &str, gpus: &str| {
+            format!(
+                "apiVersion: ferry.dev/v1alpha1\nkind: TrainJob\nmetadata: {{name: {name}}}\n\
+                 spec:\n  engine: command\n  command: [\"true\"]\n  queue: nlp\n  \
+                 resources: {{nodes: 1, procsPerNode: 1, gpusPerNode: {gpus}}}\n"
+            )
+        };
+        let class = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\n\
+                     metadata: {name: urgent}\nvalue: 1000\n";
+        for foreign in [resource_quota("nlp", 4), class.to_owned()] {
+            let text = format!("{foreign}---\n{}", job("a", "1"));
+            let a = adopted(&text);
+            let kinds: Vec<&str> = a.resources.iter().map(|r| r.kind().as_str()).collect();
+            assert_eq!(kinds[1..], ["TrainJob"], "{kinds:?}");
+            assert!(
+                !a.notes.iter().any(|n| n.contains("skipped")),
+                "{:?}",
+                a.notes
+            );
+        }
+        // A file of Ferry's documents alone is not adopted, and a bad document of Ferry's beside
+        // a bad foreign object is reported with it, by where it is in the file.
+        assert!(adopt(&job("a", "1"), "f.yaml", None).is_none());
+        let text = format!("{}---\n{}", resource_quota("NLP_Team", 4), job("b", "-1"));
+        let err = adopt(&text, "f.yaml", None).unwrap().unwrap_err();
+        let said = err.to_string();
+        assert!(
+            said.contains("NLP_Team") && said.contains("f.yaml (document 2)"),
+            "{said}"
+        );
+        assert!(
+            err.problems()
+                .iter()
+                .any(|p| p.path.contains("gpusPerNode")),
+            "{said}"
         );
     }
 

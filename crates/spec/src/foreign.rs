@@ -83,6 +83,17 @@ impl Object {
             .unwrap_or_default()
     }
 
+    /// Whether its `apiVersion` is of API `group` (`kueue.x-k8s.io`), whatever the version.
+    pub fn in_group(&self, group: &str) -> bool {
+        (self.api_version.strip_prefix(group)).is_some_and(|v| v.starts_with('/'))
+    }
+
+    /// Whether it is one of Ferry's own documents, which a file of another system's objects
+    /// may carry beside them.
+    pub fn is_ferrys(&self) -> bool {
+        self.in_group(crate::meta::API_GROUP)
+    }
+
     /// How errors name it: `Kind/name`, else where it is in the file and its kind
     /// (`document 2 (Queue)`).
     pub fn label(&self) -> String {
@@ -217,14 +228,12 @@ impl QueueObjects {
     /// words in comments): Kueue's if any object is, else ResourceQuotas if any is one, else
     /// Volcano's if any object is; `None` for anything else, text that does not parse included.
     pub fn of(text: &str) -> Option<QueueObjects> {
-        let objects = kubernetes_objects(text, "").ok()?;
-        let in_group = |group: &str| {
-            objects.iter().any(|o| {
-                o.api_version
-                    .strip_prefix(group)
-                    .is_some_and(|v| v.starts_with('/'))
-            })
-        };
+        QueueObjects::among(&kubernetes_objects(text, "").ok()?)
+    }
+
+    /// [`QueueObjects::of`] a file's objects already read.
+    pub(crate) fn among(objects: &[Object]) -> Option<QueueObjects> {
+        let in_group = |group: &str| objects.iter().any(|o| o.in_group(group));
         if in_group(crate::kueue::KUEUE_GROUP) {
             Some(QueueObjects::Kueue)
         } else if objects

@@ -123,8 +123,16 @@ impl KueueQueues {
 /// Kubernetes `List` of items); `source_name` labels errors. Objects of other API groups and
 /// Kueue kinds about something else than quotas are skipped, and said so in `not_modelled`.
 pub fn read_kueue_queues(text: &str, source_name: &str) -> Result<KueueQueues, SpecError> {
+    kueue_queues_of(kubernetes_objects(text, source_name)?, source_name)
+}
+
+/// [`read_kueue_queues`] of a file's objects already read.
+pub(crate) fn kueue_queues_of(
+    objects: Vec<Object>,
+    source_name: &str,
+) -> Result<KueueQueues, SpecError> {
     let mut r = Reader::default();
-    for object in kubernetes_objects(text, source_name)? {
+    for object in objects {
         r.object(object);
     }
     r.finish(source_name)

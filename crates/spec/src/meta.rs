@@ -10,6 +10,9 @@ use crate::validate::Problems;
 /// The only API version this release understands.
 pub const API_VERSION: &str = "ferry.dev/v1alpha1";
 
+/// The API group of Ferry's documents, `API_VERSION`'s first part.
+pub const API_GROUP: &str = "ferry.dev";
+
 /// Name, namespace and labels of a resource; `uid` and `creationTimestamp` are set by
 /// the control plane.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

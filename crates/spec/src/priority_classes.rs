@@ -66,14 +66,12 @@ pub struct ClusterPriorityClass {
 /// Whether `text` holds only priority classes, one of them Kubernetes' (`scheduling.k8s.io/v1`)
 /// or Kueue's, which `ferry apply` adopts (`crate::adopt`) rather than reads as Ferry's
 /// documents.
-pub(crate) fn holds_foreign_priority_classes(text: &str) -> bool {
-    kubernetes_objects(text, "").is_ok_and(|objects| {
-        let foreign = |o: &Object| {
-            (o.kind == "PriorityClass" && o.api_version == KUBERNETES_API_VERSION)
-                || o.kind == "WorkloadPriorityClass"
-        };
-        objects.iter().any(foreign) && objects.iter().all(|o| KINDS.contains(&o.kind.as_str()))
-    })
+pub(crate) fn holds_foreign_priority_classes(objects: &[Object]) -> bool {
+    let foreign = |o: &Object| {
+        (o.kind == "PriorityClass" && o.api_version == KUBERNETES_API_VERSION)
+            || o.kind == "WorkloadPriorityClass"
+    };
+    objects.iter().any(foreign) && objects.iter().all(|o| KINDS.contains(&o.kind.as_str()))
 }
 
 /// Reads every priority class in `text` (YAML documents, JSON, or a `kubectl get -o yaml`
@@ -86,9 +84,17 @@ pub fn read_priority_classes(
     text: &str,
     source_name: &str,
 ) -> Result<ClusterPriorityClasses, SpecError> {
+    priority_classes_of(&kubernetes_objects(text, source_name)?, source_name)
+}
+
+/// [`read_priority_classes`] of a file's objects already read.
+pub(crate) fn priority_classes_of(
+    objects: &[Object],
+    source_name: &str,
+) -> Result<ClusterPriorityClasses, SpecError> {
     let mut r = Reader::default();
-    for object in kubernetes_objects(text, source_name)? {
-        r.object(&object);
+    for object in objects {
+        r.object(object);
     }
     r.finish(source_name)
 }

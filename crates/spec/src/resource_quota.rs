@@ -26,6 +26,14 @@ pub struct NamespaceQuotas {
 /// smallest cap counts; scoped quotas (a priority class's pods, say) and other objects are
 /// skipped and said so.
 pub fn read_resource_quotas(text: &str, source_name: &str) -> Result<NamespaceQuotas, SpecError> {
+    resource_quotas_of(kubernetes_objects(text, source_name)?, source_name)
+}
+
+/// [`read_resource_quotas`] of a file's objects already read.
+pub(crate) fn resource_quotas_of(
+    objects: Vec<Object>,
+    source_name: &str,
+) -> Result<NamespaceQuotas, SpecError> {
     let mut caps: BTreeMap<String, i32> = BTreeMap::new();
     let mut order: Vec<String> = Vec::new();
     let mut notes = Vec::new();
@@ -36,7 +44,7 @@ pub fn read_resource_quotas(text: &str, source_name: &str) -> Result<NamespaceQu
         kind,
         api_version: api,
         body: obj,
-    } in kubernetes_objects(text, source_name)?
+    } in objects
     {
         if (kind.as_str(), api.as_str()) != ("ResourceQuota", "v1") {
             *skipped.entry(format!("{kind} ({api})")).or_default() += 1;

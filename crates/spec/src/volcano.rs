@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 use crate::cohort::{CohortQuota, CohortSpec};
 use crate::error::{FieldError, SpecError};
-use crate::foreign::{TreeNode, finish, kubernetes_objects, tree_problems, unknown_fields};
+use crate::foreign::{Object, TreeNode, finish, kubernetes_objects, tree_problems, unknown_fields};
 use crate::parse::documents;
 use crate::quantity::whole_gpus;
 use crate::queue::{FlavorQuota, Preemption, QueueSpec, ReclaimWithinCohort, WithinQueue};
@@ -419,6 +419,14 @@ fn clamp(n: i64) -> i32 {
 /// scheduler's ConfigMap when the file has it (its `preempt` and `reclaim` actions turn
 /// preemption on); `source_name` labels errors. Other objects are skipped and said so.
 pub fn read_volcano_queues(text: &str, source_name: &str) -> Result<VolcanoQueues, SpecError> {
+    volcano_queues_of(kubernetes_objects(text, source_name)?, source_name)
+}
+
+/// [`read_volcano_queues`] of a file's objects already read.
+pub(crate) fn volcano_queues_of(
+    objects: Vec<Object>,
+    source_name: &str,
+) -> Result<VolcanoQueues, SpecError> {
     let mut queues: Vec<VolcanoQueue> = Vec::new();
     // Where each queue read is, for errors about the tree; and every Queue's name.
     let (mut ats, mut named) = (Vec::new(), BTreeSet::new());
@@ -427,7 +435,7 @@ pub fn read_volcano_queues(text: &str, source_name: &str) -> Result<VolcanoQueue
     let mut config_maps = Vec::new();
     let mut skipped = BTreeMap::<String, usize>::new();
     let mut problems = Vec::new();
-    for object in kubernetes_objects(text, source_name)? {
+    for object in objects {
         let (kind, api) = (object.kind.as_str(), object.api_version.as_str());
         if kind == "ConfigMap" && api == "v1" {
             config_maps.push((object.label(), object.body));

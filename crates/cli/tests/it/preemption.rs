@@ -546,17 +546,26 @@ fn kueue_queues_and_resource_quotas_are_applied_as_queues() {
     assert_eq!(research["spec"]["cohort"], "lab", "{research}");
     assert_eq!(research["spec"]["quotas"][0]["nominal"], 2, "{research}");
 
-    let quota = "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: gpus, namespace: \
-                 vision}\nspec: {hard: {requests.nvidia.com/gpu: \"1\"}}\n";
-    let path = plane.write("quota.yaml", quota);
-    let out = plane.ferry(&["apply", "-f", &path]);
-    assert!(out.status.success(), "{}", out.stderr_text());
-    assert_eq!(out.stdout_text().trim(), "queue/vision created");
-    assert!(
-        out.stderr_text().contains("hard caps"),
-        "{}",
-        out.stderr_text()
+    // A namespace's quota with a job of Ferry's beside it in the same file: both applied.
+    let quota = format!(
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata: {{name: gpus, namespace: \
+         vision}}\nspec: {{hard: {{requests.nvidia.com/gpu: \"1\"}}}}\n---\n{}",
+        sleeper("v", "normal", 1, 1).replace("  priority:", "  queue: vision\n  priority:")
     );
+    let path = plane.write("quota.yaml", &quota);
+    let out = plane.ferry(&["apply", "-f", &path]);
+    let (stdout, stderr) = (out.stdout_text(), out.stderr_text());
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["queue/vision created", "trainjob/v created"],
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("hard caps") && !stderr.contains("skipped"),
+        "{stderr}"
+    );
+    plane.wait_phase("v", "Succeeded", LIMIT);
 
     // Volcano's queues are owed shares of the control plane's 4 GPUs, weighted 1:3.
     let volcano = |name: &str, weight: u32| {
