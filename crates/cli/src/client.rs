@@ -5,6 +5,26 @@ use reqwest::{Method, Response};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+/// The control plane's refusal of a request: its one-line message, and each field problem
+/// (`field: message`) for `report` to list.
+#[derive(Debug)]
+pub struct Refusal {
+    /// The server's message.
+    pub message: String,
+    /// What the request's body was read from (`x-ferry-source`), when it had one.
+    pub source: Option<String>,
+    /// Each field problem, `field: message` (empty unless the input was invalid).
+    pub problems: Vec<String>,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Refusal {}
+
 /// Talks to one control plane.
 pub struct Client {
     base: String,
@@ -33,7 +53,15 @@ impl Client {
         if let Some((json, source)) = body {
             req = req.json(json).header("x-ferry-source", source);
         }
-        self.answer(req).await
+        self.answer(req)
+            .await
+            .map_err(|e| match e.downcast::<Refusal>() {
+                Ok(mut refusal) => {
+                    refusal.source = body.map(|(_, source)| source.to_owned());
+                    refusal.into()
+                }
+                Err(e) => e,
+            })
     }
 
     /// The response to `req` when it succeeded, or the server's one-line error otherwise.
@@ -54,11 +82,26 @@ impl Client {
         }
         let status = resp.status();
         let text = resp.text().await.unwrap_or_default();
-        let message = serde_json::from_str::<Value>(&text)
-            .ok()
-            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+        let body = serde_json::from_str::<Value>(&text).unwrap_or_default();
+        let message = body["error"]["message"]
+            .as_str()
+            .map(str::to_owned)
             .unwrap_or_else(|| format!("control plane answered {status}: {text}"));
-        Err(anyhow!(message))
+        let problems = (body["error"]["problems"].as_array().into_iter().flatten())
+            .map(|p| {
+                let (field, message) = (p["field"].as_str(), p["message"].as_str());
+                match (field.unwrap_or_default(), message.unwrap_or_default()) {
+                    ("", message) => message.to_owned(),
+                    (field, message) => format!("{field}: {message}"),
+                }
+            })
+            .collect();
+        Err(Refusal {
+            message,
+            source: None,
+            problems,
+        }
+        .into())
     }
 
     /// GET and decode JSON.

@@ -1,11 +1,12 @@
 //! `ferry`: the one binary. Parses the command line, runs the command, and turns any
-//! error into one line on stderr and a non-zero exit code.
+//! error into a message on stderr (`report`) and a non-zero exit code.
 #![forbid(unsafe_code)]
 
 mod args;
 mod client;
 mod commands;
 mod output;
+mod report;
 mod table;
 
 use std::process::ExitCode;
@@ -32,13 +33,7 @@ fn main() -> ExitCode {
     match runtime.block_on(commands::run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            // One line: the outermost message with its causes joined.
-            let mut line = e.to_string();
-            for cause in e.chain().skip(1) {
-                line.push_str(": ");
-                line.push_str(&cause.to_string());
-            }
-            eprintln!("error: {}", line.replace('\n', " "));
+            eprintln!("error: {}", report::report(&e));
             ExitCode::FAILURE
         }
     }
