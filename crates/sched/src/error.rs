@@ -72,8 +72,27 @@ pub fn unknown_queue<'a>(
 ) -> (String, String) {
     let mut known: Vec<&str> = known.into_iter().collect();
     known.sort_unstable();
+    // A near miss (`nlpp` for `nlp`) is named first: it is most likely the fix.
+    let near = (known.iter())
+        .map(|k| (strsim::jaro_winkler(queue, k), *k))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, k)| format!(" (did you mean `{k}`?)"))
+        .unwrap_or_default();
     (
-        format!("queue `{queue}` does not exist"),
+        format!("queue `{queue}` does not exist{near}"),
         format!("create the queue or use one of: {}", known.join(", ")),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_near_miss_of_a_queue_is_named_and_every_queue_listed() {
+        let (problem, fix) = super::unknown_queue("nlpp", ["vision", "nlp", "default"]);
+        assert_eq!(problem, "queue `nlpp` does not exist (did you mean `nlp`?)");
+        assert_eq!(fix, "create the queue or use one of: default, nlp, vision");
+        let (problem, _) = super::unknown_queue("zzz", ["vision", "nlp"]);
+        assert_eq!(problem, "queue `zzz` does not exist");
+    }
 }
