@@ -535,18 +535,25 @@ pub(crate) fn built_in_classes(
 }
 
 /// Refuses to delete a `PriorityClass` that is `ferry up`'s own (not stored: there is nothing to
-/// delete; an applied class of its name may be deleted, the name then falls back to it), or that
-/// an unfinished job still names: the job would otherwise fail as unschedulable at the next pass.
-/// A `Cohort` that queues or child cohorts still name may be deleted, as a Queue jobs name may
-/// (it becomes a root with no GPUs of its own, as a cohort no document defines), unless the
-/// cohort trees left would not build a scheduler: then the scheduler's reason is given.
+/// delete; an applied class of its name may be deleted, the name then falls back to it), or a
+/// `Queue` or `PriorityClass` that an unfinished job still names: the job would otherwise wait in
+/// a queue no scheduler has, or fail as unschedulable at the next pass. A `Cohort` that queues or
+/// child cohorts still name may be deleted (it becomes a root with no GPUs of its own, as a
+/// cohort no document defines), but no `Queue` or `Cohort` is deleted when the queues and cohort
+/// trees left would not build a scheduler (the scheduler's reason is given): the control plane
+/// would keep admitting by the queues it had. `along` are the other queues and cohorts the same
+/// command deletes (`ferry delete -f`), judged gone already.
 pub(crate) async fn check_delete(
     plane: &ControlPlane,
     kind: ResourceKind,
     name: &str,
+    along: &[(ResourceKind, String)],
 ) -> Result<(), ApiError> {
-    if kind == ResourceKind::Cohort {
-        return check_cohort_delete(plane, name).await;
+    if kind == ResourceKind::Queue {
+        check_unfinished_users(plane, kind, name, |j| queue_of(j) == name).await?;
+    }
+    if matches!(kind, ResourceKind::Queue | ResourceKind::Cohort) {
+        return check_config_delete(plane, kind, name, along).await;
     }
     if kind != ResourceKind::PriorityClass {
         return Ok(());
@@ -563,58 +570,92 @@ pub(crate) async fn check_delete(
             ))),
         };
     }
+    check_unfinished_users(plane, kind, name, |j| {
+        j.spec.priority.as_deref() == Some(name)
+    })
+    .await
+    .map_err(|mut e| {
+        e.message
+            .push_str(", or apply a class of the same name with the value you want instead");
+        e
+    })
+}
+
+/// Refuses to delete `kind` `name` while an unfinished job `names` it, listing them.
+async fn check_unfinished_users(
+    plane: &ControlPlane,
+    kind: ResourceKind,
+    name: &str,
+    names: impl Fn(&TrainJob) -> bool,
+) -> Result<(), ApiError> {
     let active = plane
         .store()
         .list_jobs(&ferry_store::JobFilter::unfinished())
         .await?;
     let users: Vec<String> = active
         .iter()
-        .filter(|j| j.job.spec.priority.as_deref() == Some(name))
+        .filter(|j| names(&j.job))
         .map(|j| format!("{}/{} ({})", j.namespace, j.name, j.phase.as_str()))
         .collect();
     if users.is_empty() {
         return Ok(());
     }
     Err(ApiError::conflict(format!(
-        "PriorityClass {name} is named by {} unfinished job(s): {}; cancel or finish them first, or apply a class of the same name with the value you want instead",
+        "{} {name} is named by {} unfinished job(s): {}; cancel, finish or delete them first \
+         (`ferry delete -f FILE` deletes a file's jobs before its queues and classes)",
+        kind.as_str(),
         users.len(),
         users.join(", ")
     )))
 }
 
-/// Refuses to delete Cohort `name` when the stored queues and the other cohorts would not build a
-/// scheduler without it (a queue's borrowing limit only its GPUs made possible, a queue left
-/// alone in a tree with no GPUs), naming what names it.
-async fn check_cohort_delete(plane: &ControlPlane, name: &str) -> Result<(), ApiError> {
+/// Refuses to delete Queue or Cohort `name` (with the queues and cohorts in `along`) when the
+/// stored queues and cohorts left would not build a scheduler (a queue's borrowing limit only
+/// its GPUs made possible, a queue left alone in a tree with no GPUs), naming what names it.
+async fn check_config_delete(
+    plane: &ControlPlane,
+    kind: ResourceKind,
+    name: &str,
+    along: &[(ResourceKind, String)],
+) -> Result<(), ApiError> {
     let Some(cluster) = cluster(plane.inventory()) else {
         return Ok(());
     };
-    let queues = stored_queues(plane).await?;
+    let gone = |k: ResourceKind, n: &str| {
+        (k == kind && n == name) || along.iter().any(|(ak, an)| *ak == k && an == n)
+    };
+    let mut queues = stored_queues(plane).await?;
     let mut cohorts = stored_cohorts(plane).await?;
-    let naming: Vec<String> = (queues.iter())
-        .filter(|q| q.spec.cohort.as_deref() == Some(name))
-        .map(|q| format!("Queue {}", q.metadata.name))
-        .chain(
-            (cohorts.iter())
-                .filter(|c| c.spec.parent.as_deref() == Some(name))
-                .map(|c| format!("Cohort {}", c.metadata.name)),
-        )
-        .collect();
-    cohorts.retain(|c| c.metadata.name != name);
+    queues.retain(|q| !gone(ResourceKind::Queue, &q.metadata.name));
+    cohorts.retain(|c| !gone(ResourceKind::Cohort, &c.metadata.name));
+    let naming: Vec<String> = match kind {
+        ResourceKind::Cohort => (queues.iter())
+            .filter(|q| q.spec.cohort.as_deref() == Some(name))
+            .map(|q| format!("Queue {}", q.metadata.name))
+            .chain(
+                (cohorts.iter())
+                    .filter(|c| c.spec.parent.as_deref() == Some(name))
+                    .map(|c| format!("Cohort {}", c.metadata.name)),
+            )
+            .collect(),
+        _ => Vec::new(),
+    };
     let config = Config::of(&queues, &cohorts, plane.inventory());
     let priorities = stored_priorities(plane).await?;
     match config.scheduler(cluster, priorities, plane.config().scheduler.clone()) {
         Ok(_) => Ok(()),
         Err(e) => {
             let (_, problem) = config.error(&e);
+            let named = match naming.is_empty() {
+                true if kind == ResourceKind::Cohort => " is named by nothing".to_owned(),
+                true => String::new(),
+                false => format!(" is named by {}", naming.join(", ")),
+            };
             Err(ApiError::conflict(format!(
-                "Cohort {name} is named by {}; without it the cohort trees would not build a \
-                 scheduler ({problem}); change or delete those first",
-                if naming.is_empty() {
-                    "nothing".to_owned()
-                } else {
-                    naming.join(", ")
-                },
+                "{} {name}{named}; without it the queues and cohort trees would not build a \
+                 scheduler ({problem}); change or delete those first, or delete them with it \
+                 (`ferry delete -f FILE` of the file that defines them)",
+                kind.as_str(),
             )))
         }
     }

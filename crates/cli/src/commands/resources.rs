@@ -1000,16 +1000,19 @@ pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
     let Some(name) = &args.name else {
         bail!("give the name to delete: `ferry delete {kind_name} NAME`");
     };
-    delete_one(client, kind, ns, name).await
+    delete_one(client, kind, ns, name, &[]).await
 }
 
 /// Deletes one resource, saying so: a job cancelled and its ranks stopped first, a sweep's
 /// jobs with it.
+/// Deletes one resource; `along` (`queue/a`) are the queues and cohorts the same command
+/// deletes after it, which the control plane judges gone when it checks what is left.
 async fn delete_one(
     client: &Client,
     kind: ResourceKind,
     ns: &str,
     name: &str,
+    along: &[String],
 ) -> anyhow::Result<()> {
     if kind == ResourceKind::TrainJob {
         let job: Value = client.get(&job_path(ns, name)).await?;
@@ -1024,8 +1027,12 @@ async fn delete_one(
         let sweep: Value = client.get(&path).await?;
         let grace = grace_of(&sweep["doc"]["spec"]["template"]["spec"]);
         delete_when_stopped(client, &path, grace).await?;
-    } else {
+    } else if along.is_empty() {
         client.delete(&path).await?;
+    } else {
+        client
+            .delete(&format!("{path}?along={}", along.join(",")))
+            .await?;
     }
     println!("{}/{name} deleted", kind.as_str().to_lowercase());
     Ok(())
@@ -1049,9 +1056,15 @@ async fn delete_defined(client: &Client, files: &[std::path::PathBuf]) -> anyhow
         ResourceKind::PriorityClass => 3,
     });
     let mut failed = 0;
-    for r in &defined {
+    for (i, r) in defined.iter().enumerate() {
         let meta = r.metadata();
-        if let Err(e) = delete_one(client, r.kind(), &meta.namespace, &meta.name).await {
+        // The queues and cohorts still to go: two queues of one cohort leave each other alone
+        // in it, which the control plane refuses unless both go.
+        let along: Vec<String> = (defined[i + 1..].iter())
+            .filter(|o| matches!(o.kind(), ResourceKind::Queue | ResourceKind::Cohort))
+            .map(|o| format!("{}/{}", o.kind().as_str().to_lowercase(), o.metadata().name))
+            .collect();
+        if let Err(e) = delete_one(client, r.kind(), &meta.namespace, &meta.name, &along).await {
             eprintln!(
                 "error: {}/{}: {e:#}",
                 r.kind().as_str().to_lowercase(),

@@ -127,21 +127,56 @@ async fn find(
     }
 }
 
+/// The query of a delete: `along=queue/a,cohort/b`, the other queues and cohorts the same
+/// command deletes (`ferry delete -f`), so that deleting the first of two queues that share a
+/// cohort is judged by what is left once both are gone.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct DeleteQuery {
+    #[serde(default)]
+    along: Option<String>,
+}
+
+impl DeleteQuery {
+    /// Each `kind/name` of `along`; an unknown kind is refused, naming it.
+    fn along(&self) -> Result<Vec<(ResourceKind, String)>, ApiError> {
+        let Some(along) = self.along.as_deref().filter(|a| !a.is_empty()) else {
+            return Ok(Vec::new());
+        };
+        along
+            .split(',')
+            .map(|item| {
+                let (kind, name) = item.split_once('/').unwrap_or(("", item));
+                let kind = ResourceKind::from_name(kind)
+                    .filter(|k| k.is_cluster_scoped())
+                    .ok_or_else(|| {
+                        ApiError::bad_request(format!(
+                            "along: {item:?} is not KIND/NAME of a queue, cohort or priority \
+                             class (e.g. queue/nlp)"
+                        ))
+                    })?;
+                Ok((kind, name.to_owned()))
+            })
+            .collect()
+    }
+}
+
 /// `DELETE /api/v1/namespaces/{ns}/{kind}/{name}` (queues, priority classes, cohorts: any
 /// `ns`).
 pub(crate) async fn delete(
     State(plane): State<ControlPlane>,
     Path((ns, kind, name)): Path<(String, String, String)>,
+    Query(q): Query<DeleteQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    remove(&plane, &kind, Some(&ns), &name).await
+    remove(&plane, &kind, Some(&ns), &name, &q.along()?).await
 }
 
 /// `DELETE /api/v1/{kind}/{name}`: a queue, priority class or cohort.
 pub(crate) async fn delete_cluster_wide(
     State(plane): State<ControlPlane>,
     Path((kind, name)): Path<(String, String)>,
+    Query(q): Query<DeleteQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    remove(&plane, &kind, None, &name).await
+    remove(&plane, &kind, None, &name, &q.along()?).await
 }
 
 async fn remove(
@@ -149,10 +184,11 @@ async fn remove(
     kind: &str,
     namespace: Option<&str>,
     name: &str,
+    along: &[(ResourceKind, String)],
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let kind = object_kind(kind)?;
     let ns = namespace_key(kind, namespace)?;
-    crate::admission::check_delete(plane, kind, name).await?;
+    crate::admission::check_delete(plane, kind, name, along).await?;
     let deleted = if kind == ResourceKind::Sweep {
         crate::sweep::delete(plane, ns, name).await?
     } else {

@@ -60,6 +60,8 @@ pub(crate) fn build() -> Value {
             .collect(),
     );
     let namespace_query = json!({"name": "namespace", "in": "query", "schema": {"type": "string"}});
+    let along = json!({"name": "along", "in": "query", "schema": {"type": "string"},
+        "description": "The other queues and cohorts the same command deletes, `queue/a,cohort/b`: the check of what is left counts them gone (ferry delete -f sends it)"});
     let selector = json!({"name": "labelSelector", "in": "query", "schema": {"type": "string"},
         "description": "Only objects whose metadata.labels match, in Kubernetes' selector syntax: \
             comma-separated requirements, all of which must hold: key=value, key==value, key!=value, \
@@ -117,12 +119,12 @@ pub(crate) fn build() -> Value {
                 "get": {"summary": "One deployment, queue, priority class or cohort (queues, priority classes and cohorts: any ns)",
                         "parameters": [ns, object_kind, name], "responses": {"200": ok("the object", json!({"type": "object"})), "404": err}},
                 "delete": {"summary": "Delete a deployment, queue, priority class or cohort (queues, priority classes and cohorts: any ns)",
-                           "parameters": [ns, object_kind, name], "responses": {"200": ok("deleted", json!({"type": "object"})), "404": err, "409": err}}},
+                           "parameters": [ns, object_kind, name, along], "responses": {"200": ok("deleted", json!({"type": "object"})), "404": err, "409": err}}},
             "/api/v1/{kind}/{name}": {
                 "get": {"summary": "One queue, priority class or cohort (named across namespaces; ferry up's own classes too)",
                         "parameters": [cluster_kind, name], "responses": {"200": ok("the object", json!({"type": "object"})), "404": err}},
-                "delete": {"summary": "Delete a queue, priority class or cohort (ferry up's own classes cannot be deleted, nor a cohort the trees left would not build without: 409)",
-                           "parameters": [cluster_kind, name], "responses": {"200": ok("deleted", json!({"type": "object"})), "404": err, "409": err}}},
+                "delete": {"summary": "Delete a queue, priority class or cohort (409: ferry up's own classes, a queue or class an unfinished job names, a queue or cohort the queues and trees left would not build a scheduler without)",
+                           "parameters": [cluster_kind, name, along], "responses": {"200": ok("deleted", json!({"type": "object"})), "404": err, "409": err}}},
             "/api/v1/models": {"get": {"summary": "Registered models",
                 "description": "A model carries the labels of the job that exported it (a sweep's jobs' `ferry.dev/sweep` among them); a labelSelector is matched against those.",
                 "parameters": [selector], "responses": {"200": ok("models", json!({"type": "array"})), "400": err}}},

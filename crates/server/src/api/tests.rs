@@ -666,13 +666,68 @@ async fn deleting_a_cohort_keeps_the_scheduler_buildable() {
     let message = err["error"]["message"].as_str().unwrap();
     assert!(
         message.starts_with(
-            "Cohort lab is named by Queue solo; without it the cohort trees would not build a \
-             scheduler (spec.cohort: cohort `lab` of queue `solo` is unknown"
-        ) && message.ends_with("change or delete those first"),
+            "Cohort lab is named by Queue solo; without it the queues and cohort trees would not \
+             build a scheduler (spec.cohort: cohort `lab` of queue `solo` is unknown"
+        ) && message.contains("change or delete those first"),
         "{message}"
     );
     let (status, _) = call(&app, "GET", "/api/v1/cohorts/lab", None).await;
     assert_eq!(status, StatusCode::OK);
+    // Deleted with its queue by one command (`along`), it goes.
+    let (status, deleted) =
+        call(&app, "DELETE", "/api/v1/cohorts/lab?along=queue/solo", None).await;
+    assert_eq!(status, StatusCode::OK, "{deleted}");
+    let (status, deleted) = call(&app, "DELETE", "/api/v1/queues/solo", None).await;
+    assert_eq!(status, StatusCode::OK, "{deleted}");
+}
+
+/// A queue an unfinished job names is not deleted (the job would wait in a queue no scheduler
+/// has), nor one whose going leaves the other queue of its cohort alone in it, unless the same
+/// command deletes that one too (`along`); an `along` that is not KIND/NAME is refused.
+#[tokio::test]
+async fn deleting_a_queue_keeps_its_jobs_and_the_scheduler_buildable() {
+    let home = tempfile::tempdir().unwrap();
+    let plane = plane_in(home.path()).await;
+    let app = super::router(plane.clone());
+    let batch = json!([
+        queue_in("nlp", "lab", 1),
+        queue_in("vision", "lab", 1),
+        gpu_job("j", "nlp", 1)
+    ]);
+    let (status, applied) = call(&app, "POST", "/api/v1/apply", Some(batch)).await;
+    assert_eq!(status, StatusCode::OK, "{applied}");
+    let (status, err) = call(&app, "DELETE", "/api/v1/queues/nlp", None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Queue nlp is named by 1 unfinished job(s): default/j ("),
+        "{message}"
+    );
+    let (status, cancelled) = call(
+        &app,
+        "POST",
+        "/api/v1/namespaces/default/jobs/j/cancel",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{cancelled}");
+    let (status, err) = call(&app, "DELETE", "/api/v1/queues/nlp", None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("cohort `lab` of queue `vision` is unknown")
+            && message.contains("ferry delete -f"),
+        "{message}"
+    );
+    let (status, err) = call(&app, "DELETE", "/api/v1/queues/nlp?along=vision", None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    for path in [
+        "/api/v1/queues/nlp?along=queue/vision",
+        "/api/v1/queues/vision",
+    ] {
+        let (status, deleted) = call(&app, "DELETE", path, None).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {deleted}");
+    }
 }
 
 /// A weighted department's status shows what its subtree uses against its nominal GPUs and
