@@ -372,17 +372,19 @@ fn a_team_out_of_the_band_is_named_with_its_cause() {
 
 /// `--quota TEAM=GPUS` sets the queues without a file: the unseen window of
 /// `crates/sched/tests/data` on the teams' real virtual-cluster sizes gives the same report as
-/// the equivalent queues YAML, the setup line names the quotas, and a team left out, a team the
-/// trace lacks, a malformed value or `--queues` alongside are refused by name.
+/// the equivalent queues YAML (a plain list's names matched to the teams ignoring case), the
+/// setup line names the quotas, and a team left out, a team the trace lacks, a malformed value or
+/// `--queues` alongside are refused by name.
 #[test]
 fn quotas_given_on_the_command_line_match_a_queues_file() {
     let trace = repo_root().join("crates/sched/tests/data/helios_venus_2vc_2020-09b.csv");
     let trace = trace.to_str().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let queues = dir.path().join("venus.yaml");
+    // A plain list's names are matched to the teams ignoring case, as documents' are.
     std::fs::write(
         &queues,
-        "- {name: vcvGl, cohort: all, quotas: [{flavor: any, nominal: 160}]}\n\
+        "- {name: vcvgl, cohort: all, quotas: [{flavor: any, nominal: 160}]}\n\
          - {name: vcvlY, cohort: all, quotas: [{flavor: any, nominal: 16}]}\n",
     )
     .unwrap();

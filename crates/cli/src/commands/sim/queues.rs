@@ -56,10 +56,10 @@ pub(super) struct QueuesFile {
     pub notes: Vec<String>,
 }
 
-/// Queues from `--queues FILE`: Ferry `Queue` and `Cohort` documents (what `ferry apply` takes;
-/// a queue serves the trace team of its name, compared ignoring case since Ferry names are
-/// lowercase), Kueue's ClusterQueues, LocalQueues and Cohorts, ResourceQuotas, Volcano Queues,
-/// or a plain list of scheduler queues.
+/// Queues from `--queues FILE`: Ferry `Queue` and `Cohort` documents (what `ferry apply` takes),
+/// Kueue's ClusterQueues, LocalQueues and Cohorts, ResourceQuotas, Volcano Queues, or a plain
+/// list of scheduler queues; a Ferry or plain queue serves the trace team of its name, compared
+/// ignoring case since Ferry names are lowercase.
 pub(super) fn queues_file(
     path: &Path,
     trace: &[ferry_sched::TraceJob],
@@ -80,9 +80,18 @@ pub(super) fn queues_file(
     }
     let mut queues = Vec::new();
     let mut cohorts = Vec::new();
+    // The trace team a queue serves: the one of its name, compared ignoring case.
+    let team_of = |name: String| {
+        (trace.iter())
+            .find(|j| j.team.eq_ignore_ascii_case(&name))
+            .map_or(name, |j| j.team.clone())
+    };
     // Documents (YAML or JSON) have a `kind`; a plain list of scheduler queues has none.
     if !ferry_spec::holds_kubernetes_objects(&text) {
-        queues = parse_yaml(&text, path, "queues")?;
+        queues = parse_yaml::<Vec<ferry_sched::QueueSpec>>(&text, path, "queues")?;
+        for q in &mut queues {
+            q.name = team_of(std::mem::take(&mut q.name));
+        }
     } else {
         for doc in ferry_spec::parse_documents(&text, &file)? {
             let q = match doc {
@@ -98,10 +107,7 @@ pub(super) fn queues_file(
                 ),
             };
             let mut spec = ferry_k8s::admission::queue_spec("", &q.metadata.name, &q.spec);
-            spec.name = trace
-                .iter()
-                .find(|j| j.team.eq_ignore_ascii_case(&q.metadata.name))
-                .map_or(q.metadata.name, |j| j.team.clone());
+            spec.name = team_of(q.metadata.name);
             queues.push(spec);
         }
     }
