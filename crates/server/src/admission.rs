@@ -542,7 +542,8 @@ pub(crate) fn built_in_classes(
 /// cohort no document defines), but no `Queue` or `Cohort` is deleted when the queues and cohort
 /// trees left would not build a scheduler (the scheduler's reason is given): the control plane
 /// would keep admitting by the queues it had. `along` are the other queues and cohorts the same
-/// command deletes (`ferry delete -f`), judged gone already.
+/// command deletes (`ferry delete -f`), judged gone already, so each queue of them must be one
+/// that can go: otherwise this one going first would leave it alone.
 pub(crate) async fn check_delete(
     plane: &ControlPlane,
     kind: ResourceKind,
@@ -551,6 +552,19 @@ pub(crate) async fn check_delete(
 ) -> Result<(), ApiError> {
     if kind == ResourceKind::Queue {
         check_unfinished_users(plane, kind, name, |j| queue_of(j) == name).await?;
+    }
+    for (k, n) in along.iter().filter(|(k, _)| *k == ResourceKind::Queue) {
+        check_unfinished_users(plane, *k, n, |j| queue_of(j) == n)
+            .await
+            .map_err(|mut e| {
+                e.message = format!(
+                    "{} {name} goes only with {} {n}, which cannot: {}",
+                    kind.as_str(),
+                    k.as_str(),
+                    e.message
+                );
+                e
+            })?;
     }
     if matches!(kind, ResourceKind::Queue | ResourceKind::Cohort) {
         return check_config_delete(plane, kind, name, along).await;

@@ -721,6 +721,31 @@ async fn deleting_a_queue_keeps_its_jobs_and_the_scheduler_buildable() {
     );
     let (status, err) = call(&app, "DELETE", "/api/v1/queues/nlp?along=vision", None).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    // A queue that goes with one its jobs keep does not go first: it would leave that one alone.
+    let batch = json!([gpu_job("k", "nlp", 1)]);
+    let (status, applied) = call(&app, "POST", "/api/v1/apply", Some(batch)).await;
+    assert_eq!(status, StatusCode::OK, "{applied}");
+    let (status, err) = call(
+        &app,
+        "DELETE",
+        "/api/v1/queues/vision?along=queue/nlp",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Queue vision goes only with Queue nlp, which cannot: Queue nlp is named by 1 unfinished job(s): default/k ("),
+        "{message}"
+    );
+    let (status, cancelled) = call(
+        &app,
+        "POST",
+        "/api/v1/namespaces/default/jobs/k/cancel",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{cancelled}");
     for path in [
         "/api/v1/queues/nlp?along=queue/vision",
         "/api/v1/queues/vision",
