@@ -395,13 +395,20 @@ impl Scheduler {
                 }
             }
         }
-        // A tree with one queue and no GPUs of its own is a typo or a missing queue: nobody
-        // to borrow from.
+        // A tree with one queue and no GPUs of its own is a typo or a missing queue (nobody to
+        // borrow from), unless a Cohort document defines one of its cohorts: a tree declared
+        // ahead of its second team, or left by a team that went.
         let mut tree_own = vec![0u64; cohorts.len()];
+        let mut tree_defined = vec![false; cohorts.len()];
         for c in 0..cohorts.len() {
             tree_own[roots[c] as usize] += own[c];
+            tree_defined[roots[c] as usize] |= specced.contains_key(&(c as u32));
         }
-        let lone = |r: u32| cohorts[r as usize].members.len() < 2 && tree_own[r as usize] == 0;
+        let lone = |r: u32| {
+            cohorts[r as usize].members.len() < 2
+                && tree_own[r as usize] == 0
+                && !tree_defined[r as usize]
+        };
         for (i, q) in queues.iter().enumerate() {
             let Some(r) = qs[i].cohort else { continue };
             if lone(r) {

@@ -355,7 +355,8 @@ mod tests {
         assert_eq!(field, "cohorts[0].quotas[0].borrowingLimit");
         assert!(problem.contains("lends only 4"), "{problem}");
         assert!(fix.contains("at most 4"), "{fix}");
-        // A queue alone in its tree, with nothing of the tree's own to borrow.
+        // A queue alone in a cohort no document defines, with nothing of the tree's own to
+        // borrow: a typo. Alone in a defined tree (`a` under `r`), it is the tree's first team.
         let err = build(
             8,
             vec![queue("a1", "a", 4), queue("b1", "z", 4)],
@@ -364,9 +365,10 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(
-            err.contains("queues[0].cohort") && err.contains("no other queue"),
+            err.contains("queues[1].cohort") && err.contains("`z` of queue `b1` is unknown"),
             "{err}"
         );
+        assert!(build(8, vec![queue("a1", "a", 4)], &[cohort("a", Some("r"), &[])]).is_ok());
         let mut flavored = cohort("a", Some("r"), &[(1, None, None)]);
         flavored.quotas[0].flavor = "H100".into();
         let (field, problem, _) = refused(&[flavored, cohort("b", Some("r"), &[])]);

@@ -683,7 +683,8 @@ async fn deleting_a_cohort_keeps_the_scheduler_buildable() {
 
 /// A queue an unfinished job names is not deleted (the job would wait in a queue no scheduler
 /// has), nor one whose going leaves the other queue of its cohort alone in it, unless the same
-/// command deletes that one too (`along`); an `along` that is not KIND/NAME is refused.
+/// command deletes that one too (`along`), which must itself be free to go; an `along` that is
+/// not KIND/NAME is refused. A queue alone in a cohort a document defines is allowed.
 #[tokio::test]
 async fn deleting_a_queue_keeps_its_jobs_and_the_scheduler_buildable() {
     let home = tempfile::tempdir().unwrap();
@@ -750,6 +751,17 @@ async fn deleting_a_queue_keeps_its_jobs_and_the_scheduler_buildable() {
         "/api/v1/queues/nlp?along=queue/vision",
         "/api/v1/queues/vision",
     ] {
+        let (status, deleted) = call(&app, "DELETE", path, None).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {deleted}");
+    }
+    // A queue alone in a cohort a document defines is the tree's first team, not a typo: it is
+    // applied, and its cohort's document cannot go from under it (then it would be one).
+    let tree = json!([cohort("org", json!({})), queue_in("solo", "org", 1)]);
+    let (status, applied) = call(&app, "POST", "/api/v1/apply", Some(tree)).await;
+    assert_eq!(status, StatusCode::OK, "{applied}");
+    let (status, err) = call(&app, "DELETE", "/api/v1/cohorts/org", None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    for path in ["/api/v1/queues/solo", "/api/v1/cohorts/org"] {
         let (status, deleted) = call(&app, "DELETE", path, None).await;
         assert_eq!(status, StatusCode::OK, "{path}: {deleted}");
     }
