@@ -660,10 +660,12 @@ async fn check_config_delete(
         Ok(_) => Ok(()),
         Err(e) => {
             let (_, problem) = config.error(&e);
-            let named = match naming.is_empty() {
-                true if kind == ResourceKind::Cohort => " is named by nothing".to_owned(),
-                true => String::new(),
-                false => format!(" is named by {}", naming.join(", ")),
+            let named = if !naming.is_empty() {
+                format!(" is named by {}", naming.join(", "))
+            } else if kind == ResourceKind::Cohort {
+                " is named by nothing".to_owned()
+            } else {
+                " cannot go".to_owned()
             };
             Err(ApiError::conflict(format!(
                 "{} {name}{named}; without it the queues and cohort trees would not build a \

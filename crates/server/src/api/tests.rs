@@ -716,7 +716,8 @@ async fn deleting_a_queue_keeps_its_jobs_and_the_scheduler_buildable() {
     assert_eq!(status, StatusCode::CONFLICT, "{err}");
     let message = err["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("cohort `lab` of queue `vision` is unknown")
+        message.starts_with("Queue nlp cannot go; without it the queues and cohort trees")
+            && message.contains("cohort `lab` of queue `vision` is unknown")
             && message.contains("ferry delete -f"),
         "{message}"
     );
