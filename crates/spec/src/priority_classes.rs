@@ -63,9 +63,9 @@ pub struct ClusterPriorityClass {
     pub description: Option<String>,
 }
 
-/// Whether `text` holds only priority classes, one of them Kubernetes' (`scheduling.k8s.io/v1`)
-/// or Kueue's, which `ferry apply` adopts (`crate::adopt`) rather than reads as Ferry's
-/// documents.
+/// Whether a file's `objects` (Ferry's own set aside) are only priority classes, one of them
+/// Kubernetes' (`scheduling.k8s.io/v1`) or Kueue's, which `ferry apply` adopts (`crate::adopt`)
+/// rather than reads as Ferry's documents.
 pub(crate) fn holds_foreign_priority_classes(objects: &[Object]) -> bool {
     let foreign = |o: &Object| {
         (o.kind == "PriorityClass" && o.api_version == KUBERNETES_API_VERSION)

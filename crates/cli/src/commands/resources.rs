@@ -1004,9 +1004,8 @@ pub async fn delete(client: &Client, args: DeleteArgs) -> anyhow::Result<()> {
 }
 
 /// Deletes one resource, saying so: a job cancelled and its ranks stopped first, a sweep's
-/// jobs with it.
-/// Deletes one resource; `along` (`queue/a`) are the queues and cohorts the same command
-/// deletes after it, which the control plane judges gone when it checks what is left.
+/// jobs with it. `along` (`queue/a`) are the queues and cohorts the same command deletes after
+/// it, which the control plane judges gone when it checks what is left.
 async fn delete_one(
     client: &Client,
     kind: ResourceKind,
