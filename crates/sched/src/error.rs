@@ -72,17 +72,37 @@ pub fn unknown_queue<'a>(
 ) -> (String, String) {
     let mut known: Vec<&str> = known.into_iter().collect();
     known.sort_unstable();
-    // A near miss (`nlpp` for `nlp`) is named first: it is most likely the fix.
+    let (near, known) = near_miss(queue, known);
+    (
+        format!("queue `{queue}` does not exist{near}"),
+        format!("create the queue or use one of: {known}"),
+    )
+}
+
+/// The problem and the fix for a workload that names priority class `class` when only `known`
+/// exist (listed as given: by value, lowest first, from both callers), in one wording for the
+/// scheduler's `submit` and for `ferry apply`'s check.
+pub fn unknown_priority<'a>(
+    class: &str,
+    known: impl IntoIterator<Item = &'a str>,
+) -> (String, String) {
+    let (near, known) = near_miss(class, known.into_iter().collect());
+    (
+        format!("priority class `{class}` does not exist{near}"),
+        format!("use one of: {known}"),
+    )
+}
+
+/// ` (did you mean `nlp`?)` for the known name closest to `given` (`nlpp`), when one is close
+/// enough to be the likely fix, and every known name listed.
+fn near_miss(given: &str, known: Vec<&str>) -> (String, String) {
     let near = (known.iter())
-        .map(|k| (strsim::jaro_winkler(queue, k), *k))
+        .map(|k| (strsim::jaro_winkler(given, k), *k))
         .filter(|(score, _)| *score >= 0.8)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, k)| format!(" (did you mean `{k}`?)"))
         .unwrap_or_default();
-    (
-        format!("queue `{queue}` does not exist{near}"),
-        format!("create the queue or use one of: {}", known.join(", ")),
-    )
+    (near, known.join(", "))
 }
 
 #[cfg(test)]
@@ -92,6 +112,14 @@ mod tests {
         let (problem, fix) = super::unknown_queue("nlpp", ["vision", "nlp", "default"]);
         assert_eq!(problem, "queue `nlpp` does not exist (did you mean `nlp`?)");
         assert_eq!(fix, "create the queue or use one of: default, nlp, vision");
+        let (problem, fix) = super::unknown_priority("hihg", ["low", "normal", "high"]);
+        assert_eq!(
+            (problem.as_str(), fix.as_str()),
+            (
+                "priority class `hihg` does not exist (did you mean `high`?)",
+                "use one of: low, normal, high"
+            )
+        );
         let (problem, _) = super::unknown_queue("zzz", ["vision", "nlp"]);
         assert_eq!(problem, "queue `zzz` does not exist");
     }

@@ -49,7 +49,7 @@ pub use config::{
     PreemptReason, PreemptionPolicy, PriorityClass, QueueSpec, ReclaimWithinCohort, StopPolicy,
     Time, Topology, WithinQueue, Workload,
 };
-pub use error::{Result, SchedError, unknown_queue};
+pub use error::{Result, SchedError, unknown_priority, unknown_queue};
 pub use scheduler::{
     CohortUsage, ExpectedStart, FORECAST_CYCLES, Forecast, ForecastStart, Forecasted, InLine,
     QueueUsage, Scheduler, WaitCause, Waiting,

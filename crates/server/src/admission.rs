@@ -723,16 +723,13 @@ pub(crate) async fn check_batch(
         if let Some(p) = &job.spec.priority
             && !priorities.iter().any(|c| &c.name == p)
         {
-            let known: Vec<&str> = priorities.iter().map(|c| c.name.as_str()).collect();
+            let mut by_value: Vec<&ferry_sched::PriorityClass> = priorities.iter().collect();
+            by_value.sort_by_key(|c| (c.value, &c.name));
+            let (problem, fix) =
+                ferry_sched::unknown_priority(p, by_value.iter().map(|c| c.name.as_str()));
             problems.push((
                 i,
-                FieldError::new(
-                    "spec.priority",
-                    format!(
-                        "priority class `{p}` does not exist; use one of: {}",
-                        known.join(", ")
-                    ),
-                ),
+                FieldError::new("spec.priority", format!("{problem}; {fix}")),
             ));
         }
     }

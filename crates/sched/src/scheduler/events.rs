@@ -38,13 +38,12 @@ impl Scheduler {
             Some(p) => match self.prio.get(p) {
                 Some(v) => *v,
                 None => {
-                    let mut known: Vec<_> = self.prio.keys().map(String::as_str).collect();
-                    known.sort();
-                    return Err(bad(
-                        "workload.priority",
-                        format!("priority class `{p}` does not exist"),
-                        format!("use one of: {}", known.join(", ")),
-                    ));
+                    let mut classes: Vec<(&String, i32)> =
+                        self.prio.iter().map(|(n, &(v, _))| (n, v)).collect();
+                    classes.sort_by_key(|&(n, v)| (v, n));
+                    let (problem, fix) =
+                        crate::error::unknown_priority(p, classes.iter().map(|(n, _)| n.as_str()));
+                    return Err(bad("workload.priority", problem, fix));
                 }
             },
         };

@@ -1701,7 +1701,7 @@ fn workloads_that_could_never_run_are_refused_at_submit() {
         .unwrap_err()
         .to_string();
     assert!(
-        msg.contains("workload.priority") && msg.contains("high, low"),
+        msg.contains("workload.priority") && msg.contains("use one of: low, high"),
         "{msg}"
     );
     // b may use 4 + 8 lent by a = 12, not 16.
