@@ -79,14 +79,16 @@ pub fn unknown_queue<'a>(
     )
 }
 
-/// The problem and the fix for a workload that names priority class `class` when only `known`
-/// exist (listed as given: by value, lowest first, from both callers), in one wording for the
-/// scheduler's `submit` and for `ferry apply`'s check.
+/// The problem and the fix for a workload that names priority class `class` when only the
+/// `known` classes (name, value) exist, listed lowest first, in one wording for the scheduler's
+/// `submit` and for `ferry apply`'s check.
 pub fn unknown_priority<'a>(
     class: &str,
-    known: impl IntoIterator<Item = &'a str>,
+    known: impl IntoIterator<Item = (&'a str, i32)>,
 ) -> (String, String) {
-    let (near, known) = near_miss(class, known.into_iter().collect());
+    let mut known: Vec<(&str, i32)> = known.into_iter().collect();
+    known.sort_by_key(|&(name, value)| (value, name));
+    let (near, known) = near_miss(class, known.into_iter().map(|(name, _)| name).collect());
     (
         format!("priority class `{class}` does not exist{near}"),
         format!("use one of: {known}"),
@@ -112,7 +114,8 @@ mod tests {
         let (problem, fix) = super::unknown_queue("nlpp", ["vision", "nlp", "default"]);
         assert_eq!(problem, "queue `nlpp` does not exist (did you mean `nlp`?)");
         assert_eq!(fix, "create the queue or use one of: default, nlp, vision");
-        let (problem, fix) = super::unknown_priority("hihg", ["low", "normal", "high"]);
+        let (problem, fix) =
+            super::unknown_priority("hihg", [("high", 100), ("low", -100), ("normal", 0)]);
         assert_eq!(
             (problem.as_str(), fix.as_str()),
             (

@@ -723,10 +723,8 @@ pub(crate) async fn check_batch(
         if let Some(p) = &job.spec.priority
             && !priorities.iter().any(|c| &c.name == p)
         {
-            let mut by_value: Vec<&ferry_sched::PriorityClass> = priorities.iter().collect();
-            by_value.sort_by_key(|c| (c.value, &c.name));
-            let (problem, fix) =
-                ferry_sched::unknown_priority(p, by_value.iter().map(|c| c.name.as_str()));
+            let classes = priorities.iter().map(|c| (c.name.as_str(), c.value));
+            let (problem, fix) = ferry_sched::unknown_priority(p, classes);
             problems.push((
                 i,
                 FieldError::new("spec.priority", format!("{problem}; {fix}")),

@@ -1026,12 +1026,13 @@ async fn delete_one(
         let sweep: Value = client.get(&path).await?;
         let grace = grace_of(&sweep["doc"]["spec"]["template"]["spec"]);
         delete_when_stopped(client, &path, grace).await?;
-    } else if along.is_empty() {
-        client.delete(&path).await?;
     } else {
-        client
-            .delete(&format!("{path}?along={}", along.join(",")))
-            .await?;
+        let query = if along.is_empty() {
+            String::new()
+        } else {
+            format!("?along={}", along.join(","))
+        };
+        client.delete(&format!("{path}{query}")).await?;
     }
     println!("{}/{name} deleted", kind.as_str().to_lowercase());
     Ok(())

@@ -38,11 +38,8 @@ impl Scheduler {
             Some(p) => match self.prio.get(p) {
                 Some(v) => *v,
                 None => {
-                    let mut classes: Vec<(&String, i32)> =
-                        self.prio.iter().map(|(n, &(v, _))| (n, v)).collect();
-                    classes.sort_by_key(|&(n, v)| (v, n));
-                    let (problem, fix) =
-                        crate::error::unknown_priority(p, classes.iter().map(|(n, _)| n.as_str()));
+                    let classes = self.prio.iter().map(|(n, &(v, _))| (n.as_str(), v));
+                    let (problem, fix) = crate::error::unknown_priority(p, classes);
                     return Err(bad("workload.priority", problem, fix));
                 }
             },
